@@ -1,0 +1,39 @@
+# kimi-operator: `make demo` shows the main job on the embedded samples, `make test` runs every check.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint typecheck unit crd bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	@bash scripts/demo.sh $(BIN)/kimi-operator
+
+test: lint typecheck unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check operator kernels tests benchmarks
+	$(BIN)/ruff format --check operator kernels tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+crd: $(STAMP)
+	$(BIN)/kimi-operator crd > crds/kimi-operator.io_kimideployments.yaml
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/validate.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

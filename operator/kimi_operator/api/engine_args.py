@@ -1,0 +1,196 @@
+"""Which vLLM flags `spec.engineArgs` may not carry, as regular expressions shared by CEL and Python.
+
+vLLM's `FlexibleArgumentParser` accepts more spellings than the flag's name, and every one is
+covered here:
+- `--flag value`, `--flag=value`, and dotted JSON keys (`--compilation-config.mode=3`);
+- underscores for dashes (`--enable_lora`);
+- argparse abbreviations (`allow_abbrev` is on: `--enable-lor` means `--enable-lora`, `-t` means
+  `-tp`), i.e. every prefix that no other vLLM 0.33.0 flag shares;
+- `-O3`, `-O=3`, `-Odecode` (vLLM rewrites any `-O…` to `--optimization-level`).
+
+The same pattern string is used by `re.match` in Python and by CEL's `matches()` in the CRD, so the
+two verdicts cannot drift. Patterns use only syntax common to RE2 and Python.
+"""
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+from kimi_operator.api.vllm_flags import SERVE_FLAGS
+
+# Matches what follows a flag name inside one element: nothing, `=value` or `.json.key...`.
+_FLAG_END = r"([=.].*)?$"
+
+
+@dataclass(frozen=True)
+class ForbiddenFlags:
+    """A group of refused flags with the reason users are told."""
+
+    flags: tuple[str, ...]
+    reason: str
+    # An extra pattern (on the flag name) that also belongs to the group, e.g. anything with "lora".
+    also_matching: str = ""
+    # How messages name the group; default: the flags themselves.
+    shown_as: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.shown_as or ", ".join(self.flags)
+
+    @cached_property
+    def pattern(self) -> str:
+        """Regex, anchored at the start, that one engineArgs element matches when it is refused."""
+        long_names = [f[2:] for f in self.flags if f.startswith("--")]
+        short_names = [f[1:] for f in self.flags if not f.startswith("--")]
+        alternatives = []
+        if long_names:
+            alternatives.append("--" + _prefix_tree(long_names, _unique_from("--", long_names)))
+        if short_names:
+            alternatives.append("-" + _prefix_tree(short_names, _unique_from("-", short_names)))
+        pattern = "^(" + "|".join(alternatives) + ")" + _FLAG_END
+        if self.also_matching:
+            pattern = f"({pattern})|({self.also_matching})"
+        return pattern
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.pattern)
+
+    def refused(self, args: Iterable[str]) -> list[str]:
+        return [a for a in args if self.regex.match(a)]
+
+
+def _unique_from(dashes: str, names: list[str]) -> dict[str, int]:
+    """For each flag name, the shortest prefix length that no other vLLM flag shares.
+
+    argparse expands a prefix only when one option starts with it; a shorter, ambiguous prefix makes
+    vLLM fail with "ambiguous option" instead, which is not a way around the rule.
+    """
+    others = [f[len(dashes) :] for f in SERVE_FLAGS if f.startswith(dashes)]
+    if dashes == "-":
+        others = [f for f in others if not f.startswith("-")]
+    result = {}
+    for name in names:
+        shared = max((_common_prefix(name, o) for o in others if o != name), default=0)
+        result[name] = min(shared + 1, len(name))
+    return result
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _char(ch: str) -> str:
+    # vLLM turns underscores in flag names into dashes, so both spellings must match.
+    return "[-_]" if ch == "-" else re.escape(ch)
+
+
+def _prefix_tree(names: list[str], shortest: dict[str, int]) -> str:
+    """Alternation matching, for each name, every prefix at least `shortest[name]` long."""
+    parts = []
+    for name in sorted(set(names)):
+        k = shortest[name]
+        head = "".join(_char(ch) for ch in name[:k])
+        tail = ""
+        for ch in reversed(name[k:]):
+            tail = f"({_char(ch)}{tail})?"
+        parts.append(head + tail)
+    return "(" + "|".join(parts) + ")"
+
+
+def _vllm_flags(predicate: str) -> tuple[str, ...]:
+    return tuple(sorted(f for f in SERVE_FLAGS if re.search(predicate, f)))
+
+
+FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
+    ForbiddenFlags(
+        ("--tensor-parallel-size", "-tp"),
+        "the tensor-parallel size is spec.gpus",
+    ),
+    ForbiddenFlags(
+        ("--pipeline-parallel-size", "-pp"),
+        "the latency-specialized decode rejects pipeline parallelism",
+    ),
+    ForbiddenFlags(
+        _vllm_flags(r"^(--data-parallel|-dp)"),
+        "data parallelism is spec.replicas (independent TP groups)",
+        shown_as="--data-parallel-*, -dp*",
+    ),
+    ForbiddenFlags(
+        ("--enable-expert-parallel", "-ep"),
+        "the latency-specialized decode rejects expert parallelism",
+    ),
+    ForbiddenFlags(
+        ("--decode-context-parallel-size", "-dcp"),
+        "decode context parallelism is spec.decode.contextParallelSize",
+    ),
+    ForbiddenFlags(
+        _vllm_flags("lora"),
+        "the latency-specialized decode rejects LoRA",
+        also_matching=r"^--[^=.]*lora",
+        shown_as="--enable-lora and other LoRA flags",
+    ),
+    ForbiddenFlags(
+        ("--enable-dbo",), "the latency-specialized decode rejects DBO micro-batching"
+    ),
+    ForbiddenFlags(("--enable-sleep-mode",), "the latency-specialized decode rejects sleep mode"),
+    ForbiddenFlags(
+        ("--enforce-eager",), "the fast path needs full decode CUDA graphs (spec.decode.cudaGraphMode)"
+    ),
+    ForbiddenFlags(
+        ("--compilation-config", "-cc", "--optimization-level"),
+        "compilation and CUDA graphs are spec.decode.cudaGraphMode; the fast path needs its own "
+        "compile mode",
+        also_matching=r"^-O",
+    ),
+    ForbiddenFlags(("--additional-config",), "the decode backend is spec.decode.backend"),
+    ForbiddenFlags(
+        ("--speculative-config", "-sc"), "speculative decoding is spec.speculative"
+    ),
+    ForbiddenFlags(
+        ("--kv-cache-dtype", "--mamba-cache-dtype", "--mamba-ssm-cache-dtype"),
+        "cache dtypes are spec.kvCache.dtype, mambaCacheDtype and mambaSsmCacheDtype",
+    ),
+    ForbiddenFlags(
+        (
+            "--max-num-seqs",
+            "--max-model-len",
+            "--gpu-memory-utilization",
+            "--enable-prefix-caching",
+            "--no-enable-prefix-caching",
+        ),
+        "set spec.decode.maxNumSeqs, spec.kvCache.maxModelLen, "
+        "spec.kvCache.gpuMemoryUtilizationPercent or spec.kvCache.enablePrefixCaching instead",
+    ),
+    ForbiddenFlags(
+        ("--model", "--served-model-name", "--revision", "--config"),
+        "the model is spec.model (and --config could set any forbidden flag)",
+    ),
+    ForbiddenFlags(
+        (
+            "--nnodes",
+            "-n",
+            "--node-rank",
+            "-r",
+            "--master-addr",
+            "--master-port",
+            "--headless",
+            "--distributed-executor-backend",
+            "--port",
+            "--host",
+        ),
+        "the operator sets multi-node placement and the serving port",
+    ),
+)
+
+
+def refused_engine_args(args: Iterable[str]) -> list[tuple[str, ForbiddenFlags]]:
+    """Every refused element with the group that refuses it."""
+    args = list(args)
+    return [(a, group) for group in FORBIDDEN_FLAG_GROUPS for a in group.refused(args)]

@@ -1,0 +1,229 @@
+"""Cross-field rules, each written once as CEL (for the CRD) and once in Python (for pydantic).
+
+A rule is attached to the object at `scope` (a path below `spec`), exactly where its
+`x-kubernetes-validations` entry goes in the CRD; `check` receives the same value CEL sees as
+`self` (the defaulted object, camelCase keys) and must return the same verdict. The corpus and
+property tests in tests/unit/test_one_verdict.py hold the two to that.
+"""
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kimi_operator.api.constants import FAST_PATH_MAX_DECODE_TOKENS
+from kimi_operator.api.engine_args import FORBIDDEN_FLAG_GROUPS, ForbiddenFlags
+
+Json = Any
+
+# Environment variables the operator sets itself, and why users may not override them.
+OPERATOR_OWNED_ENV = ("VLLM_USE_V2_MODEL_RUNNER", "NCCL_MNNVL_ENABLE", "NCCL_CUMEM_ENABLE")
+AUX_STREAM_ENV = "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM"
+FP8_KV_DTYPES = ("fp8", "fp8_e4m3")
+
+
+@dataclass(frozen=True)
+class Rule:
+    scope: tuple[str, ...]
+    reads: tuple[tuple[str, ...], ...]  # paths below scope the rule looks at; () = all of it
+    field: str  # path below scope that the message names; "" = the scope itself
+    cel: str
+    check: Callable[[Json], bool]
+    problem: str
+    allowed: str
+    got: Callable[[Json], Json]
+
+    @property
+    def path(self) -> str:
+        return ".".join(("spec", *self.scope, *([self.field] if self.field else [])))
+
+    @property
+    def message(self) -> str:
+        """The CEL message: the field as the user wrote it, what is wrong, what is allowed."""
+        return f"{self.path}: {self.problem} (allowed: {self.allowed})"
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: Rule
+    got: Json
+
+
+def _one_source(source: Mapping[str, Json]) -> bool:
+    return ("pvc" in source) != ("huggingface" in source)
+
+
+def _source_keys(source: Mapping[str, Json]) -> list[str]:
+    return sorted(source)
+
+
+def _cel_one_source(field: str) -> str:
+    return f"has(self.{field}.pvc) != has(self.{field}.huggingface)"
+
+
+def _engine_arg_rule(group: ForbiddenFlags) -> Rule:
+    pattern = group.pattern.replace("\\", "\\\\").replace("'", "\\'")
+    return Rule(
+        scope=("engineArgs",),
+        reads=((),),
+        field="",
+        cel=f"self.all(a, !a.matches('{pattern}'))",
+        check=lambda args: not group.refused(args),
+        problem=f"{group.label} may not be set here: {group.reason}",
+        allowed="other vLLM flags",
+        got=group.refused,
+    )
+
+
+def _env_names(env: Sequence[Mapping[str, Json]], names: Sequence[str]) -> list[str]:
+    return [e["name"] for e in env if e.get("name") in names]
+
+
+def _ref_count(source: Mapping[str, Json]) -> int:
+    return sum(k in source for k in ("secretKeyRef", "configMapKeyRef", "fieldRef"))
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        scope=(),
+        reads=(("gpus",), ("gpusPerNode",)),
+        field="gpusPerNode",
+        cel="self.gpus % self.gpusPerNode == 0",
+        check=lambda s: s["gpus"] % s["gpusPerNode"] == 0,
+        problem="must divide spec.gpus (each TP group fills whole nodes)",
+        allowed="a divisor of spec.gpus",
+        got=lambda s: s["gpusPerNode"],
+    ),
+    Rule(
+        scope=(),
+        reads=(("gpus",), ("decode", "contextParallelSize")),
+        field="decode.contextParallelSize",
+        cel="self.decode.contextParallelSize == 1 || self.decode.contextParallelSize == self.gpus",
+        check=lambda s: s["decode"]["contextParallelSize"] in (1, s["gpus"]),
+        problem="decode context parallelism must be off or span the whole TP group",
+        allowed="1 or spec.gpus",
+        got=lambda s: s["decode"]["contextParallelSize"],
+    ),
+    Rule(
+        scope=(),
+        reads=(("decode", "backend"), ("kvCache", "dtype")),
+        field="kvCache.dtype",
+        cel="self.decode.backend != 'latency_specialized' || "
+        "self.kvCache.dtype in ['fp8', 'fp8_e4m3']",
+        check=lambda s: (
+            s["decode"]["backend"] != "latency_specialized"
+            or s["kvCache"]["dtype"] in FP8_KV_DTYPES
+        ),
+        problem="decode.backend latency_specialized reads FP8 e4m3 KV cache rows only",
+        allowed="fp8, fp8_e4m3; or decode.backend auto",
+        got=lambda s: s["kvCache"]["dtype"],
+    ),
+    Rule(
+        scope=("model",),
+        reads=(("source",),),
+        field="source",
+        cel=_cel_one_source("source"),
+        check=lambda m: _one_source(m["source"]),
+        problem="exactly one weight source must be set",
+        allowed="pvc or huggingface",
+        got=lambda m: _source_keys(m["source"]),
+    ),
+    Rule(
+        scope=("speculative",),
+        reads=(("draftSource",),),
+        field="draftSource",
+        cel=_cel_one_source("draftSource"),
+        check=lambda s: _one_source(s["draftSource"]),
+        problem="exactly one weight source must be set",
+        allowed="pvc or huggingface",
+        got=lambda s: _source_keys(s["draftSource"]),
+    ),
+    Rule(
+        scope=(),
+        reads=(("env",),),
+        field="env",
+        cel=f"!has(self.speculative) || !self.env.exists(e, e.name == '{AUX_STREAM_ENV}')",
+        check=lambda s: "speculative" not in s or not _env_names(s["env"], (AUX_STREAM_ENV,)),
+        problem=f"{AUX_STREAM_ENV} may not be set with spec.speculative: vLLM's specialized "
+        "decode rejects the auxiliary stream with speculative decoding",
+        allowed="no speculative, or no such variable",
+        got=lambda s: _env_names(s["env"], (AUX_STREAM_ENV,)),
+    ),
+    Rule(
+        scope=("env",),
+        reads=((),),
+        field="",
+        cel="self.all(e, !(e.name in [{}]))".format(", ".join(f"'{n}'" for n in OPERATOR_OWNED_ENV)),
+        check=lambda env: not _env_names(env, OPERATOR_OWNED_ENV),
+        problem="the operator sets these for the fast path (V2 model runner, multi-node NVLink)",
+        allowed=f"any name but {', '.join(OPERATOR_OWNED_ENV)}",
+        got=lambda env: _env_names(env, OPERATOR_OWNED_ENV),
+    ),
+    Rule(
+        scope=("env",),
+        reads=((),),
+        field="",
+        cel="self.all(e, !has(e.value) || !has(e.valueFrom))",
+        check=lambda env: all(not ("value" in e and "valueFrom" in e) for e in env),
+        problem="a variable has both value and valueFrom",
+        allowed="one of value or valueFrom",
+        got=lambda env: [e["name"] for e in env if "value" in e and "valueFrom" in e],
+    ),
+    Rule(
+        scope=("env",),
+        reads=((),),
+        field="",
+        cel="self.all(e, !has(e.valueFrom) || "
+        "(has(e.valueFrom.secretKeyRef) ? 1 : 0) + (has(e.valueFrom.configMapKeyRef) ? 1 : 0)"
+        " + (has(e.valueFrom.fieldRef) ? 1 : 0) == 1)",
+        check=lambda env: all(_ref_count(e["valueFrom"]) == 1 for e in env if "valueFrom" in e),
+        problem="valueFrom must name exactly one source",
+        allowed="secretKeyRef, configMapKeyRef or fieldRef",
+        got=lambda env: [
+            e["name"] for e in env if "valueFrom" in e and _ref_count(e["valueFrom"]) != 1
+        ],
+    ),
+    Rule(
+        scope=("scheduling",),
+        reads=(("tolerations",),),
+        field="tolerations",
+        cel="self.tolerations.all(t, t.operator != 'Exists' || t.value == '')",
+        check=lambda s: all(t["operator"] != "Exists" or t["value"] == "" for t in s["tolerations"]),
+        problem="a toleration with operator Exists cannot have a value",
+        allowed="operator Equal with a value, or Exists without one",
+        got=lambda s: [t for t in s["tolerations"] if t["operator"] == "Exists" and t["value"]],
+    ),
+    *(_engine_arg_rule(group) for group in FORBIDDEN_FLAG_GROUPS),
+)
+
+
+def _at(spec: Mapping[str, Json], scope: tuple[str, ...]) -> tuple[bool, Json]:
+    value: Json = spec
+    for key in scope:
+        if not isinstance(value, Mapping) or key not in value:
+            return False, None
+        value = value[key]
+    return True, value
+
+
+def failed_rules(spec: Mapping[str, Json], rules: Sequence[Rule] = RULES) -> list[Violation]:
+    """Rules the (defaulted, camelCase) spec breaks; rules on absent objects do not apply."""
+    violations = []
+    for rule in rules:
+        present, value = _at(spec, rule.scope)
+        if present and not rule.check(value):
+            violations.append(Violation(rule, rule.got(value)))
+    return violations
+
+
+def fast_path_warnings(spec: Mapping[str, Json]) -> list[str]:
+    """Accepted settings that make vLLM quietly leave the fast path for some steps."""
+    drafts = spec.get("speculative", {}).get("numSpeculativeTokens", 0)
+    seqs = spec["decode"]["maxNumSeqs"]
+    tokens = seqs * (1 + drafts)
+    if spec["decode"]["backend"] != "latency_specialized" or tokens <= FAST_PATH_MAX_DECODE_TOKENS:
+        return []
+    return [
+        f"spec.decode.maxNumSeqs: decode batches of up to {seqs} x (1 + {drafts}) = {tokens} tokens "
+        f"exceed the fast path's {FAST_PATH_MAX_DECODE_TOKENS}; larger batches run on the ordinary "
+        f"decode path (keep maxNumSeqs x (1 + numSpeculativeTokens) <= {FAST_PATH_MAX_DECODE_TOKENS})"
+    ]

@@ -1,0 +1,296 @@
+"""The KimiDeployment API as pydantic models: the single source of the CRD schema.
+
+Field-level rules (types, enums, ranges, patterns) live on the fields; cross-field rules live in
+`rules.py` and run in `KimiDeploymentSpec`'s validator. `crd.py` turns both into the CRD.
+"""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from kimi_operator.api import constants as c
+
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+DURATION = r"^[0-9]+(ms|s|m|h)$"
+
+
+class ApiModel(BaseModel):
+    """Strict like the API server: no coercion ("8" is not 8), unknown fields are errors."""
+
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        validate_by_name=False,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        frozen=True,
+    )
+
+
+def nested_default() -> dict[str, Any]:
+    """Schema extra for an optional object whose own fields all have defaults.
+
+    `default: {}` makes the API server create the object and then fill in its defaults, exactly as
+    pydantic's `default_factory` does.
+    """
+    return {"default": {}}
+
+
+class PvcSource(ApiModel):
+    claim_name: Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)] = Field(
+        description="Name of a PersistentVolumeClaim in the deployment's namespace holding the "
+        "weights; mounted read-only."
+    )
+    sub_path: str = Field(
+        "", max_length=1024, description="Folder inside the volume that holds the weights."
+    )
+
+
+class SecretKeyRef(ApiModel):
+    name: Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)] = Field(
+        description="Secret name."
+    )
+    key: Annotated[str, Field(min_length=1, max_length=253)] = Field(description="Key in the Secret.")
+
+
+class HuggingFaceSource(ApiModel):
+    repo: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[\w.-]+/[\w.-]+$")] = Field(
+        description="Hugging Face repository, `owner/name`."
+    )
+    revision: Annotated[str, Field(min_length=1, max_length=256)] = Field(
+        "main", description="Branch, tag or commit to download."
+    )
+    token_secret_ref: SecretKeyRef | None = Field(
+        None,
+        description="Secret key holding an access token; it reaches pods only as a secretKeyRef.",
+    )
+
+
+class WeightSource(ApiModel):
+    """Where weights come from: exactly one of `pvc` and `huggingface` (a rule in rules.py)."""
+
+    pvc: PvcSource | None = Field(None, description="Weights on a PersistentVolumeClaim.")
+    huggingface: HuggingFaceSource | None = Field(
+        None, description="Weights downloaded from Hugging Face into a cache volume at start."
+    )
+
+
+class ModelSpec(ApiModel):
+    name: Annotated[str, Field(min_length=1, max_length=256)] = Field(
+        description="Served model name: the `model` clients send to the OpenAI-compatible API."
+    )
+    source: WeightSource = Field(description="Where the weights come from.")
+
+
+class SpeculativeSpec(ApiModel):
+    method: Literal["dspark"] = Field(
+        "dspark", description="Speculative method; the latency-specialized decode supports dspark only."
+    )
+    draft_source: WeightSource = Field(description="Where the DSpark draft model's weights come from.")
+    num_speculative_tokens: Annotated[
+        int, Field(ge=1, le=c.MAX_SPECULATIVE_TOKENS)
+    ] = Field(7, description="Draft tokens per step (1 to 7).")
+
+
+class DecodeSpec(ApiModel):
+    backend: Literal["latency_specialized", "auto"] = Field(
+        "latency_specialized",
+        description="Decode backend: the CuTe DSL latency-specialized path, or `auto` (stock vLLM, "
+        "for A/B comparisons).",
+    )
+    context_parallel_size: Annotated[int, Field(ge=1, le=16)] = Field(
+        1, description="Decode context parallelism: 1 (off) or equal to `gpus`."
+    )
+    cuda_graph_mode: Literal["FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"] = Field(
+        "FULL_AND_PIECEWISE",
+        description="CUDA graph mode; the fast path needs full decode graphs.",
+    )
+    max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = Field(
+        8, description="Most requests decoded together (vLLM --max-num-seqs)."
+    )
+
+
+class KvCacheSpec(ApiModel):
+    dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3"] = Field(
+        "fp8_e4m3",
+        description="MLA KV cache dtype; latency_specialized reads FP8 e4m3 rows only.",
+    )
+    mamba_cache_dtype: Literal["auto", "bfloat16"] = Field(
+        "auto", description="KDA convolution state dtype (the fast path needs BF16)."
+    )
+    mamba_ssm_cache_dtype: Literal["auto", "float32"] = Field(
+        "auto", description="KDA recurrent state dtype (the fast path needs FP32)."
+    )
+    max_model_len: Annotated[int, Field(ge=1, le=16_777_216)] | None = Field(
+        None, description="Longest context in tokens; omitted: the model's own limit."
+    )
+    gpu_memory_utilization_percent: Annotated[int, Field(ge=1, le=100)] = Field(
+        90, description="Percent of each GPU's memory vLLM may use (integer)."
+    )
+    enable_prefix_caching: bool = Field(True, description="Reuse KV cache across shared prefixes.")
+
+
+class SecretOrConfigMapKeyRef(ApiModel):
+    name: Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)] = Field(
+        description="Object name."
+    )
+    key: Annotated[str, Field(min_length=1, max_length=253)] = Field(description="Key in the object.")
+    optional: bool = Field(False, description="Whether the key may be missing.")
+
+
+class FieldRef(ApiModel):
+    field_path: Annotated[str, Field(min_length=1, max_length=256)] = Field(
+        description="Pod field to read, e.g. `metadata.name`."
+    )
+    api_version: str = Field("v1", description="API version of the field path.")
+
+
+class EnvVarSource(ApiModel):
+    secret_key_ref: SecretOrConfigMapKeyRef | None = Field(None, description="A Secret's key.")
+    config_map_key_ref: SecretOrConfigMapKeyRef | None = Field(None, description="A ConfigMap's key.")
+    field_ref: FieldRef | None = Field(None, description="A field of the pod.")
+
+
+class EnvVar(ApiModel):
+    name: Annotated[str, Field(min_length=1, max_length=256, pattern=ENV_NAME)] = Field(
+        description="Environment variable name."
+    )
+    value: str | None = Field(None, max_length=32768, description="Literal value.")
+    value_from: EnvVarSource | None = Field(None, description="Where the value comes from.")
+
+
+class Toleration(ApiModel):
+    key: str = Field("", max_length=317, description="Taint key; empty with Exists matches all.")
+    operator: Literal["Exists", "Equal"] = Field("Equal", description="Exists or Equal.")
+    value: str = Field("", max_length=63, description="Taint value for Equal.")
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        "", description="Taint effect to tolerate; empty matches all."
+    )
+    toleration_seconds: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="How long a NoExecute taint is tolerated."
+    )
+
+
+class SchedulingSpec(ApiModel):
+    node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict, description="Extra node labels the pods require."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=32, description="Tolerations for the pods."
+    )
+    priority_class_name: str = Field("", max_length=253, description="PriorityClass of the pods.")
+
+
+class ServiceSpec(ApiModel):
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
+        "ClusterIP", description="Service type of the OpenAI-compatible endpoint."
+    )
+    port: Annotated[int, Field(ge=1, le=65535)] = Field(8000, description="Service port.")
+
+
+class MonitoringSpec(ApiModel):
+    pod_monitor: bool = Field(True, description="Create a PodMonitor for Prometheus Operator.")
+    interval: Annotated[str, Field(pattern=DURATION, max_length=16)] = Field(
+        "15s", description="Scrape interval, e.g. `15s`."
+    )
+
+
+class KimiDeploymentSpec(ApiModel):
+    model: ModelSpec = Field(description="The model served and where its weights come from.")
+    speculative: SpeculativeSpec | None = Field(
+        None, description="DSpark speculative decoding; omitted: none."
+    )
+    gpus: Literal[8, 16] = Field(description="GPUs per TP group = tensor-parallel size (8 or 16).")
+    gpus_per_node: Literal[4, 8] = Field(
+        4, description="GPUs per node: 4 on GB300 NVL72 compute trays."
+    )
+    replicas: Annotated[int, Field(ge=0, le=64)] = Field(
+        1, description="Independent TP groups (each its own LeaderWorkerSet)."
+    )
+    decode: DecodeSpec = Field(
+        default_factory=DecodeSpec,
+        json_schema_extra=nested_default(),
+        description="Decode path settings.",
+    )
+    kv_cache: KvCacheSpec = Field(
+        default_factory=KvCacheSpec,
+        json_schema_extra=nested_default(),
+        description="KV cache and memory settings.",
+    )
+    engine_args: list[Annotated[str, Field(max_length=c.MAX_ENGINE_ARG_LENGTH)]] = Field(
+        default_factory=list,
+        max_length=c.MAX_ENGINE_ARGS,
+        description="Extra vLLM flags; flags the spec owns or the fast path forbids are refused.",
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=c.MAX_ENV,
+        description="Extra environment variables for every pod.",
+    )
+    image: str = Field(
+        "", max_length=512, description="Serving image; empty: the operator's configured default."
+    )
+    compute_domain: Literal["Auto", "Required", "Disabled"] = Field(
+        "Auto",
+        description="NVIDIA ComputeDomain for multi-node NVLink: Auto (use it when installed), "
+        "Required, Disabled.",
+    )
+    scheduling: SchedulingSpec = Field(
+        default_factory=SchedulingSpec,
+        json_schema_extra=nested_default(),
+        description="Node selection for the pods.",
+    )
+    service: ServiceSpec = Field(
+        default_factory=ServiceSpec,
+        json_schema_extra=nested_default(),
+        description="The Service in front of the leaders.",
+    )
+    monitoring: MonitoringSpec = Field(
+        default_factory=MonitoringSpec,
+        json_schema_extra=nested_default(),
+        description="Prometheus scraping.",
+    )
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> "KimiDeploymentSpec":
+        from kimi_operator.api.rules import failed_rules  # noqa: PLC0415 (rules import this module)
+
+        violations = failed_rules(self.model_dump(exclude_none=True))
+        if violations:
+            raise PydanticCustomError(
+                "kimi_rules", "cross-field rules failed", {"violations": violations}
+            )
+        return self
+
+    @property
+    def nodes_per_group(self) -> int:
+        return self.gpus // self.gpus_per_node
+
+    @property
+    def decode_tokens_per_step(self) -> int:
+        """Largest decode batch in tokens: every running request plus its draft tokens."""
+        drafts = self.speculative.num_speculative_tokens if self.speculative else 0
+        return self.decode.max_num_seqs * (1 + drafts)
+
+
+class ObjectMeta(BaseModel):
+    """The part of metadata the API server lets CRD validation see (name), plus namespace."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    name: Annotated[
+        str, Field(min_length=1, max_length=c.MAX_NAME_LENGTH, pattern=c.NAME_PATTERN)
+    ] = Field(description="Deployment name (a DNS-1035 label of at most 40 characters).")
+    namespace: str = "default"
+
+
+class KimiDeployment(ApiModel):
+    api_version: Literal["kimi-operator.io/v1alpha1"]
+    kind: Literal["KimiDeployment"]
+    metadata: ObjectMeta
+    spec: KimiDeploymentSpec
+    status: dict[str, Any] | None = None

@@ -1,0 +1,45 @@
+"""What the operator observes, per the Kubernetes API conventions: conditions, never a phase."""
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+ConditionType = Literal["Ready", "Progressing", "Degraded", "SpecValid", "MNNVLReady"]
+
+
+class StatusModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, validate_by_name=True, serialize_by_alias=True, extra="forbid"
+    )
+
+
+class Condition(StatusModel):
+    type: ConditionType = Field(description="Which aspect of the deployment this describes.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: Annotated[str, Field(pattern=r"^([A-Z][A-Za-z0-9]*)?$", max_length=1024)] = Field(
+        "", description="CamelCase reason for the last transition."
+    )
+    message: str = Field("", max_length=32768, description="Human-readable details.")
+    last_transition_time: str | None = Field(
+        None, description="When the status last changed (RFC 3339)."
+    )
+    observed_generation: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="The spec generation this condition was computed from."
+    )
+
+
+class KimiDeploymentStatus(StatusModel):
+    observed_generation: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="The most recent spec generation the operator has acted on."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Progressing, Degraded, SpecValid, MNNVLReady.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    replicas: Annotated[int, Field(ge=0)] = Field(0, description="TP groups that exist.")
+    ready_replicas: Annotated[int, Field(ge=0)] = Field(0, description="TP groups serving.")
+    endpoint: str = Field(
+        "", description="In-cluster URL of the OpenAI-compatible API, once a group is ready."
+    )

@@ -1,0 +1,170 @@
+"""Check a KimiDeployment document and report every problem, each naming the field the user wrote.
+
+`check_document` is what `kimi-operator validate` and the operator's handlers call. pydantic stops
+running cross-field rules once a field is invalid; to still report *every* problem, the rules whose
+inputs are all valid are then run on the defaulted raw document.
+"""
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from kimi_operator.api.constants import API_VERSION, KIND
+from kimi_operator.api.defaulting import apply_defaults, drop_nulls
+from kimi_operator.api.rules import RULES, Violation, failed_rules, fast_path_warnings
+from kimi_operator.api.spec import KimiDeployment
+
+Loc = tuple[str | int, ...]
+
+
+class UnreadableDocument(ValueError):
+    """Not a KimiDeployment at all: not a mapping, or another apiVersion/kind."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    what: str
+    allowed: str
+    got: Any = None
+    missing: bool = False
+
+    def __str__(self) -> str:
+        got = "" if self.missing else f"got {_show(self.got)}; "
+        return f"{self.path}: {self.what} ({got}allowed: {self.allowed})"
+
+
+@dataclass(frozen=True)
+class Report:
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    deployment: KimiDeployment | None = None
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    try:
+        text = json.dumps(value, default=str, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def path_of(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def check_document(doc: Any) -> Report:
+    if not isinstance(doc, dict):
+        raise UnreadableDocument(f"expected a mapping, got {type(doc).__name__}")
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    if api_version != API_VERSION or kind != KIND:
+        raise UnreadableDocument(
+            f"not a {KIND}: apiVersion {_show(api_version)}, kind {_show(kind)} "
+            f"(expected apiVersion {API_VERSION}, kind {KIND})"
+        )
+    data = drop_nulls(doc)
+    try:
+        deployment = KimiDeployment.model_validate(data)
+    except ValidationError as error:
+        return Report(problems=_problems(error.errors(include_url=False), data.get("spec")))
+    spec = deployment.spec.model_dump(exclude_none=True)
+    return Report(warnings=fast_path_warnings(spec), deployment=deployment)
+
+
+def _problems(errors: Sequence[ErrorDetails], raw_spec: Any) -> list[Problem]:
+    problems: list[Problem] = []
+    field_errors: list[Loc] = []
+    rules_ran = False
+    for error in errors:
+        if error["type"] == "kimi_rules":
+            rules_ran = True
+            problems += [_rule_problem(v) for v in error["ctx"]["violations"]]
+        else:
+            field_errors.append(error["loc"])
+            problems.append(_field_problem(error))
+    if not rules_ran and isinstance(raw_spec, Mapping):
+        problems += [_rule_problem(v) for v in _rules_on_valid_parts(raw_spec, field_errors)]
+    return problems
+
+
+def _rule_problem(violation: Violation) -> Problem:
+    rule = violation.rule
+    return Problem(rule.path, rule.problem, rule.allowed, got=violation.got)
+
+
+def _rules_on_valid_parts(raw_spec: Mapping[str, Any], field_errors: Iterable[Loc]) -> list[Violation]:
+    """Cross-field rules whose inputs have no field error, on the spec as the API server defaults it."""
+    from kimi_operator.api.crd import schema_at  # noqa: PLC0415 (only on the error path)
+
+    bad = [loc[1:] for loc in field_errors if loc[:1] == ("spec",)]
+    spec = apply_defaults(schema_at(("spec",)) or {}, raw_spec)
+    violations = []
+    for rule in RULES:
+        if any(_overlaps(loc, rule.scope + read) for loc in bad for read in rule.reads):
+            continue
+        try:
+            violations += failed_rules(spec, [rule])
+        except (KeyError, TypeError, AttributeError):  # an input shape the field errors cover
+            continue
+    return violations
+
+
+def _overlaps(a: Loc, b: Loc) -> bool:
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+def _field_problem(error: ErrorDetails) -> Problem:
+    from kimi_operator.api.crd import schema_at  # noqa: PLC0415 (only on the error path)
+
+    loc = error["loc"]
+    node = schema_at(loc)
+    kind = error["type"]
+    if kind == "missing":
+        return Problem(path_of(loc), "is required", describe(node), missing=True)
+    if kind == "extra_forbidden":
+        parent = schema_at(loc[:-1]) or {}
+        known = ", ".join(parent.get("properties", {}))
+        return Problem(path_of(loc), "is not a field here", known, got=error["input"])
+    if kind.endswith("_type") or kind == "literal_error":
+        what = "is not one of the allowed values" if "enum" in (node or {}) else "has the wrong type"
+        return Problem(path_of(loc), what, describe(node), got=error["input"])
+    what = error["msg"].replace("Input should", "must").replace("String should", "must")
+    return Problem(path_of(loc), what, describe(node), got=error["input"])
+
+
+_TYPE_NAMES = {
+    "integer": "an integer",
+    "string": "a string",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "an object",
+}
+
+
+def describe(node: Mapping[str, Any] | None) -> str:
+    """What a schema node accepts, in words."""
+    if not node:
+        return "nothing (unknown field)"
+    if "enum" in node:
+        return ", ".join(str(v) for v in node["enum"])
+    kind = node.get("type", "object")
+    words = [_TYPE_NAMES.get(kind, kind)]
+    if "minimum" in node or "maximum" in node:
+        words.append(f"from {node.get('minimum', '-inf')} to {node.get('maximum', 'inf')}")
+    if "pattern" in node:
+        words.append(f"matching {node['pattern']}")
+    if "maxLength" in node:
+        words.append(f"of at most {node['maxLength']} characters")
+    if "maxItems" in node:
+        words.append(f"of at most {node['maxItems']} items")
+    if kind == "object" and node.get("properties"):
+        words.append("with fields " + ", ".join(node["properties"]))
+    return " ".join(words)

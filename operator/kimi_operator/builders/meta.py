@@ -1,0 +1,38 @@
+"""Names and labels shared by every child of a KimiDeployment."""
+
+from typing import Any
+
+from kimi_operator.api.spec import KimiDeployment
+
+APP_NAME = "kimi-k3"
+MANAGER = "kimi-operator"
+GROUP_LABEL = "kimi-operator.io/tp-group"
+# Set by LeaderWorkerSet on its pods; "0" is the leader (node rank 0, serves HTTP).
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def group_name(kd: KimiDeployment, group: int) -> str:
+    """LeaderWorkerSet and ComputeDomain of TP group `group`: `<name>-g<group>`."""
+    return f"{kd.metadata.name}-g{group}"
+
+
+def selector_labels(kd: KimiDeployment) -> dict[str, str]:
+    return {"app.kubernetes.io/name": APP_NAME, "app.kubernetes.io/instance": kd.metadata.name}
+
+
+def labels(kd: KimiDeployment, component: str) -> dict[str, str]:
+    return selector_labels(kd) | {
+        "app.kubernetes.io/managed-by": MANAGER,
+        "app.kubernetes.io/component": component,
+    }
+
+
+def metadata(
+    kd: KimiDeployment, name: str, component: str, **extra: dict[str, str]
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": kd.metadata.namespace,
+        "labels": labels(kd, component),
+        **extra,
+    }

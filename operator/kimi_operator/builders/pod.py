@@ -1,0 +1,103 @@
+"""Pod templates for the leader (node rank 0, serves HTTP) and the workers of one TP group."""
+
+from typing import Any, Literal
+
+from kimi_operator.api.spec import KimiDeployment, WeightSource
+from kimi_operator.builders.meta import labels
+from kimi_operator.builders.vllm_args import (
+    DRAFT_DIR,
+    HTTP_PORT,
+    MODEL_DIR,
+    leader_args,
+    worker_args,
+)
+
+Role = Literal["leader", "worker"]
+FAST_PATH_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "1", "NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"}
+HF_CACHE_DIR = "/cache/huggingface"
+CHANNEL_CLAIM = "compute-domain-channel"
+# Weight loading of a trillion-parameter checkpoint can take most of an hour: allow 90 minutes.
+STARTUP_PERIOD_S, STARTUP_FAILURES = 30, 180
+
+
+def _weight_volume(name: str, source: WeightSource, mount_dir: str) -> tuple[dict[str, Any], ...]:
+    if source.pvc is None:
+        return ()
+    volume = {"name": name, "persistentVolumeClaim": {"claimName": source.pvc.claim_name, "readOnly": True}}
+    mount: dict[str, Any] = {"name": name, "mountPath": mount_dir, "readOnly": True}
+    if source.pvc.sub_path:
+        mount["subPath"] = source.pvc.sub_path
+    return volume, mount
+
+
+def _volumes(kd: KimiDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    spec = kd.spec
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    sources = [("weights", spec.model.source, MODEL_DIR)]
+    if spec.speculative is not None:
+        sources.append(("draft-weights", spec.speculative.draft_source, DRAFT_DIR))
+    for name, source, mount_dir in sources:
+        pair = _weight_volume(name, source, mount_dir)
+        if pair:
+            volumes.append(pair[0])
+            mounts.append(pair[1])
+    if _hf_sources(kd):
+        volumes.append({"name": "hf-cache", "emptyDir": {}})
+        mounts.append({"name": "hf-cache", "mountPath": HF_CACHE_DIR})
+    return volumes, mounts
+
+
+def _hf_sources(kd: KimiDeployment) -> list[Any]:
+    spec = kd.spec
+    sources = [spec.model.source] + ([spec.speculative.draft_source] if spec.speculative else [])
+    return [s.huggingface for s in sources if s.huggingface is not None]
+
+
+def _env(kd: KimiDeployment) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in FAST_PATH_ENV.items()]
+    hf = _hf_sources(kd)
+    if hf:
+        env.append({"name": "HF_HOME", "value": HF_CACHE_DIR})
+        token = next((s.token_secret_ref for s in hf if s.token_secret_ref is not None), None)
+        if token is not None:
+            ref = {"name": token.name, "key": token.key}
+            env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
+    return env + [e.model_dump(exclude_none=True) for e in kd.spec.env]
+
+
+def _health_probe(**timing: int) -> dict[str, Any]:
+    return {"httpGet": {"path": "/health", "port": "http"}, **timing}
+
+
+def pod_template(kd: KimiDeployment, role: Role, image: str, channel_claim: str | None) -> dict[str, Any]:
+    spec = kd.spec
+    volumes, mounts = _volumes(kd)
+    resources: dict[str, Any] = {"limits": {"nvidia.com/gpu": spec.gpus_per_node}}
+    container: dict[str, Any] = {
+        "name": "vllm",
+        "image": image,
+        "command": ["vllm", "serve"],
+        "args": leader_args(spec) if role == "leader" else worker_args(spec),
+        "env": _env(kd),
+        "resources": resources,
+        "volumeMounts": mounts,
+    }
+    if role == "leader":
+        container["ports"] = [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
+        container["readinessProbe"] = _health_probe(periodSeconds=10, failureThreshold=3)
+        container["startupProbe"] = _health_probe(
+            periodSeconds=STARTUP_PERIOD_S, failureThreshold=STARTUP_FAILURES
+        )
+    pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    if channel_claim is not None:
+        resources["claims"] = [{"name": CHANNEL_CLAIM}]
+        pod["resourceClaims"] = [{"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_claim}]
+    scheduling = spec.scheduling
+    if scheduling.node_selector:
+        pod["nodeSelector"] = dict(scheduling.node_selector)
+    if scheduling.tolerations:
+        pod["tolerations"] = [t.model_dump(exclude_none=True) for t in scheduling.tolerations]
+    if scheduling.priority_class_name:
+        pod["priorityClassName"] = scheduling.priority_class_name
+    return {"metadata": {"labels": labels(kd, role)}, "spec": pod}

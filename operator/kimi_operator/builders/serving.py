@@ -1,0 +1,51 @@
+"""Per deployment: the Service in front of the leaders, the PodMonitor and the PodDisruptionBudget."""
+
+from typing import Any
+
+from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, metadata, selector_labels
+
+
+def service(kd: KimiDeployment) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(kd, kd.metadata.name, "api"),
+        "spec": {
+            "type": kd.spec.service.type,
+            "selector": selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"},
+            "ports": [
+                {"name": "http", "port": kd.spec.service.port, "targetPort": "http", "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def endpoint(kd: KimiDeployment) -> str:
+    """In-cluster URL of the OpenAI-compatible API."""
+    host = f"{kd.metadata.name}.{kd.metadata.namespace}.svc"
+    return f"http://{host}:{kd.spec.service.port}/v1"
+
+
+def pod_monitor(kd: KimiDeployment) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": metadata(kd, kd.metadata.name, "monitoring"),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(kd)},
+            "podMetricsEndpoints": [
+                {"port": "http", "path": "/metrics", "interval": kd.spec.monitoring.interval}
+            ],
+        },
+    }
+
+
+def pod_disruption_budget(kd: KimiDeployment) -> dict[str, Any]:
+    """One pod at a time: evicting it restarts its whole group, which then holds the budget."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(kd, kd.metadata.name, "disruption-budget"),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(kd)}},
+    }

@@ -1,0 +1,75 @@
+"""The `vllm serve` command line of leader and worker pods (DESIGN §1 flags)."""
+
+import json
+
+from kimi_operator.api.spec import KimiDeploymentSpec, WeightSource
+
+HTTP_PORT = 8000
+MODEL_DIR = "/models/weights"
+DRAFT_DIR = "/models/draft"
+
+
+def weights_path(source: WeightSource, mount_dir: str) -> str:
+    """What vLLM is given as the model: a mounted folder, or a Hugging Face repo id."""
+    if source.huggingface is not None:
+        return source.huggingface.repo
+    return mount_dir
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
+    """Flags common to leader and workers: everything but node rank and role."""
+    kv = spec.kv_cache
+    flags = [
+        weights_path(spec.model.source, MODEL_DIR),
+        "--served-model-name", spec.model.name,
+        "--tensor-parallel-size", str(spec.gpus),
+        "--additional-config", _json({"decode_backend": spec.decode.backend}),
+        "--compilation-config", _json({"cudagraph_mode": spec.decode.cuda_graph_mode}),
+        "--decode-context-parallel-size", str(spec.decode.context_parallel_size),
+        "--max-num-seqs", str(spec.decode.max_num_seqs),
+        "--kv-cache-dtype", kv.dtype,
+        "--gpu-memory-utilization", f"{kv.gpu_memory_utilization_percent / 100:.2f}",
+        "--enable-prefix-caching" if kv.enable_prefix_caching else "--no-enable-prefix-caching",
+    ]  # fmt: skip
+    if spec.model.source.huggingface is not None:
+        flags += ["--revision", spec.model.source.huggingface.revision]
+    if kv.max_model_len is not None:
+        flags += ["--max-model-len", str(kv.max_model_len)]
+    if kv.mamba_cache_dtype != "auto":
+        flags += ["--mamba-cache-dtype", kv.mamba_cache_dtype]
+    if kv.mamba_ssm_cache_dtype != "auto":
+        flags += ["--mamba-ssm-cache-dtype", kv.mamba_ssm_cache_dtype]
+    if spec.speculative is not None:
+        draft = {
+            "method": spec.speculative.method,
+            "model": weights_path(spec.speculative.draft_source, DRAFT_DIR),
+            "num_speculative_tokens": spec.speculative.num_speculative_tokens,
+        }
+        flags += ["--speculative-config", _json(draft)]
+    return flags
+
+
+def leader_args(spec: KimiDeploymentSpec) -> list[str]:
+    args = [*engine_flags(spec), "--port", str(HTTP_PORT)]
+    if spec.nodes_per_group > 1:
+        args += [
+            "--nnodes", str(spec.nodes_per_group),
+            "--node-rank", "0",
+            "--master-addr", "$(LWS_LEADER_ADDRESS)",
+        ]  # fmt: skip
+    return [*args, *spec.engine_args]
+
+
+def worker_args(spec: KimiDeploymentSpec) -> list[str]:
+    return [
+        *engine_flags(spec),
+        "--nnodes", str(spec.nodes_per_group),
+        "--node-rank", "$(LWS_WORKER_INDEX)",
+        "--master-addr", "$(LWS_LEADER_ADDRESS)",
+        "--headless",
+        *spec.engine_args,
+    ]  # fmt: skip

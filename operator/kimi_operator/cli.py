@@ -1,0 +1,160 @@
+"""`kimi-operator`: validate | render | crd (and the subcommands other modules register).
+
+Imports stay inside the subcommands so that `validate` loads only pydantic and PyYAML: no kopf,
+no Kubernetes client.
+"""
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+EXIT_OK, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
+
+
+class InputError(Exception):
+    """Input that cannot be read as KimiDeployment YAML; reported as one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class Document:
+    label: str  # FILE, or FILE[n] when the file holds several documents
+    body: Any
+
+
+def read_documents(name: str, stdin: TextIO) -> list[Document]:
+    import yaml  # noqa: PLC0415
+
+    label = "<stdin>" if name == "-" else name
+    try:
+        if name == "-":
+            text = stdin.read()
+        else:
+            with open(name, encoding="utf-8") as handle:
+                text = handle.read()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise InputError(f"{label}: cannot read: {reason}") from None
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        bodies = [b for b in yaml.load_all(text, Loader=loader) if b is not None]
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise InputError(f"{label}: not valid YAML{where}: {problem}") from None
+    if not bodies:
+        raise InputError(f"{label}: no YAML documents")
+    if len(bodies) == 1:
+        return [Document(label, bodies[0])]
+    return [Document(f"{label}[{i}]", body) for i, body in enumerate(bodies, start=1)]
+
+
+def _checked(names: Sequence[str], out: TextIO, err: TextIO) -> Iterator[tuple[Document, Any]]:
+    """Yield (document, report) for every readable document; unreadable ones go to `err`."""
+    from kimi_operator.api.validation import UnreadableDocument, check_document  # noqa: PLC0415
+
+    for name in names:
+        try:
+            documents = read_documents(name, sys.stdin)
+        except InputError as error:
+            print(f"error: {error}", file=err)
+            yield Document(name, None), None
+            continue
+        for document in documents:
+            try:
+                yield document, check_document(document.body)
+            except UnreadableDocument as error:
+                print(f"error: {document.label}: {error}", file=err)
+                yield document, None
+    out.flush()
+
+
+def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    status = EXIT_OK
+    for document, report in _checked(args.files, out, err):
+        if report is None:
+            status = EXIT_UNREADABLE
+            continue
+        for problem in report.problems:
+            print(f"{document.label}: {problem}", file=out)
+        for warning in report.warnings:
+            print(f"{document.label}: warning: {warning}", file=out)
+        if report.problems:
+            status = max(status, EXIT_INVALID)
+        else:
+            print(f"{document.label}: valid", file=out)
+    return status
+
+
+def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import yaml  # noqa: PLC0415
+
+    from kimi_operator.builders import OperatorDefaults, build_children  # noqa: PLC0415
+
+    defaults = OperatorDefaults(serving_image=args.image) if args.image else OperatorDefaults()
+    status, children = EXIT_OK, []
+    for document, report in _checked([args.file], out, err):
+        if report is None:
+            status = EXIT_UNREADABLE
+        elif report.deployment is None:
+            for problem in report.problems:
+                print(f"{document.label}: {problem}", file=err)
+            status = max(status, EXIT_INVALID)
+        else:
+            for warning in report.warnings:
+                print(f"{document.label}: warning: {warning}", file=err)
+            children += build_children(report.deployment, defaults)
+    if status != EXIT_OK:
+        return status
+    out.write(yaml.safe_dump_all(children, sort_keys=False, width=100))
+    return EXIT_OK
+
+
+def cmd_crd(_: argparse.Namespace, out: TextIO, __: TextIO) -> int:
+    from kimi_operator.api.crd import crd_yaml  # noqa: PLC0415
+
+    out.write(crd_yaml())
+    return EXIT_OK
+
+
+Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kimi-operator",
+        description="Run Kimi K3 on GB300 NVL72 with vLLM's latency-specialized decode path.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    validate = sub.add_parser(
+        "validate",
+        help="check KimiDeployment YAML and report every problem",
+        description="Exit 0: all valid; 1: some invalid; 2: unreadable input.",
+    )
+    validate.add_argument("files", nargs="+", metavar="FILE", help="YAML file, or - for stdin")
+    validate.set_defaults(run=cmd_validate)
+
+    render = sub.add_parser("render", help="print the children the operator creates for a spec")
+    render.add_argument("file", metavar="FILE", help="YAML file, or - for stdin")
+    render.add_argument("--image", help="serving image when the spec leaves spec.image empty")
+    render.set_defaults(run=cmd_render)
+
+    crd = sub.add_parser("crd", help="print the CustomResourceDefinition")
+    crd.set_defaults(run=cmd_crd)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run: Command = args.run
+    try:
+        return run(args, sys.stdout, sys.stderr)
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
