@@ -2,8 +2,8 @@
 
 pydantic's JSON Schema becomes a Kubernetes structural schema: `$ref`s inlined, `Optional` unwrapped
 (the API server drops nulls before validating), `const` turned into `enum`, titles and the
-`additionalProperties: false` that structural schemas forbid removed. Each rule of `rules.py` becomes an
-`x-kubernetes-validations` entry on the object it is scoped to.
+`additionalProperties: false` that structural schemas forbid removed. Each rule of `rules.py`
+becomes an `x-kubernetes-validations` entry on the object it is scoped to.
 """
 
 from functools import cache

@@ -1,4 +1,4 @@
-"""What the API server does to a custom object before it validates it: drop nulls, apply defaults."""
+"""What the API server does to a custom object before validating it: drop nulls, apply defaults."""
 
 import copy
 from typing import Any

@@ -1,4 +1,4 @@
-"""Which vLLM flags `spec.engineArgs` may not carry, as regular expressions shared by CEL and Python.
+"""Which vLLM flags `spec.engineArgs` may not carry, as regexes shared by CEL and Python.
 
 vLLM's `FlexibleArgumentParser` accepts more spellings than the flag's name, and every one is
 covered here:
@@ -58,7 +58,7 @@ class ForbiddenFlags:
         return re.compile(self.pattern)
 
     def refused(self, args: Iterable[str]) -> list[str]:
-        return [a for a in args if self.regex.match(a)]
+        return [a for a in args if self.regex.search(a)]
 
 
 def _unique_from(dashes: str, names: list[str]) -> dict[str, int]:
@@ -136,12 +136,11 @@ FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
         also_matching=r"^--[^=.]*lora",
         shown_as="--enable-lora and other LoRA flags",
     ),
-    ForbiddenFlags(
-        ("--enable-dbo",), "the latency-specialized decode rejects DBO micro-batching"
-    ),
+    ForbiddenFlags(("--enable-dbo",), "the latency-specialized decode rejects DBO micro-batching"),
     ForbiddenFlags(("--enable-sleep-mode",), "the latency-specialized decode rejects sleep mode"),
     ForbiddenFlags(
-        ("--enforce-eager",), "the fast path needs full decode CUDA graphs (spec.decode.cudaGraphMode)"
+        ("--enforce-eager",),
+        "the fast path needs full decode CUDA graphs (spec.decode.cudaGraphMode)",
     ),
     ForbiddenFlags(
         ("--compilation-config", "-cc", "--optimization-level"),
@@ -150,9 +149,7 @@ FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
         also_matching=r"^-O",
     ),
     ForbiddenFlags(("--additional-config",), "the decode backend is spec.decode.backend"),
-    ForbiddenFlags(
-        ("--speculative-config", "-sc"), "speculative decoding is spec.speculative"
-    ),
+    ForbiddenFlags(("--speculative-config", "-sc"), "speculative decoding is spec.speculative"),
     ForbiddenFlags(
         ("--kv-cache-dtype", "--mamba-cache-dtype", "--mamba-ssm-cache-dtype"),
         "cache dtypes are spec.kvCache.dtype, mambaCacheDtype and mambaSsmCacheDtype",

@@ -152,7 +152,9 @@ RULES: tuple[Rule, ...] = (
         scope=("env",),
         reads=((),),
         field="",
-        cel="self.all(e, !(e.name in [{}]))".format(", ".join(f"'{n}'" for n in OPERATOR_OWNED_ENV)),
+        cel="self.all(e, !(e.name in [{}]))".format(
+            ", ".join(f"'{n}'" for n in OPERATOR_OWNED_ENV)
+        ),
         check=lambda env: not _env_names(env, OPERATOR_OWNED_ENV),
         problem="the operator sets these for the fast path (V2 model runner, multi-node NVLink)",
         allowed=f"any name but {', '.join(OPERATOR_OWNED_ENV)}",
@@ -187,7 +189,9 @@ RULES: tuple[Rule, ...] = (
         reads=(("tolerations",),),
         field="tolerations",
         cel="self.tolerations.all(t, t.operator != 'Exists' || t.value == '')",
-        check=lambda s: all(t["operator"] != "Exists" or t["value"] == "" for t in s["tolerations"]),
+        check=lambda s: all(
+            t["operator"] != "Exists" or t["value"] == "" for t in s["tolerations"]
+        ),
         problem="a toleration with operator Exists cannot have a value",
         allowed="operator Equal with a value, or Exists without one",
         got=lambda s: [t for t in s["tolerations"] if t["operator"] == "Exists" and t["value"]],
@@ -223,7 +227,8 @@ def fast_path_warnings(spec: Mapping[str, Json]) -> list[str]:
     if spec["decode"]["backend"] != "latency_specialized" or tokens <= FAST_PATH_MAX_DECODE_TOKENS:
         return []
     return [
-        f"spec.decode.maxNumSeqs: decode batches of up to {seqs} x (1 + {drafts}) = {tokens} tokens "
-        f"exceed the fast path's {FAST_PATH_MAX_DECODE_TOKENS}; larger batches run on the ordinary "
-        f"decode path (keep maxNumSeqs x (1 + numSpeculativeTokens) <= {FAST_PATH_MAX_DECODE_TOKENS})"
+        f"spec.decode.maxNumSeqs: decode batches of up to {seqs} x (1 + {drafts}) = {tokens} "
+        f"tokens exceed the fast path's {FAST_PATH_MAX_DECODE_TOKENS}; larger batches run on the "
+        "ordinary decode path (keep maxNumSeqs x (1 + numSpeculativeTokens) <= "
+        f"{FAST_PATH_MAX_DECODE_TOKENS})"
     ]

@@ -6,7 +6,7 @@ Field-level rules (types, enums, ranges, patterns) live on the fields; cross-fie
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -15,6 +15,17 @@ from kimi_operator.api import constants as c
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 DURATION = r"^[0-9]+(ms|s|m|h)$"
+
+
+def _exact_int(value: Any) -> Any:
+    """Integer choices take integers only: pydantic's Literal would accept 16.0 and True."""
+    if type(value) is not int:
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+GpuCount = Annotated[Literal[8, 16], BeforeValidator(_exact_int)]
+GpusPerNode = Annotated[Literal[4, 8], BeforeValidator(_exact_int)]
 
 
 class ApiModel(BaseModel):
@@ -54,7 +65,9 @@ class SecretKeyRef(ApiModel):
     name: Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)] = Field(
         description="Secret name."
     )
-    key: Annotated[str, Field(min_length=1, max_length=253)] = Field(description="Key in the Secret.")
+    key: Annotated[str, Field(min_length=1, max_length=253)] = Field(
+        description="Key in the Secret."
+    )
 
 
 class HuggingFaceSource(ApiModel):
@@ -88,12 +101,15 @@ class ModelSpec(ApiModel):
 
 class SpeculativeSpec(ApiModel):
     method: Literal["dspark"] = Field(
-        "dspark", description="Speculative method; the latency-specialized decode supports dspark only."
+        "dspark",
+        description="Speculative method; the latency-specialized decode supports dspark only.",
     )
-    draft_source: WeightSource = Field(description="Where the DSpark draft model's weights come from.")
-    num_speculative_tokens: Annotated[
-        int, Field(ge=1, le=c.MAX_SPECULATIVE_TOKENS)
-    ] = Field(7, description="Draft tokens per step (1 to 7).")
+    draft_source: WeightSource = Field(
+        description="Where the DSpark draft model's weights come from."
+    )
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=c.MAX_SPECULATIVE_TOKENS)] = Field(
+        7, description="Draft tokens per step (1 to 7)."
+    )
 
 
 class DecodeSpec(ApiModel):
@@ -138,7 +154,9 @@ class SecretOrConfigMapKeyRef(ApiModel):
     name: Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)] = Field(
         description="Object name."
     )
-    key: Annotated[str, Field(min_length=1, max_length=253)] = Field(description="Key in the object.")
+    key: Annotated[str, Field(min_length=1, max_length=253)] = Field(
+        description="Key in the object."
+    )
     optional: bool = Field(False, description="Whether the key may be missing.")
 
 
@@ -151,7 +169,9 @@ class FieldRef(ApiModel):
 
 class EnvVarSource(ApiModel):
     secret_key_ref: SecretOrConfigMapKeyRef | None = Field(None, description="A Secret's key.")
-    config_map_key_ref: SecretOrConfigMapKeyRef | None = Field(None, description="A ConfigMap's key.")
+    config_map_key_ref: SecretOrConfigMapKeyRef | None = Field(
+        None, description="A ConfigMap's key."
+    )
     field_ref: FieldRef | None = Field(None, description="A field of the pod.")
 
 
@@ -177,10 +197,10 @@ class Toleration(ApiModel):
 
 class SchedulingSpec(ApiModel):
     node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
-        default_factory=dict, description="Extra node labels the pods require."
+        default={}, description="Extra node labels the pods require."
     )
     tolerations: list[Toleration] = Field(
-        default_factory=list, max_length=32, description="Tolerations for the pods."
+        default=[], max_length=32, description="Tolerations for the pods."
     )
     priority_class_name: str = Field("", max_length=253, description="PriorityClass of the pods.")
 
@@ -204,8 +224,8 @@ class KimiDeploymentSpec(ApiModel):
     speculative: SpeculativeSpec | None = Field(
         None, description="DSpark speculative decoding; omitted: none."
     )
-    gpus: Literal[8, 16] = Field(description="GPUs per TP group = tensor-parallel size (8 or 16).")
-    gpus_per_node: Literal[4, 8] = Field(
+    gpus: GpuCount = Field(description="GPUs per TP group = tensor-parallel size (8 or 16).")
+    gpus_per_node: GpusPerNode = Field(
         4, description="GPUs per node: 4 on GB300 NVL72 compute trays."
     )
     replicas: Annotated[int, Field(ge=0, le=64)] = Field(
@@ -222,12 +242,12 @@ class KimiDeploymentSpec(ApiModel):
         description="KV cache and memory settings.",
     )
     engine_args: list[Annotated[str, Field(max_length=c.MAX_ENGINE_ARG_LENGTH)]] = Field(
-        default_factory=list,
+        default=[],
         max_length=c.MAX_ENGINE_ARGS,
         description="Extra vLLM flags; flags the spec owns or the fast path forbids are refused.",
     )
     env: list[EnvVar] = Field(
-        default_factory=list,
+        default=[],
         max_length=c.MAX_ENV,
         description="Extra environment variables for every pod.",
     )

@@ -99,8 +99,10 @@ def _rule_problem(violation: Violation) -> Problem:
     return Problem(rule.path, rule.problem, rule.allowed, got=violation.got)
 
 
-def _rules_on_valid_parts(raw_spec: Mapping[str, Any], field_errors: Iterable[Loc]) -> list[Violation]:
-    """Cross-field rules whose inputs have no field error, on the spec as the API server defaults it."""
+def _rules_on_valid_parts(
+    raw_spec: Mapping[str, Any], field_errors: Iterable[Loc]
+) -> list[Violation]:
+    """Rules whose inputs have no field error, run on the spec defaulted as the API server does."""
     from kimi_operator.api.crd import schema_at  # noqa: PLC0415 (only on the error path)
 
     bad = [loc[1:] for loc in field_errors if loc[:1] == ("spec",)]
@@ -133,9 +135,14 @@ def _field_problem(error: ErrorDetails) -> Problem:
         parent = schema_at(loc[:-1]) or {}
         known = ", ".join(parent.get("properties", {}))
         return Problem(path_of(loc), "is not a field here", known, got=error["input"])
-    if kind.endswith("_type") or kind == "literal_error":
-        what = "is not one of the allowed values" if "enum" in (node or {}) else "has the wrong type"
+    if kind.endswith("_type"):
+        expected = _TYPE_NAMES.get((node or {}).get("type", "object"), "another type")
+        what = f"must be {expected}, not {_json_type(error['input'])}"
         return Problem(path_of(loc), what, describe(node), got=error["input"])
+    if kind == "literal_error":
+        return Problem(
+            path_of(loc), "is not one of the allowed values", describe(node), got=error["input"]
+        )
     what = error["msg"].replace("Input should", "must").replace("String should", "must")
     return Problem(path_of(loc), what, describe(node), got=error["input"])
 
@@ -147,6 +154,15 @@ _TYPE_NAMES = {
     "array": "a list",
     "object": "an object",
 }
+
+
+def _json_type(value: Any) -> str:
+    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string")):
+        if isinstance(value, kind):
+            return f"a {name}" if kind is not int else "an integer"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else type(value).__name__
 
 
 def describe(node: Mapping[str, Any] | None) -> str:

@@ -13,7 +13,11 @@ from kimi_operator.builders.vllm_args import (
 )
 
 Role = Literal["leader", "worker"]
-FAST_PATH_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "1", "NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"}
+FAST_PATH_ENV = {
+    "VLLM_USE_V2_MODEL_RUNNER": "1",
+    "NCCL_MNNVL_ENABLE": "1",
+    "NCCL_CUMEM_ENABLE": "1",
+}
 HF_CACHE_DIR = "/cache/huggingface"
 CHANNEL_CLAIM = "compute-domain-channel"
 # Weight loading of a trillion-parameter checkpoint can take most of an hour: allow 90 minutes.
@@ -23,7 +27,10 @@ STARTUP_PERIOD_S, STARTUP_FAILURES = 30, 180
 def _weight_volume(name: str, source: WeightSource, mount_dir: str) -> tuple[dict[str, Any], ...]:
     if source.pvc is None:
         return ()
-    volume = {"name": name, "persistentVolumeClaim": {"claimName": source.pvc.claim_name, "readOnly": True}}
+    volume = {
+        "name": name,
+        "persistentVolumeClaim": {"claimName": source.pvc.claim_name, "readOnly": True},
+    }
     mount: dict[str, Any] = {"name": name, "mountPath": mount_dir, "readOnly": True}
     if source.pvc.sub_path:
         mount["subPath"] = source.pvc.sub_path
@@ -70,7 +77,9 @@ def _health_probe(**timing: int) -> dict[str, Any]:
     return {"httpGet": {"path": "/health", "port": "http"}, **timing}
 
 
-def pod_template(kd: KimiDeployment, role: Role, image: str, channel_claim: str | None) -> dict[str, Any]:
+def pod_template(
+    kd: KimiDeployment, role: Role, image: str, channel_claim: str | None
+) -> dict[str, Any]:
     spec = kd.spec
     volumes, mounts = _volumes(kd)
     resources: dict[str, Any] = {"limits": {"nvidia.com/gpu": spec.gpus_per_node}}
@@ -92,7 +101,9 @@ def pod_template(kd: KimiDeployment, role: Role, image: str, channel_claim: str 
     pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
     if channel_claim is not None:
         resources["claims"] = [{"name": CHANNEL_CLAIM}]
-        pod["resourceClaims"] = [{"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_claim}]
+        pod["resourceClaims"] = [
+            {"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_claim}
+        ]
     scheduling = spec.scheduling
     if scheduling.node_selector:
         pod["nodeSelector"] = dict(scheduling.node_selector)

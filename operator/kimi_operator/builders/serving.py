@@ -1,4 +1,4 @@
-"""Per deployment: the Service in front of the leaders, the PodMonitor and the PodDisruptionBudget."""
+"""Per deployment: the Service in front of the leaders, the PodMonitor and the disruption budget."""
 
 from typing import Any
 
@@ -15,7 +15,12 @@ def service(kd: KimiDeployment) -> dict[str, Any]:
             "type": kd.spec.service.type,
             "selector": selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"},
             "ports": [
-                {"name": "http", "port": kd.spec.service.port, "targetPort": "http", "protocol": "TCP"}
+                {
+                    "name": "http",
+                    "port": kd.spec.service.port,
+                    "targetPort": "http",
+                    "protocol": "TCP",
+                }
             ],
         },
     }

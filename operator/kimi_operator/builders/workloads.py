@@ -27,7 +27,9 @@ def compute_domain(kd: KimiDeployment, group: int) -> dict[str, Any]:
     }
 
 
-def leader_worker_set(kd: KimiDeployment, group: int, image: str, with_domain: bool) -> dict[str, Any]:
+def leader_worker_set(
+    kd: KimiDeployment, group: int, image: str, with_domain: bool
+) -> dict[str, Any]:
     claim = channel_claim_name(kd, group) if with_domain else None
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",

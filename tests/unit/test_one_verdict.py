@@ -1,0 +1,360 @@
+"""Every rule is enforced twice, by pydantic and by the generated CRD, with one verdict."""
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kimi_operator.api.crd import crd
+from kimi_operator.api.validation import check_document
+from tests.apiserver import ApiServer
+from tests.specs import DELETE, edited
+
+API_SERVER = ApiServer(crd())
+DRAFT = {"draftSource": {"pvc": {"claimName": "weights", "subPath": "draft"}}}
+HF = {"huggingface": {"repo": "moonshotai/Kimi-K3"}}
+PVC = {"pvc": {"claimName": "weights"}}
+
+# (case id, edits to the valid base document, expected verdict)
+CORPUS: list[tuple[str, dict[str, Any], bool]] = [
+    ("minimal", {}, True),
+    ("gpus-8", {"spec.gpus": 8}, True),
+    ("gpus-12", {"spec.gpus": 12}, False),
+    ("gpus-4", {"spec.gpus": 4}, False),
+    ("gpus-32", {"spec.gpus": 32}, False),
+    ("gpus-quoted", {"spec.gpus": "16"}, False),
+    ("gpus-float", {"spec.gpus": 16.0}, False),
+    ("gpus-bool", {"spec.gpus": True}, False),
+    ("gpus-missing", {"spec.gpus": DELETE}, False),
+    ("gpus-null", {"spec.gpus": None}, False),
+    ("gpus-per-node-8", {"spec.gpusPerNode": 8}, True),
+    ("gpus-per-node-8-tp8", {"spec.gpusPerNode": 8, "spec.gpus": 8}, True),
+    ("gpus-per-node-2", {"spec.gpusPerNode": 2}, False),
+    ("gpus-per-node-quoted", {"spec.gpusPerNode": "4"}, False),
+    ("replicas-0", {"spec.replicas": 0}, True),
+    ("replicas-3", {"spec.replicas": 3}, True),
+    ("replicas-negative", {"spec.replicas": -1}, False),
+    ("replicas-too-many", {"spec.replicas": 65}, False),
+    ("unknown-spec-field", {"spec.tensorParallelSize": 16}, False),
+    ("unknown-nested-field", {"spec.decode.turbo": True}, False),
+    ("snake-case-field", {"spec.gpus_per_node": 4}, False),
+    ("model-missing", {"spec.model": DELETE}, False),
+    ("model-name-empty", {"spec.model.name": ""}, False),
+    ("model-no-source", {"spec.model.source": {}}, False),
+    ("model-both-sources", {"spec.model.source": PVC | HF}, False),
+    ("model-hf", {"spec.model.source": HF}, True),
+    (
+        "model-hf-token",
+        {
+            "spec.model.source": {
+                "huggingface": {
+                    "repo": "a/b",
+                    "revision": "v1",
+                    "tokenSecretRef": {"name": "hf", "key": "token"},
+                }
+            }
+        },
+        True,
+    ),
+    ("model-hf-bad-repo", {"spec.model.source": {"huggingface": {"repo": "no-owner"}}}, False),
+    ("model-pvc-bad-name", {"spec.model.source": {"pvc": {"claimName": "Weights_1"}}}, False),
+    (
+        "model-pvc-subpath",
+        {"spec.model.source": {"pvc": {"claimName": "w", "subPath": "Kimi-K3"}}},
+        True,
+    ),
+    ("backend-auto", {"spec.decode.backend": "auto"}, True),
+    ("backend-unknown", {"spec.decode.backend": "flashinfer"}, False),
+    ("dcp-16", {"spec.decode.contextParallelSize": 16}, True),
+    ("dcp-8-on-tp8", {"spec.gpus": 8, "spec.decode.contextParallelSize": 8}, True),
+    ("dcp-8-on-tp16", {"spec.decode.contextParallelSize": 8}, False),
+    ("dcp-16-on-tp8", {"spec.gpus": 8, "spec.decode.contextParallelSize": 16}, False),
+    ("dcp-2", {"spec.decode.contextParallelSize": 2}, False),
+    ("dcp-0", {"spec.decode.contextParallelSize": 0}, False),
+    ("graphs-full", {"spec.decode.cudaGraphMode": "FULL"}, True),
+    ("graphs-full-decode-only", {"spec.decode.cudaGraphMode": "FULL_DECODE_ONLY"}, True),
+    ("graphs-piecewise", {"spec.decode.cudaGraphMode": "PIECEWISE"}, False),
+    ("graphs-none", {"spec.decode.cudaGraphMode": "NONE"}, False),
+    ("max-num-seqs-64", {"spec.decode.maxNumSeqs": 64}, True),
+    ("max-num-seqs-0", {"spec.decode.maxNumSeqs": 0}, False),
+    ("kv-fp8", {"spec.kvCache.dtype": "fp8"}, True),
+    ("kv-bf16-specialized", {"spec.kvCache.dtype": "bfloat16"}, False),
+    ("kv-auto-specialized", {"spec.kvCache.dtype": "auto"}, False),
+    ("kv-bf16-stock", {"spec.kvCache.dtype": "bfloat16", "spec.decode.backend": "auto"}, True),
+    ("kv-fp16", {"spec.kvCache.dtype": "float16"}, False),
+    ("mamba-bf16", {"spec.kvCache.mambaCacheDtype": "bfloat16"}, True),
+    ("mamba-fp32", {"spec.kvCache.mambaCacheDtype": "float32"}, False),
+    ("mamba-ssm-fp32", {"spec.kvCache.mambaSsmCacheDtype": "float32"}, True),
+    ("mamba-ssm-bf16", {"spec.kvCache.mambaSsmCacheDtype": "bfloat16"}, False),
+    ("memory-95", {"spec.kvCache.gpuMemoryUtilizationPercent": 95}, True),
+    ("memory-fraction", {"spec.kvCache.gpuMemoryUtilizationPercent": 0.9}, False),
+    ("memory-101", {"spec.kvCache.gpuMemoryUtilizationPercent": 101}, False),
+    ("max-model-len", {"spec.kvCache.maxModelLen": 131072}, True),
+    ("max-model-len-0", {"spec.kvCache.maxModelLen": 0}, False),
+    ("prefix-caching-off", {"spec.kvCache.enablePrefixCaching": False}, True),
+    ("prefix-caching-string", {"spec.kvCache.enablePrefixCaching": "false"}, False),
+    ("dspark", {"spec.speculative": DRAFT}, True),
+    ("dspark-1-token", {"spec.speculative": DRAFT | {"numSpeculativeTokens": 1}}, True),
+    ("dspark-8-tokens", {"spec.speculative": DRAFT | {"numSpeculativeTokens": 8}}, False),
+    ("dspark-0-tokens", {"spec.speculative": DRAFT | {"numSpeculativeTokens": 0}}, False),
+    ("eagle", {"spec.speculative": DRAFT | {"method": "eagle3"}}, False),
+    ("dspark-no-draft", {"spec.speculative": {"method": "dspark"}}, False),
+    ("dspark-two-drafts", {"spec.speculative": {"draftSource": PVC | HF}}, False),
+    ("dspark-hf-draft", {"spec.speculative": {"draftSource": HF}}, True),
+    (
+        "dspark-aux-stream",
+        {
+            "spec.speculative": DRAFT,
+            "spec.env": [{"name": "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM", "value": "1"}],
+        },
+        False,
+    ),
+    (
+        "aux-stream-no-dspark",
+        {"spec.env": [{"name": "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM", "value": "1"}]},
+        True,
+    ),
+    ("env-plain", {"spec.env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}, True),
+    ("env-v1-runner", {"spec.env": [{"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "0"}]}, False),
+    ("env-mnnvl", {"spec.env": [{"name": "NCCL_MNNVL_ENABLE", "value": "0"}]}, False),
+    (
+        "env-secret",
+        {"spec.env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+        True,
+    ),
+    (
+        "env-value-and-from",
+        {
+            "spec.env": [
+                {
+                    "name": "T",
+                    "value": "x",
+                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                }
+            ]
+        },
+        False,
+    ),
+    (
+        "env-from-two",
+        {
+            "spec.env": [
+                {
+                    "name": "T",
+                    "valueFrom": {
+                        "fieldRef": {"fieldPath": "a"},
+                        "secretKeyRef": {"name": "s", "key": "k"},
+                    },
+                }
+            ]
+        },
+        False,
+    ),
+    ("env-from-none", {"spec.env": [{"name": "T", "valueFrom": {}}]}, False),
+    ("env-bad-name", {"spec.env": [{"name": "1BAD=", "value": "x"}]}, False),
+    ("env-value-int", {"spec.env": [{"name": "N", "value": 1}]}, False),
+    (
+        "args-ok",
+        {"spec.engineArgs": ["--trust-remote-code", "--max-num-batched-tokens", "8192"]},
+        True,
+    ),
+    ("args-tp", {"spec.engineArgs": ["--tensor-parallel-size", "8"]}, False),
+    ("args-tp-equals", {"spec.engineArgs": ["--tensor-parallel-size=8"]}, False),
+    ("args-tp-short", {"spec.engineArgs": ["-tp", "8"]}, False),
+    ("args-tp-abbrev", {"spec.engineArgs": ["--tensor-parallel", "8"]}, False),
+    ("args-pp", {"spec.engineArgs": ["-pp=2"]}, False),
+    ("args-dp", {"spec.engineArgs": ["--data-parallel-size", "2"]}, False),
+    ("args-ep", {"spec.engineArgs": ["--enable-expert-parallel"]}, False),
+    ("args-ep-short", {"spec.engineArgs": ["-ep"]}, False),
+    ("args-dcp", {"spec.engineArgs": ["-dcp", "2"]}, False),
+    ("args-lora", {"spec.engineArgs": ["--enable-lora"]}, False),
+    ("args-lora-underscore", {"spec.engineArgs": ["--enable_lora"]}, False),
+    ("args-lora-modules", {"spec.engineArgs": ["--lora-modules", "a=b"]}, False),
+    ("args-max-loras", {"spec.engineArgs": ["--max-loras=4"]}, False),
+    ("args-dbo", {"spec.engineArgs": ["--enable-dbo"]}, False),
+    ("args-sleep", {"spec.engineArgs": ["--enable-sleep-mode"]}, False),
+    ("args-eager", {"spec.engineArgs": ["--enforce-eager"]}, False),
+    ("args-kv-dtype", {"spec.engineArgs": ["--kv-cache-dtype", "auto"]}, False),
+    ("args-kv-dtype-skip-layers", {"spec.engineArgs": ["--kv-cache-dtype-skip-layers", "0"]}, True),
+    ("args-sc", {"spec.engineArgs": ["-sc", "{}"]}, False),
+    ("args-additional-config", {"spec.engineArgs": ["--additional-config={}"]}, False),
+    ("args-cc-dotted", {"spec.engineArgs": ["--compilation-config.cudagraph_mode", "NONE"]}, False),
+    ("args-cc-short", {"spec.engineArgs": ["-cc.mode=0"]}, False),
+    ("args-O3", {"spec.engineArgs": ["-O3"]}, False),
+    ("args-O-space", {"spec.engineArgs": ["-O", "0"]}, False),
+    ("args-nnodes", {"spec.engineArgs": ["-n", "2"]}, False),
+    ("args-node-rank", {"spec.engineArgs": ["--node-rank=1"]}, False),
+    ("args-master-addr", {"spec.engineArgs": ["--master-addr", "x"]}, False),
+    ("args-headless", {"spec.engineArgs": ["--headless"]}, False),
+    ("args-executor", {"spec.engineArgs": ["--distributed-executor-backend", "ray"]}, False),
+    ("args-max-num-seqs", {"spec.engineArgs": ["--max-num-seqs", "64"]}, False),
+    ("args-config-file", {"spec.engineArgs": ["--config", "/models/x.yaml"]}, False),
+    ("args-model-impl", {"spec.engineArgs": ["--model-impl", "vllm"]}, True),
+    ("args-too-many", {"spec.engineArgs": ["--trust-remote-code"] * 65}, False),
+    ("args-too-long", {"spec.engineArgs": ["--chat-template=" + "x" * 600]}, False),
+    ("args-not-strings", {"spec.engineArgs": [1, 2]}, False),
+    ("compute-domain-required", {"spec.computeDomain": "Required"}, True),
+    ("compute-domain-disabled", {"spec.computeDomain": "Disabled"}, True),
+    ("compute-domain-lowercase", {"spec.computeDomain": "auto"}, False),
+    (
+        "scheduling",
+        {
+            "spec.scheduling": {
+                "nodeSelector": {"a": "b"},
+                "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+                "priorityClassName": "high",
+            }
+        },
+        True,
+    ),
+    (
+        "toleration-exists-with-value",
+        {"spec.scheduling": {"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}},
+        False,
+    ),
+    ("node-selector-bool", {"spec.scheduling": {"nodeSelector": {"a": True}}}, False),
+    ("service-lb", {"spec.service": {"type": "LoadBalancer", "port": 80}}, True),
+    ("service-port-0", {"spec.service": {"port": 0}}, False),
+    ("service-external-name", {"spec.service": {"type": "ExternalName"}}, False),
+    ("monitoring-off", {"spec.monitoring": {"podMonitor": False}}, True),
+    ("monitoring-interval-bad", {"spec.monitoring": {"interval": "15 seconds"}}, False),
+    ("image", {"spec.image": "registry.example/vllm-kimi@sha256:" + "a" * 64}, True),
+    ("name-uppercase", {"metadata.name": "K3"}, False),
+    ("name-too-long", {"metadata.name": "k" * 41}, False),
+    ("name-digit-first", {"metadata.name": "3k"}, False),
+    ("spec-missing", {"spec": DELETE}, False),
+    ("nulls-dropped", {"spec.image": None, "spec.decode": None}, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("edits", "valid"), [(e, v) for _, e, v in CORPUS], ids=[c[0] for c in CORPUS]
+)
+def test_pydantic_and_crd_agree_with_the_expected_verdict(
+    edits: dict[str, Any], valid: bool
+) -> None:
+    doc = edited(edits)
+    report = check_document(doc)
+    crd_errors = API_SERVER.errors(doc)
+    assert (not report.problems) is valid, [str(p) for p in report.problems]
+    assert (not crd_errors) is valid, crd_errors
+
+
+def test_the_corpus_is_large_and_balanced() -> None:
+    verdicts = [valid for _, _, valid in CORPUS]
+    assert len(CORPUS) >= 60
+    assert verdicts.count(True) >= 20
+    assert verdicts.count(False) >= 40
+    assert len({name for name, _, _ in CORPUS}) == len(CORPUS)
+
+
+def test_defaults_are_the_same_on_both_sides() -> None:
+    doc = edited({"spec.speculative": DRAFT})
+    stored = API_SERVER.admit(doc)["spec"]
+    report = check_document(doc)
+    assert report.deployment is not None
+    assert report.deployment.spec.model_dump(exclude_none=True) == stored
+    assert stored["decode"] == {
+        "backend": "latency_specialized",
+        "contextParallelSize": 1,
+        "cudaGraphMode": "FULL_AND_PIECEWISE",
+        "maxNumSeqs": 8,
+    }
+    assert stored["kvCache"]["dtype"] == "fp8_e4m3"
+    assert stored["gpusPerNode"] == 4
+    assert stored["computeDomain"] == "Auto"
+    assert stored["speculative"]["numSpeculativeTokens"] == 7
+
+
+def test_a_rule_failure_names_the_same_field_on_both_sides() -> None:
+    doc = edited({"spec.decode.contextParallelSize": 8, "spec.engineArgs": ["-tp", "8"]})
+    paths = {p.path for p in check_document(doc).problems}
+    messages = API_SERVER.errors(doc)
+    assert paths == {"spec.decode.contextParallelSize", "spec.engineArgs"}
+    assert sorted(m.split(":")[0] for m in messages) == sorted(paths)
+
+
+# Generated specs: fields drawn from valid values and near misses, so both verdicts are common.
+SPECS = st.fixed_dictionaries(
+    {"gpus": st.sampled_from([8, 16, 12, "16"])},
+    optional={
+        "gpusPerNode": st.sampled_from([4, 8, 2]),
+        "replicas": st.integers(-1, 66),
+        "decode": st.fixed_dictionaries(
+            {},
+            optional={
+                "backend": st.sampled_from(["latency_specialized", "auto", "fast"]),
+                "contextParallelSize": st.sampled_from([1, 2, 8, 16, 17]),
+                "cudaGraphMode": st.sampled_from(
+                    ["FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE", "NONE"]
+                ),
+                "maxNumSeqs": st.integers(0, 1100),
+            },
+        ),
+        "kvCache": st.fixed_dictionaries(
+            {},
+            optional={
+                "dtype": st.sampled_from(["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]),
+                "mambaCacheDtype": st.sampled_from(["auto", "bfloat16", "float32"]),
+                "mambaSsmCacheDtype": st.sampled_from(["auto", "float32", "bfloat16"]),
+                "gpuMemoryUtilizationPercent": st.one_of(st.integers(0, 101), st.just(0.9)),
+                "enablePrefixCaching": st.sampled_from([True, False, "yes"]),
+            },
+        ),
+        "speculative": st.fixed_dictionaries(
+            {"draftSource": st.sampled_from([PVC, HF, PVC | HF, {}])},
+            optional={
+                "method": st.sampled_from(["dspark", "ngram"]),
+                "numSpeculativeTokens": st.integers(0, 8),
+            },
+        ),
+        "engineArgs": st.lists(
+            st.sampled_from(
+                [
+                    "--trust-remote-code",
+                    "--enable-lora",
+                    "-tp",
+                    "8",
+                    "--enforce_eager",
+                    "-O3",
+                    "--model-impl=vllm",
+                    "--tensor-parallel",
+                    "--max-num-batched-tokens=8192",
+                    "--headless",
+                    "--kv-cache-dtype-skip-layers",
+                    "-cc.mode=3",
+                    "--enable-lor",
+                ]
+            ),
+            max_size=4,
+        ),
+        "env": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "name": st.sampled_from(
+                        ["A", "NCCL_CUMEM_ENABLE", "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM", "9X"]
+                    )
+                },
+                optional={
+                    "value": st.sampled_from(["1", ""]),
+                    "valueFrom": st.sampled_from(
+                        [{"fieldRef": {"fieldPath": "metadata.name"}}, {}]
+                    ),
+                },
+            ),
+            max_size=3,
+        ),
+        "computeDomain": st.sampled_from(["Auto", "Required", "Disabled", "Off"]),
+        "unknownField": st.just(1),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=SPECS, source=st.sampled_from([PVC, HF, PVC | HF, {}]))
+def test_pydantic_and_crd_never_disagree(spec: dict[str, Any], source: dict[str, Any]) -> None:
+    doc = edited({"spec": {"model": {"name": "m", "source": source}, **spec}})
+    pydantic_valid = not check_document(doc).problems
+    crd_errors = API_SERVER.errors(doc)
+    assert pydantic_valid == (not crd_errors), crd_errors
