@@ -8,10 +8,15 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/vllm-interfaces.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	# CPU torch first (a file on these machines): nothing after this may pull a CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0 numpy
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# vLLM 0.33.0 for its interfaces only (argument parser, metrics, plugins): no dependencies.
+	$(BIN)/pip install --quiet --no-deps vllm==0.33.0
+	$(BIN)/pip install --quiet -r requirements/vllm-interfaces.txt
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -4,6 +4,8 @@ vLLM's `FlexibleArgumentParser` accepts more spellings than the flag's name, and
 covered here:
 - `--flag value`, `--flag=value`, and dotted JSON keys (`--compilation-config.mode=3`);
 - underscores for dashes (`--enable_lora`);
+- aliases (`--device-memory-utilization` is `--gpu-memory-utilization`): groups name vLLM's
+  destinations, and every option string of a destination is refused;
 - argparse abbreviations (`allow_abbrev` is on: `--enable-lor` means `--enable-lora`, `-t` means
   `-tp`), i.e. every prefix that no other vLLM 0.33.0 flag shares;
 - `-O3`, `-O=3`, `-Odecode` (vLLM rewrites any `-O…` to `--optimization-level`).
@@ -17,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
-from kimi_operator.api.vllm_flags import SERVE_FLAGS
+from kimi_operator.api.vllm_flags import SERVE_FLAGS, SERVE_OPTIONS, VLLM_VERSION
 
 # Matches what follows a flag name inside one element: nothing, `=value` or `.json.key...`.
 _FLAG_END = r"([=.].*)?$"
@@ -104,83 +106,82 @@ def _prefix_tree(names: list[str], shortest: dict[str, int]) -> str:
     return "(" + "|".join(parts) + ")"
 
 
-def _vllm_flags(predicate: str) -> tuple[str, ...]:
-    return tuple(sorted(f for f in SERVE_FLAGS if re.search(predicate, f)))
+def _options(*dests: str, matching: str = "") -> tuple[str, ...]:
+    """Every spelling vLLM accepts for these destinations (aliases included) or matching ones."""
+    chosen = set(dests) | {d for d in SERVE_OPTIONS if matching and re.search(matching, d)}
+    missing = chosen - SERVE_OPTIONS.keys()
+    if missing:
+        raise ValueError(f"not options of vLLM {VLLM_VERSION}: {sorted(missing)}")
+    return tuple(sorted(f for d in chosen for f in SERVE_OPTIONS[d]))
 
 
 FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
+    ForbiddenFlags(_options("tensor_parallel_size"), "the tensor-parallel size is spec.gpus"),
     ForbiddenFlags(
-        ("--tensor-parallel-size", "-tp"),
-        "the tensor-parallel size is spec.gpus",
-    ),
-    ForbiddenFlags(
-        ("--pipeline-parallel-size", "-pp"),
+        _options("pipeline_parallel_size"),
         "the latency-specialized decode rejects pipeline parallelism",
     ),
     ForbiddenFlags(
-        _vllm_flags(r"^(--data-parallel|-dp)"),
+        _options(matching=r"^data_parallel"),
         "data parallelism is spec.replicas (independent TP groups)",
         shown_as="--data-parallel-*, -dp*",
     ),
     ForbiddenFlags(
-        ("--enable-expert-parallel", "-ep"),
+        _options("enable_expert_parallel"),
         "the latency-specialized decode rejects expert parallelism",
     ),
     ForbiddenFlags(
-        ("--decode-context-parallel-size", "-dcp"),
+        _options("decode_context_parallel_size"),
         "decode context parallelism is spec.decode.contextParallelSize",
     ),
     ForbiddenFlags(
-        _vllm_flags("lora"),
+        _options(matching="lora"),
         "the latency-specialized decode rejects LoRA",
         also_matching=r"^--[^=.]*lora",
         shown_as="--enable-lora and other LoRA flags",
     ),
-    ForbiddenFlags(("--enable-dbo",), "the latency-specialized decode rejects DBO micro-batching"),
-    ForbiddenFlags(("--enable-sleep-mode",), "the latency-specialized decode rejects sleep mode"),
+    ForbiddenFlags(_options("enable_dbo"), "the latency-specialized decode rejects DBO"),
     ForbiddenFlags(
-        ("--enforce-eager",),
+        _options("enable_sleep_mode"), "the latency-specialized decode rejects sleep mode"
+    ),
+    ForbiddenFlags(
+        _options("enforce_eager"),
         "the fast path needs full decode CUDA graphs (spec.decode.cudaGraphMode)",
     ),
     ForbiddenFlags(
-        ("--compilation-config", "-cc", "--optimization-level"),
+        _options("compilation_config", "optimization_level"),
         "compilation and CUDA graphs are spec.decode.cudaGraphMode; the fast path needs its own "
         "compile mode",
         also_matching=r"^-O",
+        shown_as="--compilation-config, -cc, -O",
     ),
-    ForbiddenFlags(("--additional-config",), "the decode backend is spec.decode.backend"),
-    ForbiddenFlags(("--speculative-config", "-sc"), "speculative decoding is spec.speculative"),
+    ForbiddenFlags(_options("additional_config"), "the decode backend is spec.decode.backend"),
+    ForbiddenFlags(_options("speculative_config"), "speculative decoding is spec.speculative"),
     ForbiddenFlags(
-        ("--kv-cache-dtype", "--mamba-cache-dtype", "--mamba-ssm-cache-dtype"),
+        _options("kv_cache_dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype"),
         "cache dtypes are spec.kvCache.dtype, mambaCacheDtype and mambaSsmCacheDtype",
     ),
     ForbiddenFlags(
-        (
-            "--max-num-seqs",
-            "--max-model-len",
-            "--gpu-memory-utilization",
-            "--enable-prefix-caching",
-            "--no-enable-prefix-caching",
+        _options(
+            "max_num_seqs", "max_model_len", "gpu_memory_utilization", "enable_prefix_caching"
         ),
         "set spec.decode.maxNumSeqs, spec.kvCache.maxModelLen, "
         "spec.kvCache.gpuMemoryUtilizationPercent or spec.kvCache.enablePrefixCaching instead",
     ),
     ForbiddenFlags(
-        ("--model", "--served-model-name", "--revision", "--config"),
+        _options("model", "served_model_name", "revision", "config"),
         "the model is spec.model (and --config could set any forbidden flag)",
     ),
     ForbiddenFlags(
-        (
-            "--nnodes",
-            "-n",
-            "--node-rank",
-            "-r",
-            "--master-addr",
-            "--master-port",
-            "--headless",
-            "--distributed-executor-backend",
-            "--port",
-            "--host",
+        _options(
+            "nnodes",
+            "node_rank",
+            "master_addr",
+            "master_port",
+            "headless",
+            "distributed_executor_backend",
+            "port",
+            "host",
         ),
         "the operator sets multi-node placement and the serving port",
     ),
