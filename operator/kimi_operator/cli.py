@@ -144,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     crd = sub.add_parser("crd", help="print the CustomResourceDefinition")
     crd.set_defaults(run=cmd_crd)
+
+    from kimi_operator.bench.cli import add_bench_parser  # noqa: PLC0415  (stdlib-only module)
+
+    add_bench_parser(sub)
     return parser
 
 

@@ -1,0 +1,153 @@
+"""`bench --render-job`: the same benchmark as a Kubernetes Job inside the cluster.
+
+Inside the cluster the client sits next to the Service, as users' applications do, and its
+network path is the same for both deployments of an A/B pair. The Job runs the operator image,
+which carries the `kimi-operator` CLI; pin another with `--image`.
+"""
+
+from typing import Any, Final
+
+from kimi_operator.api.constants import GROUP, PLURAL
+
+# The operator image built from images/operator/ (it contains the `kimi-operator` CLI).
+DEFAULT_BENCH_IMAGE: Final = "ghcr.io/kimi-operator/operator:0.1.0"
+RESULTS_DIR: Final = "/results"
+TRACE_DIR: Final = "/trace"
+TRACE_FILE: Final = "trace.jsonl"
+NONROOT: Final = 65532
+MAX_NAME: Final = 63
+CONFIGMAP_LIMIT: Final = 1_000_000  # bytes a ConfigMap may hold (1 MiB less overhead)
+LABELS: Final = {
+    "app.kubernetes.io/name": "kimi-operator-bench",
+    "app.kubernetes.io/part-of": "kimi-operator",
+}
+
+
+def job_name(target: str, profile: str) -> str:
+    """kimi-bench-<target>-<profile>, cut to a valid object name."""
+    return f"kimi-bench-{target}-{profile}"[:MAX_NAME].rstrip("-")
+
+
+def _metadata(name: str, namespace: str) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "labels": dict(LABELS)}
+
+
+def _access(name: str, namespace: str, deployment: str) -> list[dict[str, Any]]:
+    """A service account allowed to read the one KimiDeployment, and nothing else."""
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(name, namespace)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _metadata(name, namespace),
+            "rules": [
+                {
+                    "apiGroups": [GROUP],
+                    "resources": [PLURAL],
+                    "resourceNames": [deployment],
+                    "verbs": ["get"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _metadata(name, namespace),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    ]
+
+
+def render_job(
+    *,
+    name: str,
+    namespace: str,
+    image: str,
+    bench_args: list[str],
+    deployment: str | None,
+    trace_text: str | None,
+    results_claim: str | None,
+) -> list[dict[str, Any]]:
+    """The manifests, in apply order: [ServiceAccount, Role, RoleBinding,] [ConfigMap,] Job.
+
+    `bench_args` are the run's options; the Job adds where the trace and results live.
+    `deployment` is the KimiDeployment's name when the Job resolves it (in `namespace`).
+    """
+    manifests: list[dict[str, Any]] = []
+    if deployment is not None:
+        manifests += _access(name, namespace, deployment)
+    args = [*bench_args, "--output", f"{RESULTS_DIR}/{name}", "--force"]
+    volumes: list[dict[str, Any]] = [
+        {"name": "tmp", "emptyDir": {}},
+        {
+            "name": "results",
+            **(
+                {"persistentVolumeClaim": {"claimName": results_claim}}
+                if results_claim
+                else {"emptyDir": {}}
+            ),
+        },
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "results", "mountPath": RESULTS_DIR},
+    ]
+    if trace_text is not None:
+        manifests.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": _metadata(name, namespace),
+                "data": {TRACE_FILE: trace_text},
+            }
+        )
+        volumes.append({"name": "trace", "configMap": {"name": name}})
+        mounts.append({"name": "trace", "mountPath": TRACE_DIR, "readOnly": True})
+        args += ["--trace", f"{TRACE_DIR}/{TRACE_FILE}"]
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": deployment is not None,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": NONROOT,
+            "runAsGroup": NONROOT,
+            "fsGroup": NONROOT,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": "bench",
+                "image": image,
+                "command": ["kimi-operator", "bench", *args],
+                "env": [{"name": "MPLCONFIGDIR", "value": "/tmp"}],
+                # No CPU limit: throttling the client would show up as inter-token latency.
+                "resources": {
+                    "requests": {"cpu": "2", "memory": "1Gi"},
+                    "limits": {"memory": "4Gi"},
+                },
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volumeMounts": mounts,
+            }
+        ],
+        "volumes": volumes,
+    }
+    if deployment is not None:
+        pod["serviceAccountName"] = name
+    manifests.append(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": _metadata(name, namespace),
+            "spec": {
+                "backoffLimit": 0,  # a benchmark that failed half-way is not retried over itself
+                "ttlSecondsAfterFinished": 7 * 24 * 3600,
+                "template": {"metadata": {"labels": dict(LABELS)}, "spec": pod},
+            },
+        }
+    )
+    return manifests

@@ -1,0 +1,72 @@
+"""The server's Prometheus counters before and after a run: spec-decode acceptance, fast path."""
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from kimi_operator.bench.results import ServerMetrics
+
+_SAMPLE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$"
+)
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+DECODE_STEPS = "kimi_decode_steps_total"  # kimi_kernels' plugin: labels path, reason
+BUILD_INFO = "kimi_build_info"  # kimi_kernels' plugin: labels vllm_version, decode_backend, ...
+
+
+@dataclass
+class Snapshot:
+    """Sums of each metric over its series, plus decode steps by (path, reason) and build info."""
+
+    totals: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    steps: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    info: dict[str, str] = field(default_factory=dict)
+
+
+def parse(text: str) -> Snapshot:
+    snapshot = Snapshot()
+    for line in text.splitlines():
+        match = _SAMPLE.match(line.strip())
+        if match is None or line.startswith("#"):
+            continue
+        try:
+            value = float(match["value"])
+        except ValueError:
+            continue
+        name = match["name"]
+        labels = dict(_LABEL.findall(match["labels"] or ""))
+        snapshot.totals[name] += value
+        if name == DECODE_STEPS:
+            snapshot.steps[labels.get("path", ""), labels.get("reason", "")] += value
+        elif name == BUILD_INFO:
+            snapshot.info = labels
+    return snapshot
+
+
+def delta(before: Snapshot | None, after: Snapshot | None) -> ServerMetrics:
+    """What happened on the server during the run (counters after minus before)."""
+    if before is None or after is None:
+        return ServerMetrics(reachable=False)
+
+    def change(name: str) -> float:
+        return after.totals.get(name, 0.0) - before.totals.get(name, 0.0)
+
+    drafts, accepted, draft_tokens = change(DRAFTS), change(ACCEPTED), change(DRAFT_TOKENS)
+    steps = {key: after.steps[key] - before.steps.get(key, 0.0) for key in after.steps}
+    all_steps = sum(steps.values())
+    fast = sum(v for (path, _), v in steps.items() if path == "specialized")
+    reasons: dict[str, float] = defaultdict(float)
+    for (path, reason), value in steps.items():
+        if path != "specialized" and value and all_steps:
+            reasons[reason or "unknown"] += value / all_steps
+    return ServerMetrics(
+        reachable=True,
+        spec_decode_acceptance_length=1 + accepted / drafts if drafts > 0 else None,
+        spec_decode_acceptance_rate=accepted / draft_tokens if draft_tokens > 0 else None,
+        fast_path_fraction=fast / all_steps if all_steps > 0 else None,
+        fallback_reasons=dict(reasons),
+    )

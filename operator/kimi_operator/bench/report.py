@@ -1,0 +1,237 @@
+"""What a run leaves behind: results.json, report.md and plots, and the summary it prints."""
+
+from pathlib import Path
+
+from kimi_operator.bench import BenchError
+from kimi_operator.bench.results import Distribution, Results
+from kimi_operator.bench.stats import chunk_gaps, token_itls
+
+RESULTS, REPORT = "results.json", "report.md"
+ITL_PLOT, RATE_PLOT = "itl_cdf.png", "decode_rate.png"
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.2f}"
+
+
+def num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.4f}"
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _dist_cells(dist: Distribution | None, fmt: str) -> list[str]:
+    keys = ("p50", "p90", "p99", "mean")
+    if dist is None:
+        return ["-"] * len(keys)
+    values = [getattr(dist, key) for key in keys]
+    if fmt == "ms":
+        return [ms(v) for v in values]
+    return [num(v) for v in values]
+
+
+def distribution_rows(results: Results) -> list[list[str]]:
+    s = results.summary
+    return [
+        ["TTFT (ms)", *_dist_cells(s.ttft_s, "ms")],
+        ["decode tok/s per request, excl. prefill", *_dist_cells(s.decode_tokens_per_s, "num")],
+        ["ITL per token (ms)", *_dist_cells(s.itl_s, "ms")],
+        ["ITL per chunk (ms)", *_dist_cells(s.itl_chunk_s, "ms")],
+        ["E2E (ms)", *_dist_cells(s.e2e_s, "ms")],
+        ["prompt tokens (server count)", *_dist_cells(s.prompt_tokens, "num")],
+    ]
+
+
+def total_rows(results: Results) -> list[list[str]]:
+    s, m = results.summary, results.summary.server_metrics
+    reasons = ", ".join(f"{k} {pct(v)}" for k, v in sorted(m.fallback_reasons.items()))
+    return [
+        ["requests ok / failed", f"{s.requests_ok} / {s.requests_failed}"],
+        ["output tokens", f"{s.output_tokens_total:,}"],
+        ["duration (s)", num(s.duration_s, 2)],
+        ["output tok/s (all requests)", num(s.output_tokens_per_s)],
+        ["tokens per chunk", num(s.tokens_per_chunk, 2)],
+        ["$ per 1M output tokens", usd(s.cost_per_million_output_tokens_usd)],
+        ["$ per completed request", usd(s.cost_per_request_usd)],
+        ["spec-decode acceptance length", num(m.spec_decode_acceptance_length, 2)],
+        ["fast-path fraction of decode steps", pct(m.fast_path_fraction)],
+        ["fallback reasons", reasons or "-"],
+    ]
+
+
+def text_table(rows: list[list[str]], header: list[str] | None = None) -> str:
+    """Aligned columns: the first left-aligned, the others right-aligned."""
+    table = [header, *rows] if header else rows
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = []
+    for row in table:
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def markdown_table(rows: list[list[str]], header: list[str]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def describe(results: Results) -> list[list[str]]:
+    c = results.config
+    trace = (
+        f"{c.trace.source} ({c.trace.entries} entries, sha256 {c.trace.sha256[:12]})"
+        if c.trace
+        else "-"
+    )
+    price = (
+        f"{c.gpus} GPUs x ${c.gpu_hour_price_usd}/GPU-hour"
+        if c.gpus is not None and c.gpu_hour_price_usd is not None
+        else (f"{c.gpus} GPUs" if c.gpus is not None else "-")
+    )
+    return [
+        ["endpoint", c.endpoint],
+        ["deployment", c.deployment or "-"],
+        ["model", c.model],
+        ["server", f"vLLM {c.server.version}" if c.server.version else "-"],
+        ["decode backend", c.server.decode_backend or "-"],
+        ["profile", f"{c.profile} ({c.api} API)"],
+        ["concurrency", str(c.concurrency) if c.concurrency else "as the trace says"],
+        ["requests (+ warm-up)", f"{c.requests} (+{c.warmup})"],
+        ["prompt / output tokens asked (mean)", f"{num(c.prompt_tokens)} / {num(c.output_tokens)}"],
+        ["trace", trace],
+        ["GPUs", price],
+        ["started", c.started_at],
+    ]
+
+
+def summary_text(results: Results) -> str:
+    header = ["", "p50", "p90", "p99", "mean"]
+    parts = [text_table(distribution_rows(results), header), text_table(total_rows(results))]
+    parts += [f"warning: {w}" for w in results.summary.warnings]
+    return "\n\n".join(parts) + "\n"
+
+
+def report_markdown(results: Results, plots: bool) -> str:
+    c, s = results.config, results.summary
+    out = [
+        f"# kimi-operator bench: {c.profile} on {c.model}",
+        "",
+        markdown_table(describe(results), ["run", ""]),
+        "",
+        "## Results",
+        "",
+        "Decode rate excludes prefill: output tokens after the first chunk ÷ time after it. "
+        "ITL per token divides each gap between chunks by the tokens the chunk carried.",
+        "",
+        markdown_table(distribution_rows(results), ["", "p50", "p90", "p99", "mean"]),
+        "",
+        markdown_table(total_rows(results), ["", ""]),
+    ]
+    if s.warnings:
+        out += ["", "## Warnings", "", *[f"- {w}" for w in s.warnings]]
+    if s.errors:
+        rows = [
+            [str(n), e.replace("|", "\\|")]
+            for e, n in sorted(s.errors.items(), key=lambda x: -x[1])
+        ]
+        out += ["", "## Errors", "", markdown_table(rows, ["requests", "error"])]
+    if plots:
+        out += ["", "## Plots", "", f"![ITL CDF]({ITL_PLOT})", "", f"![decode rate]({RATE_PLOT})"]
+    return "\n".join(out) + "\n"
+
+
+def write_plots(results: Results, directory: Path) -> bool:
+    """ITL CDF and per-request decode rate; False when no request succeeded."""
+    ok = [r for r in results.requests if r.error is None]
+    if not ok:
+        return False
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    per_token = sorted(
+        itl * 1e3
+        for r in ok
+        for itl in token_itls(r.chunk_times_s, r.chunk_tokens, r.output_tokens)
+    )
+    per_chunk = sorted(gap * 1e3 for r in ok for gap in chunk_gaps(r.chunk_times_s))
+    title = f"{results.config.profile}, {results.config.server.decode_backend or 'unknown backend'}"
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for values, label in ((per_token, "per token"), (per_chunk, "per chunk")):
+        if values:
+            fractions = [(i + 1) / len(values) for i in range(len(values))]
+            axes.step(values, fractions, where="post", label=label)
+    if per_chunk and per_chunk[0] > 0:  # chunks that arrive in one read have a gap of 0
+        axes.set_xscale("log")
+    axes.set_xlabel("inter-token latency (ms)")
+    axes.set_ylabel("fraction of tokens / chunks")
+    axes.set_title(f"ITL CDF: {title}")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(directory / ITL_PLOT, dpi=110)
+    plt.close(figure)
+
+    rates = [(r.index, r.decode_tokens_per_s) for r in ok if r.decode_tokens_per_s is not None]
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    if rates:
+        axes.plot([i for i, _ in rates], [v for _, v in rates], "o", markersize=3)
+        median = results.summary.decode_tokens_per_s
+        if median is not None:
+            axes.axhline(median.p50, linestyle="--", label=f"median {median.p50:,.1f} tok/s")
+            axes.legend()
+    axes.set_xlabel("request")
+    axes.set_ylabel("decode tok/s (excl. prefill)")
+    axes.set_title(f"Per-request decode rate: {title}")
+    axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(directory / RATE_PLOT, dpi=110)
+    plt.close(figure)
+    return True
+
+
+def prepare_output(directory: Path, force: bool) -> None:
+    """Make sure results can be written before spending time on a run."""
+    if (directory / RESULTS).exists() and not force:
+        raise BenchError(f"{directory / RESULTS} exists: choose another --output or pass --force")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise BenchError(f"cannot write to {directory}: {error.strerror or error}") from None
+
+
+def write_results(results: Results, directory: Path) -> None:
+    (directory / RESULTS).write_text(results.model_dump_json(indent=1) + "\n", encoding="utf-8")
+    plots = write_plots(results, directory)
+    (directory / REPORT).write_text(report_markdown(results, plots), encoding="utf-8")
+
+
+def load_results(directory: str) -> Results:
+    path = Path(directory)
+    if path.is_dir():
+        path /= RESULTS
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise BenchError(f"{path}: cannot read: {reason}") from None
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    try:
+        return Results.model_validate_json(text)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"]) or "(top level)"
+        raise BenchError(f"{path}: not a bench results file: {where}: {problem['msg']}") from None

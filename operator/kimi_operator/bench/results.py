@@ -1,0 +1,113 @@
+"""What a run writes to `results.json` and `bench compare` reads back."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Profile = Literal["headline", "long-context", "agentic"]
+Api = Literal["completions", "chat"]
+# How a request's token counts were obtained: usage in every chunk (exact per chunk), usage only
+# at the end (exact total, spread evenly over chunks), or no usage at all (chunks counted, which
+# undercounts when a chunk carries several tokens, as with speculative decoding).
+TokenCounts = Literal["per_chunk_usage", "final_usage", "chunks"]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Distribution(Model):
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+
+
+class TraceInfo(Model):
+    source: str = Field(description="The trace file, or `synthetic` for a generated one.")
+    sha256: str = Field(description="Digest of the trace as replayed (canonical JSONL).")
+    entries: int
+    seed: int | None = Field(description="Generator seed for a synthetic trace.")
+
+
+class ServerInfo(Model):
+    version: str | None = None
+    decode_backend: str | None = None
+    metrics_url: str | None = None
+
+
+class RunConfig(Model):
+    endpoint: str
+    model: str
+    api: Api
+    profile: Profile
+    concurrency: int | None = Field(description="Most requests in flight; None: as the trace says.")
+    requests: int
+    warmup: int
+    prompt_tokens: float = Field(description="Mean prompt length asked for, in tokens.")
+    output_tokens: float = Field(description="Mean output length asked for, in tokens.")
+    ignore_eos: bool
+    seed: int
+    trace: TraceInfo | None
+    gpus: int | None
+    gpu_hour_price_usd: float | None
+    deployment: str | None
+    server: ServerInfo
+    started_at: str
+    tool_version: str
+
+
+class RequestRecord(Model):
+    index: int
+    group: str | None
+    request_id: str | None
+    scheduled_start_s: float = Field(description="When the plan said to send, from run start.")
+    start_s: float = Field(description="When it was sent, from run start.")
+    prompt_tokens: int | None
+    output_tokens: int
+    ttft_s: float | None
+    e2e_s: float | None
+    decode_tokens_per_s: float | None
+    chunk_times_s: list[float] = Field(
+        description="Arrival of each token-carrying chunk, from when the request was sent."
+    )
+    chunk_tokens: list[int] | None = Field(description="Tokens per chunk, when the server says.")
+    token_counts: TokenCounts
+    error: str | None
+
+
+class ServerMetrics(Model):
+    reachable: bool
+    spec_decode_acceptance_length: float | None = None
+    spec_decode_acceptance_rate: float | None = None
+    fast_path_fraction: float | None = None
+    fallback_reasons: dict[str, float] = Field(default_factory=dict)
+
+
+class Summary(Model):
+    requests_ok: int
+    requests_failed: int
+    output_tokens_total: int
+    prompt_tokens: Distribution | None
+    duration_s: float
+    output_tokens_per_s: float
+    ttft_s: Distribution | None
+    decode_tokens_per_s: Distribution | None
+    itl_s: Distribution | None = Field(description="Inter-token latency per token.")
+    itl_chunk_s: Distribution | None = Field(description="Inter-token latency per SSE chunk.")
+    e2e_s: Distribution | None
+    tokens_per_chunk: float | None
+    cost_per_million_output_tokens_usd: float | None
+    cost_per_request_usd: float | None
+    server_metrics: ServerMetrics
+    errors: dict[str, int] = Field(description="Failed requests by error message.")
+    warnings: list[str]
+
+
+class Results(Model):
+    schema_version: int = SCHEMA_VERSION
+    config: RunConfig
+    summary: Summary
+    requests: list[RequestRecord]

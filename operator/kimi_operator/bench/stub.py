@@ -1,0 +1,198 @@
+"""A scheduled OpenAI-compatible streaming server, for the tests and the client benchmark.
+
+It answers `/v1/completions` and `/v1/chat/completions` on a fixed timetable: the first chunk
+`ttft_s` after the request arrives, then one chunk every `step_s`, each carrying
+`tokens_per_chunk` tokens (as vLLM does with speculative decoding), with deadlines taken from the
+request's arrival so that lateness does not accumulate. It reports usage as vLLM does
+(`stream_options.include_usage` / `continuous_usage_stats`), serves `/v1/models`, `/version` and
+a `/metrics` page with vLLM's spec-decode counters and the kimi_kernels decode-path counters, and
+can fail every Nth request (HTTP 500) or break every Nth stream. It only listens on 127.0.0.1.
+"""
+
+import asyncio
+import json
+import multiprocessing
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+from aiohttp import web
+
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    ttft_s: float = 0.15
+    step_s: float = 0.005
+    tokens_per_chunk: int = 1
+    fail_every: int = 0  # every Nth request gets HTTP 500 (0: never)
+    break_every: int = 0  # every Nth stream sends an error event halfway (0: never)
+    continuous_usage: bool = True  # honour stream_options.continuous_usage_stats
+    usage: bool = True  # honour stream_options.include_usage
+    model: str = "moonshotai/Kimi-K3"
+    version: str = "0.33.0"
+    decode_backend: str = "latency_specialized"
+    record_sends: bool = False  # keep every chunk's send time, served at /stub/sends
+
+
+@dataclass
+class _State:
+    requests: int = 0
+    chunks: int = 0
+    tokens: int = 0
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    sends: dict[str, list[float]] = field(default_factory=dict)
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+
+
+class StubApp:
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self.state = _State()
+        self.app = web.Application()
+        self.app.router.add_post("/v1/completions", self._completions)
+        self.app.router.add_post("/v1/chat/completions", self._completions)
+        self.app.router.add_get("/v1/models", self._models)
+        self.app.router.add_get("/version", self._version)
+        self.app.router.add_get("/metrics", self._metrics)
+        self.app.router.add_get("/stub/sends", self._sends)
+
+    async def _models(self, _: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.schedule.model}]})
+
+    async def _version(self, _: web.Request) -> web.Response:
+        return web.json_response({"version": self.schedule.version})
+
+    async def _sends(self, _: web.Request) -> web.Response:
+        return web.json_response(self.state.sends)
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        s, state = self.schedule, self.state
+        labels = f'model_name="{s.model}",engine="0"'
+        accepted = state.tokens - state.chunks
+        text = (
+            f"vllm:spec_decode_num_drafts_total{{{labels}}} {state.chunks}\n"
+            f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} "
+            f"{state.chunks * (s.tokens_per_chunk - 1)}\n"
+            f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {accepted}\n"
+            f'kimi_decode_steps_total{{{labels},path="specialized",reason=""}} {state.chunks}\n'
+            f'kimi_decode_steps_total{{{labels},path="fallback",reason="prefill"}} '
+            f"{state.requests}\n"
+            f'kimi_build_info{{vllm_version="{s.version}",decode_backend="{s.decode_backend}"}} 1\n'
+        )
+        return web.Response(text=text, content_type="text/plain")
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        arrived = asyncio.get_running_loop().time()
+        s, state = self.schedule, self.state
+        state.requests += 1
+        number = state.requests
+        body = await request.json()
+        state.bodies.append(body)
+        if s.fail_every and number % s.fail_every == 0:
+            return web.json_response({"error": {"message": "injected failure"}}, status=500)
+        chat = request.path.endswith("/chat/completions")
+        prompt = body["messages"][-1]["content"] if chat else body["prompt"]
+        prompt_tokens = len(prompt.split())
+        options = body.get("stream_options") or {}
+        usage = s.usage and bool(options.get("include_usage"))
+        continuous = usage and s.continuous_usage and bool(options.get("continuous_usage_stats"))
+        request_id = f"cmpl-{number}"
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        sends = state.sends.setdefault(request_id, []) if s.record_sends else None
+        total, sent, step = int(body["max_tokens"]), 0, 0
+        loop = asyncio.get_running_loop()
+        while sent < total:
+            delay = arrived + s.ttft_s + step * s.step_s - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if s.break_every and number % s.break_every == 0 and sent >= total // 2:
+                await response.write(_sse({"error": {"message": "injected stream error"}}))
+                return response
+            count = min(s.tokens_per_chunk, total - sent)
+            sent += count
+            step += 1
+            state.chunks += 1
+            state.tokens += count
+            text = " tok" * count
+            choice: dict[str, Any] = {"index": 0, "text": text}
+            if chat:
+                choice = {"index": 0, "delta": {"content": text}}
+            event: dict[str, Any] = {"id": request_id, "choices": [choice]}
+            if continuous:
+                event["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent}
+            await response.write(_sse(event))
+            if sends is not None:
+                sends.append(perf_counter())
+        if usage:
+            final = {"prompt_tokens": prompt_tokens, "completion_tokens": sent}
+            await response.write(_sse({"id": request_id, "choices": [], "usage": final}))
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+
+async def _listen(app: web.Application, port: int = 0) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, HOST, port).start()
+    bound: int = runner.addresses[0][1]
+    return runner, bound
+
+
+@contextmanager
+def serve_app_in_thread(app: web.Application) -> Iterator[str]:
+    """Run any aiohttp app on 127.0.0.1 on its own event loop in a thread; yields its root URL."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    runner, port = asyncio.run_coroutine_threadsafe(_listen(app), loop).result(10)
+    try:
+        yield f"http://{HOST}:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@contextmanager
+def serve_in_thread(schedule: Schedule) -> Iterator[tuple[str, StubApp]]:
+    """The stub in this process (its state can be inspected); yields (URL ending in /v1, app)."""
+    stub = StubApp(schedule)
+    with serve_app_in_thread(stub.app) as root:
+        yield f"{root}/v1", stub
+
+
+def _serve_forever(schedule: Schedule, ports: Any) -> None:
+    async def main() -> None:
+        _, port = await _listen(StubApp(schedule).app)
+        ports.put(port)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+@contextmanager
+def serve_in_process(schedule: Schedule) -> Iterator[str]:
+    """Run the stub in its own process, so that its timing does not share a GIL with the client.
+
+    Yields the base URL (ending in /v1).
+    """
+    context = multiprocessing.get_context("spawn")
+    ports = context.Queue()
+    process = context.Process(target=_serve_forever, args=(schedule, ports), daemon=True)
+    process.start()
+    try:
+        port = ports.get(timeout=60)
+        yield f"http://{HOST}:{port}/v1"
+    finally:
+        process.terminate()
+        process.join(10)
