@@ -17,19 +17,36 @@ class OperatorDefaults:
     serving_image: str = DEFAULT_SERVING_IMAGE
     # With `computeDomain: Auto`, whether the cluster serves the ComputeDomain API.
     compute_domain_available: bool = True
+    # Images whose vLLM has the cross-node custom all-reduce fix (vllm issue 52778).
+    custom_all_reduce_fixed_images: frozenset[str] = frozenset()
+
+
+def serving_image(kd: KimiDeployment, defaults: OperatorDefaults) -> str:
+    return kd.spec.image or defaults.serving_image
+
+
+def custom_all_reduce_disabled(kd: KimiDeployment, defaults: OperatorDefaults) -> bool:
+    """Whether `--disable-custom-all-reduce` is added: TP across nodes (GB300 MNNVL) on an image
+    not known to carry the fix for vllm issue 52778."""
+    image = serving_image(kd, defaults)
+    return kd.spec.nodes_per_group > 1 and image not in defaults.custom_all_reduce_fixed_images
+
+
+def uses_compute_domain(kd: KimiDeployment, defaults: OperatorDefaults) -> bool:
+    mode = kd.spec.compute_domain
+    return mode == "Required" or (mode == "Auto" and defaults.compute_domain_available)
 
 
 def build_children(kd: KimiDeployment, defaults: OperatorDefaults) -> list[dict[str, Any]]:
     spec = kd.spec
-    image = spec.image or defaults.serving_image
-    with_domain = spec.compute_domain == "Required" or (
-        spec.compute_domain == "Auto" and defaults.compute_domain_available
-    )
+    image = serving_image(kd, defaults)
+    with_domain = uses_compute_domain(kd, defaults)
+    no_custom_all_reduce = custom_all_reduce_disabled(kd, defaults)
     children: list[dict[str, Any]] = []
     for group in range(spec.replicas):
         if with_domain:
             children.append(compute_domain(kd, group))
-        children.append(leader_worker_set(kd, group, image, with_domain))
+        children.append(leader_worker_set(kd, group, image, with_domain, no_custom_all_reduce))
     children += [service(kd), pod_disruption_budget(kd)]
     if spec.monitoring.pod_monitor:
         children.append(pod_monitor(kd))

@@ -7,6 +7,7 @@ from kimi_operator.builders.meta import labels
 from kimi_operator.builders.vllm_args import (
     DRAFT_DIR,
     HTTP_PORT,
+    METRICS_PORT,
     MODEL_DIR,
     leader_args,
     worker_args,
@@ -18,6 +19,8 @@ FAST_PATH_ENV = {
     "NCCL_MNNVL_ENABLE": "1",
     "NCCL_CUMEM_ENABLE": "1",
 }
+# Where the kimi_kernels vLLM plugin serves the decode-rate metrics on every pod.
+METRICS_PORT_ENV = "KIMI_METRICS_PORT"
 HF_CACHE_DIR = "/cache/huggingface"
 CHANNEL_CLAIM = "compute-domain-channel"
 # Weight loading of a trillion-parameter checkpoint can take most of an hour: allow 90 minutes.
@@ -63,6 +66,7 @@ def _hf_sources(kd: KimiDeployment) -> list[Any]:
 
 def _env(kd: KimiDeployment) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in FAST_PATH_ENV.items()]
+    env.append({"name": METRICS_PORT_ENV, "value": str(METRICS_PORT)})
     hf = _hf_sources(kd)
     if hf:
         env.append({"name": "HF_HOME", "value": HF_CACHE_DIR})
@@ -78,22 +82,31 @@ def _health_probe(**timing: int) -> dict[str, Any]:
 
 
 def pod_template(
-    kd: KimiDeployment, role: Role, image: str, channel_claim: str | None
+    kd: KimiDeployment,
+    role: Role,
+    *,
+    image: str,
+    channel_claim: str | None,
+    no_custom_all_reduce: bool,
 ) -> dict[str, Any]:
     spec = kd.spec
     volumes, mounts = _volumes(kd)
-    resources: dict[str, Any] = {"limits": {"nvidia.com/gpu": spec.gpus_per_node}}
+    # Quantities as strings: the API server returns them so, and drift checks compare equal.
+    resources: dict[str, Any] = {"limits": {"nvidia.com/gpu": str(spec.gpus_per_node)}}
+    args = (leader_args if role == "leader" else worker_args)(spec, no_custom_all_reduce)
+    ports = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
     container: dict[str, Any] = {
         "name": "vllm",
         "image": image,
         "command": ["vllm", "serve"],
-        "args": leader_args(spec) if role == "leader" else worker_args(spec),
+        "args": args,
         "env": _env(kd),
+        "ports": ports,
         "resources": resources,
         "volumeMounts": mounts,
     }
     if role == "leader":
-        container["ports"] = [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
+        ports.insert(0, {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"})
         container["readinessProbe"] = _health_probe(periodSeconds=10, failureThreshold=3)
         container["startupProbe"] = _health_probe(
             periodSeconds=STARTUP_PERIOD_S, failureThreshold=STARTUP_FAILURES

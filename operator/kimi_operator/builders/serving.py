@@ -4,6 +4,7 @@ from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, metadata, selector_labels
+from kimi_operator.builders.vllm_args import METRICS_PORT
 
 
 def service(kd: KimiDeployment) -> dict[str, Any]:
@@ -20,7 +21,13 @@ def service(kd: KimiDeployment) -> dict[str, Any]:
                     "port": kd.spec.service.port,
                     "targetPort": "http",
                     "protocol": "TCP",
-                }
+                },
+                {
+                    "name": "metrics",
+                    "port": METRICS_PORT,
+                    "targetPort": "metrics",
+                    "protocol": "TCP",
+                },
             ],
         },
     }
@@ -33,6 +40,9 @@ def endpoint(kd: KimiDeployment) -> str:
 
 
 def pod_monitor(kd: KimiDeployment) -> dict[str, Any]:
+    """Scrapes vLLM's own metrics on the leaders (`http`) and the decode-rate metrics of the
+    kimi_kernels plugin on leaders and workers alike (`metrics`)."""
+    interval = kd.spec.monitoring.interval
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
@@ -40,7 +50,8 @@ def pod_monitor(kd: KimiDeployment) -> dict[str, Any]:
         "spec": {
             "selector": {"matchLabels": selector_labels(kd)},
             "podMetricsEndpoints": [
-                {"port": "http", "path": "/metrics", "interval": kd.spec.monitoring.interval}
+                {"port": "http", "path": "/metrics", "interval": interval},
+                {"port": "metrics", "path": "/metrics", "interval": interval},
             ],
         },
     }

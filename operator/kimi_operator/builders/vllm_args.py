@@ -5,6 +5,9 @@ import json
 from kimi_operator.api.spec import KimiDeploymentSpec, WeightSource
 
 HTTP_PORT = 8000
+# Served on every pod, leaders and headless workers, by the kimi_kernels vLLM plugin.
+METRICS_PORT = 9090
+DISABLE_CUSTOM_ALL_REDUCE = "--disable-custom-all-reduce"
 MODEL_DIR = "/models/weights"
 DRAFT_DIR = "/models/draft"
 
@@ -33,7 +36,7 @@ def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
         "--max-num-seqs", str(spec.decode.max_num_seqs),
         "--kv-cache-dtype", kv.dtype,
         "--gpu-memory-utilization", f"{kv.gpu_memory_utilization_percent / 100:.2f}",
-        "--enable-prefix-caching" if kv.enable_prefix_caching else "--no-enable-prefix-caching",
+        "--enable-prefix-caching" if kv.enable_prefix_caching else "--disable-prefix-caching",
     ]  # fmt: skip
     if spec.model.source.huggingface is not None:
         flags += ["--revision", spec.model.source.huggingface.revision]
@@ -53,8 +56,20 @@ def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
     return flags
 
 
-def leader_args(spec: KimiDeploymentSpec) -> list[str]:
-    args = [*engine_flags(spec), "--port", str(HTTP_PORT)]
+def _workarounds(spec: KimiDeploymentSpec, no_custom_all_reduce: bool) -> list[str]:
+    """Known-bad combinations (DESIGN §1): cross-node custom all-reduce on MNNVL."""
+    if no_custom_all_reduce and DISABLE_CUSTOM_ALL_REDUCE not in spec.engine_args:
+        return [DISABLE_CUSTOM_ALL_REDUCE]
+    return []
+
+
+def leader_args(spec: KimiDeploymentSpec, no_custom_all_reduce: bool = False) -> list[str]:
+    args = [
+        *engine_flags(spec),
+        *_workarounds(spec, no_custom_all_reduce),
+        "--port",
+        str(HTTP_PORT),
+    ]
     if spec.nodes_per_group > 1:
         args += [
             "--nnodes", str(spec.nodes_per_group),
@@ -64,9 +79,10 @@ def leader_args(spec: KimiDeploymentSpec) -> list[str]:
     return [*args, *spec.engine_args]
 
 
-def worker_args(spec: KimiDeploymentSpec) -> list[str]:
+def worker_args(spec: KimiDeploymentSpec, no_custom_all_reduce: bool = False) -> list[str]:
     return [
         *engine_flags(spec),
+        *_workarounds(spec, no_custom_all_reduce),
         "--nnodes", str(spec.nodes_per_group),
         "--node-rank", "$(LWS_WORKER_INDEX)",
         "--master-addr", "$(LWS_LEADER_ADDRESS)",

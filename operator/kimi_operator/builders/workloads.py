@@ -1,5 +1,6 @@
 """Per TP group: a LeaderWorkerSet and the ComputeDomain that gives its pods multi-node NVLink."""
 
+import functools
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
@@ -28,9 +29,15 @@ def compute_domain(kd: KimiDeployment, group: int) -> dict[str, Any]:
 
 
 def leader_worker_set(
-    kd: KimiDeployment, group: int, image: str, with_domain: bool
+    kd: KimiDeployment, group: int, image: str, with_domain: bool, no_custom_all_reduce: bool
 ) -> dict[str, Any]:
-    claim = channel_claim_name(kd, group) if with_domain else None
+    pod = functools.partial(
+        pod_template,
+        kd,
+        image=image,
+        channel_claim=channel_claim_name(kd, group) if with_domain else None,
+        no_custom_all_reduce=no_custom_all_reduce,
+    )
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
@@ -41,8 +48,8 @@ def leader_worker_set(
             "leaderWorkerTemplate": {
                 "size": kd.spec.nodes_per_group,
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": pod_template(kd, "leader", image, claim),
-                "workerTemplate": pod_template(kd, "worker", image, claim),
+                "leaderTemplate": pod("leader"),
+                "workerTemplate": pod("worker"),
             },
         },
     }

@@ -1,0 +1,190 @@
+"""The status a KimiDeployment reports, computed from what one reconcile saw. Pure.
+
+Conditions follow the Kubernetes API conventions: CamelCase reasons, plain messages, and a
+`lastTransitionTime` that moves only when a condition's status changes, so that a reconcile that
+finds nothing new computes exactly the status already written (and writes nothing).
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kimi_operator.api.status import Condition, ConditionType, KimiDeploymentStatus
+
+Status = Literal["True", "False", "Unknown"]
+CONDITION_TYPES: tuple[ConditionType, ...] = (
+    "Ready",
+    "Progressing",
+    "Degraded",
+    "SpecValid",
+    "MNNVLReady",
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something that keeps the deployment from serving (or degrades it): a reason and words."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a reconcile of a valid spec found in the cluster."""
+
+    groups_wanted: int
+    groups_present: int
+    groups_ready: int
+    endpoint: str
+    warnings: Sequence[str] = ()
+    blockers: Sequence[Problem] = ()  # Ready=False: a missing API, a failed apply
+    degradations: Sequence[Problem] = ()  # serving, but not as intended
+    compute_domain: Literal["Disabled", "NotInstalled", "InUse"] = "InUse"
+    domains_wanted: int = 0
+    domains_ready: int = 0
+    compute_domain_install: str = ""
+
+
+@dataclass
+class ConditionSet:
+    entries: dict[ConditionType, tuple[Status, str, str]] = field(default_factory=dict)
+
+    def set(self, kind: ConditionType, status: Status, reason: str, message: str) -> None:
+        self.entries[kind] = (status, reason, message)
+
+
+def _groups(ready: int, wanted: int) -> str:
+    return f"{ready} of {wanted} TP groups ready"
+
+
+def valid_conditions(seen: Observation) -> ConditionSet:
+    out = ConditionSet()
+    warnings = "; ".join(seen.warnings)
+    out.set(
+        "SpecValid", "True", "Valid", f"valid with warnings: {warnings}" if warnings else "valid"
+    )
+    ready, wanted = seen.groups_ready, seen.groups_wanted
+    if seen.blockers:
+        first = seen.blockers[0]
+        out.set("Ready", "False", first.reason, "; ".join(b.message for b in seen.blockers))
+        out.set("Progressing", "False", first.reason, "blocked until the problem above is fixed")
+    elif wanted == 0:
+        out.set("Ready", "False", "ScaledToZero", "spec.replicas is 0: no TP group runs")
+        out.set("Progressing", "False", "Reconciled", "all children match the spec")
+    elif ready >= wanted and seen.groups_present == wanted:
+        out.set("Ready", "True", "AllGroupsReady", f"{_groups(ready, wanted)}; serving")
+        out.set("Progressing", "False", "Reconciled", "all children match the spec")
+    else:
+        out.set("Ready", "False", "GroupsNotReady", _groups(ready, wanted))
+        out.set("Progressing", "True", "GroupsStarting", _groups(ready, wanted))
+    problems = [*seen.blockers, *seen.degradations]
+    if problems:
+        out.set("Degraded", "True", problems[0].reason, "; ".join(p.message for p in problems))
+    else:
+        out.set("Degraded", "False", "AsExpected", "no known problem")
+    out.set("MNNVLReady", *_mnnvl(seen))
+    return out
+
+
+def _mnnvl(seen: Observation) -> tuple[Status, str, str]:
+    if seen.compute_domain == "Disabled":
+        return (
+            "False",
+            "ComputeDomainDisabled",
+            "spec.computeDomain is Disabled: no multi-node NVLink set up by the operator",
+        )
+    if seen.compute_domain == "NotInstalled":
+        return (
+            "False",
+            "ComputeDomainNotInstalled",
+            "the ComputeDomain API (resource.nvidia.com/v1beta1) is not installed: "
+            f"{seen.compute_domain_install}",
+        )
+    ready, wanted = seen.domains_ready, seen.domains_wanted
+    if wanted == 0:
+        return "Unknown", "NoGroups", "no TP group, so no ComputeDomain"
+    if ready >= wanted:
+        return "True", "ComputeDomainsReady", f"{ready} of {wanted} ComputeDomains ready"
+    return "False", "ComputeDomainNotReady", f"{ready} of {wanted} ComputeDomains ready"
+
+
+def invalid_conditions(old: Mapping[str, Any], problems: Sequence[str]) -> ConditionSet:
+    """An invalid spec: say so, leave what was observed before (children are left untouched)."""
+    out = ConditionSet()
+    message = "; ".join(problems)
+    out.set("SpecValid", "False", "Invalid", message)
+    out.set("Degraded", "True", "SpecInvalid", f"children left as they were: {message}")
+    out.set("Progressing", "False", "SpecInvalid", "waiting for a valid spec")
+    previous = {c.get("type"): c for c in old.get("conditions", [])}
+    for kind in ("Ready", "MNNVLReady"):
+        if kind in previous:
+            before = previous[kind]
+            out.set(
+                kind,
+                before.get("status", "Unknown"),
+                before.get("reason", ""),
+                before.get("message", ""),
+            )
+        else:
+            out.set(kind, "Unknown", "SpecInvalid", "not reconciled: the spec is invalid")
+    return out
+
+
+def render(
+    old: Mapping[str, Any],
+    conditions: ConditionSet,
+    *,
+    generation: int | None,
+    now: str,
+    counts: tuple[int, int] | None = None,
+    endpoint: str | None = None,
+) -> dict[str, Any]:
+    """The status object: transition times kept for conditions whose status did not change;
+    replica counts and endpoint kept from `old` when not given."""
+    previous = {c.get("type"): c for c in old.get("conditions", [])}
+    entries = []
+    for kind in CONDITION_TYPES:
+        status, reason, message = conditions.entries[kind]
+        before = previous.get(kind, {})
+        since = before.get("lastTransitionTime") if before.get("status") == status else None
+        entries.append(
+            Condition(
+                type=kind,
+                status=status,
+                reason=reason,
+                message=message,
+                last_transition_time=since or now,
+                observed_generation=generation,
+            )
+        )
+    replicas, ready = (
+        counts if counts is not None else (old.get("replicas", 0), old.get("readyReplicas", 0))
+    )
+    rendered = KimiDeploymentStatus(
+        observed_generation=generation,
+        conditions=entries,
+        replicas=replicas,
+        ready_replicas=ready,
+        endpoint=endpoint if endpoint is not None else old.get("endpoint", ""),
+    )
+    return rendered.model_dump(exclude_none=True)
+
+
+def newly_bad(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:
+    """Conditions that turned bad (or changed why they are bad): each is worth a Warning Event."""
+    bad: dict[str, str] = {"SpecValid": "False", "Degraded": "True", "Ready": "False"}
+    before = {c.get("type"): c for c in old.get("conditions", [])}
+    found: dict[str, Problem] = {}
+    for condition in new.get("conditions", []):
+        kind, reason = condition["type"], condition["reason"]
+        if bad.get(kind) != condition["status"] or reason in QUIET_REASONS or reason in found:
+            continue
+        prior = before.get(kind, {})
+        if (prior.get("status"), prior.get("reason")) != (condition["status"], reason):
+            found[reason] = Problem(reason, condition["message"])
+    return list(found.values())
+
+
+# Not-ready states that are the normal course of things, not worth a Warning.
+QUIET_REASONS = frozenset({"GroupsNotReady", "ScaledToZero", "SpecInvalid"})

@@ -1,0 +1,195 @@
+"""Thin kopf handlers: reconcile (validate → build → apply → status), write the status, post the
+events, count. A registry per operator instance, so that tests can run several in one process.
+
+One watching handler sees every event of every KimiDeployment and reconciles when the spec's
+`generation` is not yet the status's `observedGeneration` (the Kubernetes-native "has this spec been
+acted on"), so kopf keeps no bookkeeping of its own on the objects: no annotations, no finalizer
+(which would block deleting a KimiDeployment whenever the operator is not running), and no write
+beyond the children and the status. The operator's own loop retries failures with backoff and
+resyncs every deployment periodically, restoring children edited or deleted by hand.
+"""
+
+import asyncio
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from kimi_operator.api import constants as c
+from kimi_operator.builders import OperatorDefaults
+from kimi_operator.k8s.client import Client, connection_info
+from kimi_operator.k8s.events import post_warning
+from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
+from kimi_operator.metrics import Metrics
+from kimi_operator.reconcile import reconcile
+
+RESOURCE = (c.GROUP, c.VERSION, c.PLURAL)
+log = logging.getLogger("kimi_operator")
+
+
+@dataclass
+class OperatorContext:
+    configuration: Any  # kubernetes.client.Configuration: the operator's and kopf's credentials
+    client: Client
+    defaults: OperatorDefaults
+    metrics: Metrics
+    resync_interval_s: float = 60.0
+    workers: int = 16
+    # uid -> (namespace, name) of every KimiDeployment kopf has seen and not seen deleted.
+    known: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # uid -> the generation whose status was last written (or found already written).
+    acted: dict[str, int | None] = field(default_factory=dict)
+    _locks: dict[str, threading.Lock] = field(default_factory=dict)
+    _retries: dict[str, float] = field(default_factory=dict)  # uid -> when (monotonic)
+    _guard: threading.Lock = field(default_factory=threading.Lock)
+
+    @contextmanager
+    def exclusive(self, uid: str) -> Iterator[None]:
+        """One reconcile at a time per object: the resync runs beside the change handlers."""
+        with self._guard:
+            lock = self._locks.setdefault(uid, threading.Lock())
+        with lock:
+            yield
+
+    def track(self, uid: str, namespace: str, name: str) -> None:
+        with self._guard:
+            self.known[uid] = (namespace, name)
+
+    def forget(self, uid: str, namespace: str, name: str) -> None:
+        with self._guard:
+            self.known.pop(uid, None)
+            self._locks.pop(uid, None)
+            self._retries.pop(uid, None)
+            self.acted.pop(uid, None)
+        self.metrics.forget(namespace, name)
+
+    def retry_later(self, uid: str, delay_s: float) -> None:
+        with self._guard:
+            self._retries[uid] = time.monotonic() + delay_s
+
+    def retry_done(self, uid: str) -> None:
+        with self._guard:
+            self._retries.pop(uid, None)
+
+    def due_retries(self, now: float) -> list[str]:
+        with self._guard:
+            due = [uid for uid, when in self._retries.items() if when <= now]
+            for uid in due:
+                del self._retries[uid]
+            return due
+
+    def snapshot(self) -> dict[str, tuple[str, str]]:
+        with self._guard:
+            return dict(self.known)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def handle(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fresh: bool) -> None:
+    """Reconcile one KimiDeployment and write its status when it changed. `fresh`: `body` is the
+    newest state (a watch event); otherwise it is read again under the lock."""
+    started = time.monotonic()
+    meta = body["metadata"]
+    uid, namespace, name = meta["uid"], meta["namespace"], meta["name"]
+    with ctx.exclusive(uid):
+        if fresh and ctx.acted.get(uid) == meta.get("generation"):
+            return  # a repeated or late event for a generation already acted on
+        if not fresh:
+            latest = ctx.client.get(KIMI_DEPLOYMENT, namespace, name)
+            if latest is None or latest["metadata"].get("uid") != uid:
+                return
+            body = latest
+        spec_changed = trigger in {"create", "update"}
+        outcome = reconcile(body, ctx.client, ctx.defaults, spec_changed=spec_changed, now=_now())
+        if outcome.status != (body.get("status") or {}):
+            status = {"status": outcome.status}
+            ctx.client.patch(KIMI_DEPLOYMENT, namespace, name, status, subresource="status")
+        ctx.acted[uid] = body["metadata"].get("generation")
+    for problem in outcome.events:
+        post_warning(ctx.client, body, problem.reason, problem.message)
+    ctx.metrics.reconciles.labels(trigger, outcome.result).inc()
+    ctx.metrics.duration.labels(trigger).observe(time.monotonic() - started)
+    ctx.metrics.set_conditions(namespace, name, outcome.status)
+    if outcome.error is not None:
+        raise outcome.error
+
+
+def attempt(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fresh: bool) -> None:
+    """`handle`, with failures counted, logged and retried: temporary ones after their delay,
+    permanent ones at the next periodic resync."""
+    meta = body["metadata"]
+    try:
+        handle(ctx, trigger, body, fresh=fresh)
+    except (kopf.TemporaryError, kopf.PermanentError) as error:
+        temporary = isinstance(error, kopf.TemporaryError)
+        ctx.metrics.errors.labels("temporary" if temporary else "permanent").inc()
+        log.warning("reconcile of %s/%s failed: %s", meta["namespace"], meta["name"], error)
+        if temporary:
+            ctx.retry_later(meta["uid"], float(getattr(error, "delay", None) or 1.0))
+    else:
+        ctx.retry_done(meta["uid"])
+
+
+async def resync_forever(ctx: OperatorContext, tick_s: float = 0.25) -> None:
+    """Retry failed reconciles when due, and every `resync_interval_s` reconcile every known
+    KimiDeployment. A resync that finds nothing changed writes nothing."""
+    limit = asyncio.Semaphore(ctx.workers)
+
+    async def one(uid: str, namespace: str, name: str, trigger: str) -> None:
+        stub = {"metadata": {"uid": uid, "namespace": namespace, "name": name}}
+        async with limit:
+            await asyncio.to_thread(attempt, ctx, trigger, stub, fresh=False)
+
+    next_resync = time.monotonic() + ctx.resync_interval_s
+    while True:
+        await asyncio.sleep(min(tick_s, ctx.resync_interval_s))
+        now = time.monotonic()
+        known = ctx.snapshot()
+        if now >= next_resync:
+            next_resync = now + ctx.resync_interval_s
+            due = {uid: "resync" for uid in known}
+        else:
+            due = {uid: "retry" for uid in ctx.due_retries(now) if uid in known}
+        await asyncio.gather(*(one(uid, *known[uid], trigger) for uid, trigger in due.items()))
+
+
+def _trigger(event: Mapping[str, Any], body: Mapping[str, Any]) -> str | None:
+    """Why a watch event calls for a reconcile, or None when it does not."""
+    status = body.get("status") or {}
+    if not status:
+        return "create"
+    if event.get("type") is None:  # the listing at start-up: children may have drifted meanwhile
+        return "resume"
+    if body["metadata"].get("generation") == status.get("observedGeneration"):
+        return None  # a status write, or metadata only: the spec was acted on already
+    return "update"
+
+
+def make_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(ctx.configuration)
+
+    @kopf.on.event(*RESOURCE, id="reconcile", registry=registry)
+    def on_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+        meta = body.metadata
+        uid, namespace, name = meta.uid or "", meta.namespace or "", meta.name or ""
+        if event.get("type") == "DELETED":
+            ctx.forget(uid, namespace, name)
+            return
+        ctx.track(uid, namespace, name)
+        trigger = _trigger(event, body)
+        if trigger is not None:
+            attempt(ctx, trigger, body, fresh=True)
+
+    return registry

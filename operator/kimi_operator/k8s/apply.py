@@ -1,0 +1,148 @@
+"""Idempotent, minimal apply: create what is missing, patch what differs, write nothing otherwise.
+
+"Differs" is judged like `kubectl apply`: every field the operator sets must have its value in
+the cluster (fields the API server or other controllers add are left alone), and fields the
+operator set last time but no longer sets are removed. What was last applied is kept in an
+annotation on the child.
+"""
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.resources import BY_KIND
+
+APPLIED_ANNOTATION = "kimi-operator.io/applied-spec"
+
+
+def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def owned_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return any(ref.get("uid") == owner_uid and ref.get("controller") for ref in refs)
+
+
+def covers(actual: Any, desired: Any) -> bool:
+    """Whether `actual` has every value `desired` sets (lists item by item, same length)."""
+    if isinstance(desired, Mapping):
+        return isinstance(actual, Mapping) and all(
+            key in actual and covers(actual[key], value) for key, value in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(actual, list)
+            and len(actual) == len(desired)
+            and all(covers(a, d) for a, d in zip(actual, desired, strict=True))
+        )
+    return bool(actual == desired)
+
+
+def removals(previous: Any, desired: Any) -> Any:
+    """`desired` as a merge patch that also deletes (null) the keys `previous` had and it lacks."""
+    if not (isinstance(previous, Mapping) and isinstance(desired, Mapping)):
+        return desired
+    patch: dict[str, Any] = {key: None for key in previous if key not in desired}
+    for key, value in desired.items():
+        patch[key] = removals(previous.get(key), value)
+    return patch
+
+
+def with_owner(child: Mapping[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
+    """The child as the operator writes it: owned by `owner`, remembering what was applied."""
+    applied = json.dumps(child["spec"], sort_keys=True, separators=(",", ":"))
+    metadata = {
+        **child["metadata"],
+        "annotations": {**child["metadata"].get("annotations", {}), APPLIED_ANNOTATION: applied},
+        "ownerReferences": [owner_reference(owner)],
+    }
+    return {**child, "metadata": metadata}
+
+
+def drift_patch(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The merge patch that makes `actual` match `desired`; None when it already does."""
+    meta, actual_meta = desired["metadata"], actual.get("metadata", {})
+    same = (
+        covers(actual_meta.get("labels", {}), meta.get("labels", {}))
+        and covers(actual_meta.get("annotations", {}), meta.get("annotations", {}))
+        and covers(actual_meta.get("ownerReferences", []), meta["ownerReferences"])
+        and covers(actual.get("spec"), desired["spec"])
+    )
+    if same:
+        return None
+    try:
+        previous = json.loads(actual_meta.get("annotations", {}).get(APPLIED_ANNOTATION, "{}"))
+    except ValueError:
+        previous = {}
+    return {
+        "metadata": {
+            "labels": meta.get("labels", {}),
+            "annotations": meta.get("annotations", {}),
+            "ownerReferences": meta["ownerReferences"],
+        },
+        "spec": removals(previous, desired["spec"]),
+    }
+
+
+class NotOwned(kopf.PermanentError):
+    """A child's name is taken by an object this KimiDeployment does not own."""
+
+
+@dataclass
+class Applied:
+    """What an apply found and did: the children as they are now in the cluster."""
+
+    live: list[dict[str, Any]] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)
+    patched: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+
+def _label(obj: Mapping[str, Any]) -> str:
+    return f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+def apply_child(client: Client, desired: Mapping[str, Any], owner_uid: str, into: Applied) -> None:
+    resource = BY_KIND[desired["kind"]]
+    namespace, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
+    actual = client.get(resource, namespace, name)
+    if actual is None:
+        into.live.append(client.create(resource, desired))
+        into.created.append(_label(desired))
+        return
+    if not owned_by(actual, owner_uid):
+        raise NotOwned(
+            f"{resource.kind} {namespace}/{name} exists and is not owned by this KimiDeployment; "
+            "rename the deployment or delete that object"
+        )
+    patch = drift_patch(actual, desired)
+    if patch is None:
+        into.live.append(actual)
+        return
+    into.live.append(client.patch(resource, namespace, name, patch))
+    into.patched.append(_label(desired))
+
+
+def delete_child(
+    client: Client, kind: str, namespace: str, name: str, *, owner_uid: str, into: Applied
+) -> bool:
+    """Delete a child that is no longer wanted; False when there is none (or not ours)."""
+    resource = BY_KIND[kind]
+    actual = client.get(resource, namespace, name)
+    if actual is None or not owned_by(actual, owner_uid):
+        return False
+    if client.delete(resource, namespace, name):
+        into.deleted.append(f"{kind}/{name}")
+    return True

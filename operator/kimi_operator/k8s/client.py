@@ -1,0 +1,206 @@
+"""The one place that talks to the API server.
+
+Every failure becomes a kopf error: `kopf.TemporaryError` (retried with backoff) for conflicts,
+throttling, server errors and timeouts; `kopf.PermanentError` for everything else. A 404 on a read
+or a delete is an answer ("not there"), not an error.
+"""
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urlencode
+
+import kopf
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+from kimi_operator.k8s.resources import Resource
+
+# Seconds before kopf retries a temporary failure (Retry-After from the server wins for 429).
+RETRY_DELAY_S = {409: 1.0, 429: 5.0}
+SERVER_ERROR_DELAY_S = 10.0
+TIMEOUT_DELAY_S = 10.0
+MERGE_PATCH = "application/merge-patch+json"
+
+# (verb, kind, HTTP status or 0 for no answer): observed after every request, for metrics.
+RequestHook = Callable[[str, str, int], None]
+APIError = kopf.TemporaryError | kopf.PermanentError
+
+
+def load_configuration(server: str | None = None) -> Any:
+    """`server` (plain HTTP, no auth: the embedded API server), in-cluster config, or KUBECONFIG."""
+    configuration = k8s_client.Configuration()
+    if server is not None:
+        configuration.host = server
+        return configuration
+    try:
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return configuration
+
+
+def connection_info(configuration: Any) -> kopf.ConnectionInfo:
+    """The same credentials for kopf's own watching and patching."""
+    scheme, token = None, None
+    bearer = configuration.get_api_key_with_prefix("authorization") or ""
+    if bearer:
+        scheme, _, token = bearer.partition(" ")
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        username=configuration.username or None,
+        password=configuration.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+    )
+
+
+def classify(verb: str, what: str, status: int, body: bytes, retry_after: str | None) -> APIError:
+    """Map an HTTP failure to the kopf error that says whether retrying can help."""
+    try:
+        details = json.loads(body)
+        message = details.get("message") or details.get("reason") or ""
+    except (ValueError, AttributeError):
+        message = body.decode("utf-8", "replace")[:200]
+    text = f"{verb} {what}: HTTP {status}: {message}".rstrip(": ")
+    if status in RETRY_DELAY_S:
+        delay = RETRY_DELAY_S[status]
+        if status == 429 and retry_after and retry_after.isdigit():
+            delay = float(retry_after)
+        return kopf.TemporaryError(text, delay=delay)
+    if status >= 500:
+        return kopf.TemporaryError(text, delay=SERVER_ERROR_DELAY_S)
+    return kopf.PermanentError(text)
+
+
+class Client:
+    """A thin JSON client over the `kubernetes` package's connection handling (auth, TLS)."""
+
+    def __init__(
+        self,
+        configuration: Any,
+        *,
+        timeout_s: float = 15.0,
+        discovery_ttl_s: float = 30.0,
+        pool_size: int = 32,
+        on_request: RequestHook | None = None,
+    ) -> None:
+        configuration.connection_pool_maxsize = pool_size
+        self._api = k8s_client.ApiClient(configuration)
+        self.host: str = configuration.host
+        self._timeout = (5.0, timeout_s)
+        self._discovery_ttl_s = discovery_ttl_s
+        self._discovered: dict[str, tuple[float, frozenset[str]]] = {}
+        self._lock = threading.Lock()
+        self._on_request = on_request
+
+    def close(self) -> None:
+        self._api.close()  # type: ignore[no-untyped-call]
+
+    def _request(
+        self,
+        verb: str,
+        kind: str,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        missing_ok: bool = False,
+    ) -> Any:
+        """The decoded JSON answer; None for a 404 when `missing_ok`."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        self._api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        url = self.host + path + (f"?{urlencode(query)}" if query else "")
+        what = f"{kind} {path}"
+        try:
+            response = self._api.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=self._timeout
+            )
+            data: bytes = response.read()  # type: ignore[no-untyped-call]
+        except (urllib3.exceptions.HTTPError, k8s_client.ApiException, OSError) as error:
+            self._observe(verb, kind, 0)
+            raise kopf.TemporaryError(f"{verb} {what}: {error}", delay=TIMEOUT_DELAY_S) from None
+        status: int = response.status
+        self._observe(verb, kind, status)
+        if status == 404 and missing_ok:
+            return None
+        if status >= 300:
+            retry_after = response.headers.get("Retry-After")
+            raise classify(verb, what, status, data, retry_after)
+        return json.loads(data) if data else {}
+
+    def _observe(self, verb: str, kind: str, status: int) -> None:
+        if self._on_request is not None:
+            self._on_request(verb, kind, status)
+
+    def served(self, resource: Resource) -> bool:
+        """Whether the cluster serves `resource` (its CRD is installed); cached for a while so that
+        installing a CRD later is noticed."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._discovered.get(resource.group_version_path)
+        if cached is None or cached[0] < now:
+            answer = self._request(
+                "discover", resource.kind, "GET", resource.group_version_path, missing_ok=True
+            )
+            plurals = frozenset(r.get("name", "") for r in (answer or {}).get("resources", []))
+            cached = (now + self._discovery_ttl_s, plurals)
+            with self._lock:
+                self._discovered[resource.group_version_path] = cached
+        return resource.plural in cached[1]
+
+    def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+        path = resource.item(namespace, name)
+        found: dict[str, Any] | None = self._request(
+            "get", resource.kind, "GET", path, missing_ok=True
+        )
+        return found
+
+    def list(self, resource: Resource, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every object of `resource` in `namespace`, or in all namespaces."""
+        path = (
+            resource.collection(namespace)
+            if namespace
+            else f"{resource.group_version_path}/{resource.plural}"
+        )
+        answer = self._request("list", resource.kind, "GET", path)
+        items: list[dict[str, Any]] = answer.get("items", [])
+        return items
+
+    def create(self, resource: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+        namespace = body["metadata"]["namespace"]
+        path = resource.collection(namespace)
+        created: dict[str, Any] = self._request(
+            "create", resource.kind, "POST", path, body=dict(body)
+        )
+        return created
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386) of the object or of its `subresource`."""
+        path = resource.item(namespace, name) + (f"/{subresource}" if subresource else "")
+        patched: dict[str, Any] = self._request(
+            "patch", resource.kind, "PATCH", path, body=dict(patch), content_type=MERGE_PATCH
+        )
+        return patched
+
+    def delete(self, resource: Resource, namespace: str, name: str) -> bool:
+        """False when it was already gone."""
+        path = resource.item(namespace, name)
+        return self._request("delete", resource.kind, "DELETE", path, missing_ok=True) is not None

@@ -1,0 +1,68 @@
+"""The API resources the operator reads and writes, and how to install the ones a cluster lacks."""
+
+from dataclasses import dataclass
+
+from kimi_operator.api import constants as c
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str  # "" for the core API
+    version: str
+    plural: str
+    kind: str
+    # For resources from a CRD another project ships: what to tell a user whose cluster lacks it.
+    install: str = ""
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_version_path(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{self.group}"
+
+    def collection(self, namespace: str) -> str:
+        return f"{self.group_version_path}/namespaces/{namespace}/{self.plural}"
+
+    def item(self, namespace: str, name: str) -> str:
+        return f"{self.collection(namespace)}/{name}"
+
+
+KIMI_DEPLOYMENT = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
+LEADER_WORKER_SET = Resource(
+    "leaderworkerset.x-k8s.io",
+    "v1",
+    "leaderworkersets",
+    "LeaderWorkerSet",
+    install="install LeaderWorkerSet: kubectl apply --server-side -f "
+    "https://github.com/kubernetes-sigs/lws/releases/latest/download/manifests.yaml",
+)
+COMPUTE_DOMAIN = Resource(
+    "resource.nvidia.com",
+    "v1beta1",
+    "computedomains",
+    "ComputeDomain",
+    install="install the NVIDIA DRA driver for GPUs: helm install nvidia-dra-driver-gpu "
+    "nvidia/nvidia-dra-driver-gpu --namespace nvidia-dra-driver-gpu --create-namespace",
+)
+POD_MONITOR = Resource(
+    "monitoring.coreos.com",
+    "v1",
+    "podmonitors",
+    "PodMonitor",
+    install="install the Prometheus Operator (e.g. the kube-prometheus-stack Helm chart), "
+    "or set spec.monitoring.podMonitor: false",
+)
+SERVICE = Resource("", "v1", "services", "Service")
+EVENT = Resource("", "v1", "events", "Event")
+POD_DISRUPTION_BUDGET = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+
+CHILD_RESOURCES = (COMPUTE_DOMAIN, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET, POD_MONITOR)
+BY_KIND = {r.kind: r for r in (KIMI_DEPLOYMENT, *CHILD_RESOURCES)}
+# Served by every cluster: never looked up.
+BUILT_IN = frozenset({SERVICE, POD_DISRUPTION_BUDGET})

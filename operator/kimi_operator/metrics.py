@@ -1,0 +1,80 @@
+"""The operator's own Prometheus metrics, all named `kimi_operator_*`."""
+
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.reconciles = Counter(
+            "kimi_operator_reconciles",
+            "Reconciles of KimiDeployments by trigger (create, update, resume, resync) and result "
+            "(reconciled, invalid, error).",
+            ["trigger", "result"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "kimi_operator_reconcile_errors",
+            "Reconciles that failed, by kind: temporary (retried with backoff) or permanent.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "kimi_operator_reconcile_duration_seconds",
+            "Time one reconcile takes, API calls included.",
+            ["trigger"],
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.api_requests = Counter(
+            "kimi_operator_api_requests",
+            "Requests to the Kubernetes API server by verb, kind and HTTP status (0: no answer).",
+            ["verb", "kind", "code"],
+            registry=self.registry,
+        )
+        self._conditions: dict[tuple[str, str], dict[str, str]] = {}
+        self._lock = threading.Lock()
+        self.registry.register(_DeploymentsCollector(self))
+
+    def observe_request(self, verb: str, kind: str, status: int) -> None:
+        self.api_requests.labels(verb, kind, str(status)).inc()
+
+    def set_conditions(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
+        with self._lock:
+            self._conditions[namespace, name] = conditions
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._conditions.pop((namespace, name), None)
+
+    def deployments_by_condition(self) -> dict[tuple[str, str], int]:
+        counts: dict[tuple[str, str], int] = {}
+        with self._lock:
+            for conditions in self._conditions.values():
+                for kind, status in conditions.items():
+                    counts[kind, status] = counts.get((kind, status), 0) + 1
+        return counts
+
+
+class _DeploymentsCollector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "kimi_operator_deployments",
+            "KimiDeployments by condition type and status.",
+            labels=["condition", "status"],
+        )
+        for (kind, status), count in sorted(self._metrics.deployments_by_condition().items()):
+            family.add_metric([kind, status], count)
+        yield family

@@ -1,0 +1,212 @@
+"""One reconcile of one KimiDeployment: validate → build → apply → status.
+
+The handlers call `reconcile` and write what it returns; everything here but the apply is pure.
+"""
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from kimi_operator import conditions as cond
+from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.validation import UnreadableDocument, check_document
+from kimi_operator.builders import (
+    OperatorDefaults,
+    build_children,
+    custom_all_reduce_disabled,
+    serving_image,
+    uses_compute_domain,
+)
+from kimi_operator.builders.meta import group_name
+from kimi_operator.builders.serving import endpoint
+from kimi_operator.k8s.apply import Applied, apply_child, delete_child, with_owner
+from kimi_operator.k8s.client import APIError, Client
+from kimi_operator.k8s.resources import (
+    COMPUTE_DOMAIN,
+    LEADER_WORKER_SET,
+    POD_MONITOR,
+    Resource,
+)
+
+
+@dataclass
+class Outcome:
+    status: dict[str, Any]
+    events: list[cond.Problem] = field(default_factory=list)  # Warning Events to post
+    applied: Applied = field(default_factory=Applied)
+    error: APIError | None = None  # raised by the handler once the status is written
+    result: str = "reconciled"  # reconciled | invalid | error: for metrics
+
+
+def _missing(resource: Resource) -> cond.Problem:
+    return cond.Problem(
+        f"{resource.kind}NotInstalled",
+        f"the {resource.kind} API ({resource.api_version}, CRD {resource.crd_name}) is not "
+        f"installed in this cluster: {resource.install}",
+    )
+
+
+def _document(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The object as plain dicts (kopf hands out read-only views)."""
+    return {key: body[key] for key in body}
+
+
+def reconcile(
+    body: Mapping[str, Any],
+    client: Client,
+    defaults: OperatorDefaults,
+    *,
+    spec_changed: bool,
+    now: str,
+) -> Outcome:
+    old = dict(body.get("status") or {})
+    generation = body.get("metadata", {}).get("generation")
+    try:
+        report = check_document(_document(body))
+        problems = [str(p) for p in report.problems]
+    except UnreadableDocument as error:
+        report, problems = None, [str(error)]
+    if report is None or report.deployment is None:
+        conditions = cond.invalid_conditions(old, problems)
+        status = cond.render(old, conditions, generation=generation, now=now)
+        events = cond.newly_bad(old, status)
+        if spec_changed and not events:  # still invalid after an edit: say it again
+            events = [cond.Problem("Invalid", "; ".join(problems))]
+        return Outcome(status, events, result="invalid")
+    return _reconcile_valid(
+        report.deployment,
+        body,
+        client,
+        defaults=defaults,
+        warnings=report.warnings,
+        spec_changed=spec_changed,
+        now=now,
+    )
+
+
+def _reconcile_valid(
+    kd: KimiDeployment,
+    body: Mapping[str, Any],
+    client: Client,
+    *,
+    defaults: OperatorDefaults,
+    warnings: list[str],
+    spec_changed: bool,
+    now: str,
+) -> Outcome:
+    spec, old = kd.spec, dict(body.get("status") or {})
+    served = {r: client.served(r) for r in (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR)}
+    defaults = dataclasses.replace(defaults, compute_domain_available=served[COMPUTE_DOMAIN])
+    blockers, degradations = [], []
+    skip = {r.kind for r, ok in served.items() if not ok}
+    if not served[LEADER_WORKER_SET]:
+        blockers.append(_missing(LEADER_WORKER_SET))
+    if spec.monitoring.pod_monitor and not served[POD_MONITOR]:
+        blockers.append(_missing(POD_MONITOR))
+    if not served[COMPUTE_DOMAIN] and spec.compute_domain == "Required":
+        blockers.append(_missing(COMPUTE_DOMAIN))
+        skip.add(LEADER_WORKER_SET.kind)  # its pods would claim a template nobody makes
+    elif not served[COMPUTE_DOMAIN] and spec.compute_domain == "Auto":
+        degradations.append(
+            cond.Problem(
+                "ComputeDomainNotInstalled",
+                "deployed without a ComputeDomain (no multi-node NVLink) because the "
+                f"ComputeDomain API is not installed: {COMPUTE_DOMAIN.install}",
+            )
+        )
+
+    outcome = Outcome(status={})
+    uid = body["metadata"]["uid"]
+    try:
+        for child in build_children(kd, defaults):
+            if child["kind"] not in skip:
+                apply_child(client, with_owner(child, body), uid, outcome.applied)
+        _prune_groups(
+            client, kd, uid=uid, old=old, defaults=defaults, skip=skip, into=outcome.applied
+        )
+    except (kopf.TemporaryError, kopf.PermanentError) as error:
+        outcome.error, outcome.result = error, "error"
+        blockers.append(cond.Problem("ApplyFailed", str(error)))
+
+    live = outcome.applied.live
+    groups = [o for o in live if o["kind"] == LEADER_WORKER_SET.kind]
+    domains = [o for o in live if o["kind"] == COMPUTE_DOMAIN.kind]
+    ready = sum(1 for g in groups if _group_ready(g))
+    mode = spec.compute_domain
+    seen = cond.Observation(
+        groups_wanted=spec.replicas,
+        groups_present=len(groups),
+        groups_ready=ready,
+        endpoint=endpoint(kd),
+        warnings=warnings,
+        blockers=blockers,
+        degradations=degradations,
+        compute_domain=(
+            "Disabled"
+            if mode == "Disabled"
+            else ("InUse" if served[COMPUTE_DOMAIN] else "NotInstalled")
+        ),
+        domains_wanted=spec.replicas if uses_compute_domain(kd, defaults) else 0,
+        domains_ready=sum(1 for d in domains if (d.get("status") or {}).get("status") == "Ready"),
+        compute_domain_install=COMPUTE_DOMAIN.install,
+    )
+    outcome.status = cond.render(
+        old,
+        cond.valid_conditions(seen),
+        generation=body.get("metadata", {}).get("generation"),
+        now=now,
+        counts=(len(groups), ready),
+        endpoint=seen.endpoint if ready else "",
+    )
+    outcome.events = cond.newly_bad(old, outcome.status)
+    if spec_changed:
+        outcome.events += [cond.Problem("FastPathExceeded", w) for w in warnings]
+        if custom_all_reduce_disabled(kd, defaults):
+            outcome.events.append(
+                cond.Problem(
+                    "CustomAllReduceDisabled",
+                    f"tensor parallelism across {spec.nodes_per_group} nodes with image "
+                    f"{serving_image(kd, defaults)}: vLLM's cross-node custom all-reduce is "
+                    "known bad on GB300 MNNVL (vllm issue 52778), so --disable-custom-all-reduce "
+                    "was added",
+                )
+            )
+    return outcome
+
+
+def _group_ready(group: Mapping[str, Any]) -> bool:
+    wanted = int(group.get("spec", {}).get("replicas", 1))
+    return int((group.get("status") or {}).get("readyReplicas", 0)) >= wanted
+
+
+def _prune_groups(
+    client: Client,
+    kd: KimiDeployment,
+    *,
+    uid: str,
+    old: Mapping[str, Any],
+    defaults: OperatorDefaults,
+    skip: set[str],
+    into: Applied,
+) -> None:
+    """Delete the groups beyond spec.replicas (scale-down), and every ComputeDomain when they are
+    no longer used. Groups are numbered without gaps; probing stops at the first absent one past
+    the last count the status reported."""
+    known = int(old.get("replicas", 0))
+    starts = {LEADER_WORKER_SET: kd.spec.replicas}
+    starts[COMPUTE_DOMAIN] = kd.spec.replicas if uses_compute_domain(kd, defaults) else 0
+    for resource, start in starts.items():
+        if resource.kind in skip:
+            continue
+        index = start
+        while True:
+            name = group_name(kd, index)
+            found = delete_child(
+                client, resource.kind, kd.metadata.namespace, name, owner_uid=uid, into=into
+            )
+            if not found and index >= known:
+                break
+            index += 1
