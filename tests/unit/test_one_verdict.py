@@ -1,12 +1,15 @@
 """Every rule is enforced twice, by pydantic and by the generated CRD, with one verdict."""
 
+import itertools
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kimi_operator.api.constants import SUPPORTED_GPU_COUNTS
 from kimi_operator.api.crd import crd
+from kimi_operator.api.rules import RULES
 from kimi_operator.api.validation import check_document
 from tests.apiserver import ApiServer
 from tests.specs import DELETE, edited
@@ -28,7 +31,8 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     ("gpus-bool", {"spec.gpus": True}, False),
     ("gpus-missing", {"spec.gpus": DELETE}, False),
     ("gpus-null", {"spec.gpus": None}, False),
-    ("gpus-per-node-8", {"spec.gpusPerNode": 8}, True),
+    ("gpus-per-node-8-tp16", {"spec.gpusPerNode": 8}, False),
+    ("gpus-per-node-8-tp16-stock", {"spec.gpusPerNode": 8, "spec.decode.backend": "auto"}, True),
     ("gpus-per-node-8-tp8", {"spec.gpusPerNode": 8, "spec.gpus": 8}, True),
     ("gpus-per-node-2", {"spec.gpusPerNode": 2}, False),
     ("gpus-per-node-quoted", {"spec.gpusPerNode": "4"}, False),
@@ -358,3 +362,17 @@ def test_pydantic_and_crd_never_disagree(spec: dict[str, Any], source: dict[str,
     pydantic_valid = not check_document(doc).problems
     crd_errors = API_SERVER.errors(doc)
     assert pydantic_valid == (not crd_errors), crd_errors
+
+
+def test_every_rule_is_broken_by_some_corpus_case() -> None:
+    """No rule is dead: each one is the reason at least one corpus case is refused."""
+    broken: set[str] = set()
+    for _, edits, _ in CORPUS:
+        for message in API_SERVER.errors(edited(edits)):
+            broken.add(message)
+    assert {rule.message for rule in RULES} <= broken
+
+
+def test_every_enum_combination_of_gpus_fills_whole_nodes() -> None:
+    for gpus, per_node in itertools.product(SUPPORTED_GPU_COUNTS, (4, 8)):
+        assert gpus % per_node == 0

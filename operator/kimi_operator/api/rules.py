@@ -83,14 +83,22 @@ def _ref_count(source: Mapping[str, Json]) -> int:
 
 
 RULES: tuple[Rule, ...] = (
+    # Both enums' values divide each other, so every group fills whole nodes; what can still go
+    # wrong is a TP group split across 8-GPU (HGX) nodes, which share no NVLink domain.
     Rule(
         scope=(),
-        reads=(("gpus",), ("gpusPerNode",)),
+        reads=(("gpus",), ("gpusPerNode",), ("decode", "backend")),
         field="gpusPerNode",
-        cel="self.gpus % self.gpusPerNode == 0",
-        check=lambda s: s["gpus"] % s["gpusPerNode"] == 0,
-        problem="must divide spec.gpus (each TP group fills whole nodes)",
-        allowed="a divisor of spec.gpus",
+        cel="self.decode.backend != 'latency_specialized' || self.gpusPerNode == 4 || "
+        "self.gpus == self.gpusPerNode",
+        check=lambda s: (
+            s["decode"]["backend"] != "latency_specialized"
+            or s["gpusPerNode"] == 4
+            or s["gpus"] == s["gpusPerNode"]
+        ),
+        problem="8-GPU nodes share no NVLink domain, and the latency-specialized decode needs "
+        "multicast memory across the whole TP group",
+        allowed="4 (GB300 NVL72 trays); or 8 with spec.gpus 8; or decode.backend auto",
         got=lambda s: s["gpusPerNode"],
     ),
     Rule(
