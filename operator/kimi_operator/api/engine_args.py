@@ -14,10 +14,11 @@ The same pattern string is used by `re.match` in Python and by CEL's `matches()`
 two verdicts cannot drift. Patterns use only syntax common to RE2 and Python.
 """
 
+import bisect
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 
 from kimi_operator.api.vllm_flags import SERVE_FLAGS, SERVE_OPTIONS, VLLM_VERSION
 
@@ -69,14 +70,24 @@ def _unique_from(dashes: str, names: list[str]) -> dict[str, int]:
     argparse expands a prefix only when one option starts with it; a shorter, ambiguous prefix makes
     vLLM fail with "ambiguous option" instead, which is not a way around the rule.
     """
-    others = [f[len(dashes) :] for f in SERVE_FLAGS if f.startswith(dashes)]
-    if dashes == "-":
-        others = [f for f in others if not f.startswith("-")]
+    others = _names_after(dashes)
     result = {}
     for name in names:
-        shared = max((_common_prefix(name, o) for o in others if o != name), default=0)
+        # In sorted order, the longest common prefix with any other name is with a neighbour.
+        i = bisect.bisect_left(others, name)
+        j = i + 1 if i < len(others) and others[i] == name else i
+        neighbours = others[max(i - 1, 0) : i] + others[j : j + 1]
+        shared = max((_common_prefix(name, o) for o in neighbours), default=0)
         result[name] = min(shared + 1, len(name))
     return result
+
+
+@cache
+def _names_after(dashes: str) -> list[str]:
+    """Sorted vLLM option names without their dashes: long (`--`) or short (`-`) ones."""
+    return sorted(
+        f[len(dashes) :] for f in SERVE_FLAGS if f.startswith(dashes) and f[len(dashes)] != "-"
+    )
 
 
 def _common_prefix(a: str, b: str) -> int:
