@@ -69,9 +69,10 @@ def main() -> None:
         f"{'spec':<22} {'mode':<11} {'runs':>5} {'median':>10} {'p90':>10} {'target':>8} {'met':>4}"
     )
     for r in rows:
+        met = "yes" if r["met"] else "NO"
         print(
             f"{r['spec']:<22} {r['mode']:<11} {r['runs']:>5} {r['median_s'] * 1e3:>8.3f}ms "
-            f"{r['p90_s'] * 1e3:>8.3f}ms {r['target_s'] * 1e3:>6.0f}ms {'yes' if r['met'] else 'NO':>4}"
+            f"{r['p90_s'] * 1e3:>8.3f}ms {r['target_s'] * 1e3:>6.0f}ms {met:>4}"
         )
     out = ROOT / "benchmarks" / "results" / "validate.json"
     out.parent.mkdir(parents=True, exist_ok=True)
