@@ -92,8 +92,12 @@ def trace_digest(entries: list[TraceEntry]) -> str:
 
 
 def plan_trace(entries: list[TraceEntry], limit: int | None) -> list[PlannedRequest]:
-    """Expand fan-out into requests, ordered by start time; keep the first `limit`."""
+    """Expand fan-out into requests, ordered by start time; keep the first `limit`.
+
+    Start times count from the trace's first request: a replay does not begin by idling.
+    """
     ordered = sorted(entries, key=lambda entry: entry.start_s)
+    origin = ordered[0].start_s if ordered else 0.0
     plan: list[PlannedRequest] = []
     for entry in ordered:
         for _ in range(entry.fanout):
@@ -102,7 +106,7 @@ def plan_trace(entries: list[TraceEntry], limit: int | None) -> list[PlannedRequ
             plan.append(
                 PlannedRequest(
                     index=len(plan),
-                    start_s=entry.start_s,
+                    start_s=entry.start_s - origin,
                     prompt_tokens=entry.prompt_tokens,
                     output_tokens=entry.output_tokens,
                     group=entry.prefix_group,

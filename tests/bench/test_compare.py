@@ -1,0 +1,119 @@
+"""`bench compare`: ratios B/A, and loud warnings when the runs do not measure the same thing."""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from bench_helpers import Cli, results
+
+from kimi_operator.bench.results import Results
+
+
+@pytest.fixture(scope="module")
+def runs(
+    timed_stub: Callable[..., str], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """Run A: one token per chunk; run B: three per chunk (speculative decoding's shape)."""
+    from kimi_operator.cli import main  # noqa: PLC0415
+
+    made = {}
+    for name, per_chunk in (("a", 1), ("b", 3)):
+        url = timed_stub(ttft_s=0.02, step_s=0.004, tokens_per_chunk=per_chunk)
+        directory = tmp_path_factory.mktemp(name)
+        args = [
+            "bench",
+            "--endpoint",
+            url,
+            "--requests",
+            "3",
+            "--output-tokens",
+            "60",
+            "--gpus",
+            "8",
+            "--gpu-hour-price",
+            "2",
+            "--output",
+            str(directory),
+            "--no-progress",
+        ]
+        assert main(args) == 0
+        made[name] = directory
+    return made
+
+
+def rewrite(source: Path, target: Path, **config: object) -> Path:
+    data = Results.model_validate_json((source / "results.json").read_text())
+    data = data.model_copy(update={"config": data.config.model_copy(update=config)})
+    target.mkdir()
+    (target / "results.json").write_text(data.model_dump_json())
+    return target
+
+
+def test_comparable_runs_show_ratios_without_warnings(cli: Cli, runs: dict[str, Path]) -> None:
+    run = cli("bench", "compare", str(runs["a"]), str(runs["b"]))
+    assert run.code == 0
+    assert run.err == ""
+    assert "NOT COMPARABLE" not in run.out
+    a, b = results(runs["a"])["summary"], results(runs["b"])["summary"]
+    rows = {line[:28].strip(): line.split() for line in run.out.splitlines()}
+    ratio = b["decode_tokens_per_s"]["p50"] / a["decode_tokens_per_s"]["p50"]
+    assert rows["decode tok/s p50"][-1] == f"{ratio:.2f}x"
+    assert 2.8 < ratio < 3.2
+    assert rows["tokens per chunk"][-1] == "3.00x"
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"gpus": 16}, "GPU count differs: A=8, B=16"),
+        ({"model": "other"}, "model differs: A=moonshotai/Kimi-K3, B=other"),
+        ({"profile": "long-context"}, "profile differs: A=headline, B=long-context"),
+        ({"concurrency": 4}, "concurrency differs: A=1, B=4"),
+        ({"prompt_tokens": 32768.0}, "context length differs: A asked 1 prompt tokens, B 32,768"),
+        ({"output_tokens": 1000.0}, "output length differs: A 60 tokens, B 1,000"),
+    ],
+)
+def test_mismatched_configs_are_flagged_loudly(
+    cli: Cli, runs: dict[str, Path], tmp_path: Path, change: dict[str, object], says: str
+) -> None:
+    other = rewrite(runs["b"], tmp_path / "b2", **change)
+    run = cli("bench", "compare", str(runs["a"]), str(other))
+    assert run.code == 0
+    assert "!! WARNING: THESE RUNS ARE NOT COMPARABLE" in run.out
+    assert f"!!  - {says}" in run.out
+    assert "warning: the runs are not comparable (1 reason(s) above)" in run.err
+    strict = cli("bench", "compare", "--strict", str(runs["a"]), str(other))
+    assert strict.code == 1
+
+
+def test_measured_context_lengths_are_compared_too(
+    cli: Cli, runs: dict[str, Path], tmp_path: Path
+) -> None:
+    data = Results.model_validate_json((runs["b"] / "results.json").read_text())
+    summary = data.summary
+    assert summary.prompt_tokens is not None
+    longer = summary.prompt_tokens.model_copy(update={"p50": 900.0})
+    data = data.model_copy(update={"summary": summary.model_copy(update={"prompt_tokens": longer})})
+    (tmp_path / "results.json").write_text(data.model_dump_json())
+    run = cli("bench", "compare", str(runs["a"]), str(tmp_path / "results.json"))
+    assert "the servers counted median prompts of 1 (A) and 900 (B) tokens" in run.out
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "cannot read: No such file or directory"),
+        ("not json", "not a bench results file"),
+        ('{"config": {}}', "not a bench results file: config.endpoint: Field required"),
+    ],
+)
+def test_unreadable_results(
+    cli: Cli, runs: dict[str, Path], tmp_path: Path, content: str | None, says: str
+) -> None:
+    if content is not None:
+        (tmp_path / "results.json").write_text(content)
+    run = cli("bench", "compare", str(runs["a"]), str(tmp_path))
+    assert run.code == 2
+    assert run.err.count("\n") == 1
+    assert run.err.startswith(f"error: {tmp_path / 'results.json'}: ")
+    assert says in run.err
