@@ -14,7 +14,7 @@ from kimi_operator.api.crd import crd
 CRD = crd()
 VERSION = CRD["spec"]["versions"][0]
 SCHEMA = VERSION["schema"]["openAPIV3Schema"]
-# What a structural schema may not contain (apiextensions.k8s.io/v1 "Specifying a structural schema").
+# What a structural schema may not contain (apiextensions.k8s.io/v1, "structural schema").
 FORBIDDEN_KEYS = {
     "$ref",
     "definitions",
