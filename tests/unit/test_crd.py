@@ -100,3 +100,19 @@ def test_metadata_name_is_limited_to_what_children_names_allow() -> None:
     assert name["pattern"] == c.NAME_PATTERN
     # <name>-g<group>-<lws group index>-<worker index> must stay a 63-character DNS label.
     assert c.MAX_NAME_LENGTH + len("-g63-0-3") <= 63
+
+
+def test_engine_args_rules_fit_the_api_servers_cel_cost_budget() -> None:
+    """The API server refuses a CRD whose rules' estimated cost is too high; estimate it as cel-go.
+
+    `list.all(a, a.matches(re))` costs about maxItems x (maxLength x 0.1) x (len(re) x 0.25); the
+    limits are 10^7 per rule and 10^8 for the whole CRD (apiextensions-apiserver).
+    """
+    args = SCHEMA["properties"]["spec"]["properties"]["engineArgs"]
+    per_item = args["items"]["maxLength"] * 0.1
+    costs = []
+    for entry in args["x-kubernetes-validations"]:
+        regex = entry["rule"].split("matches('", 1)[1].rsplit("'", 1)[0]
+        costs.append(args["maxItems"] * per_item * len(regex) * 0.25)
+    assert max(costs) < 1e7
+    assert sum(costs) < 1e8
