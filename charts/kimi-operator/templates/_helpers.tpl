@@ -1,0 +1,126 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "kimi-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name of the release's objects. */}}
+{{- define "kimi-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kimi-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Standard labels of every object. */}}
+{{- define "kimi-operator.labels" -}}
+helm.sh/chart: {{ include "kimi-operator.chart" . }}
+{{ include "kimi-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kimi-operator
+{{- end }}
+
+{{/* Labels that select the operator's pods. */}}
+{{- define "kimi-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kimi-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "kimi-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kimi-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* repository:tag, or repository@digest when a digest is set. */}}
+{{- define "kimi-operator.imageRef" -}}
+{{- if .digest }}
+{{- printf "%s@%s" .repository .digest }}
+{{- else }}
+{{- printf "%s:%s" .repository .tag }}
+{{- end }}
+{{- end }}
+
+{{- define "kimi-operator.image" -}}
+{{- $image := .Values.image }}
+{{- include "kimi-operator.imageRef" (dict "repository" $image.repository "tag" (default .Chart.AppVersion $image.tag) "digest" $image.digest) }}
+{{- end }}
+
+{{- define "kimi-operator.servingImage" -}}
+{{- include "kimi-operator.imageRef" .Values.servingImage }}
+{{- end }}
+
+{{/*
+What the operator does in the namespaces it watches, as RBAC rules: exactly the API calls of
+operator/kimi_operator/k8s/ and of kopf (tests/chart/test_rbac.py compares them with the calls an
+operator run makes). No wildcards.
+*/}}
+{{- define "kimi-operator.namespacedRules" -}}
+# kopf: watch KimiDeployments; the operator: read one before a resync.
+- apiGroups: ["kimi-operator.io"]
+  resources: ["kimideployments"]
+  verbs: ["get", "list", "watch"]
+# The operator writes the status (conditions, observedGeneration, endpoint).
+- apiGroups: ["kimi-operator.io"]
+  resources: ["kimideployments/status"]
+  verbs: ["patch"]
+# The children of a KimiDeployment.
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: ["resource.nvidia.com"]
+  resources: ["computedomains"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["monitoring.coreos.com"]
+  resources: ["podmonitors"]
+  verbs: ["get", "create", "patch"]
+# Warning Events on KimiDeployments (the operator's and kopf's).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- if and .Values.peering.enabled .Values.watchNamespaces }}
+# kopf peering in namespaced mode.
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
+{{- end }}
+
+{{/* Cluster-scoped needs, whatever the mode. */}}
+{{- define "kimi-operator.clusterRules" -}}
+# kopf: which resources the cluster serves (CRDs appearing and disappearing).
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+{{- if .Values.watchNamespaces }}
+# kopf, watching named namespaces: which of them exist (without this it assumes they all do).
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list", "watch"]
+{{- end }}
+{{- if and .Values.peering.enabled (not .Values.watchNamespaces) }}
+# kopf peering in cluster-wide mode.
+- apiGroups: ["kopf.dev"]
+  resources: ["clusterkopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
+{{- end }}

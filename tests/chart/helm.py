@@ -1,0 +1,61 @@
+"""The real `helm` binary, driven from the tests (scripts/install-helm.sh puts it in .tools/bin)."""
+
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "kimi-operator"
+
+
+def helm_binary() -> str:
+    local = ROOT / ".tools" / "bin" / "helm"
+    found = str(local) if local.exists() else shutil.which("helm")
+    if found is None:
+        pytest.fail("helm is not installed: run scripts/install-helm.sh (make tools)")
+    return found
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [helm_binary(), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+def write_values(directory: Path, values: Mapping[str, Any]) -> Path:
+    path = directory / "values.yaml"
+    path.write_text(yaml.safe_dump(dict(values)))
+    return path
+
+
+def template(
+    values: Mapping[str, Any],
+    tmp_path: Path,
+    *,
+    chart: Path = CHART,
+    extra: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """Every object `helm template` renders with `values`."""
+    result = helm(
+        "template",
+        "kimi",
+        str(chart),
+        "--namespace",
+        "kimi-system",
+        "--values",
+        str(write_values(tmp_path, values)),
+        *extra,
+    )
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def of_kind(objects: Sequence[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]

@@ -1,0 +1,392 @@
+"""The chart's RBAC allows exactly what the operator does: no more, no less, no wildcards.
+
+What the operator does is observed, not declared: the real operator (kopf included) runs against the
+embedded API server through a scenario that reaches every call of the Kubernetes client in the
+operator's in-cluster code (found by reading that code: a call added later that the scenario does
+not reach fails `test_scenario_reaches_every_client_call`). Every request the API server saw is then
+turned into RBAC attributes (API group, resource[/subresource], verb) the way kube-apiserver does,
+and compared with the rules `helm template` renders.
+"""
+
+import ast
+import contextlib
+import copy
+import functools
+import json
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kmock._internal import parsing
+
+from kimi_operator.api.crd import crd
+from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.resources import CHILD_RESOURCES, LEADER_WORKER_SET, Resource
+from kimi_operator.runner import OperatorThread, RunConfig
+
+from .helm import ROOT, of_kind, template
+
+PACKAGE = ROOT / "operator" / "kimi_operator"
+CLIENT_MODULE = PACKAGE / "k8s" / "client.py"
+# Code that never runs in the operator's pod: the embedded API server and its fake kubelet (demo,
+# tests) and the benchmark (run from a user's machine with the user's credentials).
+NOT_IN_CLUSTER = ("embedded", "bench")
+SAMPLES = ROOT / "crds" / "samples"
+SCHEMAS = ROOT.parent / "shared" / "schemas"
+UPSTREAM = (
+    "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+    "resource.nvidia.com_computedomains.yaml",
+    "monitoring.coreos.com_podmonitors.yaml",
+)
+NAMESPACE = "inference"
+TEST_AGENT = "kimi-operator-rbac-test"
+# What kopf needs for peering (https://kopf.readthedocs.io/en/stable/peering/), which no
+# single-replica run shows: cluster-wide ClusterKopfPeerings, per namespace KopfPeerings.
+PEERING_VERBS = ("get", "list", "watch", "patch")
+CLUSTER_PEERING = {("kopf.dev", "clusterkopfpeerings", v) for v in PEERING_VERBS}
+NAMESPACED_PEERING = {("kopf.dev", "kopfpeerings", v) for v in PEERING_VERBS}
+
+Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb)
+
+
+# --- what a request needs: kube-apiserver's RequestInfo, for resource requests ---------------
+
+
+def permission(method: str, path: str, query: dict[str, str]) -> tuple[Permission, bool] | None:
+    """(the permission a request needs, whether it is namespaced); None for non-resource URLs
+    (discovery), which every authenticated client may read."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:1] == ["api"] and len(parts) >= 3:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 4:
+        group, rest = parts[1], parts[3:]
+    else:
+        return None
+    namespaced = False
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespaced, rest = True, rest[2:]
+    resource = rest[0] if len(rest) < 3 else f"{rest[0]}/{rest[2]}"
+    named = len(rest) >= 2
+    if method == "GET":
+        watching = query.get("watch", "").lower() in {"true", "1"}
+        verb = "watch" if watching else ("get" if named else "list")
+    else:
+        verbs = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+        verb = verbs.get(method) or ("delete" if named else "deletecollection")
+    return (group, resource, verb), namespaced
+
+
+def test_permission_of_requests() -> None:
+    assert permission("GET", "/apis", {}) is None
+    assert permission("GET", "/apis/kimi-operator.io/v1alpha1", {}) is None
+    assert permission("GET", "/apis/x.io/v1/things", {"watch": "true"}) == (
+        ("x.io", "things", "watch"),
+        False,
+    )
+    assert permission("GET", "/api/v1/namespaces/ns/services/s", {}) == (
+        ("", "services", "get"),
+        True,
+    )
+    assert permission("PATCH", "/apis/x.io/v1/namespaces/ns/things/t/status", {}) == (
+        ("x.io", "things/status", "patch"),
+        True,
+    )
+    assert permission("DELETE", "/api/v1/namespaces/ns/events", {}) == (
+        ("", "events", "deletecollection"),
+        True,
+    )
+    assert permission("GET", "/api/v1/namespaces", {}) == (("", "namespaces", "list"), False)
+
+
+# --- the calls of the Kubernetes client in the operator's in-cluster code --------------------
+
+
+@dataclass(frozen=True)
+class CallSite:
+    path: Path
+    first_line: int
+    last_line: int
+    method: str
+
+    def __str__(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.first_line} ({self.method})"
+
+
+def client_methods() -> set[str]:
+    """The public methods of `Client` that send a request (call `self._request`)."""
+    tree = ast.parse(CLIENT_MODULE.read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Client"]
+    return {
+        fn.name
+        for fn in cls.body
+        if isinstance(fn, ast.FunctionDef)
+        and not fn.name.startswith("_")
+        and any(isinstance(n, ast.Attribute) and n.attr == "_request" for n in ast.walk(fn))
+    }
+
+
+def client_call_sites() -> list[CallSite]:
+    """Every `<...>client.<method>(...)` in the operator's in-cluster code."""
+    methods = client_methods()
+    sites = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).parts[0] in NOT_IN_CLUSTER or path == CLIENT_MODULE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            receiver = ast.unparse(node.func.value)
+            if node.func.attr in methods and receiver.split(".")[-1].endswith("client"):
+                sites.append(
+                    CallSite(path, node.lineno, node.end_lineno or node.lineno, node.func.attr)
+                )
+    return sites
+
+
+def test_call_sites_are_found() -> None:
+    """The reading of the code finds the calls it is meant to find (a guard against the scan
+    silently finding nothing after a refactoring)."""
+    methods = client_methods()
+    assert {"get", "create", "patch", "delete"} <= methods
+    assert {site.method for site in client_call_sites()} >= {"get", "create", "patch", "delete"}
+
+
+# --- the operator, observed ----------------------------------------------------------------
+
+
+@dataclass
+class Observed:
+    cluster: set[Permission] = field(default_factory=set)
+    namespaced: set[Permission] = field(default_factory=set)
+    reached: set[tuple[str, int]] = field(default_factory=set)  # (file, line) of client calls
+
+
+def _record_call_sites(monkeypatch: pytest.MonkeyPatch, reached: set[tuple[str, int]]) -> None:
+    lock = threading.Lock()
+
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            caller = sys._getframe(1)
+            with lock:
+                reached.add((caller.f_code.co_filename, caller.f_lineno))
+            return method(*args, **kwargs)
+
+        return recorded
+
+    for name in client_methods():
+        monkeypatch.setattr(Client, name, wrap(getattr(Client, name)))
+
+
+def _send(url: str, method: str, path: str, body: Any = None, *, merge: bool = False) -> Any:
+    """A request of the test itself, marked so that it is not taken for the operator's."""
+    headers = {"User-Agent": TEST_AGENT, "Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/merge-patch+json" if merge else "application/json"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url + path, data=data, method=method, headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read() or b"{}")
+
+
+def _sample(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((SAMPLES / f"{name}.yaml").read_text())
+    return copy.deepcopy(loaded)
+
+
+def _wait(probe: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _scenario(url: str, reached: set[tuple[str, int]], sites: list[CallSite]) -> None:
+    """Create a two-group multi-node deployment, edit a child of every kind by hand, scale it
+    down, create an invalid one; then let resyncs run until every client call was made."""
+    kimi = "/apis/kimi-operator.io/v1alpha1/namespaces/" + NAMESPACE + "/kimideployments"
+    good = _sample("k3-tp16-latency")
+    good["metadata"] = {"name": "k3", "namespace": NAMESPACE}
+    good["spec"]["replicas"] = 2
+    _send(url, "POST", kimi, good)
+
+    def children(resource: Resource) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = _send(url, "GET", resource.collection(NAMESPACE))["items"]
+        return found
+
+    _wait(lambda: all(children(r) for r in CHILD_RESOURCES), "a child of every kind")
+    # Every kind of child edited by hand: the operator patches each back.
+    for resource in CHILD_RESOURCES:
+        name = children(resource)[0]["metadata"]["name"]
+        edited = {"metadata": {"labels": {"app.kubernetes.io/name": "edited-by-hand"}}}
+        _send(url, "PATCH", resource.item(NAMESPACE, name), edited, merge=True)
+    _send(url, "PATCH", f"{kimi}/k3", {"spec": {"replicas": 1}}, merge=True)
+    _wait(lambda: len(children(LEADER_WORKER_SET)) == 1, "the scale-down to one group")
+    bad = _sample("k3-tp16-latency")
+    bad["metadata"] = {"name": "bad", "namespace": NAMESPACE}
+    bad["spec"]["gpus"] = 12
+    _send(url, "POST", kimi, bad)
+
+    def all_reached() -> bool:
+        return all(
+            any(str(s.path) == f and s.first_line <= line <= s.last_line for f, line in reached)
+            for s in sites
+        )
+
+    _wait(all_reached, "every client call of the operator", timeout=30.0)
+
+
+def _serve_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kmock 0.8 cannot parse `/api/v1/namespaces[/NAME]` (HTTP 500), which kopf lists and watches
+    when it watches named namespaces: read those paths as the core `namespaces` resource."""
+    original = parsing.parse_path
+
+    def parse_path(path: str) -> parsing.ParsedPath:
+        parts = path.strip("/").split("/")
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
+            name = parts[3] if len(parts) == 4 else None
+            return parsing.ParsedPath("", "v1", "namespaces", None, name)
+        return original(path)
+
+    monkeypatch.setattr(parsing, "parse_path", parse_path)
+
+
+def _observe(monkeypatch: pytest.MonkeyPatch, namespaces: tuple[str, ...]) -> Observed:
+    observed = Observed()
+    _record_call_sites(monkeypatch, observed.reached)
+    _serve_namespaces(monkeypatch)
+    sites = client_call_sites()
+    with EmbeddedApiServer() as api:
+        upstream = [yaml.safe_load((SCHEMAS / name).read_text()) for name in UPSTREAM]
+        api.install_crds([crd(), *upstream])
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        _send(api.url, "POST", "/api/v1/namespaces", namespace)
+        config = RunConfig(server=api.url, namespaces=namespaces, resync_interval_s=0.3, workers=2)
+        # A timeout is reported by test_scenario_reaches_every_client_call.
+        with OperatorThread(config), contextlib.suppress(AssertionError):
+            _scenario(api.url, observed.reached, sites)
+        for request in api.requests():
+            if request.headers.get("User-Agent") == TEST_AGENT:
+                continue
+            found = permission(request.method.value, request.url.path, dict(request.url.query))
+            if found is not None:
+                needed, namespaced = found
+                (observed.namespaced if namespaced else observed.cluster).add(needed)
+    return observed
+
+
+@pytest.fixture(scope="module")
+def cluster_wide() -> Iterator[Observed]:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield _observe(monkeypatch, ())
+
+
+@pytest.fixture(scope="module")
+def namespaced() -> Iterator[Observed]:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield _observe(monkeypatch, (NAMESPACE,))
+
+
+# --- what the chart grants ---------------------------------------------------------------
+
+
+def granted(rules: list[dict[str, Any]]) -> set[Permission]:
+    out = set()
+    for rule in rules:
+        assert "nonResourceURLs" not in rule, rule
+        for value in (*rule["apiGroups"], *rule["resources"], *rule["verbs"]):
+            assert "*" not in value, f"wildcard in {rule}"
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out |= {(group, resource, verb) for verb in rule["verbs"]}
+    return out
+
+
+def rbac(
+    values: dict[str, Any], tmp_path: Path
+) -> tuple[set[Permission], dict[str, set[Permission]]]:
+    """(the ClusterRole's permissions, each namespace's Role's permissions); checks the bindings."""
+    objects = template(values, tmp_path)
+    (cluster_role,) = of_kind(objects, "ClusterRole")
+    (cluster_binding,) = of_kind(objects, "ClusterRoleBinding")
+    (account,) = of_kind(objects, "ServiceAccount")
+    subject = {
+        "kind": "ServiceAccount",
+        "name": account["metadata"]["name"],
+        "namespace": "kimi-system",
+    }
+    assert cluster_binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    assert cluster_binding["subjects"] == [subject]
+    roles = {r["metadata"]["namespace"]: r for r in of_kind(objects, "Role")}
+    bindings = {b["metadata"]["namespace"]: b for b in of_kind(objects, "RoleBinding")}
+    assert roles.keys() == bindings.keys()
+    for namespace, binding in bindings.items():
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": roles[namespace]["metadata"]["name"],
+        }
+        assert binding["subjects"] == [subject]
+    return granted(cluster_role["rules"]), {
+        ns: granted(role["rules"]) for ns, role in roles.items()
+    }
+
+
+def _missing(sites: list[CallSite], reached: set[tuple[str, int]]) -> list[str]:
+    return [
+        str(s)
+        for s in sites
+        if not any(str(s.path) == f and s.first_line <= line <= s.last_line for f, line in reached)
+    ]
+
+
+@pytest.mark.parametrize("mode", ["cluster_wide", "namespaced"])
+def test_scenario_reaches_every_client_call(mode: str, request: pytest.FixtureRequest) -> None:
+    observed: Observed = request.getfixturevalue(mode)
+    missing = _missing(client_call_sites(), observed.reached)
+    assert not missing, (
+        "the RBAC scenario never made these client calls, so the permissions they need are not "
+        f"checked: extend _scenario in tests/chart/test_rbac.py: {missing}"
+    )
+
+
+def test_cluster_wide_rbac_is_exactly_what_the_operator_does(
+    cluster_wide: Observed, tmp_path: Path
+) -> None:
+    cluster, roles = rbac({}, tmp_path)
+    assert roles == {}
+    assert cluster == cluster_wide.cluster | cluster_wide.namespaced
+
+
+def test_namespaced_rbac_is_exactly_what_the_operator_does(
+    namespaced: Observed, tmp_path: Path
+) -> None:
+    cluster, roles = rbac({"watchNamespaces": [NAMESPACE, "other"]}, tmp_path)
+    assert cluster == namespaced.cluster
+    assert roles == {NAMESPACE: namespaced.namespaced, "other": namespaced.namespaced}
+
+
+def test_peering_adds_only_kopf_peering(
+    cluster_wide: Observed, namespaced: Observed, tmp_path: Path
+) -> None:
+    peering = {"replicaCount": 2, "peering": {"enabled": True}}
+    cluster, _ = rbac(peering, tmp_path)
+    assert cluster == cluster_wide.cluster | cluster_wide.namespaced | CLUSTER_PEERING
+    cluster, roles = rbac({**peering, "watchNamespaces": [NAMESPACE]}, tmp_path)
+    assert cluster == namespaced.cluster
+    assert roles == {NAMESPACE: namespaced.namespaced | NAMESPACED_PEERING}
+
+
+def test_no_rbac_when_disabled(tmp_path: Path) -> None:
+    objects = template({"rbac": {"create": False}}, tmp_path)
+    kinds = {o["kind"] for o in objects}
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
