@@ -6,8 +6,12 @@ from pathlib import Path
 import pytest
 from bench_helpers import Cli, results
 
-TTFT_S, STEP_S = 0.150, 0.005
+# The example timetable, with a longer first token: the few milliseconds that loopback
+# HTTP and process wake-ups take on a busy 2-core machine are part of a real TTFT too, and 3% of
+# 150 ms (4.5 ms) is within their reach there.
+TTFT_S, STEP_S = 0.250, 0.005
 TOLERANCE = 0.03
+REQUESTS = 5  # medians over five requests: one unlucky wake-up on a busy machine does not decide
 
 
 def within(measured: float, expected: float) -> bool:
@@ -27,7 +31,7 @@ def test_ttft_and_decode_rate_match_the_schedule(
         "--api",
         api,
         "--requests",
-        "3",
+        str(REQUESTS),
         "--output-tokens",
         str(output_tokens),
         "--output",
@@ -36,9 +40,9 @@ def test_ttft_and_decode_rate_match_the_schedule(
     )
     assert run.code == 0, run.err
     summary = results(tmp_path)["summary"]
-    assert summary["requests_ok"] == 3
+    assert summary["requests_ok"] == REQUESTS
     assert summary["requests_failed"] == 0
-    assert summary["output_tokens_total"] == 3 * output_tokens
+    assert summary["output_tokens_total"] == REQUESTS * output_tokens
     assert within(summary["ttft_s"]["p50"], TTFT_S), summary["ttft_s"]
     expected_rate = tokens_per_chunk / STEP_S
     assert within(summary["decode_tokens_per_s"]["p50"], expected_rate), summary

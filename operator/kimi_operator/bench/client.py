@@ -8,6 +8,7 @@ loop while other streams are being timed.
 """
 
 import asyncio
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -15,12 +16,38 @@ from time import perf_counter
 from typing import Any, TextIO
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 
 from kimi_operator.bench.profiles import PlannedRequest
 from kimi_operator.bench.results import Api, RequestRecord, TokenCounts
 from kimi_operator.bench.stats import decode_rate
 
 ERROR_TEXT_LIMIT = 200
+
+
+class _StampedProtocol(ResponseHandler):
+    """aiohttp's connection protocol, noting when bytes last came off the socket.
+
+    The event loop calls `data_received` as soon as the socket is readable; the reading coroutine
+    runs later, after the loop has served every other ready stream. At concurrency 64 a decode
+    step's chunks arrive together, so stamping here rather than in the coroutine keeps the client's
+    own queueing out of the inter-token latencies it reports.
+    """
+
+    arrived = 0.0
+
+    def data_received(self, data: bytes) -> None:
+        self.arrived = perf_counter()
+        super().data_received(data)
+
+
+def stamping_connector() -> aiohttp.TCPConnector:
+    """A connector whose connections stamp arrivals (aiohttp 3.14's protocol factory hook)."""
+    connector = aiohttp.TCPConnector(limit=0)  # the run's semaphore limits concurrency
+    connector._factory = functools.partial(  # type: ignore[assignment]
+        _StampedProtocol, loop=asyncio.get_running_loop()
+    )
+    return connector
 
 
 def request_body(
@@ -187,8 +214,9 @@ async def stream_request(
             if response.status != 200:
                 outcome.error = _http_error(response.status, await response.text())
             else:
+                protocol = response.connection.protocol if response.connection else None
                 async for data in response.content.iter_any():
-                    stream.feed(data, perf_counter())
+                    stream.feed(data, getattr(protocol, "arrived", 0.0) or perf_counter())
                 stream.feed(b"\n\n", perf_counter())
                 if outcome.error is None and not stream.done:
                     outcome.error = "stream ended before [DONE]"

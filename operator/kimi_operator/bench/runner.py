@@ -11,7 +11,7 @@ from typing import TextIO
 
 import aiohttp
 
-from kimi_operator.bench.client import Progress, request_body, run_plan
+from kimi_operator.bench.client import Progress, request_body, run_plan, stamping_connector
 from kimi_operator.bench.endpoint import (
     Endpoint,
     choose_model,
@@ -132,7 +132,7 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
     """The whole run. Raises BenchError only before the first measured request is sent."""
     headers = {"Authorization": f"Bearer {options.api_key}"} if options.api_key else None
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=options.timeout_s)
-    connector = aiohttp.TCPConnector(limit=0)
+    connector = stamping_connector()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     async with aiohttp.ClientSession(
         connector=connector, timeout=timeout, headers=headers
