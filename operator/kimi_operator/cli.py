@@ -122,11 +122,18 @@ def cmd_crd(_: argparse.Namespace, out: TextIO, __: TextIO) -> int:
 Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
 
 
+def _version() -> str:
+    from importlib.metadata import version  # noqa: PLC0415
+
+    return version("kimi-operator")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kimi-operator",
         description="Run Kimi K3 on GB300 NVL72 with vLLM's latency-specialized decode path.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     validate = sub.add_parser(
