@@ -121,6 +121,17 @@ def test_model_not_served(
             "--gpu-hour-price needs --gpus",
         ),
         (["--deployment", "Inference/k3", "--output", "{tmp}"], "expected NAMESPACE/NAME"),
+        (
+            [
+                "--endpoint",
+                "http://127.0.0.1:1/v1",
+                "--metrics-url",
+                "127.0.0.1:1/metrics",
+                "--output",
+                "{tmp}",
+            ],
+            "--metrics-url '127.0.0.1:1/metrics': expected an http(s) URL",
+        ),
         (["--deployment", "k3", "--output", "{tmp}"], "expected NAMESPACE/NAME"),
     ],
 )
@@ -229,3 +240,35 @@ def test_missing_trace_file(cli: Cli, tmp_path: Path) -> None:
     )
     assert run.code == 2
     assert "cannot read the trace: No such file or directory" in one_error_line(run.err)
+
+
+def test_interrupt_stops_with_one_line(tmp_path: Path) -> None:
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    with serve_in_thread(Schedule(ttft_s=0.01, step_s=0.01)) as (url, app):
+        command = [
+            sys.executable,
+            "-m",
+            "kimi_operator.cli",
+            "bench",
+            "--endpoint",
+            url,
+            "--output-tokens",
+            "1000",
+            "--warmup",
+            "0",
+            "--output",
+            str(tmp_path),
+        ]
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while not app.state.bodies and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert err.strip() == "error: interrupted: no results written"
+    assert not (tmp_path / "results.json").exists()

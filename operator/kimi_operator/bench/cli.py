@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from kimi_operator.bench.runner import RunOptions
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_INTERRUPTED = 130  # as shells report SIGINT
 PROFILES = ("headline", "long-context", "agentic")
 
 
@@ -261,7 +262,11 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     directory = Path(args.output)
     prepare_output(directory, args.force)
     progress = err if args.progress else None
-    results = asyncio.run(run(options, progress))
+    try:
+        results = asyncio.run(run(options, progress))
+    except KeyboardInterrupt:
+        print("\nerror: interrupted: no results written", file=err)
+        return EXIT_INTERRUPTED
     write_results(results, directory)
     out.write(summary_text(results))
     out.write(f"\nresults: {directory / 'results.json'}, {directory / 'report.md'}\n")
@@ -285,6 +290,8 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
         trace_digest,
     )
 
+    if args.metrics_url:
+        parse_endpoint(args.metrics_url, "--metrics-url")  # same rules as endpoints
     target = resolve(args.deployment) if args.deployment else None
     gpus = args.gpus or (target.gpus if target else None)
     if args.gpu_hour_price is not None and gpus is None:

@@ -21,18 +21,18 @@ class Endpoint:
         return f"{self.base}/{'chat/completions' if api == 'chat' else 'completions'}"
 
 
-def parse_endpoint(text: str) -> Endpoint:
-    """http(s)://host[:port][/path]; a bare host:port gets `/v1`."""
+def parse_endpoint(text: str, what: str = "endpoint") -> Endpoint:
+    """http(s)://host[:port][/path]; a bare host:port gets `/v1`. `what` names it in errors."""
     hint = "expected an http(s) URL such as http://host:8000/v1"
     try:
         parts = urlsplit(text.strip())
         port = parts.port
     except ValueError as error:
-        raise BenchError(f"endpoint {text!r}: {error}; {hint}") from None
+        raise BenchError(f"{what} {text!r}: {error}; {hint}") from None
     if parts.scheme not in {"http", "https"} or not parts.hostname:
-        raise BenchError(f"endpoint {text!r}: {hint}")
+        raise BenchError(f"{what} {text!r}: {hint}")
     if parts.query or parts.fragment or any(c.isspace() for c in text.strip()):
-        raise BenchError(f"endpoint {text!r}: {hint} (no query, fragment or spaces)")
+        raise BenchError(f"{what} {text!r}: {hint} (no query, fragment or spaces)")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     root = f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
     path = parts.path.rstrip("/") or "/v1"
