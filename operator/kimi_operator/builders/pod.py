@@ -121,7 +121,12 @@ def pod_template(
     if scheduling.node_selector:
         pod["nodeSelector"] = dict(scheduling.node_selector)
     if scheduling.tolerations:
-        pod["tolerations"] = [t.model_dump(exclude_none=True) for t in scheduling.tolerations]
+        # Empty strings left out, as the API server returns them (omitempty): else they would
+        # look like drift on every resync.
+        pod["tolerations"] = [
+            {k: v for k, v in t.model_dump(exclude_none=True).items() if v != ""}
+            for t in scheduling.tolerations
+        ]
     if scheduling.priority_class_name:
         pod["priorityClassName"] = scheduling.priority_class_name
     return {"metadata": {"labels": labels(kd, role)}, "spec": pod}

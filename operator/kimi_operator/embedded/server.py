@@ -192,10 +192,14 @@ class ApiServer(kmock.KubernetesEmulator):
         response = await super()._handle(request)
         if request.action == action.DELETE and request.name is not None:
             await self._collect_garbage()
+        elif request.action == action.CREATE and request.data["metadata"].get("ownerReferences"):
+            # Created for an owner that is already gone.
+            await self._collect_garbage(only=request.data["metadata"]["uid"])
         return response
 
-    async def _collect_garbage(self) -> None:
-        """Delete every object whose controller owner is gone, until none is left."""
+    async def _collect_garbage(self, only: str | None = None) -> None:
+        """Delete every object (or only the one with uid `only`) whose owner is gone, until none
+        is left."""
         while True:
             alive = {
                 obj.get("metadata", {}).get("uid")
@@ -206,6 +210,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 (key, obj)
                 for key, obj in self.objects.items()
                 if not obj.deleted
+                and (only is None or obj.get("metadata", {}).get("uid") == only)
                 and any(
                     ref.get("uid") not in alive
                     for ref in obj.get("metadata", {}).get("ownerReferences") or []

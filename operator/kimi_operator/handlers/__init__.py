@@ -100,7 +100,8 @@ def handle(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fresh
     meta = body["metadata"]
     uid, namespace, name = meta["uid"], meta["namespace"], meta["name"]
     with ctx.exclusive(uid):
-        if fresh and ctx.acted.get(uid) == meta.get("generation"):
+        acted = ctx.acted.get(uid)
+        if fresh and acted is not None and acted >= (meta.get("generation") or 0):
             return  # a repeated or late event for a generation already acted on
         if not fresh:
             latest = ctx.client.get(KIMI_DEPLOYMENT, namespace, name)

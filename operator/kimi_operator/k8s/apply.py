@@ -74,26 +74,30 @@ def with_owner(child: Mapping[str, Any], owner: Mapping[str, Any]) -> dict[str, 
 def drift_patch(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any] | None:
     """The merge patch that makes `actual` match `desired`; None when it already does."""
     meta, actual_meta = desired["metadata"], actual.get("metadata", {})
-    same = (
+    same_meta = (
         covers(actual_meta.get("labels", {}), meta.get("labels", {}))
         and covers(actual_meta.get("annotations", {}), meta.get("annotations", {}))
         and covers(actual_meta.get("ownerReferences", []), meta["ownerReferences"])
-        and covers(actual.get("spec"), desired["spec"])
     )
-    if same:
+    same_spec = covers(actual.get("spec"), desired["spec"]) and actual_meta.get(
+        "annotations", {}
+    ).get(APPLIED_ANNOTATION) == meta["annotations"].get(APPLIED_ANNOTATION)
+    if same_meta and same_spec:
         return None
-    try:
-        previous = json.loads(actual_meta.get("annotations", {}).get(APPLIED_ANNOTATION, "{}"))
-    except ValueError:
-        previous = {}
-    return {
+    patch: dict[str, Any] = {
         "metadata": {
             "labels": meta.get("labels", {}),
             "annotations": meta.get("annotations", {}),
             "ownerReferences": meta["ownerReferences"],
-        },
-        "spec": removals(previous, desired["spec"]),
+        }
     }
+    if not same_spec:  # never otherwise: some specs are immutable (ComputeDomain)
+        try:
+            previous = json.loads(actual_meta.get("annotations", {}).get(APPLIED_ANNOTATION, "{}"))
+        except ValueError:
+            previous = {}
+        patch["spec"] = removals(previous, desired["spec"])
+    return patch
 
 
 class NotOwned(kopf.PermanentError):

@@ -1,0 +1,68 @@
+"""The specs the builder tests render: every sample, plus the branches no sample takes."""
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.validation import check_document
+from kimi_operator.builders import OperatorDefaults
+
+ROOT = Path(__file__).resolve().parents[3]
+SAMPLES = sorted((ROOT / "crds" / "samples").glob("*.yaml"))
+
+
+def _sample(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "crds" / "samples" / name).read_text())
+    return loaded
+
+
+def _edited(name: str, **spec: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(_sample(name))
+    doc["spec"].update(spec)
+    return doc
+
+
+HF = {
+    "huggingface": {
+        "repo": "moonshotai/Kimi-K3",
+        "revision": "v1",
+        "tokenSecretRef": {"name": "hf", "key": "token"},
+    }
+}
+
+# name -> (document, operator defaults)
+CASES: dict[str, tuple[dict[str, Any], OperatorDefaults]] = {
+    **{p.stem: (yaml.safe_load(p.read_text()), OperatorDefaults()) for p in SAMPLES},
+    "huggingface-no-domain-two-groups": (
+        _edited(
+            "k3-tp8-dspark.yaml",
+            model={"name": "moonshotai/Kimi-K3", "source": HF},
+            replicas=2,
+            computeDomain="Disabled",
+            scheduling={
+                "nodeSelector": {"pool": "gb300"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                "priorityClassName": "inference",
+            },
+            monitoring={"podMonitor": False},
+        ),
+        OperatorDefaults(),
+    ),
+    "single-node-fixed-image": (
+        _edited("k3-tp16-stock.yaml", gpus=8, gpusPerNode=8, image="example.com/vllm:fixed"),
+        OperatorDefaults(custom_all_reduce_fixed_images=frozenset({"example.com/vllm:fixed"})),
+    ),
+    "compute-domain-api-missing": (
+        _sample("k3-tp8-dspark.yaml"),
+        OperatorDefaults(compute_domain_available=False, serving_image="example.com/vllm:1"),
+    ),
+}
+
+
+def deployment(doc: dict[str, Any]) -> KimiDeployment:
+    report = check_document(doc)
+    assert report.deployment is not None, report.problems
+    return report.deployment

@@ -1,0 +1,36 @@
+"""The rendered children of every case, compared with reviewed YAML.
+
+After a deliberate change to the builders: `pytest tests/unit/builders --update-golden`, then
+review the diff of tests/unit/builders/golden/ like code.
+"""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kimi_operator.builders import build_children
+from tests.unit.builders.cases import CASES, SAMPLES, deployment
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_children_match_golden(case: str, request: pytest.FixtureRequest) -> None:
+    doc, defaults = CASES[case]
+    rendered = yaml.safe_dump_all(
+        build_children(deployment(doc), defaults), sort_keys=False, width=100
+    )
+    path = GOLDEN / f"{case}.yaml"
+    if request.config.getoption("--update-golden"):
+        path.write_text(rendered)
+    assert path.exists(), f"no golden file {path.name}: run pytest with --update-golden"
+    assert rendered == path.read_text(), f"{case}: rerun with --update-golden and review the diff"
+
+
+def test_every_golden_file_has_a_case() -> None:
+    assert {p.stem for p in GOLDEN.glob("*.yaml")} == set(CASES)
+
+
+def test_there_are_samples() -> None:
+    assert len(SAMPLES) >= 3

@@ -1,0 +1,95 @@
+"""Every child of every case is valid for the API server that will receive it: the upstream CRDs
+(LeaderWorkerSet, ComputeDomain, PodMonitor) by their OpenAPI v3 schema with unknown fields
+refused, built-in kinds by `kubernetes-validate`'s schemas."""
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from jsonschema import Draft4Validator
+
+from kimi_operator.builders import build_children
+from tests.unit.builders.cases import CASES, ROOT, deployment
+
+SCHEMAS = ROOT.parent / "shared" / "schemas"
+CRD_FILES = {
+    "LeaderWorkerSet": "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+    "ComputeDomain": "resource.nvidia.com_computedomains.yaml",
+    "PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
+}
+BUILT_IN = {"Service", "PodDisruptionBudget"}
+KUBERNETES_VERSION = "1.34"
+
+
+def strict(schema: Any) -> Any:
+    """Refuse fields the schema does not know (the API server would drop them silently)."""
+    if isinstance(schema, dict):
+        out = {k: v if k == "metadata" else strict(v) for k, v in schema.items()}
+        preserve = out.get("x-kubernetes-preserve-unknown-fields")
+        open_object = preserve or "additionalProperties" in out
+        if out.get("type") == "object" and "properties" in out and not open_object:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [strict(v) for v in schema]
+    return schema
+
+
+def _validator(path: Path, api_version: str) -> Draft4Validator:
+    crd = yaml.safe_load(path.read_text())
+    group = crd["spec"]["group"]
+    for version in crd["spec"]["versions"]:
+        if f"{group}/{version['name']}" == api_version:
+            return Draft4Validator(strict(version["schema"]["openAPIV3Schema"]))
+    raise AssertionError(f"{path.name} does not define {api_version}")
+
+
+VALIDATORS: dict[tuple[str, str], Draft4Validator] = {}
+
+
+def crd_errors(child: dict[str, Any]) -> list[str]:
+    key = (child["kind"], child["apiVersion"])
+    if key not in VALIDATORS:
+        VALIDATORS[key] = _validator(SCHEMAS / CRD_FILES[child["kind"]], child["apiVersion"])
+    return [
+        f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
+        for e in VALIDATORS[key].iter_errors(child)
+    ]
+
+
+def children() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for case, (doc, defaults) in sorted(CASES.items()):
+        for child in build_children(deployment(doc), defaults):
+            out.append((f"{case}:{child['kind']}/{child['metadata']['name']}", child))
+    return out
+
+
+ALL = children()
+
+
+def test_every_kind_is_covered() -> None:
+    assert {child["kind"] for _, child in ALL} == set(CRD_FILES) | BUILT_IN
+
+
+@pytest.mark.parametrize(("label", "child"), ALL, ids=[label for label, _ in ALL])
+def test_child_is_valid(label: str, child: dict[str, Any]) -> None:
+    if child["kind"] in BUILT_IN:
+        kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
+    else:
+        assert crd_errors(child) == [], label
+
+
+def test_a_wrong_child_is_refused() -> None:
+    """The checks can fail: a misspelt field and a wrong type are both caught."""
+    label, lws = next((lbl, c) for lbl, c in ALL if c["kind"] == "LeaderWorkerSet")
+    broken = yaml.safe_load(yaml.safe_dump(lws))
+    broken["spec"]["leaderWorkerTemplate"]["sizee"] = 2
+    broken["spec"]["replicas"] = "one"
+    assert len(crd_errors(broken)) == 2, label
+    service = next(c for _, c in ALL if c["kind"] == "Service")
+    bad_service = {**service, "spec": {**service["spec"], "ports": [{"port": "http"}]}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad_service, KUBERNETES_VERSION, strict=True)
