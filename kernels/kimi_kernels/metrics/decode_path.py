@@ -1,0 +1,281 @@
+"""General plugin: counts model steps by decode path, `kimi_decode_steps_total{path, reason}`.
+
+How vLLM 0.33.0 runs Kimi K3's specialized decode (read from the wheel): the model's forward asks
+`SpecializedDecode.plan(positions, intermediate_tensors)` for a plan; the planner only says yes
+while a FULL CUDA graph is being captured, so the fast path runs exactly when the V2 model runner
+replays a FULL graph that was captured with a plan (`CudaGraphManager.run_fullgraph`). Every other
+step calls the forward, where the planner says no (and gives no reason). So the plugin:
+
+- wraps `plan`: at capture, remembers per FULL-graph token count whether the plan was taken; at
+  run time (eager and PIECEWISE steps), counts a fallback step with the reason it classifies;
+- wraps `run_fullgraph`: counts the replay as specialized or fallback from what capture recorded;
+- wraps `GPUModelRunner.execute_model` to count real steps only (not profiling, warmup, capture)
+  and `GPUModelRunner.__init__` to learn the model, the backend and the ranks.
+
+Only TP rank 0 counts (every rank takes the same path). The first GPU worker of every pod serves
+the counters in text format on `$KIMI_METRICS_PORT` (address `$KIMI_METRICS_ADDR`, default all).
+When vLLM's internals differ from the above, serving goes on untouched: one warning, and
+`kimi_decode_path_instrumented 0`.
+"""
+
+import functools
+import importlib
+import inspect
+import logging
+import os
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from kimi_kernels.metrics import names
+from kimi_kernels.metrics.exporter import serve
+from kimi_kernels.metrics.stat_logger import decode_backend
+
+logger = logging.getLogger(__name__)
+
+DECODE_MODULE = "vllm.models.kimi_k3.nvidia.specialized_decode.runtime.decode"
+RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
+GRAPHS_MODULE = "vllm.v1.worker.gpu.cudagraph_utils"
+# (module, class, method, leading parameter names the wrapper relies on)
+TARGETS = (
+    (DECODE_MODULE, "SpecializedDecode", "plan", ("self", "positions", "intermediate_tensors")),
+    (RUNNER_MODULE, "GPUModelRunner", "__init__", ("self", "vllm_config")),
+    (
+        RUNNER_MODULE,
+        "GPUModelRunner",
+        "execute_model",
+        ("self", "scheduler_output", "intermediate_tensors", "dummy_run"),
+    ),
+    (GRAPHS_MODULE, "CudaGraphManager", "run_fullgraph", ("self", "desc")),
+)
+_WRAPPED = "__kimi_decode_path__"
+
+
+class Mismatch(Exception):
+    """vLLM's internals are not the ones this plugin instruments."""
+
+
+class DecodePathRecorder:
+    """The counters and what the wrappers learned; one per process."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.steps = Counter(
+            names.DECODE_STEPS,
+            "Model steps by decode path: specialized (Kimi K3 CuTe DSL decode) or fallback (stock "
+            "forward), with the reason of the fallback.",
+            list(names.DECODE_STEP_LABELS),
+            registry=registry,
+        )
+        self.instrumented = Gauge(
+            names.DECODE_PATH_INSTRUMENTED,
+            "1 when this vLLM's decode path is instrumented; 0 when its internals differ from "
+            "what kimi_kernels expects (kimi_decode_steps_total is then missing).",
+            registry=registry,
+        )
+        self.in_step: ContextVar[bool] = ContextVar("kimi_in_step", default=False)
+        self.captured: dict[int, tuple[str, str]] = {}  # FULL graph tokens -> (path, reason)
+        self.labels = ("", "auto")  # model_name, decode_backend
+        self.counting = False  # TP rank 0 of a model runner
+        self.failed = False
+        self.server: Any = None
+
+    def give_up(self, message: str) -> None:
+        if not self.failed:
+            logger.warning("kimi_kernels: decode path not instrumented: %s", message)
+        self.failed = True
+        self.counting = False
+        self.instrumented.set(0)
+
+    def guard(self, action: Callable[[], None]) -> None:
+        """Runs `action`; an exception disables the instrumentation instead of the step."""
+        if self.failed:
+            return
+        try:
+            action()
+        except Exception as error:  # never break serving over a metric
+            logger.debug("kimi_kernels: decode path hook failed", exc_info=True)
+            self.give_up(f"{type(error).__name__}: {error}")
+
+    def count(self, path: str, reason: str) -> None:
+        self.steps.labels(*self.labels, path, reason).inc()
+
+    def on_runner(self, vllm_config: Any, tp_rank: int, local_rank: int) -> None:
+        self.labels = (str(vllm_config.model_config.served_model_name), decode_backend(vllm_config))
+        self.counting = tp_rank == 0
+        if self.counting:  # every series exists from the start: rates of 0, not "no data"
+            self.steps.labels(*self.labels, names.PATH_SPECIALIZED, names.REASON_NONE)
+            for reason in names.FALLBACK_REASONS:
+                self.steps.labels(*self.labels, names.PATH_FALLBACK, reason)
+        if local_rank == 0:
+            self.start_server()
+
+    def start_server(self) -> None:
+        port = os.environ.get(names.METRICS_PORT_ENV)
+        if self.server is not None or not port:
+            return
+        address = os.environ.get(names.METRICS_ADDR_ENV, "")
+        try:
+            self.server = serve(self.registry, address, int(port))
+        except OSError as error:
+            logger.info("kimi_kernels: not serving metrics on port %s: %s", port, error)
+
+    def on_plan(self, decode: Any, positions: Any, intermediate_tensors: Any, step: Any) -> None:
+        import torch  # noqa: PLC0415 (present wherever vLLM runs)
+
+        tokens = int(positions.shape[0])
+        capturing = bool(torch.cuda.is_current_stream_capturing())
+        if step is not None:
+            outcome = (names.PATH_SPECIALIZED, names.REASON_NONE)
+        else:
+            reason = classify(decode, tokens, intermediate_tensors, capturing)
+            outcome = (names.PATH_FALLBACK, reason)
+        if capturing:
+            self.captured[tokens] = outcome
+        elif self.counting and self.in_step.get():
+            self.count(*outcome)
+
+    def on_full_replay(self, tokens: int) -> None:
+        outcome = self.captured.get(tokens)
+        if outcome is not None and self.counting and self.in_step.get():
+            self.count(*outcome)
+
+
+def classify(decode: Any, tokens: int, intermediate_tensors: Any, capturing: bool) -> str:
+    """Why the planner said no: the first that applies of the cases its docstring lists, batch
+    contents first (they say the most to an operator)."""
+    from vllm.config import CUDAGraphMode  # noqa: PLC0415
+    from vllm.forward_context import (  # noqa: PLC0415
+        get_forward_context,
+        is_forward_context_available,
+    )
+
+    if intermediate_tensors is not None:
+        return names.REASON_PIPELINE_STAGE
+    context = get_forward_context() if is_forward_context_available() else None
+    by_layer = context.attn_metadata if context is not None else None
+    rows = list(by_layer.values()) if isinstance(by_layer, dict) else []
+    prefills = any(getattr(md, "num_prefills", 0) for md in rows)
+    plain = any(getattr(md, "num_decodes", 0) for md in rows)
+    verify = any(getattr(md, "num_spec_decodes", 0) for md in rows)
+    if prefills:
+        return names.REASON_MIXED_BATCH if plain or verify else names.REASON_PREFILL
+    if plain and verify:
+        return names.REASON_MIXED_BATCH
+    if tokens > max(decode.batches):
+        return names.REASON_BATCH_TOO_LARGE
+    if tokens not in decode.batches:
+        return names.REASON_BATCH_NOT_PREPARED
+    if context is not None and context.cudagraph_runtime_mode == CUDAGraphMode.PIECEWISE:
+        return names.REASON_PIECEWISE_GRAPHS
+    if not capturing:
+        return names.REASON_OUTSIDE_CUDA_GRAPHS
+    return names.REASON_MIXED_BATCH  # captured, yet not a uniform decode / verify batch
+
+
+RECORDER = DecodePathRecorder(CollectorRegistry())
+
+
+def find_targets() -> dict[tuple[str, str], Callable[..., Any]]:
+    """The methods to wrap, by (class, method); raises Mismatch when one is missing or its
+    parameters are not the expected ones."""
+    found: dict[tuple[str, str], Callable[..., Any]] = {}
+    for module_name, class_name, method, params in TARGETS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise Mismatch(f"cannot import {module_name}: {error}") from error
+        owner = getattr(module, class_name, None)
+        function = getattr(owner, method, None)
+        if owner is None or not callable(function):
+            raise Mismatch(f"{module_name}.{class_name}.{method} is missing")
+        actual = tuple(inspect.signature(function).parameters)[: len(params)]
+        if actual != params:
+            raise Mismatch(f"{class_name}.{method}{actual} is not {class_name}.{method}{params}")
+        found[class_name, method] = function
+    return found
+
+
+def _wrap_plan(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def plan(self: Any, positions: Any, intermediate_tensors: Any) -> Any:
+        step = original(self, positions, intermediate_tensors)
+        RECORDER.guard(lambda: RECORDER.on_plan(self, positions, intermediate_tensors, step))
+        return step
+
+    return plan
+
+
+def _wrap_runner_init(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def __init__(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        original(self, vllm_config, *args, **kwargs)
+
+        def learn() -> None:
+            from vllm.distributed.parallel_state import get_tp_group  # noqa: PLC0415
+
+            group = get_tp_group()
+            RECORDER.on_runner(vllm_config, group.rank_in_group, group.local_rank)
+
+        RECORDER.guard(learn)
+
+    return __init__
+
+
+def _wrap_execute_model(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        dummy = kwargs.get("dummy_run", args[1] if len(args) > 1 else False)
+        token = RECORDER.in_step.set(not dummy)
+        try:
+            return original(self, scheduler_output, *args, **kwargs)
+        finally:
+            RECORDER.in_step.reset(token)
+
+    return execute_model
+
+
+def _wrap_run_fullgraph(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def run_fullgraph(self: Any, desc: Any) -> Any:
+        RECORDER.guard(lambda: RECORDER.on_full_replay(int(desc.num_tokens)))
+        return original(self, desc)
+
+    return run_fullgraph
+
+
+WRAPPERS = {
+    ("SpecializedDecode", "plan"): _wrap_plan,
+    ("GPUModelRunner", "__init__"): _wrap_runner_init,
+    ("GPUModelRunner", "execute_model"): _wrap_execute_model,
+    ("CudaGraphManager", "run_fullgraph"): _wrap_run_fullgraph,
+}
+
+
+def instrument(targets: dict[tuple[str, str], Callable[..., Any]], owners: dict[str, type]) -> None:
+    """Wraps each target method on its owner class, once (plugins load more than once)."""
+    for (class_name, method), function in targets.items():
+        if getattr(function, _WRAPPED, False):
+            continue
+        wrapped = WRAPPERS[class_name, method](function)
+        setattr(wrapped, _WRAPPED, True)
+        setattr(owners[class_name], method, wrapped)
+
+
+def register() -> None:
+    """Entry point of `vllm.general_plugins`; vLLM calls it in every process it starts."""
+    try:
+        targets = find_targets()
+        owners = {
+            class_name: importlib.import_module(module_name).__dict__[class_name]
+            for module_name, class_name, _, _ in TARGETS
+        }
+        instrument(targets, owners)
+    except Exception as error:  # Mismatch, or anything else: serving goes on regardless
+        RECORDER.give_up(str(error))
+        RECORDER.start_server()
+        return
+    if not RECORDER.failed:
+        RECORDER.instrumented.set(1)

@@ -1,0 +1,148 @@
+"""Stat-logger plugin: per-request decode throughput (prefill excluded) and time to first token.
+
+vLLM 0.33.0 loads it in the API-server process from the `vllm.stat_logger_plugins` entry point
+(`vllm.v1.metrics.loggers.load_stat_logger_plugin_factories`), checks it subclasses
+`StatLoggerBase` and, as an `AggregateStatLoggerBase`, builds one instance for all engines with
+`(vllm_config=..., engine_indexes=...)`. Its metrics go to prometheus-client's default registry,
+which vLLM serves on `/metrics` (or the multiprocess registry when vLLM sets one up).
+"""
+
+import importlib.metadata
+import logging
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Gauge, Histogram
+from vllm.v1.metrics.loggers import AggregateStatLoggerBase
+from vllm.v1.metrics.stats import (
+    FinishedRequestStats,
+    IterationStats,
+    MultiModalCacheStats,
+    SchedulerStats,
+)
+
+from kimi_kernels.metrics import names
+
+logger = logging.getLogger(__name__)
+
+
+def decode_backend(vllm_config: Any) -> str:
+    """`decode_backend` of `--additional-config` (vLLM's default: `auto`)."""
+    extra = getattr(vllm_config, "additional_config", None)
+    value = extra.get("decode_backend", "auto") if isinstance(extra, dict) else "auto"
+    return str(value)
+
+
+def decode_tokens_per_second(request: FinishedRequestStats) -> float | None:
+    """Output tokens after the first ÷ time from the first to the last token; None when the
+    request produced fewer than two tokens or no decode time (nothing to measure)."""
+    if request.num_generation_tokens < 2 or request.decode_time <= 0:
+        return None
+    return float((request.num_generation_tokens - 1) / request.decode_time)
+
+
+def time_to_first_token(request: FinishedRequestStats) -> float:
+    """Arrival to first token: the request's end-to-end latency less its decode time."""
+    return max(float(request.e2e_latency - request.decode_time), 0.0)
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def _gpu_name() -> str:
+    try:
+        from vllm.platforms import current_platform  # noqa: PLC0415 (resolves the platform)
+
+        return str(current_platform.get_device_name())
+    except Exception:  # any platform failure: the label says so instead of breaking serving
+        logger.warning("kimi_kernels: cannot read the GPU name", exc_info=True)
+        return "unknown"
+
+
+def _engine_gpus(vllm_config: Any) -> int:
+    parallel = vllm_config.parallel_config
+    return int(parallel.tensor_parallel_size * parallel.pipeline_parallel_size)
+
+
+def _unregister(registry: CollectorRegistry, name: str) -> None:
+    """Drop a collector left by an earlier instance (vLLM rebuilds its loggers in one process)."""
+    collector = registry._names_to_collectors.get(name)  # private, as vLLM does
+    if collector is not None:
+        registry.unregister(collector)
+
+
+class KimiStatLogger(AggregateStatLoggerBase):  # type: ignore[misc]  # vLLM is not type-checked
+    """Exports `kimi_request_decode_tokens_per_second`, `kimi_request_time_to_first_token_seconds`,
+    `kimi_build_info` and `kimi_engine_gpus`, labelled `model_name` and `decode_backend`."""
+
+    def __init__(
+        self,
+        vllm_config: Any,
+        engine_indexes: list[int] | None = None,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        self.engine_indexes = engine_indexes or [0]
+        model_name = str(vllm_config.model_config.served_model_name)
+        backend = decode_backend(vllm_config)
+        for name in (names.REQUEST_DECODE_TPS, names.REQUEST_TTFT, names.BUILD_INFO):
+            _unregister(registry, name)
+        _unregister(registry, names.ENGINE_GPUS)
+        labels = list(names.REQUEST_LABELS)
+        self.decode_tps = Histogram(
+            names.REQUEST_DECODE_TPS,
+            "Per-request decode throughput excluding prefill: output tokens after the first "
+            "divided by the time from the first to the last token.",
+            labels,
+            buckets=names.DECODE_TPS_BUCKETS,
+            registry=registry,
+        ).labels(model_name, backend)
+        self.ttft = Histogram(
+            names.REQUEST_TTFT,
+            "Time to first token of the requests measured by "
+            f"{names.REQUEST_DECODE_TPS} (arrival to first token).",
+            labels,
+            buckets=names.TTFT_BUCKETS,
+            registry=registry,
+        ).labels(model_name, backend)
+        Gauge(
+            names.BUILD_INFO,
+            "Always 1; the labels say what serves: vLLM and CuTe DSL versions, backend, GPU.",
+            list(names.BUILD_INFO_LABELS),
+            multiprocess_mode="mostrecent",
+            registry=registry,
+        ).labels(
+            model_name,
+            _version("vllm"),
+            _version("nvidia-cutlass-dsl"),
+            backend,
+            _gpu_name(),
+        ).set(1)
+        Gauge(
+            names.ENGINE_GPUS,
+            "GPUs this engine serves with (tensor x pipeline parallel size).",
+            labels,
+            multiprocess_mode="mostrecent",
+            registry=registry,
+        ).labels(model_name, backend).set(_engine_gpus(vllm_config))
+
+    def record(
+        self,
+        scheduler_stats: SchedulerStats | None,  # noqa: ARG002 (vLLM's interface)
+        iteration_stats: IterationStats | None,
+        mm_cache_stats: MultiModalCacheStats | None = None,  # noqa: ARG002
+        engine_idx: int = 0,  # noqa: ARG002
+    ) -> None:
+        if iteration_stats is None:
+            return
+        for request in iteration_stats.finished_requests:
+            rate = decode_tokens_per_second(request)
+            if rate is None:
+                continue
+            self.decode_tps.observe(rate)
+            self.ttft.observe(time_to_first_token(request))
+
+    def log_engine_initialized(self) -> None:
+        """Nothing to log: the metrics exist from construction."""

@@ -1,0 +1,395 @@
+"""Grafana dashboards as code (grafana-foundation-sdk): Kimi K3 decode, cost & capacity, and the
+operator itself. Decode and cost panels read the recording rules of `rules.py`."""
+
+import json
+from typing import Any
+
+from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import (
+    DataSourceRef,
+    GridPos,
+    Panel,
+    VariableOption,
+    VariableRefresh,
+    VariableSort,
+)
+
+from kimi_operator.observability.rules import WINDOW
+
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+# Every Kimi K3 query filters on these template variables.
+SELECTOR = 'namespace=~"$namespace", deployment=~"$deployment", model_name=~"$model"'
+BY = "namespace, deployment, model_name"
+# The cost dashboard's price of one GPU-hour, in the currency the user thinks in.
+PRICE_VARIABLE = "gpu_hour_price"
+DEFAULT_GPU_HOUR_PRICE = "3.00"
+
+
+def _query(expr: str, legend: str, ref: str) -> prometheus.Dataquery:
+    return (
+        prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(ref).datasource(DATASOURCE)
+    )
+
+
+class _Grid:
+    """Places panels left to right, two per row."""
+
+    def __init__(self) -> None:
+        self.x, self.y = 0, 0
+
+    def next(self, width: int = 12, height: int = 8) -> GridPos:
+        if self.x + width > 24:
+            self.x, self.y = 0, self.y + height
+        pos = GridPos(h=height, w=width, x=self.x, y=self.y)
+        self.x += width
+        return pos
+
+
+def _series(
+    grid: _Grid, title: str, unit: str, queries: list[tuple[str, str]], description: str = ""
+) -> Builder[Panel]:
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .unit(unit)
+        .datasource(DATASOURCE)
+        .grid_pos(grid.next())
+    )
+    for index, (expr, legend) in enumerate(queries):
+        panel = panel.with_target(_query(expr, legend, chr(ord("A") + index)))
+    return panel
+
+
+def _stat(grid: _Grid, title: str, unit: str, expr: str, description: str = "") -> Builder[Panel]:
+    return (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .unit(unit)
+        .datasource(DATASOURCE)
+        .grid_pos(grid.next(width=6, height=4))
+        .with_target(_query(expr, "{{deployment}}", "A"))
+    )
+
+
+def _label_variable(name: str, label: str, query: str) -> dashboard.QueryVariable:
+    return (
+        dashboard.QueryVariable(name)
+        .label(label)
+        .datasource(DATASOURCE)
+        .query(query)
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+        .current(VariableOption(selected=True, text="All", value="$__all"))
+    )
+
+
+def _kimi_dashboard(uid: str, title: str, description: str) -> dashboard.Dashboard:
+    return (
+        dashboard.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["kimi-k3", "vllm", "kimi-operator"])
+        .time("now-3h", "now")
+        .refresh("30s")
+        .with_variable(
+            dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
+        )
+        .with_variable(
+            _label_variable(
+                "namespace", "Namespace", "label_values(vllm:num_requests_running, namespace)"
+            )
+        )
+        .with_variable(
+            _label_variable(
+                "deployment",
+                "KimiDeployment",
+                'label_values(vllm:num_requests_running{namespace=~"$namespace"}, deployment)',
+            )
+        )
+        .with_variable(
+            _label_variable(
+                "model",
+                "Model",
+                'label_values(vllm:num_requests_running{namespace=~"$namespace", '
+                'deployment=~"$deployment"}, model_name)',
+            )
+        )
+    )
+
+
+def _rule(name: str) -> str:
+    return f"{name}{{{SELECTOR}}}"
+
+
+def decode_dashboard() -> dashboard.Dashboard:
+    grid = _Grid()
+    per_user = f"kimi:decode_tokens_per_second_per_user:%s_{WINDOW}"
+    board = _kimi_dashboard(
+        "kimi-k3-decode",
+        "Kimi K3 decode",
+        "Decode speed per user (prefill excluded), latency, speculative decoding and whether "
+        "vLLM's latency-specialized decode path actually runs.",
+    )
+    panels = [
+        _stat(grid, "Decode tok/s per user (p50)", "none", _rule(per_user % "p50")),
+        _stat(grid, "Decode tok/s per user (p90)", "none", _rule(per_user % "p90")),
+        _stat(
+            grid,
+            "Fast-path fraction",
+            "percentunit",
+            _rule(f"kimi:decode_fast_path_fraction:ratio_{WINDOW}"),
+            "Share of pure decode steps that ran the specialized CuTe DSL decode.",
+        ),
+        _stat(
+            grid,
+            "Acceptance length",
+            "none",
+            _rule(f"kimi:spec_decode_acceptance_length:ratio_{WINDOW}"),
+        ),
+        _series(
+            grid,
+            "Decode tok/s per user",
+            "none",
+            [
+                (_rule(per_user % "p50"), "{{deployment}} p50"),
+                (_rule(per_user % "p90"), "{{deployment}} p90"),
+                (_rule(per_user % "mean"), "{{deployment}} mean"),
+            ],
+            "Per finished request: output tokens after the first / time after the first token.",
+        ),
+        _series(
+            grid,
+            "Generation tok/s",
+            "none",
+            [
+                (_rule(f"kimi:generation_tokens_per_second:rate_{WINDOW}"), "{{deployment}}"),
+                (
+                    _rule(f"kimi:generation_tokens_per_gpu_second:rate_{WINDOW}"),
+                    "{{deployment}} per GPU",
+                ),
+            ],
+        ),
+        _series(
+            grid,
+            "Inter-token latency",
+            "s",
+            [
+                (_rule(f"kimi:inter_token_latency_seconds:{q}_{WINDOW}"), f"{{{{deployment}}}} {q}")
+                for q in ("p50", "p90", "p99")
+            ],
+        ),
+        _series(
+            grid,
+            "Time to first token",
+            "s",
+            [
+                (_rule(f"kimi:time_to_first_token_seconds:{q}_{WINDOW}"), f"{{{{deployment}}}} {q}")
+                for q in ("p50", "p90", "p99")
+            ],
+        ),
+        _series(
+            grid,
+            "Speculative decoding: acceptance length",
+            "none",
+            [(_rule(f"kimi:spec_decode_acceptance_length:ratio_{WINDOW}"), "{{deployment}}")],
+            "Tokens per verify step: 1 (bonus token) + accepted drafts / drafts.",
+        ),
+        _series(
+            grid,
+            "Speculative decoding: acceptance by position",
+            "percentunit",
+            [
+                (
+                    _rule(f"kimi:spec_decode_acceptance_per_position:ratio_{WINDOW}"),
+                    "{{deployment}} position {{position}}",
+                )
+            ],
+        ),
+        _series(
+            grid,
+            "Fast-path fraction",
+            "percentunit",
+            [(_rule(f"kimi:decode_fast_path_fraction:ratio_{WINDOW}"), "{{deployment}}")],
+            "Pure decode steps on the specialized decode; prefill and mixed batches left out.",
+        ),
+        _series(
+            grid,
+            "Fallback steps by reason",
+            "ops",
+            [(_rule(f"kimi:decode_fallback_steps:rate_{WINDOW}"), "{{deployment}} {{reason}}")],
+            "Steps on the stock forward per second, by the reason the planner said no.",
+        ),
+        _series(
+            grid,
+            "Requests running / waiting",
+            "none",
+            [
+                (
+                    f"sum by ({BY}) (vllm:num_requests_running{{{SELECTOR}}})",
+                    "{{deployment}} running",
+                ),
+                (
+                    f"sum by ({BY}) (vllm:num_requests_waiting{{{SELECTOR}}})",
+                    "{{deployment}} waiting",
+                ),
+            ],
+        ),
+        _series(
+            grid,
+            "KV cache usage",
+            "percentunit",
+            [(f"max by ({BY}) (vllm:kv_cache_usage_perc{{{SELECTOR}}})", "{{deployment}}")],
+        ),
+        _series(
+            grid,
+            "Prefix cache hit rate",
+            "percentunit",
+            [(_rule(f"kimi:prefix_cache_hit_ratio:ratio_{WINDOW}"), "{{deployment}}")],
+        ),
+    ]
+    for panel in panels:
+        board = board.with_panel(panel)
+    return board
+
+
+def cost_expressions() -> dict[str, str]:
+    """The cost panels' queries (also what the Prometheus test checks against fed values)."""
+    gpus = _rule("kimi:engine_gpus:sum")
+    tokens = _rule(f"kimi:generation_tokens_per_second:rate_{WINDOW}")
+    price = f"${PRICE_VARIABLE}"
+    return {
+        "per_million": f"{gpus} * {price} / ({tokens} * 3600) * 1e6",
+        "per_gpu_second": _rule(f"kimi:generation_tokens_per_gpu_second:rate_{WINDOW}"),
+        "gpus": gpus,
+        "per_hour": f"{gpus} * {price}",
+        "tokens_per_hour": f"{tokens} * 3600",
+    }
+
+
+def cost_dashboard() -> dashboard.Dashboard:
+    grid = _Grid()
+    exprs = cost_expressions()
+    board = _kimi_dashboard(
+        "kimi-k3-cost",
+        "Kimi K3 cost & capacity",
+        "What a million output tokens costs at a GPU-hour price you set, and how much each GPU "
+        "produces.",
+    ).with_variable(
+        dashboard.TextBoxVariable(PRICE_VARIABLE)
+        .label("GPU-hour price")
+        .description("Price of one GPU for one hour (any currency).")
+        .default_value(DEFAULT_GPU_HOUR_PRICE)
+        .current(
+            VariableOption(selected=True, text=DEFAULT_GPU_HOUR_PRICE, value=DEFAULT_GPU_HOUR_PRICE)
+        )
+    )
+    panels = [
+        _stat(grid, "Cost per 1M output tokens", "none", exprs["per_million"]),
+        _stat(grid, "Output tokens per GPU-second", "none", exprs["per_gpu_second"]),
+        _stat(grid, "GPUs in use", "none", exprs["gpus"]),
+        _stat(grid, "Cost per hour", "none", exprs["per_hour"]),
+        _series(
+            grid,
+            "Cost per 1M output tokens",
+            "none",
+            [(exprs["per_million"], "{{deployment}}")],
+            "GPUs x GPU-hour price / output tokens per hour x 1e6.",
+        ),
+        _series(
+            grid,
+            "Output tokens per GPU-second",
+            "none",
+            [(exprs["per_gpu_second"], "{{deployment}}")],
+        ),
+        _series(grid, "GPUs in use per deployment", "none", [(exprs["gpus"], "{{deployment}}")]),
+        _series(
+            grid, "Output tokens per hour", "none", [(exprs["tokens_per_hour"], "{{deployment}}")]
+        ),
+    ]
+    for panel in panels:
+        board = board.with_panel(panel)
+    return board
+
+
+def operator_dashboard() -> dashboard.Dashboard:
+    grid = _Grid()
+    board = (
+        dashboard.Dashboard("kimi-operator")
+        .uid("kimi-operator")
+        .description("The operator: reconciles, errors, durations, KimiDeployments by condition.")
+        .tags(["kimi-operator"])
+        .time("now-6h", "now")
+        .refresh("30s")
+        .with_variable(
+            dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
+        )
+    )
+    duration = "kimi_operator_reconcile_duration_seconds_bucket"
+    panels = [
+        _series(
+            grid,
+            "Reconciles by result",
+            "ops",
+            [(f"sum by (result) (rate(kimi_operator_reconciles_total[{WINDOW}]))", "{{result}}")],
+        ),
+        _series(
+            grid,
+            "Reconcile errors by kind",
+            "ops",
+            [(f"sum by (kind) (rate(kimi_operator_reconcile_errors_total[{WINDOW}]))", "{{kind}}")],
+        ),
+        _series(
+            grid,
+            "Reconcile duration",
+            "s",
+            [
+                (f"histogram_quantile({q}, sum by (le) (rate({duration}[{WINDOW}])))", name)
+                for q, name in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99"))
+            ],
+        ),
+        _series(
+            grid,
+            "KimiDeployments by condition",
+            "none",
+            [
+                (
+                    "sum by (condition, status) (kimi_operator_deployments)",
+                    "{{condition}}={{status}}",
+                )
+            ],
+        ),
+        _series(
+            grid,
+            "API server requests by status",
+            "ops",
+            [
+                (
+                    f"sum by (verb, code) (rate(kimi_operator_api_requests_total[{WINDOW}]))",
+                    "{{verb}} {{code}}",
+                )
+            ],
+        ),
+    ]
+    for panel in panels:
+        board = board.with_panel(panel)
+    return board
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    """File name (under charts/kimi-operator/dashboards/) -> dashboard JSON model."""
+    built = {
+        "kimi-k3-decode.json": decode_dashboard(),
+        "kimi-k3-cost.json": cost_dashboard(),
+        "kimi-operator.json": operator_dashboard(),
+    }
+    return {
+        name: json.loads(json.dumps(board.build(), cls=JSONEncoder))
+        for name, board in built.items()
+    }

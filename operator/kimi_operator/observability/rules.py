@@ -1,0 +1,198 @@
+"""Recording rules and alerts for Kimi K3 deployments, as a plain Prometheus rules file.
+
+Series carry `namespace` and `deployment` (the KimiDeployment's name) from the scrape: the
+PodMonitor relabels `app.kubernetes.io/instance` to `deployment`. The operator's own metrics are
+scraped with `honor_labels`.
+"""
+
+from typing import Any
+
+# Decode-rate floor (tok/s per user, p50) below which KimiDecodeRateBelowFloor fires. The chart's
+# PrometheusRule template replaces this exact text with its value (see FLOOR_MARKER).
+DEFAULT_DECODE_FLOOR = 20
+FLOOR_MARKER = "kimi:decode_tokens_per_second_per_user:p50_5m < "
+TTFT_P90_LIMIT_SECONDS = 10
+KV_CACHE_FULL = 0.95
+FAST_PATH_MIN_FRACTION = 0.5
+
+BY = "namespace, deployment, model_name"
+WINDOW = "5m"
+
+
+def _quantile(q: float, bucket: str, by: str = BY) -> str:
+    return f"histogram_quantile({q}, sum by ({by}, le) (rate({bucket}[{WINDOW}])))"
+
+
+def _rate_sum(metric: str, by: str = BY, selector: str = "") -> str:
+    return f"sum by ({by}) (rate({metric}{selector}[{WINDOW}]))"
+
+
+def recording_rules() -> list[dict[str, str]]:
+    rules: list[dict[str, str]] = []
+    decode = "kimi_request_decode_tokens_per_second"
+    for q, name in ((0.5, "p50"), (0.9, "p90")):
+        rules.append(
+            {
+                "record": f"kimi:decode_tokens_per_second_per_user:{name}_{WINDOW}",
+                "expr": _quantile(q, f"{decode}_bucket"),
+            }
+        )
+    rules.append(
+        {
+            "record": f"kimi:decode_tokens_per_second_per_user:mean_{WINDOW}",
+            "expr": f"{_rate_sum(f'{decode}_sum')} / {_rate_sum(f'{decode}_count')}",
+        }
+    )
+    for metric, stem in (
+        ("vllm:inter_token_latency_seconds", "kimi:inter_token_latency_seconds"),
+        ("vllm:time_to_first_token_seconds", "kimi:time_to_first_token_seconds"),
+    ):
+        for q, name in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
+            rules.append(
+                {"record": f"{stem}:{name}_{WINDOW}", "expr": _quantile(q, f"{metric}_bucket")}
+            )
+    rules += [
+        {
+            "record": f"kimi:generation_tokens_per_second:rate_{WINDOW}",
+            "expr": _rate_sum("vllm:generation_tokens_total"),
+        },
+        {"record": "kimi:engine_gpus:sum", "expr": f"sum by ({BY}) (kimi_engine_gpus)"},
+        {
+            "record": f"kimi:generation_tokens_per_gpu_second:rate_{WINDOW}",
+            "expr": f"kimi:generation_tokens_per_second:rate_{WINDOW} / kimi:engine_gpus:sum",
+        },
+        {
+            # Mean tokens per verify step: the bonus token plus the accepted drafts.
+            "record": f"kimi:spec_decode_acceptance_length:ratio_{WINDOW}",
+            "expr": f"1 + {_rate_sum('vllm:spec_decode_num_accepted_tokens_total')}"
+            f" / {_rate_sum('vllm:spec_decode_num_drafts_total')}",
+        },
+        {
+            # Share of verify steps whose draft token at `position` was accepted.
+            "record": f"kimi:spec_decode_acceptance_per_position:ratio_{WINDOW}",
+            "expr": _rate_sum(
+                "vllm:spec_decode_num_accepted_tokens_per_pos_total", f"{BY}, position"
+            )
+            + f" / on ({BY}) group_left {_rate_sum('vllm:spec_decode_num_drafts_total')}",
+        },
+        {
+            # Share of pure decode steps (prefill and mixed batches left out: they never can)
+            # that ran the specialized decode.
+            "record": f"kimi:decode_fast_path_fraction:ratio_{WINDOW}",
+            "expr": _rate_sum(
+                "kimi_decode_steps_total", f"{BY}, decode_backend", '{path="specialized"}'
+            )
+            + " / "
+            + _rate_sum(
+                "kimi_decode_steps_total",
+                f"{BY}, decode_backend",
+                '{reason!~"prefill|mixed_batch"}',
+            ),
+        },
+        {
+            "record": f"kimi:decode_fallback_steps:rate_{WINDOW}",
+            "expr": _rate_sum(
+                "kimi_decode_steps_total", f"{BY}, decode_backend, reason", '{path="fallback"}'
+            ),
+        },
+        {
+            "record": f"kimi:prefix_cache_hit_ratio:ratio_{WINDOW}",
+            "expr": f"{_rate_sum('vllm:prefix_cache_hits_total')}"
+            f" / {_rate_sum('vllm:prefix_cache_queries_total')}",
+        },
+    ]
+    return rules
+
+
+def _alert(
+    name: str, expr: str, duration: str, *, severity: str, summary: str, description: str
+) -> dict[str, Any]:
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": duration,
+        "labels": {"severity": severity},
+        "annotations": {"summary": summary, "description": description},
+    }
+
+
+def alerting_rules(decode_floor: float = DEFAULT_DECODE_FLOOR) -> list[dict[str, Any]]:
+    where = "{{ $labels.namespace }}/{{ $labels.deployment }}"
+    return [
+        _alert(
+            "KimiDecodeFastPathFallback",
+            f'kimi:decode_fast_path_fraction:ratio_{WINDOW}{{decode_backend="latency_specialized"}}'
+            f" < {FAST_PATH_MIN_FRACTION}",
+            "15m",
+            severity="warning",
+            summary=f"Kimi K3 {where}: the specialized decode path is not used",
+            description=(
+                "Only {{ $value | humanizePercentage }} of pure decode steps ran the latency-"
+                'specialized decode. See kimi_decode_steps_total{path="fallback"} by reason: '
+                "piecewise_graphs or outside_cuda_graphs means the CUDA graph mode was "
+                "downgraded at start-up; batch_too_large means more than 64 decode tokens per step."
+            ),
+        ),
+        _alert(
+            "KimiDecodePathNotInstrumented",
+            "max by (namespace, deployment, pod) (kimi_decode_path_instrumented) == 0",
+            "15m",
+            severity="info",
+            summary=f"Kimi K3 {where}: decode path counters unavailable",
+            description=(
+                "The kimi_kernels plugin could not instrument this vLLM's decode path "
+                "(its internals differ); serving is unaffected but kimi_decode_steps_total "
+                "is missing."
+            ),
+        ),
+        _alert(
+            "KimiDecodeRateBelowFloor",
+            f"{FLOOR_MARKER}{decode_floor:g}",
+            "10m",
+            severity="warning",
+            summary=f"Kimi K3 {where}: per-user decode rate below the floor",
+            description=(
+                "The median user decodes at {{ $value | humanize }} tok/s (prefill "
+                f"excluded), below the floor of {decode_floor:g} tok/s."
+            ),
+        ),
+        _alert(
+            "KimiDeploymentNotReady",
+            'sum by (condition, status) (kimi_operator_deployments{condition="Ready", '
+            'status!="True"}) > 0',
+            "10m",
+            severity="critical",
+            summary="{{ $value }} KimiDeployment(s) not Ready",
+            description=("kubectl get kimi -A shows which; its Ready condition says why."),
+        ),
+        _alert(
+            "KimiKVCacheNearlyFull",
+            f"max by ({BY}) (vllm:kv_cache_usage_perc) > {KV_CACHE_FULL}",
+            "10m",
+            severity="warning",
+            summary=f"Kimi K3 {where}: KV cache nearly full",
+            description=(
+                "KV cache usage is {{ $value | humanizePercentage }}; requests will queue or be "
+                "preempted. Add replicas or lower maxNumSeqs."
+            ),
+        ),
+        _alert(
+            "KimiTimeToFirstTokenHigh",
+            f"kimi:time_to_first_token_seconds:p90_{WINDOW} > {TTFT_P90_LIMIT_SECONDS}",
+            "10m",
+            severity="warning",
+            summary=f"Kimi K3 {where}: TTFT p90 high",
+            description=(
+                "90% of requests wait up to {{ $value | humanizeDuration }} for their first token."
+            ),
+        ),
+    ]
+
+
+def rules_file(decode_floor: float = DEFAULT_DECODE_FLOOR) -> dict[str, Any]:
+    return {
+        "groups": [
+            {"name": "kimi-k3.recording", "rules": recording_rules()},
+            {"name": "kimi-k3.alerts", "rules": alerting_rules(decode_floor)},
+        ]
+    }
