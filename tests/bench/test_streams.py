@@ -27,6 +27,7 @@ class Scripted:
 
     def __init__(self) -> None:
         self.pieces: list[bytes] = []
+        self.content_type = "text/event-stream"
         self.app = web.Application()
         self.app.router.add_get("/v1/models", self._models)
         self.app.router.add_post("/v1/completions", self._stream)
@@ -36,7 +37,7 @@ class Scripted:
         return web.json_response({"data": [{"id": "m"}]})
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        response = web.StreamResponse(headers={"Content-Type": self.content_type})
         await response.prepare(request)
         for piece in self.pieces:
             await response.write(piece)
@@ -130,3 +131,13 @@ def test_broken_streams_are_failed_requests(
     record = bench(cli, url, tmp_path)
     assert record["error"].startswith(error)
     assert record["ttft_s"] is None
+
+
+def test_an_answer_that_is_not_a_stream(
+    cli: Cli, scripted: tuple[Scripted, str], tmp_path: Path
+) -> None:
+    server, url = scripted
+    server.content_type = "application/json"
+    server.pieces = [b'{"choices": [{"text": "all at once"}]}']
+    record = bench(cli, url, tmp_path)
+    assert record["error"] == "not an event stream: application/json"

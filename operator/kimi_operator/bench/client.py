@@ -213,6 +213,8 @@ async def stream_request(
         async with session.post(url, data=payload, headers=headers) as response:
             if response.status != 200:
                 outcome.error = _http_error(response.status, await response.text())
+            elif response.content_type != "text/event-stream":
+                outcome.error = f"not an event stream: {response.content_type}"
             else:
                 protocol = response.connection.protocol if response.connection else None
                 async for data in response.content.iter_any():
