@@ -1,0 +1,332 @@
+"""The chart as `helm` sees it: lint, render with several value sets, every object valid for the API
+server that receives it, the CRD equal to crds/, the operator pod hardened, bad values refused."""
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from jsonschema import Draft4Validator
+
+from .helm import CHART, ROOT, helm, of_kind, template, write_values
+
+KUBERNETES_VERSION = "1.34"
+SCHEMAS = ROOT.parent / "shared" / "schemas"
+UPSTREAM = {
+    "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
+    "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml",
+}
+CRD_SOURCE = ROOT / "crds" / "kimi-operator.io_kimideployments.yaml"
+CRD_COPY = CHART / "files" / "kimi-operator.io_kimideployments.yaml"
+DIGEST = "sha256:" + "ab" * 32
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "namespaced": {"watchNamespaces": ["inference", "research"]},
+    "observability": {
+        "dashboards": {"enabled": True, "namespace": "monitoring"},
+        "prometheusRule": {"enabled": True, "labels": {"release": "prom"}},
+        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+    },
+    "digests": {
+        "image": {"repository": "registry.example.com/kimi/operator", "digest": DIGEST},
+        "servingImage": {"repository": "registry.example.com/kimi/vllm", "digest": DIGEST},
+    },
+    "peering": {"replicaCount": 3, "peering": {"enabled": True}, "crds": {"keep": False}},
+}
+
+
+def _strict(schema: Any) -> Any:
+    """Refuse fields a CRD's schema does not know."""
+    if isinstance(schema, dict):
+        out = {k: v if k == "metadata" else _strict(v) for k, v in schema.items()}
+        preserve = out.get("x-kubernetes-preserve-unknown-fields")
+        open_object = preserve or "additionalProperties" in out
+        if out.get("type") == "object" and "properties" in out and not open_object:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+def _upstream_validator(kind: str) -> Draft4Validator:
+    crd = yaml.safe_load((SCHEMAS / UPSTREAM[kind]).read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return Draft4Validator(_strict(version["schema"]["openAPIV3Schema"]))
+
+
+def validate(obj: dict[str, Any]) -> None:
+    """Raise unless `obj` is what the API server accepts for its kind."""
+    if obj["kind"] in UPSTREAM:
+        errors = [
+            f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in _upstream_validator(obj["kind"]).iter_errors(obj)
+        ]
+        assert not errors, f"{obj['kind']} {obj['metadata']['name']}: {errors}"
+    else:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    return {
+        name: template(values, tmp_path_factory.mktemp(name)) for name, values in VALUE_SETS.items()
+    }
+
+
+def test_lint() -> None:
+    result = helm("lint", "--strict", str(CHART))
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_lint_with_values(name: str, tmp_path: Path) -> None:
+    helm("lint", "--strict", str(CHART), "--values", str(write_values(tmp_path, VALUE_SETS[name])))
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_every_object_is_valid(name: str, rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered[name]
+    assert objects
+    for obj in objects:
+        validate(obj)
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "kimi-operator"
+        assert labels["app.kubernetes.io/instance"] == "kimi"
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+
+
+def test_validation_catches_a_bad_object(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The validation above can fail: a wrong field in a built-in kind and in a ServiceMonitor."""
+    (deployment,) = of_kind(rendered["defaults"], "Deployment")
+    deployment["spec"]["replica"] = 1
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(deployment)
+    (monitor,) = of_kind(rendered["observability"], "ServiceMonitor")
+    monitor["spec"]["endpoints"][0]["intervall"] = "30s"
+    with pytest.raises(AssertionError, match="intervall"):
+        validate(monitor)
+
+
+def test_default_install(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    kinds = sorted(o["kind"] for o in rendered["defaults"])
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+    ]
+
+
+# --- the CRD ---------------------------------------------------------------------------------
+
+
+def test_chart_copy_of_the_crd_is_crds() -> None:
+    assert CRD_COPY.read_text() == CRD_SOURCE.read_text(), "run `make crd`"
+
+
+def test_rendered_crd_is_crds(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    (crd,) = of_kind(rendered["defaults"], "CustomResourceDefinition")
+    assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    assert crd["metadata"].pop("labels")["app.kubernetes.io/part-of"] == "kimi-operator"
+    assert crd == yaml.safe_load(CRD_SOURCE.read_text())
+
+
+def test_crds_not_kept_when_asked(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    crds = of_kind(rendered["peering"], "CustomResourceDefinition")
+    assert sorted(c["metadata"]["name"] for c in crds) == [
+        "clusterkopfpeerings.kopf.dev",
+        "kimideployments.kimi-operator.io",
+        "kopfpeerings.kopf.dev",
+    ]
+    assert all("annotations" not in c["metadata"] for c in crds)
+
+
+def test_no_crds_when_disabled(tmp_path: Path) -> None:
+    objects = template({"crds": {"enabled": False}, "peering": {"enabled": True}}, tmp_path)
+    assert not of_kind(objects, "CustomResourceDefinition")
+
+
+# --- the operator's pod ------------------------------------------------------------------------
+
+
+def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = of_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def test_operator_pod_is_hardened(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    (deployment,) = of_kind(rendered["defaults"], "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = _container(rendered["defaults"])
+    security = container["securityContext"]
+    assert security["runAsUser"] == 65532
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["resources"]["requests"]
+    assert container["resources"]["limits"]
+    health = next(p for p in container["ports"] if p["name"] == "health")
+    assert health["containerPort"] == 8080
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_operator_arguments(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert _container(rendered["defaults"])["args"] == [
+        "--serving-image=ghcr.io/kimi-operator/vllm-kimi:0.33.0",
+        "--health=0.0.0.0:8080",
+        "--metrics=0.0.0.0:9090",
+        "--resync-interval=60",
+        "--workers=16",
+    ]
+    args = _container(rendered["namespaced"])["args"]
+    assert "--namespace=inference" in args
+    assert "--namespace=research" in args
+    assert "--peering=kimi-operator" in _container(rendered["peering"])["args"]
+
+
+def test_images_by_digest(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert _container(rendered["defaults"])["image"] == "ghcr.io/kimi-operator/kimi-operator:0.1.0"
+    container = _container(rendered["digests"])
+    assert container["image"] == f"registry.example.com/kimi/operator@{DIGEST}"
+    assert f"--serving-image=registry.example.com/kimi/vllm@{DIGEST}" in container["args"]
+
+
+def test_metrics_service_and_monitor(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    (service,) = of_kind(rendered["observability"], "Service")
+    (deployment,) = of_kind(rendered["observability"], "Deployment")
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == selector
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    (monitor,) = of_kind(rendered["observability"], "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["selector"]["matchLabels"] == selector
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_service_monitor_needs_the_service(tmp_path: Path) -> None:
+    values = {"metrics": {"service": {"enabled": False}, "serviceMonitor": {"enabled": True}}}
+    result = helm(
+        "template", "kimi", str(CHART), "--values", str(write_values(tmp_path, values)), check=False
+    )
+    assert result.returncode != 0
+    assert "metrics.serviceMonitor.enabled needs metrics.service.enabled" in result.stderr
+
+
+# --- dashboards and alerts -------------------------------------------------------------------
+
+
+def test_one_configmap_per_dashboard(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    dashboards = sorted((CHART / "dashboards").glob("*.json"))
+    maps = of_kind(rendered["observability"], "ConfigMap")
+    assert len(maps) == len(dashboards)
+    for config_map in maps:
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert config_map["metadata"]["namespace"] == "monitoring"
+    contents = {name: text for m in maps for name, text in m["data"].items()}
+    assert contents == {d.name: d.read_text().rstrip("\n") for d in dashboards}
+
+
+def test_dashboards_from_whatever_json_is_there(tmp_path: Path) -> None:
+    """The ConfigMaps follow the files (not a fixed list); the label is configurable."""
+    chart = tmp_path / "kimi-operator"
+    shutil.copytree(CHART, chart)
+    shutil.rmtree(chart / "dashboards", ignore_errors=True)
+    (chart / "dashboards").mkdir()
+    (chart / "dashboards" / "extra.json").write_text(json.dumps({"title": "Extra"}))
+    values = {"dashboards": {"enabled": True, "label": "team-dashboards", "labelValue": "yes"}}
+    (config_map,) = of_kind(template(values, tmp_path, chart=chart), "ConfigMap")
+    assert config_map["metadata"]["labels"]["team-dashboards"] == "yes"
+    assert config_map["metadata"]["namespace"] == "kimi-system"
+    assert json.loads(config_map["data"]["extra.json"]) == {"title": "Extra"}
+
+
+def test_prometheus_rule_is_a_toggle(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert not of_kind(rendered["defaults"], "PrometheusRule")
+    (rule,) = of_kind(rendered["observability"], "PrometheusRule")
+    assert rule["spec"]["groups"]
+
+
+# --- values: schema and documentation --------------------------------------------------------
+
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
+VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
+
+
+def _keys(schema: dict[str, Any], value: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted key, its schema, its default in values.yaml) for every key of values.yaml."""
+    out = []
+    for key, sub in value.items():
+        dotted = f"{path}{key}"
+        assert key in schema["properties"], f"{dotted} is in values.yaml but not in the schema"
+        prop = schema["properties"][key]
+        out.append((dotted, prop, sub))
+        if prop.get("additionalProperties") is False:
+            out += _keys(prop, sub, f"{dotted}.")
+    return out
+
+
+def test_schema_describes_every_key_with_its_default() -> None:
+    assert SCHEMA["additionalProperties"] is False
+    for dotted, prop, default in _keys(SCHEMA, VALUES):
+        assert prop.get("description"), f"{dotted}: no description"
+        assert "default" in prop, f"{dotted}: no default"
+        assert prop["default"] == default, f"{dotted}: default differs"
+        if prop.get("type") == "object" and "properties" in prop:
+            assert prop["additionalProperties"] is False, f"{dotted}: additionalProperties"
+            assert set(prop["properties"]) == set(default), f"{dotted}: keys differ"
+
+
+def test_readme_has_every_key() -> None:
+    readme = (CHART / "README.md").read_text()
+    for dotted, prop, default in _keys(SCHEMA, VALUES):
+        if prop.get("additionalProperties") is False:
+            continue  # its keys have rows of their own
+        row = f"| `{dotted}` | `{json.dumps(default)}` | {prop['description']} |"
+        assert row in readme, f"README.md lacks the row of {dotted}: {row}"
+
+
+BAD_VALUES = [
+    ({"replicaCount": 2}, "at '/peering/enabled': value must be true"),
+    ({"replicas": 1}, "additional properties 'replicas' not allowed"),
+    ({"image": {"digest": "sha256:nothex"}}, "at '/image/digest'"),
+    ({"crds": {"keep": "yes"}}, "at '/crds/keep': got string, want boolean"),
+    ({"watchNamespaces": ["Not_A_Namespace"]}, "at '/watchNamespaces/0'"),
+    ({"servingImage": {"tag": "", "digest": ""}}, "at '/servingImage'"),
+    ({"metrics": {"serviceMonitor": {"interval": "30 seconds"}}}, "interval"),
+    ({"operator": {"metricsPort": 70000}}, "at '/operator/metricsPort': maximum"),
+]
+
+
+@pytest.mark.parametrize(("values", "message"), BAD_VALUES)
+def test_bad_values_are_refused(values: dict[str, Any], message: str, tmp_path: Path) -> None:
+    result = helm(
+        "template", "kimi", str(CHART), "--values", str(write_values(tmp_path, values)), check=False
+    )
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert message in result.stderr
+
+
+def test_notes_say_what_was_installed_and_what_to_apply() -> None:
+    result = helm("install", "kimi", str(CHART), "--dry-run=client", "--namespace", "kimi-system")
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "the KimiDeployment CRD (kimideployments.kimi-operator.io), kept on uninstall" in notes
+    assert "RBAC: a ClusterRole" in notes
+    assert "kubectl apply -n inference -f crds/samples/k3-tp16-latency.yaml" in notes
+    assert (ROOT / "crds" / "samples" / "k3-tp16-latency.yaml").exists()
