@@ -27,7 +27,7 @@ import yaml
 from kmock._internal import parsing
 
 from kimi_operator.api.crd import crd
-from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import CHILD_RESOURCES, LEADER_WORKER_SET, Resource
 from kimi_operator.runner import OperatorThread, RunConfig
@@ -260,10 +260,27 @@ def _serve_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parsing, "parse_path", parse_path)
 
 
+def _record_requests(
+    monkeypatch: pytest.MonkeyPatch, into: list[tuple[str, str, dict[str, str]]]
+) -> None:
+    """Every HTTP request the API server receives from the operator (kopf's too), as it arrives:
+    whatever the emulator then does with it."""
+    original = ApiServer.__call__
+
+    async def recorded(self: ApiServer, raw: Any) -> Any:
+        if raw.headers.get("User-Agent") != TEST_AGENT:
+            into.append((raw.method, raw.path, dict(raw.query)))
+        return await original(self, raw)
+
+    monkeypatch.setattr(ApiServer, "__call__", recorded)
+
+
 def _observe(monkeypatch: pytest.MonkeyPatch, namespaces: tuple[str, ...]) -> Observed:
     observed = Observed()
     _record_call_sites(monkeypatch, observed.reached)
     _serve_namespaces(monkeypatch)
+    requests: list[tuple[str, str, dict[str, str]]] = []
+    _record_requests(monkeypatch, requests)
     sites = client_call_sites()
     with EmbeddedApiServer() as api:
         upstream = [yaml.safe_load((SCHEMAS / name).read_text()) for name in UPSTREAM]
@@ -274,13 +291,11 @@ def _observe(monkeypatch: pytest.MonkeyPatch, namespaces: tuple[str, ...]) -> Ob
         # A timeout is reported by test_scenario_reaches_every_client_call.
         with OperatorThread(config), contextlib.suppress(AssertionError):
             _scenario(api.url, observed.reached, sites)
-        for request in api.requests():
-            if request.headers.get("User-Agent") == TEST_AGENT:
-                continue
-            found = permission(request.method.value, request.url.path, dict(request.url.query))
-            if found is not None:
-                needed, namespaced = found
-                (observed.namespaced if namespaced else observed.cluster).add(needed)
+    for method, path, query in requests:
+        found = permission(method, path, query)
+        if found is not None:
+            needed, namespaced = found
+            (observed.namespaced if namespaced else observed.cluster).add(needed)
     return observed
 
 
