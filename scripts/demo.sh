@@ -31,3 +31,6 @@ for child in yaml.safe_load_all(open(sys.argv[1])):
                   + " ".join(pod["command"] + pod["args"]))
 PY
 echo "(full YAML: $out)"
+
+step "kimi-operator demo  (the operator live on an embedded API server on 127.0.0.1)"
+"$cli" demo --samples crds/samples --schemas ../shared/schemas

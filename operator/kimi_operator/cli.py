@@ -119,6 +119,128 @@ def cmd_crd(_: argparse.Namespace, out: TextIO, __: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
+    import logging  # noqa: PLC0415
+
+    from kimi_operator.builders import OperatorDefaults  # noqa: PLC0415
+    from kimi_operator.runner import RunConfig, run_operator  # noqa: PLC0415
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=err,
+    )
+    config = RunConfig(
+        namespaces=tuple(args.namespace or ()),
+        defaults=OperatorDefaults(
+            serving_image=args.serving_image,
+            custom_all_reduce_fixed_images=frozenset(args.custom_all_reduce_fixed_image or ()),
+        ),
+        resync_interval_s=args.resync_interval,
+        workers=args.workers,
+        health=args.health_address or None,
+        metrics=args.metrics_address or None,
+        peering=args.peering,
+    )
+    run_operator(config)
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import logging  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    try:
+        from kimi_operator.embedded.demo import DemoError, run_demo  # noqa: PLC0415
+    except ImportError as error:  # kmock comes with the dev extra
+        print(f"error: the demo needs kimi-operator[dev] installed ({error})", file=err)
+        return EXIT_UNREADABLE
+    logging.basicConfig(level=logging.ERROR, stream=err)
+    try:
+        run_demo(Path(args.samples), Path(args.schemas), out)
+    except DemoError as error:
+        print(f"error: {error}", file=err)
+        return EXIT_INVALID
+    return EXIT_OK
+
+
+def _add_operator_parsers(sub: Any) -> None:
+    import os  # noqa: PLC0415
+
+    from kimi_operator.builders import DEFAULT_SERVING_IMAGE  # noqa: PLC0415
+
+    run = sub.add_parser(
+        "run",
+        help="run the operator (in-cluster config, or KUBECONFIG)",
+        description="Reconcile KimiDeployments into LeaderWorkerSets, ComputeDomains, a Service, "
+        "a PodMonitor and a PodDisruptionBudget.",
+    )
+    run.add_argument(
+        "--namespace",
+        action="append",
+        metavar="NS",
+        help="watch this namespace (repeatable); default: all namespaces",
+    )
+    run.add_argument(
+        "--serving-image",
+        default=os.environ.get("KIMI_OPERATOR_SERVING_IMAGE", DEFAULT_SERVING_IMAGE),
+        help="image for deployments that leave spec.image empty "
+        "(env KIMI_OPERATOR_SERVING_IMAGE; default %(default)s)",
+    )
+    run.add_argument(
+        "--custom-all-reduce-fixed-image",
+        action="append",
+        metavar="IMAGE",
+        help="an image whose vLLM has the cross-node custom all-reduce fix (vllm issue 52778): "
+        "no --disable-custom-all-reduce for it (repeatable)",
+    )
+    run.add_argument(
+        "--resync-interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="reconcile every deployment this often, repairing drift (default %(default)s)",
+    )
+    run.add_argument(
+        "--workers", type=int, default=16, help="reconciles at once (default %(default)s)"
+    )
+    run.add_argument(
+        "--health-address",
+        default="0.0.0.0:8081",
+        metavar="HOST:PORT",
+        help="serve /healthz here; empty: off (default %(default)s)",
+    )
+    run.add_argument(
+        "--metrics-address",
+        default="0.0.0.0:8080",
+        metavar="HOST:PORT",
+        help="serve the kimi_operator_* Prometheus metrics here; empty: off (default %(default)s)",
+    )
+    run.add_argument(
+        "--peering",
+        metavar="NAME",
+        help="use kopf peering under this name, so that of several replicas one is active "
+        "(needs kopf's peering CRDs); default: standalone",
+    )
+    run.add_argument("--verbose", action="store_true", help="debug logging")
+    run.set_defaults(run=cmd_run)
+
+    demo = sub.add_parser(
+        "demo",
+        help="run the operator live on an embedded API server with the sample deployments",
+    )
+    demo.add_argument(
+        "--samples", default="crds/samples", help="folder of KimiDeployment YAML (%(default)s)"
+    )
+    demo.add_argument(
+        "--schemas",
+        default="../shared/schemas",
+        help="folder holding the upstream LeaderWorkerSet, ComputeDomain and PodMonitor CRDs "
+        "(%(default)s)",
+    )
+    demo.set_defaults(run=cmd_demo)
+
+
 Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
 
 
@@ -155,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     from kimi_operator.bench.cli import add_bench_parser  # noqa: PLC0415  (stdlib-only module)
 
     add_bench_parser(sub)
+    _add_operator_parsers(sub)
     return parser
 
 

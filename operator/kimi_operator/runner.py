@@ -32,6 +32,9 @@ class RunConfig:
     # "ADDRESS:PORT" for the health endpoint (kopf's /healthz) and the metrics; None: off.
     health: str | None = None
     metrics: str | None = None
+    # kopf peering (its KopfPeering/ClusterKopfPeering CRDs must be installed): with several
+    # replicas, one handles events and the others stand by. None: standalone.
+    peering: str | None = None
 
 
 def settings(config: RunConfig) -> kopf.OperatorSettings:
@@ -44,8 +47,10 @@ def settings(config: RunConfig) -> kopf.OperatorSettings:
     s.posting.reporting_component = "kimi-operator"
     s.posting.event_name_prefix = "kimi-operator-"
     s.execution.max_workers = config.workers
-    # One replica; kopf's peering would need its own CRDs in the cluster.
-    s.peering.standalone = True
+    s.peering.standalone = config.peering is None
+    if config.peering is not None:
+        s.peering.name = config.peering
+        s.peering.mandatory = True
     return s
 
 
@@ -90,7 +95,8 @@ async def operate(
             settings=settings(config),
             clusterwide=not config.namespaces,
             namespaces=list(config.namespaces),
-            standalone=True,
+            standalone=config.peering is None,
+            peering_name=config.peering,
             liveness_endpoint=liveness,
             stop_flag=stop,
             ready_flag=ready,

@@ -9,14 +9,17 @@ controls), and injectable faults. It does no schema or CEL validation.
 """
 
 import asyncio
+import contextlib
 import datetime
 import itertools
+import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
+import aiohttp.web
 import attrs
 import jsonpatch
 import kmock
@@ -93,6 +96,35 @@ class ApiServer(kmock.KubernetesEmulator):
 
     def inject(self, fault: Fault) -> None:
         self._faults.append([fault, fault.times])
+
+    def namespaces(self) -> list[str]:
+        """Every namespace an object lives in, and `default`."""
+        return sorted({"default"} | {ns for _, ns, _ in self.objects if ns})
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        # kmock cannot parse the namespace collection's path: serve it here, list and watch.
+        if raw_request.method == "GET" and raw_request.path == "/api/v1/namespaces":
+            if raw_request.query.get("watch") == "true":
+                return await self._watch_namespaces(raw_request)
+            items = [{"metadata": {"name": ns}} for ns in self.namespaces()]
+            return aiohttp.web.json_response(
+                {"kind": "NamespaceList", "apiVersion": "v1", "metadata": {}, "items": items}
+            )
+        return await super().__call__(raw_request)
+
+    async def _watch_namespaces(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """ADDED for each namespace that appears (polled: namespaces come from objects)."""
+        response = aiohttp.web.StreamResponse()
+        await response.prepare(raw)
+        seen = set(self.namespaces())
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            while True:
+                await asyncio.sleep(0.2)
+                for ns in sorted(set(self.namespaces()) - seen):
+                    event = {"type": "ADDED", "object": {"metadata": {"name": ns}}}
+                    await response.write(json.dumps(event).encode() + b"\n")
+                    seen.add(ns)
+        return response
 
     def install_crd(self, crd: Mapping[str, Any]) -> None:
         """Serve the CRD's versions and keep the CRD object, as `kubectl apply` of it would."""
