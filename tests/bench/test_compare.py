@@ -117,3 +117,27 @@ def test_unreadable_results(
     assert run.err.count("\n") == 1
     assert run.err.startswith(f"error: {tmp_path / 'results.json'}: ")
     assert says in run.err
+
+
+def test_compare_writes_a_report_and_overlay_plots(
+    cli: Cli, runs: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "ab"
+    run = cli("bench", "compare", str(runs["a"]), str(runs["b"]), "--output", str(out))
+    assert run.code == 0, run.err
+    report = (out / "compare.md").read_text()
+    assert f"A: `{runs['a']}`, B: `{runs['b']}`" in report
+    assert run.out in report  # the same table as printed
+    for plot in ("itl_cdf_compare.png", "decode_rate_compare.png"):
+        assert (out / plot).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_compare_to_an_unwritable_directory(
+    cli: Cli, runs: dict[str, Path], tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    run = cli("bench", "compare", str(runs["a"]), str(runs["b"]), "--output", str(blocker))
+    assert run.code == 2
+    assert run.err.startswith(f"error: cannot write to {blocker}")
+    assert run.err.count("\n") == 1

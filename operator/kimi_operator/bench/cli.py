@@ -131,6 +131,7 @@ def add_bench_parser(sub: Any) -> None:
     compare.add_argument(
         "--strict", action="store_true", help="exit 1 when the runs are not comparable"
     )
+    compare.add_argument("--output", metavar="DIR", help="also write compare.md and plots here")
     compare.set_defaults(run=cmd_compare)
 
     trace = actions.add_parser("trace", help="write a synthetic agent trace (JSONL)")
@@ -188,11 +189,13 @@ def _trace(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from kimi_operator.bench.compare import render  # noqa: PLC0415
+    from kimi_operator.bench.compare import render, write_comparison  # noqa: PLC0415
     from kimi_operator.bench.report import load_results  # noqa: PLC0415
 
     a, b = load_results(args.a), load_results(args.b)
     text, problems = render(a, b, args.a, args.b)
+    if args.output:
+        write_comparison(a, b, (args.a, args.b), text, Path(args.output))
     out.write(text)
     if problems:
         print(f"warning: the runs are not comparable ({len(problems)} reason(s) above)", file=err)

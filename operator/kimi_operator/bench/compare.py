@@ -1,6 +1,19 @@
 """`bench compare A/ B/`: two runs side by side, B/A ratios, and loud words when they differ."""
 
-from kimi_operator.bench.report import ms, num, pct, text_table, usd
+from pathlib import Path
+
+from kimi_operator.bench import BenchError
+from kimi_operator.bench.report import (
+    cdf_plot,
+    decode_rates,
+    itl_ms,
+    ms,
+    num,
+    pct,
+    rate_plot,
+    text_table,
+    usd,
+)
 from kimi_operator.bench.results import Distribution, Results, RunConfig
 
 LENGTH_TOLERANCE = 0.05  # measured prompt lengths further apart than this are different contexts
@@ -150,3 +163,40 @@ def render(a: Results, b: Results, label_a: str, label_b: str) -> tuple[str, lis
     parts.append(text_table(header[1:], header[0]))
     parts.append(text_table(_rows(a, b), ["", "A", "B", "B/A"]))
     return "\n\n".join(parts) + "\n", found
+
+
+COMPARE_REPORT, COMPARE_ITL_PLOT, COMPARE_RATE_PLOT = (
+    "compare.md",
+    "itl_cdf_compare.png",
+    "decode_rate_compare.png",
+)
+
+
+def write_comparison(
+    a: Results, b: Results, labels: tuple[str, str], text: str, directory: Path
+) -> None:
+    """compare.md (the table) and the two runs' ITL CDFs and decode rates in one plot each."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / COMPARE_REPORT).write_text(
+            f"# kimi-operator bench compare\n\nA: `{labels[0]}`, B: `{labels[1]}`\n\n"
+            f"```\n{text}```\n\n![ITL per token]({COMPARE_ITL_PLOT})\n\n"
+            f"![decode rate]({COMPARE_RATE_PLOT})\n",
+            encoding="utf-8",
+        )
+    except OSError as error:
+        raise BenchError(f"cannot write to {directory}: {error.strerror or error}") from None
+
+    def name(label: str, results: Results) -> str:
+        return f"{label}: {results.config.server.decode_backend or '?'}"
+
+    cdf_plot(
+        directory / COMPARE_ITL_PLOT,
+        [(itl_ms(a)[0], name("A", a)), (itl_ms(b)[0], name("B", b))],
+        "ITL per token, A vs B",
+    )
+    rate_plot(
+        directory / COMPARE_RATE_PLOT,
+        [(decode_rates(a), name("A", a)), (decode_rates(b), name("B", b))],
+        "Per-request decode rate, A vs B",
+    )

@@ -1,5 +1,6 @@
 """What a run leaves behind: results.json, report.md and plots, and the summary it prints."""
 
+import statistics
 from pathlib import Path
 
 from kimi_operator.bench import BenchError
@@ -148,54 +149,94 @@ def report_markdown(results: Results, plots: bool) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_plots(results: Results, directory: Path) -> bool:
-    """ITL CDF and per-request decode rate; False when no request succeeded."""
+def itl_ms(results: Results) -> tuple[list[float], list[float]]:
+    """Sorted ITL per token and per chunk, in ms, over the requests that succeeded."""
     ok = [r for r in results.requests if r.error is None]
-    if not ok:
-        return False
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
     per_token = sorted(
         itl * 1e3
         for r in ok
         for itl in token_itls(r.chunk_times_s, r.chunk_tokens, r.output_tokens)
     )
     per_chunk = sorted(gap * 1e3 for r in ok for gap in chunk_gaps(r.chunk_times_s))
-    title = f"{results.config.profile}, {results.config.server.decode_backend or 'unknown backend'}"
+    return per_token, per_chunk
+
+
+def decode_rates(results: Results) -> list[tuple[int, float]]:
+    return [
+        (r.index, r.decode_tokens_per_s)
+        for r in results.requests
+        if r.error is None and r.decode_tokens_per_s is not None
+    ]
+
+
+def cdf_plot(path: Path, series: list[tuple[list[float], str]], title: str) -> None:
+    """Step CDFs of sorted values (ms); a log x-axis unless some value is 0."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    for values, label in ((per_token, "per token"), (per_chunk, "per chunk")):
+    for values, label in series:
         if values:
             fractions = [(i + 1) / len(values) for i in range(len(values))]
             axes.step(values, fractions, where="post", label=label)
-    if per_chunk and per_chunk[0] > 0:  # chunks that arrive in one read have a gap of 0
+    if all(values[0] > 0 for values, _ in series if values):  # one-read chunks have a gap of 0
         axes.set_xscale("log")
     axes.set_xlabel("inter-token latency (ms)")
-    axes.set_ylabel("fraction of tokens / chunks")
-    axes.set_title(f"ITL CDF: {title}")
+    axes.set_ylabel("fraction")
+    axes.set_title(title)
     axes.grid(True, which="both", alpha=0.3)
     axes.legend()
     figure.tight_layout()
-    figure.savefig(directory / ITL_PLOT, dpi=110)
+    figure.savefig(path, dpi=110)
     plt.close(figure)
 
-    rates = [(r.index, r.decode_tokens_per_s) for r in ok if r.decode_tokens_per_s is not None]
+
+def rate_plot(path: Path, series: list[tuple[list[tuple[int, float]], str]], title: str) -> None:
+    """Per-request decode rates against request index, with each series' median."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    if rates:
-        axes.plot([i for i, _ in rates], [v for _, v in rates], "o", markersize=3)
-        median = results.summary.decode_tokens_per_s
-        if median is not None:
-            axes.axhline(median.p50, linestyle="--", label=f"median {median.p50:,.1f} tok/s")
-            axes.legend()
+    for rates, label in series:
+        if rates:
+            median = statistics.median(v for _, v in rates)
+            points = axes.plot([i for i, _ in rates], [v for _, v in rates], "o", markersize=3)
+            axes.axhline(
+                median,
+                linestyle="--",
+                color=points[0].get_color(),
+                label=f"{label}: median {median:,.1f} tok/s",
+            )
     axes.set_xlabel("request")
     axes.set_ylabel("decode tok/s (excl. prefill)")
-    axes.set_title(f"Per-request decode rate: {title}")
+    axes.set_title(title)
     axes.grid(True, alpha=0.3)
+    axes.legend()
     figure.tight_layout()
-    figure.savefig(directory / RATE_PLOT, dpi=110)
+    figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def write_plots(results: Results, directory: Path) -> bool:
+    """ITL CDF and per-request decode rate; False when no request succeeded."""
+    if results.summary.requests_ok == 0:
+        return False
+    per_token, per_chunk = itl_ms(results)
+    title = f"{results.config.profile}, {results.config.server.decode_backend or 'unknown backend'}"
+    cdf_plot(
+        directory / ITL_PLOT,
+        [(per_token, "per token"), (per_chunk, "per chunk")],
+        f"ITL CDF: {title}",
+    )
+    rate_plot(
+        directory / RATE_PLOT,
+        [(decode_rates(results), "decode rate")],
+        f"Per-request decode rate: {title}",
+    )
     return True
 
 
