@@ -39,7 +39,7 @@ crd: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/validate.py
-	$(BIN)/python benchmarks/bench_client.py
+	$(BIN)/python -P benchmarks/bench_client.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

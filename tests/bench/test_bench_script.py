@@ -26,8 +26,10 @@ def test_bench_client_script_joins_client_and_server_times(tmp_path: Path) -> No
         "--output",
         str(output),
     ]
+    # -P: benchmarks/ holds other scripts (e.g. one named operator.py) that must not shadow the
+    # standard library, so the script's folder stays off the import path.
     run = subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
+        [sys.executable, "-P", str(SCRIPT), *args],
         capture_output=True,
         text=True,
         timeout=120,

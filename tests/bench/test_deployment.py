@@ -164,3 +164,30 @@ def test_no_kubernetes_access(cli: Cli, tmp_path: Path, monkeypatch: pytest.Monk
         "error: --deployment needs Kubernetes access: no kubeconfig (KUBECONFIG, ~/.kube/config) "
         "and not running in a cluster\n"
     )
+
+
+def test_replicas_multiply_gpus_and_metrics_come_from_one_of_them(
+    cli: Cli, api: FakeAPI, stub: Callable[..., tuple[str, object]], tmp_path: Path
+) -> None:
+    url, _ = stub(ttft_s=0.001, step_s=0.001)
+    body = deployment(url)
+    body["spec"]["replicas"] = 2
+    api.objects["inference", "k3"] = body
+    out = tmp_path / "out"
+    run = cli(
+        "bench",
+        "--deployment",
+        "inference/k3",
+        "--requests",
+        "1",
+        "--output-tokens",
+        "2",
+        "--output",
+        str(out),
+        "--warmup",
+        "0",
+    )
+    assert run.code == 0, run.err
+    data = results(out)
+    assert data["config"]["gpus"] == 32
+    assert "/metrics came from one of 2 replicas behind the Service" in data["summary"]["warnings"]

@@ -28,6 +28,7 @@ class Scripted:
     def __init__(self) -> None:
         self.pieces: list[bytes] = []
         self.content_type = "text/event-stream"
+        self.hold_s = 0.0  # keep the stream open this long after the last piece
         self.app = web.Application()
         self.app.router.add_get("/v1/models", self._models)
         self.app.router.add_post("/v1/completions", self._stream)
@@ -42,6 +43,7 @@ class Scripted:
         for piece in self.pieces:
             await response.write(piece)
             await asyncio.sleep(PAUSE_S)
+        await asyncio.sleep(self.hold_s)
         return response
 
 
@@ -141,3 +143,42 @@ def test_an_answer_that_is_not_a_stream(
     server.pieces = [b'{"choices": [{"text": "all at once"}]}']
     record = bench(cli, url, tmp_path)
     assert record["error"] == "not an event stream: application/json"
+
+
+def test_prompt_and_output_lengths_off_target_are_warned_about(
+    cli: Cli, scripted: tuple[Scripted, str], tmp_path: Path
+) -> None:
+    server, url = scripted
+    answer = event([{"index": 0, "text": " a b c d e"}], 5)  # usage: 7 prompt tokens, 5 out
+    server.pieces = [answer + b"\n\ndata: [DONE]\n\n"]
+    run = cli(
+        "bench",
+        "--endpoint",
+        url,
+        "--requests",
+        "1",
+        "--warmup",
+        "0",
+        "--prompt-tokens",
+        "100",
+        "--output-tokens",
+        "10",
+        "--output",
+        str(tmp_path),
+    )
+    assert run.code == 0, run.err
+    warnings = results(tmp_path)["summary"]["warnings"]
+    assert "prompts came out at 0.07x the asked-for length in tokens " in warnings[0]
+    assert warnings[1] == (
+        "1 request(s) stopped before their output length: the server may not honour ignore_eos"
+    )
+
+
+def test_a_silent_server_times_out(
+    cli: Cli, scripted: tuple[Scripted, str], tmp_path: Path
+) -> None:
+    server, url = scripted
+    server.pieces = [b": waiting\n\n"]  # then nothing, the connection held open for a while
+    server.hold_s = 2.0
+    record = bench(cli, url, tmp_path, "--timeout", "0.3")
+    assert record["error"] == "timed out waiting for the server"

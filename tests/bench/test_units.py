@@ -3,6 +3,7 @@
 import io
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,29 @@ def test_report_has_plots_and_sections(cli: Cli, tmp_path: Path) -> None:
     ):
         assert needle in report
     assert "requests ok / failed                       3 / 0" in run.out
+
+
+def test_connections_stamp_arrivals_in_the_protocol() -> None:
+    """Guards the aiohttp hook: an upgrade that ignores it would silently stamp at read time."""
+    import asyncio  # noqa: PLC0415
+
+    import aiohttp  # noqa: PLC0415
+
+    from kimi_operator.bench.client import stamping_connector  # noqa: PLC0415
+    from kimi_operator.bench.stub import Schedule, serve_in_thread  # noqa: PLC0415
+
+    async def fetch(url: str) -> tuple[str, float]:
+        async with (
+            aiohttp.ClientSession(connector=stamping_connector()) as session,
+            session.post(f"{url}/completions", json={"prompt": "a", "max_tokens": 3}) as response,
+        ):
+            assert response.connection is not None
+            protocol = response.connection.protocol
+            await response.read()
+            return type(protocol).__name__, getattr(protocol, "arrived", 0.0)
+
+    with serve_in_thread(Schedule(ttft_s=0.05, step_s=0.01)) as (url, _):  # still streaming
+        before = time.perf_counter()
+        name, arrived = asyncio.run(fetch(url))
+    assert name == "_StampedProtocol"
+    assert before < arrived < time.perf_counter()

@@ -187,7 +187,8 @@ def cdf_plot(path: Path, series: list[tuple[list[float], str]], title: str) -> N
     axes.set_ylabel("fraction")
     axes.set_title(title)
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend()
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -215,7 +216,8 @@ def rate_plot(path: Path, series: list[tuple[list[tuple[int, float]], str]], tit
     axes.set_ylabel("decode tok/s (excl. prefill)")
     axes.set_title(title)
     axes.grid(True, alpha=0.3)
-    axes.legend()
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
