@@ -175,3 +175,62 @@ def test_render_job_input_errors(cli: Cli, args: list[str], says: str) -> None:
     assert run.out == ""
     assert run.err.count("\n") == 1
     assert says in run.err
+
+
+def test_job_in_another_namespace_still_may_read_the_deployment(cli: Cli) -> None:
+    docs = render(cli, "--deployment", "inference/k3", "--namespace", "bench")
+    where = {d["kind"]: d["metadata"]["namespace"] for d in docs}
+    assert where == {
+        "ServiceAccount": "bench",
+        "Role": "inference",
+        "RoleBinding": "inference",
+        "Job": "bench",
+    }
+    assert docs[2]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "kimi-bench-k3-headline", "namespace": "bench"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "name"),
+    [
+        ("http://10.0.0.5:8000/v1", "kimi-bench-10-headline"),
+        ("http://[fd00::5]:8000/v1", "kimi-bench-fd00-5-headline"),
+        ("https://K3.Example.com/v1", "kimi-bench-k3-headline"),
+    ],
+)
+def test_job_names_from_endpoints_are_valid(cli: Cli, endpoint: str, name: str) -> None:
+    assert render(cli, "--endpoint", endpoint)[-1]["metadata"]["name"] == name
+
+
+def test_a_trace_too_large_for_a_configmap(cli: Cli, tmp_path: Path) -> None:
+    trace = tmp_path / "big.jsonl"
+    line = '{"start_s": 0, "prompt_tokens": 100, "output_tokens": 20, "prefix_group": "%s"}\n'
+    trace.write_text("".join(line % ("g" * 40 + str(i)) for i in range(20_000)))
+    run = cli(
+        "bench",
+        "--render-job",
+        "--endpoint",
+        "http://k3:8000/v1",
+        "--profile",
+        "agentic",
+        "--trace",
+        str(trace),
+    )
+    assert run.code == 2
+    assert run.err == f"error: {trace}: too large for a ConfigMap (1,000,000 bytes)\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--render-job", "--output", "runs/a"], "drop --output/--force"),
+        (["--image", "x:1", "--output", "runs/a"], "go with --render-job"),
+        (["--results-pvc", "c", "--output", "runs/a"], "go with --render-job"),
+    ],
+)
+def test_job_options_out_of_place(cli: Cli, args: list[str], says: str) -> None:
+    run = cli("bench", "--endpoint", "http://127.0.0.1:1/v1", *args)
+    assert run.code == 2
+    assert says in run.err
+    assert run.err.count("\n") == 1

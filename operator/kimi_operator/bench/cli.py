@@ -9,6 +9,7 @@ import asyncio
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import urlsplit
 
 from kimi_operator.bench import BenchError
 
@@ -219,27 +220,36 @@ def _render_job(args: argparse.Namespace, out: TextIO) -> int:
 
     from kimi_operator.bench.deployment import parse_reference  # noqa: PLC0415
     from kimi_operator.bench.endpoint import parse_endpoint  # noqa: PLC0415
-    from kimi_operator.bench.job import DEFAULT_BENCH_IMAGE, job_name, render_job  # noqa: PLC0415
+    from kimi_operator.bench.job import (  # noqa: PLC0415
+        CONFIGMAP_LIMIT,
+        DEFAULT_BENCH_IMAGE,
+        job_name,
+        render_job,
+    )
     from kimi_operator.bench.traces import dump_trace, load_trace  # noqa: PLC0415
 
     if args.api_key:
         raise BenchError("--render-job does not write API keys into manifests; drop --api-key")
-    if args.deployment:
-        namespace, name = parse_reference(args.deployment)
-        target = name
+    if args.output or args.force:
+        raise BenchError(
+            "--render-job: the Job writes to /results/<job name> (keep it with --results-pvc); "
+            "drop --output/--force"
+        )
+    deployment = parse_reference(args.deployment) if args.deployment else None
+    if deployment is not None:
+        target = deployment[1]
     else:
-        endpoint = parse_endpoint(args.endpoint)
-        namespace = "default"
-        target = endpoint.root.split("://", 1)[1].split(".", 1)[0].split(":", 1)[0]
+        target = urlsplit(parse_endpoint(args.endpoint).base).hostname or ""
+        target = target.split(".", 1)[0]
     trace_text = dump_trace(load_trace(args.trace)) if args.trace else None
-    if trace_text is not None and len(trace_text.encode()) > 1_000_000:
-        raise BenchError(f"{args.trace}: too large for a ConfigMap (over 1 MB)")
+    if trace_text is not None and len(trace_text.encode()) > CONFIGMAP_LIMIT:
+        raise BenchError(f"{args.trace}: too large for a ConfigMap ({CONFIGMAP_LIMIT:,} bytes)")
     manifests = render_job(
         name=job_name(target, args.profile),
-        namespace=args.namespace or namespace,
+        namespace=args.namespace or (deployment[0] if deployment else "default"),
         image=args.image or DEFAULT_BENCH_IMAGE,
         bench_args=_job_args(args),
-        deployment=name if args.deployment else None,
+        deployment=deployment,
         trace_text=trace_text,
         results_claim=args.results_pvc,
     )
@@ -256,6 +266,8 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise BenchError("--prompt-tokens/--output-tokens do not apply to --profile agentic")
     if args.render_job:
         return _render_job(args, out)
+    if args.image or args.namespace or args.results_pvc:
+        raise BenchError("--image, --namespace and --results-pvc go with --render-job")
     if not args.output:
         raise BenchError("bench needs --output DIR for its results")
     from kimi_operator.bench.report import prepare_output, summary_text, write_results  # noqa: PLC0415

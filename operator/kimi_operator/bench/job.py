@@ -5,6 +5,7 @@ network path is the same for both deployments of an A/B pair. The Job runs the o
 which carries the `kimi-operator` CLI; pin another with `--image`.
 """
 
+import re
 from typing import Any, Final
 
 from kimi_operator.api.constants import GROUP, PLURAL
@@ -24,27 +25,29 @@ LABELS: Final = {
 
 
 def job_name(target: str, profile: str) -> str:
-    """kimi-bench-<target>-<profile>, cut to a valid object name."""
-    return f"kimi-bench-{target}-{profile}"[:MAX_NAME].rstrip("-")
+    """kimi-bench-<target>-<profile>, made a valid object name (DNS label)."""
+    label = re.sub(r"[^a-z0-9-]+", "-", target.lower()).strip("-") or "endpoint"
+    return f"kimi-bench-{label}-{profile}"[:MAX_NAME].rstrip("-")
 
 
 def _metadata(name: str, namespace: str) -> dict[str, Any]:
     return {"name": name, "namespace": namespace, "labels": dict(LABELS)}
 
 
-def _access(name: str, namespace: str, deployment: str) -> list[dict[str, Any]]:
-    """A service account allowed to read the one KimiDeployment, and nothing else."""
+def _access(name: str, namespace: str, deployment: tuple[str, str]) -> list[dict[str, Any]]:
+    """A service account (in the Job's namespace) allowed to read the one KimiDeployment."""
+    target_namespace, target = deployment
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(name, namespace)},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": _metadata(name, namespace),
+            "metadata": _metadata(name, target_namespace),
             "rules": [
                 {
                     "apiGroups": [GROUP],
                     "resources": [PLURAL],
-                    "resourceNames": [deployment],
+                    "resourceNames": [target],
                     "verbs": ["get"],
                 }
             ],
@@ -52,7 +55,7 @@ def _access(name: str, namespace: str, deployment: str) -> list[dict[str, Any]]:
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": _metadata(name, namespace),
+            "metadata": _metadata(name, target_namespace),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
         },
@@ -65,14 +68,14 @@ def render_job(
     namespace: str,
     image: str,
     bench_args: list[str],
-    deployment: str | None,
+    deployment: tuple[str, str] | None,
     trace_text: str | None,
     results_claim: str | None,
 ) -> list[dict[str, Any]]:
     """The manifests, in apply order: [ServiceAccount, Role, RoleBinding,] [ConfigMap,] Job.
 
     `bench_args` are the run's options; the Job adds where the trace and results live.
-    `deployment` is the KimiDeployment's name when the Job resolves it (in `namespace`).
+    `deployment` is the KimiDeployment's (namespace, name) when the Job resolves it.
     """
     manifests: list[dict[str, Any]] = []
     if deployment is not None:
