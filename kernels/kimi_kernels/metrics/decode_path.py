@@ -126,7 +126,7 @@ class DecodePathRecorder:
         import torch  # noqa: PLC0415 (present wherever vLLM runs)
 
         tokens = int(positions.shape[0])
-        capturing = bool(torch.cuda.is_current_stream_capturing())
+        capturing = torch.cuda.is_available() and bool(torch.cuda.is_current_stream_capturing())
         if step is not None:
             outcome = (names.PATH_SPECIALIZED, names.REASON_NONE)
         else:

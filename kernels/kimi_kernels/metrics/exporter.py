@@ -1,13 +1,14 @@
 """A text-format `/metrics` endpoint for a registry of our own.
 
-Text format only (never OpenMetrics): it is what vLLM serves, and what Prometheus stores under the
-names we chose.
+The classic text format 0.0.4 only (never OpenMetrics): what vLLM serves, what every Prometheus 2.x
+reads, and what Prometheus stores under the names we chose.
 """
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 
 def serve(registry: CollectorRegistry, address: str, port: int) -> ThreadingHTTPServer:
@@ -21,7 +22,7 @@ def serve(registry: CollectorRegistry, address: str, port: int) -> ThreadingHTTP
                 return
             body = generate_latest(registry)
             self.send_response(200)
-            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+            self.send_header("Content-Type", CONTENT_TYPE_PLAIN_0_0_4)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
