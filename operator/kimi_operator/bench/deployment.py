@@ -95,7 +95,9 @@ def resolve(reference: str) -> Target:
         reference=reference,
         endpoint=str(endpoint),
         model=(spec.get("model") or {}).get("name"),
-        gpus=gpus * replicas if isinstance(gpus, int) and isinstance(replicas, int) else None,
+        gpus=gpus * replicas
+        if isinstance(gpus, int) and isinstance(replicas, int) and replicas > 0
+        else None,
         decode_backend=(spec.get("decode") or {}).get("backend"),
         replicas=replicas if isinstance(replicas, int) else 1,
     )

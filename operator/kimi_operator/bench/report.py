@@ -93,7 +93,7 @@ def describe(results: Results) -> list[list[str]]:
         else "-"
     )
     price = (
-        f"{c.gpus} GPUs x ${c.gpu_hour_price_usd}/GPU-hour"
+        f"{c.gpus} GPUs x ${c.gpu_hour_price_usd:g}/GPU-hour"
         if c.gpus is not None and c.gpu_hour_price_usd is not None
         else (f"{c.gpus} GPUs" if c.gpus is not None else "-")
     )
