@@ -1,0 +1,218 @@
+"""The torch reference against a naive float64 per-head softmax, and the split/combine math."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kimi_kernels.mla_decode import merge_partials, mla_decode_reference
+from kimi_kernels.mla_decode.config import PAGE_SIZE, TILE_N, split_bounds
+from kimi_kernels.mla_decode.reference import gather_kv
+from tests.kernels.mla_inputs import make_inputs
+
+LOG2E = math.log2(math.e)
+SCALE = 1.0 / math.sqrt(192.0)  # Kimi K3's softmax scale is 1/sqrt(qk_nope + rope) = 1/sqrt(192)
+
+
+def naive(inputs, scale, kv_scale):
+    """float64, one (request, token, head) at a time, straight from the definition."""
+    q, kv_cache, block_table, seq_lens = inputs
+    batch, q_len, heads, _ = q.shape
+    out = torch.zeros(batch, q_len, heads, 512, dtype=torch.float64)
+    lse = torch.zeros(batch, q_len, heads, dtype=torch.float64)
+    cache = kv_cache.to(torch.float64) * kv_scale
+    for b in range(batch):
+        n = int(seq_lens[b])
+        rows = torch.stack(
+            [cache[int(block_table[b, p // PAGE_SIZE]), p % PAGE_SIZE] for p in range(n)]
+        )
+        for j in range(q_len):
+            visible = rows[: n - q_len + j + 1]
+            for h in range(heads):
+                s = (visible @ q[b, j, h].to(torch.float64)) * scale
+                m = s.max()
+                e = torch.exp(s - m)
+                lse[b, j, h] = m + torch.log(e.sum())
+                out[b, j, h] = (e / e.sum()) @ visible[:, :512]
+    return out, lse
+
+
+@pytest.mark.parametrize(
+    ("kv_dtype", "heads", "q_len", "seq_lens", "kv_scale"),
+    [
+        (torch.float8_e4m3fn, 6, 1, [1, 63], 0.5),
+        (torch.float8_e4m3fn, 12, 8, [8, 64, 65], 1.7),
+        (torch.float8_e4m3fn, 6, 4, [200, 129], 1.0),
+        (torch.bfloat16, 12, 2, [130, 2], 1.0),
+        (torch.float32, 6, 3, [70], 0.25),
+    ],
+)
+def test_reference_matches_naive_float64(kv_dtype, heads, q_len, seq_lens, kv_scale):
+    gen = torch.Generator().manual_seed(hash((heads, q_len, *seq_lens)) % 2**31)
+    inp = make_inputs(gen, heads, q_len, seq_lens, kv_dtype, q_dtype=torch.float32)
+    out, lse = mla_decode_reference(*inp, SCALE, kv_scale)
+    want_out, want_lse = naive(inp, SCALE, kv_scale)
+    assert out.dtype == torch.float32
+    assert out.shape == (len(seq_lens), q_len, heads, 512)
+    assert lse.shape == (len(seq_lens), q_len, heads)
+    torch.testing.assert_close(out.double(), want_out, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(lse.double(), want_lse, atol=2e-5, rtol=2e-5)
+
+
+def test_reference_page_order_does_not_matter():
+    """The same logical cache under two different physical page orders gives the same result."""
+    gen = torch.Generator().manual_seed(1)
+    q, kv, table, lens = make_inputs(gen, 6, 2, [150, 90], torch.float8_e4m3fn)
+    perm = torch.randperm(kv.shape[0], generator=gen)
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(perm.numel())
+    kv2 = kv[perm]  # physical block i of kv2 is block perm[i] of kv
+    table2 = inverse[table.long()].to(torch.int32)
+    a = mla_decode_reference(q, kv, table, lens, SCALE)
+    b = mla_decode_reference(q, kv2, table2, lens, SCALE)
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_reference_causal_mask_between_draft_tokens():
+    """Token j sees exactly seq_len - q_len + j + 1 positions: changing the last cache row moves
+    only the last token's output."""
+    gen = torch.Generator().manual_seed(2)
+    q, kv, table, lens = make_inputs(gen, 6, 4, [70], torch.float32)
+    base, _ = mla_decode_reference(q, kv, table, lens, SCALE)
+    last = 69
+    kv[int(table[0, last // PAGE_SIZE]), last % PAGE_SIZE] += 3.0
+    moved, _ = mla_decode_reference(q, kv, table, lens, SCALE)
+    assert torch.equal(moved[0, :3], base[0, :3])
+    assert not torch.allclose(moved[0, 3], base[0, 3])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"seq_lens": [0]}, "seq_lens\\[0\\] = 0 must be in \\[q_len=1"),
+        ({"seq_lens": [10_000]}, "max_blocks"),
+        ({"q_shape": (1, 1, 6, 512)}, "q must be \\[batch, q_len, heads, 576\\]"),
+        ({"kv_shape": (4, 32, 576)}, "kv_cache must be \\[num_blocks, 64, 576\\]"),
+    ],
+)
+def test_reference_rejects_bad_inputs(change, message):
+    gen = torch.Generator().manual_seed(3)
+    q, kv, table, lens = make_inputs(gen, 6, 1, [10], torch.float32)
+    if "seq_lens" in change:
+        lens = torch.tensor(change["seq_lens"], dtype=torch.int32)
+    if "q_shape" in change:
+        q = torch.zeros(change["q_shape"])
+    if "kv_shape" in change:
+        kv = torch.zeros(change["kv_shape"])
+    with pytest.raises(ValueError, match=message):
+        mla_decode_reference(q, kv, table, lens, SCALE)
+
+
+def _partials(q, kv, table, seq_len, bounds):
+    """Per split: attention restricted to [start, end) (normalized) and its natural-log lse."""
+    rows = gather_kv(kv, table, 0, seq_len, 1.0)
+    q_len = q.shape[1]
+    scores = torch.einsum("jhd,sd->jhs", q[0].float(), rows) * SCALE
+    pos = torch.arange(seq_len)
+    limit = seq_len - q_len + torch.arange(q_len)
+    outs, lses = [], []
+    for start, end in bounds:
+        visible = (pos >= start) & (pos < end) & (pos[None, :] <= limit[:, None])
+        s = scores.masked_fill(~visible[:, None, :], float("-inf"))
+        lses.append(torch.logsumexp(s, dim=-1))
+        outs.append(torch.softmax(s, dim=-1).nan_to_num(0.0) @ rows[:, :512])
+    return torch.stack(outs), torch.stack(lses)
+
+
+def emulate_kernel(inputs, num_splits, kv_scale):
+    """The split kernel's algorithm, step by step (tiles of 32 positions, log2 domain, running
+    max with the -inf guard, rescaled accumulators, normalized partials) and then the combine
+    kernel's merge: a model of the CuTe DSL code that runs on the CPU."""
+    q, kv, table, lens = inputs
+    seq_len = int(lens[0])
+    q_len, heads = q.shape[1], q.shape[2]
+    rows = gather_kv(kv, table, 0, seq_len, kv_scale)
+    ql = q[0].float().reshape(q_len * heads, 576) * (SCALE * LOG2E)
+    limit = seq_len - q_len + torch.arange(q_len * heads) // heads
+    part_o, part_l = [], []
+    for split in range(num_splits):
+        start, end = split_bounds(seq_len, num_splits, split)
+        m = torch.full((q_len * heads,), float("-inf"))
+        total = torch.zeros(q_len * heads)
+        acc = torch.zeros(q_len * heads, 512)
+        for t0 in range(start, end, TILE_N):
+            pos = t0 + torch.arange(TILE_N)
+            k = torch.zeros(TILE_N, 576)
+            k[: max(0, min(TILE_N, end - t0))] = rows[t0:end][:TILE_N]
+            s = ql @ k.T
+            s = s.masked_fill(
+                (pos[None, :] >= end) | (pos[None, :] > limit[:, None]), float("-inf")
+            )
+            new_m = torch.maximum(m, s.max(dim=1).values)
+            base = torch.where(new_m == float("-inf"), torch.zeros_like(new_m), new_m)
+            p = torch.exp2(s - base[:, None])
+            corr = torch.exp2(m - base)
+            total = total * corr + p.sum(dim=1)
+            acc = acc * corr[:, None] + p @ k[:, :512]
+            m = new_m
+        seen = total > 0
+        part_o.append(torch.where(seen[:, None], acc / total.clamp_min(1e-30)[:, None], 0.0))
+        part_l.append(torch.where(seen, m + torch.log2(total.clamp_min(1e-30)), float("-inf")))
+    lse2 = torch.stack(part_l)  # [splits, rows]
+    top = lse2.max(dim=0).values
+    lse = top + torch.log2(torch.exp2(lse2 - top).sum(dim=0))
+    out = (torch.exp2(lse2 - lse)[..., None] * torch.stack(part_o)).sum(dim=0)
+    return out.reshape(q_len, heads, 512), (lse * math.log(2.0)).reshape(q_len, heads)
+
+
+@pytest.mark.parametrize(
+    ("seq_len", "q_len", "heads", "num_splits"),
+    [(1, 1, 6, 1), (63, 8, 6, 2), (65, 8, 12, 4), (100, 8, 6, 16), (1000, 3, 12, 7)],
+)
+def test_kernel_algorithm_matches_reference(seq_len, q_len, heads, num_splits):
+    gen = torch.Generator().manual_seed(seq_len * 31 + num_splits)
+    q, kv, table, lens = make_inputs(gen, heads, q_len, [seq_len], torch.float8_e4m3fn)
+    out, lse = emulate_kernel((q, kv, table, lens), num_splits, 0.75)
+    want_out, want_lse = mla_decode_reference(q, kv, table, lens, SCALE, 0.75)
+    torch.testing.assert_close(out, want_out[0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(lse, want_lse[0], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("seq_len", "q_len", "num_splits"),
+    [(1000, 8, 7), (65, 1, 3), (64, 4, 5), (33, 2, 32), (8192, 8, 16)],
+)
+def test_merge_of_split_partials_equals_the_whole(seq_len, q_len, num_splits):
+    """The kernel's split boundaries (split_bounds, including empty splits) merged by LSE equal
+    the reference over the whole context."""
+    gen = torch.Generator().manual_seed(seq_len)
+    q, kv, table, lens = make_inputs(gen, 6, q_len, [seq_len], torch.float32, q_dtype=torch.float32)
+    bounds = [split_bounds(seq_len, num_splits, s) for s in range(num_splits)]
+    outs, lses = _partials(q, kv, table, seq_len, bounds)
+    out, lse = merge_partials(outs, lses)
+    want_out, want_lse = mla_decode_reference(q, kv, table, lens, SCALE)
+    torch.testing.assert_close(out, want_out[0], atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(lse, want_lse[0], atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 7, 32, 129])
+@pytest.mark.parametrize("seq_len", [1, 31, 32, 33, 64, 65, 1000, 131072])
+def test_split_bounds_partition_the_context(seq_len, num_splits):
+    bounds = [split_bounds(seq_len, num_splits, s) for s in range(num_splits)]
+    covered = [p for start, end in bounds for p in range(start, max(start, end))]
+    assert covered == list(range(seq_len))
+    for start, _ in bounds:
+        assert start % TILE_N == 0  # every split starts on a tile boundary
+
+
+def test_merge_partials_ignores_empty_splits():
+    outs = torch.randn(3, 2, 512)
+    lses = torch.tensor([[0.5, -1.0], [float("-inf"), float("-inf")], [1.5, 2.0]])
+    outs[1] = float("nan")  # an empty split's output is never read
+    out, lse = merge_partials(outs, lses)
+    w0 = torch.exp(lses[0] - lse)
+    w2 = torch.exp(lses[2] - lse)
+    torch.testing.assert_close(w0 + w2, torch.ones(2))
+    torch.testing.assert_close(out, w0[:, None] * outs[0] + w2[:, None] * outs[2])
