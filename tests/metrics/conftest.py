@@ -26,11 +26,11 @@ TINY_MODEL = {
 }
 
 
-@pytest.fixture(scope="session")
-def vllm_config(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def tiny_vllm_config(directory: Path) -> Any:
     from vllm.config import ModelConfig, ParallelConfig, VllmConfig  # noqa: PLC0415 (slow import)
 
-    model = Path(tmp_path_factory.mktemp("model"))
+    model = directory / "model"
+    model.mkdir(exist_ok=True)
     (model / "config.json").write_text(json.dumps(TINY_MODEL))
     return VllmConfig(
         model_config=ModelConfig(
@@ -39,3 +39,8 @@ def vllm_config(tmp_path_factory: pytest.TempPathFactory) -> Any:
         parallel_config=ParallelConfig(tensor_parallel_size=TENSOR_PARALLEL),
         additional_config={"decode_backend": "latency_specialized"},
     )
+
+
+@pytest.fixture(scope="session")
+def vllm_config(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return tiny_vllm_config(tmp_path_factory.mktemp("vllm"))
