@@ -44,7 +44,9 @@ def test_replay_keeps_the_trace_timetable_fanout_and_prefixes(
     assert [r["scheduled_start_s"] for r in records] == [0.0, 0.1, 0.3, 0.3, 0.3]
     for record in records:
         assert record["error"] is None
-        assert 0 <= record["start_s"] - record["scheduled_start_s"] < 0.05
+        assert (
+            0 <= record["start_s"] - record["scheduled_start_s"] < 0.1
+        )  # on time, well apart from the next offset
     assert [r["output_tokens"] for r in records] == [4, 6, 4, 4, 4]
     assert data["config"]["trace"] == {
         "source": str(trace),

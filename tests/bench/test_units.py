@@ -102,8 +102,10 @@ def test_progress_redraws_in_place_on_a_terminal() -> None:
         task.cancel()
 
     asyncio.run(tick())
-    assert terminal.getvalue().count("\r[") == 2
-    assert "\n" not in terminal.getvalue()
+    drawn = terminal.getvalue()
+    assert drawn.startswith("\r[")
+    assert drawn.count("\r[") in {1, 2}  # 5 Hz, however busy the machine
+    assert "\n" not in drawn
 
 
 def test_validate_does_not_load_the_bench_machinery(tmp_path: Path) -> None:
