@@ -8,7 +8,7 @@ import pytest
 import yaml
 from bench_helpers import Cli
 
-from kimi_operator.bench.job import DEFAULT_BENCH_IMAGE
+from kimi_operator.bench.job import default_image
 
 K8S_VERSION = "1.33"
 
@@ -53,7 +53,7 @@ def test_job_against_a_deployment(cli: Cli) -> None:
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "kimi-bench-k3-long-context"
     container = pod["containers"][0]
-    assert container["image"] == DEFAULT_BENCH_IMAGE
+    assert container["image"] == default_image() == "ghcr.io/kimi-operator/kimi-operator:0.1.0"
     assert container["command"] == [
         "kimi-operator",
         "bench",

@@ -222,7 +222,7 @@ def _render_job(args: argparse.Namespace, out: TextIO) -> int:
     from kimi_operator.bench.endpoint import parse_endpoint  # noqa: PLC0415
     from kimi_operator.bench.job import (  # noqa: PLC0415
         CONFIGMAP_LIMIT,
-        DEFAULT_BENCH_IMAGE,
+        default_image,
         job_name,
         render_job,
     )
@@ -247,7 +247,7 @@ def _render_job(args: argparse.Namespace, out: TextIO) -> int:
     manifests = render_job(
         name=job_name(target, args.profile),
         namespace=args.namespace or (deployment[0] if deployment else "default"),
-        image=args.image or DEFAULT_BENCH_IMAGE,
+        image=args.image or default_image(),
         bench_args=_job_args(args),
         deployment=deployment,
         trace_text=trace_text,

@@ -6,12 +6,14 @@ which carries the `kimi-operator` CLI; pin another with `--image`.
 """
 
 import re
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
 
 from kimi_operator.api.constants import GROUP, PLURAL
 
-# The operator image built from images/operator/ (it contains the `kimi-operator` CLI).
-DEFAULT_BENCH_IMAGE: Final = "ghcr.io/kimi-operator/operator:0.1.0"
+# The operator image built from images/operator/ (scripts/build-images.sh, the chart's
+# image.repository): it contains the `kimi-operator` CLI. Tagged with this package's version.
+OPERATOR_IMAGE_REPOSITORY: Final = "ghcr.io/kimi-operator/kimi-operator"
 RESULTS_DIR: Final = "/results"
 TRACE_DIR: Final = "/trace"
 TRACE_FILE: Final = "trace.jsonl"
@@ -22,6 +24,14 @@ LABELS: Final = {
     "app.kubernetes.io/name": "kimi-operator-bench",
     "app.kubernetes.io/part-of": "kimi-operator",
 }
+
+
+def default_image() -> str:
+    try:
+        tag = version("kimi-operator")
+    except PackageNotFoundError:
+        tag = "latest"
+    return f"{OPERATOR_IMAGE_REPOSITORY}:{tag}"
 
 
 def job_name(target: str, profile: str) -> str:
