@@ -1,5 +1,6 @@
 """`bench --render-job`: manifests that a 1.33 API server would accept, running the same bench."""
 
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,8 @@ def test_job_against_a_deployment(cli: Cli) -> None:
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "kimi-bench-k3-long-context"
     container = pod["containers"][0]
-    assert container["image"] == default_image() == "ghcr.io/kimi-operator/kimi-operator:0.1.0"
+    tag = version("kimi-operator")
+    assert container["image"] == default_image() == f"ghcr.io/kimi-operator/kimi-operator:{tag}"
     assert container["command"] == [
         "kimi-operator",
         "bench",
