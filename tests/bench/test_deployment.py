@@ -1,6 +1,10 @@
 """`--deployment NAMESPACE/NAME` against a small fake Kubernetes API server on 127.0.0.1."""
 
+import asyncio
 import socket
+import ssl
+import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -191,3 +195,93 @@ def test_replicas_multiply_gpus_and_metrics_come_from_one_of_them(
     data = results(out)
     assert data["config"]["gpus"] == 32
     assert "/metrics came from one of 2 replicas behind the Service" in data["summary"]["warnings"]
+
+
+@pytest.fixture
+def tls_api(tmp_path: Path) -> Iterator[tuple[FakeAPI, int, Path]]:
+    """The fake API server over HTTPS with a self-signed certificate for 127.0.0.1."""
+    cert, key = tmp_path / "ca.crt", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    fake = FakeAPI()
+
+    async def listen() -> tuple[web.AppRunner, int]:
+        runner = web.AppRunner(fake.app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
+        return runner, runner.addresses[0][1]
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    runner, port = asyncio.run_coroutine_threadsafe(listen(), loop).result(10)
+    try:
+        yield fake, port, cert
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_in_a_pod_the_service_account_is_used(
+    cli: Cli,
+    tls_api: tuple[FakeAPI, int, Path],
+    stub: Callable[..., tuple[str, object]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the rendered Job relies on: no kubeconfig, the pod's token and CA, HTTPS."""
+    from kubernetes.config import incluster_config  # noqa: PLC0415
+
+    fake, port, cert = tls_api
+    token = tmp_path / "token"
+    token.write_text("pod-token")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(cert))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(port))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    url, _ = stub(ttft_s=0.001, step_s=0.001)
+    fake.objects["inference", "k3"] = deployment(url)
+    out = tmp_path / "out"
+    run = cli(
+        "bench",
+        "--deployment",
+        "inference/k3",
+        "--requests",
+        "1",
+        "--output-tokens",
+        "2",
+        "--output",
+        str(out),
+        "--warmup",
+        "0",
+    )
+    assert run.code == 0, run.err
+    assert [a and a.lower() for a in fake.auth] == ["bearer pod-token"]  # the scheme is any case
+    assert results(out)["config"]["endpoint"] == url
