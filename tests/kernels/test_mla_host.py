@@ -18,7 +18,13 @@ from kimi_kernels.mla_decode.config import (
     choose_num_splits,
     row_groups,
 )
-from kimi_kernels.mla_decode.interface import check_inputs, device_arch
+from kimi_kernels.mla_decode.interface import (
+    check_inputs,
+    combine_fakes,
+    device_arch,
+    split_fakes,
+    to_cute,
+)
 from kimi_kernels.mla_decode.kernel import MLADecodeCombine, MLADecodeSplitKV
 
 
@@ -146,3 +152,39 @@ def test_device_arch_rejects_other_gpus(monkeypatch):
         device_arch(torch.device("cuda", 0))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _device: (10, 3))
     assert device_arch(torch.device("cuda", 0)) == "sm_103a"
+
+
+def _type_strings(tensors):
+    from cutlass._mlir import ir  # noqa: PLC0415
+
+    with ir.Context(), ir.Location.unknown():
+        return [str(t.mlir_type) for t in tensors]
+
+
+@pytest.mark.parametrize("config", DISPATCH_CONFIGS)
+def test_runtime_tensors_have_the_types_the_kernels_were_compiled_for(config):
+    """What mla_decode passes at run time (to_cute of torch tensors) has exactly the MLIR types of
+    the fake tensors the kernels are compiled from, except the memory space: DLPack says
+    "generic" for these CPU tensors where a CUDA tensor says "gmem"."""
+    kv_dtype = torch.float8_e4m3fn if config.kv_dtype == "fp8_e4m3" else torch.bfloat16
+    split_args = [
+        torch.zeros(2, 8, 6, 576, dtype=torch.bfloat16),
+        torch.zeros(5, 64, 576, dtype=kv_dtype),
+        torch.zeros(2, 3, dtype=torch.int32),
+        torch.zeros(2, dtype=torch.int32),
+        torch.zeros(2, 4, 48, 512),
+        torch.zeros(2, 4, 48),
+    ]
+    combine_args = [*split_args[4:], torch.zeros(2, 8, 6, 512, dtype=torch.bfloat16)]
+    combine_args.append(torch.zeros(2, 8, 6))
+    for real, fake in ((split_args, split_fakes(config)), (combine_args, combine_fakes())):
+        got = [s.replace("generic", "gmem") for s in _type_strings(map(to_cute, real))]
+        assert "generic" in _type_strings([to_cute(real[0])])[0]
+        assert got == _type_strings(fake)
+
+
+def test_check_inputs_rejects_misaligned_tensors():
+    t = _inputs()
+    t["seq_lens"] = torch.zeros(3, dtype=torch.int32)[1:]
+    with pytest.raises(ValueError, match="seq_lens must start on a 16-byte boundary"):
+        check_inputs(**t)

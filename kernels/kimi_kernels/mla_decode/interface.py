@@ -34,6 +34,7 @@ from kimi_kernels.mla_decode.config import (
 )
 from kimi_kernels.mla_decode.kernel import MLADecodeCombine, MLADecodeSplitKV
 
+ALIGN = 16  # bytes; every kernel argument is compiled with assumed_align=ALIGN
 _TORCH_KV_DTYPES = {torch.float8_e4m3fn: "fp8_e4m3", torch.bfloat16: "bf16"}
 
 
@@ -75,9 +76,14 @@ def check_inputs(
     for name, t in (("block_table", block_table), ("seq_lens", seq_lens)):
         if t.dtype != torch.int32:
             raise ValueError(f"{name} must be int32, got {t.dtype}")
-    for name, t in (("q", q), ("kv_cache", kv_cache), ("block_table", block_table)):
+    named = (("q", q), ("kv_cache", kv_cache), ("block_table", block_table), ("seq_lens", seq_lens))
+    for name, t in named:
         if t.stride(-1) != 1:
             raise ValueError(f"{name} must have a contiguous last dimension")
+        if t.data_ptr() % ALIGN:
+            raise ValueError(
+                f"{name} must start on a {ALIGN}-byte boundary (the kernels assume it)"
+            )
     devices = {t.device for t in (q, kv_cache, block_table, seq_lens)}
     if len(devices) != 1 or next(iter(devices)).type != "cuda":
         raise ValueError(f"all tensors must be on one CUDA device, got {sorted(map(str, devices))}")
@@ -88,7 +94,7 @@ def _fake(dtype: Any, rank: int) -> Any:
     """A fake tensor of ``rank`` dynamic dims, 64-bit dynamic strides, innermost stride 1."""
     shape = tuple(cute.sym_int() for _ in range(rank))
     stride = (*(cute.sym_int64() for _ in range(rank - 1)), 1)
-    return cute.runtime.make_fake_tensor(dtype, shape, stride=stride, assumed_align=16)
+    return cute.runtime.make_fake_tensor(dtype, shape, stride=stride, assumed_align=ALIGN)
 
 
 def _options(arch: str, dump_dir: str | None) -> str:
@@ -100,19 +106,36 @@ def _options(arch: str, dump_dir: str | None) -> str:
     return opts
 
 
-@functools.cache
-def compile_split(config: SplitConfig, arch: str, dump_dir: str | None = None) -> Any:
-    """Compile (once per key) the split kernel for ``config`` on ``arch``."""
-    MLADecodeSplitKV.can_implement(config)
-    kernel = MLADecodeSplitKV(config)
-    return cute.compile(
-        kernel,
+def split_fakes(config: SplitConfig) -> list[Any]:
+    """Fake tensors for the split kernel: q, kv_cache, block_table, seq_lens, o_part, lse_part."""
+    kv = MLADecodeSplitKV(config).kv_dtype
+    return [
         _fake(cutlass.BFloat16, 4),
-        _fake(kernel.kv_dtype, 3),
+        _fake(kv, 3),
         _fake(cutlass.Int32, 2),
         _fake(cutlass.Int32, 1),
         _fake(cutlass.Float32, 4),
         _fake(cutlass.Float32, 3),
+    ]
+
+
+def combine_fakes() -> list[Any]:
+    """Fake tensors for the combine kernel: o_part, lse_part, out, lse."""
+    return [
+        _fake(cutlass.Float32, 4),
+        _fake(cutlass.Float32, 3),
+        _fake(cutlass.BFloat16, 4),
+        _fake(cutlass.Float32, 3),
+    ]
+
+
+@functools.cache
+def compile_split(config: SplitConfig, arch: str, dump_dir: str | None = None) -> Any:
+    """Compile (once per key) the split kernel for ``config`` on ``arch``."""
+    MLADecodeSplitKV.can_implement(config)
+    return cute.compile(
+        MLADecodeSplitKV(config),
+        *split_fakes(config),
         cutlass.Float32(1.0),
         cutlass.Float32(1.0),
         cute.runtime.make_fake_stream(),
@@ -125,10 +148,7 @@ def compile_combine(arch: str, dump_dir: str | None = None) -> Any:
     """Compile (once per arch) the combine kernel."""
     return cute.compile(
         MLADecodeCombine(),
-        _fake(cutlass.Float32, 4),
-        _fake(cutlass.Float32, 3),
-        _fake(cutlass.BFloat16, 4),
-        _fake(cutlass.Float32, 3),
+        *combine_fakes(),
         cute.runtime.make_fake_stream(),
         options=_options(arch, dump_dir),
     )
@@ -144,12 +164,13 @@ def device_arch(device: torch.device) -> str:
     return ARCH_BY_CAPABILITY[cap]
 
 
-def _cute(t: torch.Tensor) -> Any:
+def to_cute(t: torch.Tensor) -> Any:
+    """The runtime view of a torch tensor, with the layout dynamism the fakes were compiled for."""
     if t.dtype == torch.float8_e4m3fn:
-        ct = from_dlpack(t.view(torch.uint8), assumed_align=16)
+        ct = from_dlpack(t.view(torch.uint8), assumed_align=ALIGN)
         ct.element_type = cutlass.Float8E4M3FN
     else:
-        ct = from_dlpack(t, assumed_align=16)
+        ct = from_dlpack(t, assumed_align=ALIGN)
     return ct.mark_layout_dynamic(leading_dim=t.dim() - 1)
 
 
@@ -197,15 +218,15 @@ def mla_decode(  # noqa: PLR0917 (the reference's positional signature)
     lse = torch.empty(shape.batch, shape.q_len, shape.heads, dtype=torch.float32, device=dev)
     stream = cuda.CUstream(torch.cuda.current_stream(dev).cuda_stream)
     split_fn(
-        _cute(q),
-        _cute(kv_cache),
-        _cute(block_table),
-        _cute(seq_lens),
-        _cute(o_part),
-        _cute(lse_part),
+        to_cute(q),
+        to_cute(kv_cache),
+        to_cute(block_table),
+        to_cute(seq_lens),
+        to_cute(o_part),
+        to_cute(lse_part),
         cutlass.Float32(softmax_scale),
         cutlass.Float32(kv_scale),
         stream,
     )
-    combine_fn(_cute(o_part), _cute(lse_part), _cute(out), _cute(lse), stream)
+    combine_fn(to_cute(o_part), to_cute(lse_part), to_cute(out), to_cute(lse), stream)
     return out, lse
