@@ -11,6 +11,8 @@ import pytest
 import yaml
 from jsonschema import Draft4Validator
 
+from kimi_operator.cli import build_parser
+
 from .helm import CHART, ROOT, helm, of_kind, template, write_values
 
 KUBERNETES_VERSION = "1.34"
@@ -52,18 +54,28 @@ def _strict(schema: Any) -> Any:
     return schema
 
 
-def _upstream_validator(kind: str) -> Draft4Validator:
-    crd = yaml.safe_load((SCHEMAS / UPSTREAM[kind]).read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return Draft4Validator(_strict(version["schema"]["openAPIV3Schema"]))
+def _crd_validators() -> dict[str, Draft4Validator]:
+    """Kind -> validator of its v1 schema, for the custom kinds the chart renders: the upstream
+    Prometheus Operator CRDs and kopf's peering CRDs (which the chart ships)."""
+    crds = [yaml.safe_load((SCHEMAS / name).read_text()) for name in UPSTREAM.values()]
+    crds += yaml.safe_load_all((CHART / "files" / "kopf-peering-crds.yaml").read_text())
+    validators = {}
+    for crd in crds:
+        (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+        schema = _strict(version["schema"]["openAPIV3Schema"])
+        validators[crd["spec"]["names"]["kind"]] = Draft4Validator(schema)
+    return validators
+
+
+CRD_VALIDATORS = _crd_validators()
 
 
 def validate(obj: dict[str, Any]) -> None:
     """Raise unless `obj` is what the API server accepts for its kind."""
-    if obj["kind"] in UPSTREAM:
+    if obj["kind"] in CRD_VALIDATORS:
         errors = [
             f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in _upstream_validator(obj["kind"]).iter_errors(obj)
+            for e in CRD_VALIDATORS[obj["kind"]].iter_errors(obj)
         ]
         assert not errors, f"{obj['kind']} {obj['metadata']['name']}: {errors}"
     else:
@@ -179,30 +191,39 @@ def test_operator_pod_is_hardened(rendered: dict[str, list[dict[str, Any]]]) -> 
     assert container["resources"]["requests"]
     assert container["resources"]["limits"]
     health = next(p for p in container["ports"] if p["name"] == "health")
-    assert health["containerPort"] == 8080
+    assert health["containerPort"] == 8081
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
 
 
+def _parsed(objects: list[dict[str, Any]]) -> Any:
+    """The container's arguments as `kimi-operator run` (the image's entrypoint) reads them."""
+    return build_parser().parse_args(["run", *_container(objects)["args"]])
+
+
 def test_operator_arguments(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    assert _container(rendered["defaults"])["args"] == [
-        "--serving-image=ghcr.io/kimi-operator/vllm-kimi:0.33.0",
-        "--health=0.0.0.0:8080",
-        "--metrics=0.0.0.0:9090",
-        "--resync-interval=60",
-        "--workers=16",
-    ]
-    args = _container(rendered["namespaced"])["args"]
-    assert "--namespace=inference" in args
-    assert "--namespace=research" in args
-    assert "--peering=kimi-operator" in _container(rendered["peering"])["args"]
+    args = _parsed(rendered["defaults"])
+    assert args.serving_image == "ghcr.io/kimi-operator/vllm-kimi:0.33.0"
+    assert args.namespace is None
+    assert args.health_address == "0.0.0.0:8081"
+    assert args.metrics_address == "0.0.0.0:8080"
+    assert (args.resync_interval, args.workers) == (60, 16)
+    container = _container(rendered["defaults"])
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8081, "metrics": 8080}
+    assert _parsed(rendered["namespaced"]).namespace == ["inference", "research"]
+
+
+def test_peering_arguments(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert _parsed(rendered["peering"]).peering == "kimi-operator"
 
 
 def test_images_by_digest(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert _container(rendered["defaults"])["image"] == "ghcr.io/kimi-operator/kimi-operator:0.1.0"
     container = _container(rendered["digests"])
     assert container["image"] == f"registry.example.com/kimi/operator@{DIGEST}"
-    assert f"--serving-image=registry.example.com/kimi/vllm@{DIGEST}" in container["args"]
+    serving = _parsed(rendered["digests"]).serving_image
+    assert serving == f"registry.example.com/kimi/vllm@{DIGEST}"
 
 
 def test_metrics_service_and_monitor(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -211,7 +232,7 @@ def test_metrics_service_and_monitor(rendered: dict[str, list[dict[str, Any]]]) 
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert service["spec"]["selector"] == selector
     assert service["spec"]["ports"] == [
-        {"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
     ]
     (monitor,) = of_kind(rendered["observability"], "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"

@@ -48,11 +48,8 @@ UPSTREAM = (
 )
 NAMESPACE = "inference"
 TEST_AGENT = "kimi-operator-rbac-test"
-# What kopf needs for peering (https://kopf.readthedocs.io/en/stable/peering/), which no
-# single-replica run shows: cluster-wide ClusterKopfPeerings, per namespace KopfPeerings.
-PEERING_VERBS = ("get", "list", "watch", "patch")
-CLUSTER_PEERING = {("kopf.dev", "clusterkopfpeerings", v) for v in PEERING_VERBS}
-NAMESPACED_PEERING = {("kopf.dev", "kopfpeerings", v) for v in PEERING_VERBS}
+PEERING = "kimi-operator"
+PEERING_CRDS = ROOT / "charts" / "kimi-operator" / "files" / "kopf-peering-crds.yaml"
 
 Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb)
 
@@ -275,7 +272,25 @@ def _record_requests(
     monkeypatch.setattr(ApiServer, "__call__", recorded)
 
 
-def _observe(monkeypatch: pytest.MonkeyPatch, namespaces: tuple[str, ...]) -> Observed:
+def _peering_objects(namespaces: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """(collection path, body) of the peering objects the chart creates (templates/peering.yaml)."""
+    group = "/apis/kopf.dev/v1"
+    if not namespaces:
+        body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering"}
+        return [(f"{group}/clusterkopfpeerings", {**body, "metadata": {"name": PEERING}})]
+    body = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering"}
+    return [
+        (
+            f"{group}/namespaces/{ns}/kopfpeerings",
+            {**body, "metadata": {"name": PEERING, "namespace": ns}},
+        )
+        for ns in namespaces
+    ]
+
+
+def _observe(
+    monkeypatch: pytest.MonkeyPatch, namespaces: tuple[str, ...], peering: str | None = None
+) -> Observed:
     observed = Observed()
     _record_call_sites(monkeypatch, observed.reached)
     _serve_namespaces(monkeypatch)
@@ -284,10 +299,19 @@ def _observe(monkeypatch: pytest.MonkeyPatch, namespaces: tuple[str, ...]) -> Ob
     sites = client_call_sites()
     with EmbeddedApiServer() as api:
         upstream = [yaml.safe_load((SCHEMAS / name).read_text()) for name in UPSTREAM]
-        api.install_crds([crd(), *upstream])
+        kopf_crds = list(yaml.safe_load_all(PEERING_CRDS.read_text())) if peering else []
+        api.install_crds([crd(), *upstream, *kopf_crds])
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
         _send(api.url, "POST", "/api/v1/namespaces", namespace)
-        config = RunConfig(server=api.url, namespaces=namespaces, resync_interval_s=0.3, workers=2)
+        for path, body in _peering_objects(namespaces) if peering else []:
+            _send(api.url, "POST", path, body)
+        config = RunConfig(
+            server=api.url,
+            namespaces=namespaces,
+            resync_interval_s=0.3,
+            workers=2,
+            peering=peering,
+        )
         # A timeout is reported by test_scenario_reaches_every_client_call.
         with OperatorThread(config), contextlib.suppress(AssertionError):
             _scenario(api.url, observed.reached, sites)
@@ -309,6 +333,18 @@ def cluster_wide() -> Iterator[Observed]:
 def namespaced() -> Iterator[Observed]:
     with pytest.MonkeyPatch.context() as monkeypatch:
         yield _observe(monkeypatch, (NAMESPACE,))
+
+
+@pytest.fixture(scope="module")
+def cluster_wide_peering() -> Iterator[Observed]:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield _observe(monkeypatch, (), PEERING)
+
+
+@pytest.fixture(scope="module")
+def namespaced_peering() -> Iterator[Observed]:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield _observe(monkeypatch, (NAMESPACE,), PEERING)
 
 
 # --- what the chart grants ---------------------------------------------------------------
@@ -364,7 +400,9 @@ def _missing(sites: list[CallSite], reached: set[tuple[str, int]]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("mode", ["cluster_wide", "namespaced"])
+@pytest.mark.parametrize(
+    "mode", ["cluster_wide", "namespaced", "cluster_wide_peering", "namespaced_peering"]
+)
 def test_scenario_reaches_every_client_call(mode: str, request: pytest.FixtureRequest) -> None:
     observed: Observed = request.getfixturevalue(mode)
     missing = _missing(client_call_sites(), observed.reached)
@@ -390,15 +428,29 @@ def test_namespaced_rbac_is_exactly_what_the_operator_does(
     assert roles == {NAMESPACE: namespaced.namespaced, "other": namespaced.namespaced}
 
 
-def test_peering_adds_only_kopf_peering(
-    cluster_wide: Observed, namespaced: Observed, tmp_path: Path
+def test_peering_rbac_is_exactly_what_the_operator_does(
+    cluster_wide_peering: Observed, namespaced_peering: Observed, tmp_path: Path
 ) -> None:
-    peering = {"replicaCount": 2, "peering": {"enabled": True}}
+    peering = {"replicaCount": 2, "peering": {"enabled": True, "name": PEERING}}
     cluster, _ = rbac(peering, tmp_path)
-    assert cluster == cluster_wide.cluster | cluster_wide.namespaced | CLUSTER_PEERING
+    assert cluster == cluster_wide_peering.cluster | cluster_wide_peering.namespaced
     cluster, roles = rbac({**peering, "watchNamespaces": [NAMESPACE]}, tmp_path)
-    assert cluster == namespaced.cluster
-    assert roles == {NAMESPACE: namespaced.namespaced | NAMESPACED_PEERING}
+    assert cluster == namespaced_peering.cluster
+    assert roles == {NAMESPACE: namespaced_peering.namespaced}
+
+
+def test_peering_objects_are_the_chart_s(tmp_path: Path) -> None:
+    """The scenario's peering objects are those the chart creates."""
+    peering = {"replicaCount": 2, "peering": {"enabled": True, "name": PEERING}}
+    for namespaces in ((), (NAMESPACE, "other")):
+        values = {**peering, "watchNamespaces": list(namespaces)}
+        objects = [o for o in template(values, tmp_path) if o["apiVersion"] == "kopf.dev/v1"]
+        expected = [body for _, body in _peering_objects(namespaces)]
+        assert [
+            {k: o[k] for k in ("apiVersion", "kind")}
+            | {"metadata": {k: v for k, v in o["metadata"].items() if k in {"name", "namespace"}}}
+            for o in objects
+        ] == expected
 
 
 def test_no_rbac_when_disabled(tmp_path: Path) -> None:

@@ -101,7 +101,7 @@ operator run makes). No wildcards.
 # kopf peering in namespaced mode.
 - apiGroups: ["kopf.dev"]
   resources: ["kopfpeerings"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["list", "watch", "patch"]
 {{- end }}
 {{- end }}
 
@@ -121,6 +121,6 @@ operator run makes). No wildcards.
 # kopf peering in cluster-wide mode.
 - apiGroups: ["kopf.dev"]
   resources: ["clusterkopfpeerings"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["list", "watch", "patch"]
 {{- end }}
 {{- end }}
