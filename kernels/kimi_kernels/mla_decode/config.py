@@ -34,6 +34,7 @@ MAX_Q_LEN = 8  # 1 + up to 7 DSpark draft tokens
 MAX_SPLITS = 128
 MIN_TILES_PER_SPLIT = 4  # >= 128 cache positions per split
 MAX_WORKSPACE_BYTES = 256 << 20
+SMEM_SLACK = 1024
 SMEM_PER_SM = 227 * 1024  # usable shared memory per SM, sm_90a and sm_100a/sm_103a
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 ARCH_BY_CAPABILITY = {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}
@@ -53,7 +54,8 @@ class SplitConfig:
 
     @property
     def smem_bytes(self) -> int:
-        return (TILE_N + self.rows_per_cta) * (HEAD_DIM + 1) * 4
+        # staged cache tile + staged query rows (f32, row stride 577), plus alignment slack
+        return (TILE_N + self.rows_per_cta) * (HEAD_DIM + 1) * 4 + SMEM_SLACK
 
     @property
     def ctas_per_sm(self) -> int:

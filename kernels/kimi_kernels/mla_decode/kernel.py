@@ -221,8 +221,8 @@ class MLADecodeSplitKV:
                 base = new_max
                 if new_max == Float32(NEG_INF):
                     base = Float32(0.0)
-                p = cute.math.exp2(s - base, fastmath=True)
-                corr = cute.math.exp2(row_max[r] - base, fastmath=True)
+                p = cute.math.exp2(s - base, approx=True, ftz=True)
+                corr = cute.math.exp2(row_max[r] - base, approx=True, ftz=True)
                 row_sum[r] = row_sum[r] * corr + cute.arch.warp_reduction_sum(p)
                 row_max[r] = new_max
                 prob[r] = p
@@ -248,7 +248,7 @@ class MLADecodeSplitKV:
                 lse = Float32(NEG_INF)
                 if total > Float32(0.0):
                     inv = cute.arch.rcp_approx(total)
-                    lse = row_max[r] + cute.math.log2(total, fastmath=True)
+                    lse = row_max[r] + cute.math.log2(total, approx=True, ftz=True)
                 for i in cutlass.range_constexpr(COLS_PER_LANE):
                     g_o_part[b, split, row, lane + i * WARP] = acc[r, i] * inv
                 if lane == 0:
@@ -295,17 +295,17 @@ class MLADecodeCombine:
         total = Float32(0.0)
         if lse_max != Float32(NEG_INF):
             for s in cutlass.range(num_splits):
-                total += cute.math.exp2(g_lse_part[b, s, row] - lse_max, fastmath=True)
+                total += cute.math.exp2(g_lse_part[b, s, row] - lse_max, approx=True, ftz=True)
         lse = Float32(NEG_INF)
         if total > Float32(0.0):
-            lse = lse_max + cute.math.log2(total, fastmath=True)
+            lse = lse_max + cute.math.log2(total, approx=True, ftz=True)
 
         acc = cute.make_rmem_tensor((COMBINE_COLS,), Float32)
         for i in cutlass.range_constexpr(COMBINE_COLS):
             acc[i] = Float32(0.0)
         if total > Float32(0.0):
             for s in cutlass.range(num_splits):
-                w = cute.math.exp2(g_lse_part[b, s, row] - lse, fastmath=True)
+                w = cute.math.exp2(g_lse_part[b, s, row] - lse, approx=True, ftz=True)
                 for i in cutlass.range_constexpr(COMBINE_COLS):
                     acc[i] += w * g_o_part[b, s, row, tidx + i * COMBINE_THREADS]
         j = row // heads
