@@ -60,6 +60,22 @@ _CUTE_KV_DTYPES: dict[str, Any] = {
 }
 
 
+@cute.jit
+def split_range(seq_len: Int32, num_splits: Int32, split: Int32) -> tuple[Int32, Int32]:
+    """Cache positions ``[start, end)`` of ``split``: contiguous, a multiple of TILE_N long
+    (the last one shorter, trailing ones empty). Host twin: ``config.split_bounds``."""
+    per_split = (seq_len + num_splits - 1) // num_splits
+    chunk = (per_split + TILE_N - 1) // TILE_N * TILE_N
+    start = split * chunk
+    return start, cutlass.min(start + chunk, seq_len)
+
+
+@cute.jit
+def causal_limit(seq_len: Int32, q_len: Int32, heads: Int32, row: Int32) -> Int32:
+    """The last cache position query row ``row`` (token ``row // heads``) may see."""
+    return seq_len - q_len + row // heads
+
+
 class MLADecodeSplitKV:
     """Split-KV attention over a paged FP8/BF16 MLA cache; writes per-split partials."""
 
@@ -146,10 +162,7 @@ class MLADecodeSplitKV:
 
         # This split's contiguous range of the context, a multiple of TILE_N long.
         seq_len = g_seq_lens[b]
-        per_split = (seq_len + num_splits - 1) // num_splits
-        chunk = (per_split + TILE_N - 1) // TILE_N * TILE_N
-        start = split * chunk
-        end = cutlass.min(start + chunk, seq_len)
+        start, end = split_range(seq_len, num_splits, split)
 
         # Stage the CTA's query rows, pre-scaled into the log2 domain (zero rows past the end).
         for r in cutlass.range_constexpr(self.rows_per_warp):
@@ -174,7 +187,7 @@ class MLADecodeSplitKV:
             row_max[r] = Float32(NEG_INF)
             row_sum[r] = Float32(0.0)
             row = row0 + warp * self.rows_per_warp + r
-            limit[r] = seq_len - q_len + row // heads
+            limit[r] = causal_limit(seq_len, q_len, heads, row)
             if row >= rows:
                 limit[r] = Int32(-1)
             for i in cutlass.range_constexpr(COLS_PER_LANE):
