@@ -87,9 +87,12 @@ def make_inputs(
 
 
 def poison() -> None:
-    """Freed NaN-filled memory: the next torch.empty (outputs, workspace) reuses it."""
-    junk = torch.full((256 << 20,), float("nan"), device="cuda")
-    del junk
+    """Freed NaN-filled memory in both of the caching allocator's pools (requests up to 1 MiB
+    come from small segments, bigger ones from large): the next torch.empty calls (outputs,
+    partials) hand back NaN."""
+    small = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(32)]  # 1 MiB each
+    large = torch.full((256 << 20,), float("nan"), device="cuda")
+    del small, large
 
 
 def phase_env() -> None:

@@ -21,9 +21,11 @@ SCALE = 1.0 / math.sqrt(192.0)
 
 
 def _poison_allocator() -> None:
-    """Fill freed memory with NaN so torch.empty in mla_decode hands back poisoned buffers."""
-    junk = torch.full((64 << 20,), float("nan"), device="cuda")
-    del junk
+    """Fill freed memory with NaN (small and large pools) so that torch.empty in mla_decode hands
+    back poisoned buffers."""
+    small = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(32)]
+    large = torch.full((64 << 20,), float("nan"), device="cuda")
+    del small, large
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.float8_e4m3fn, torch.bfloat16])

@@ -3,7 +3,8 @@
 ``python -m kimi_kernels.mla_decode.matrix`` prints one line per kernel (registers, stack,
 local memory, spill-instruction count, key SASS instruction counts). The inspection reads the
 cubin with ``cuobjdump`` (PyPI ``nvidia-cuda-cuobjdump``): ``-res-usage`` for registers/stack/
-local memory and ``-sass`` for the instruction classes.
+local memory and ``-sass`` (which runs ``nvdisasm``, PyPI ``nvidia-cuda-nvdisasm``) for the
+instruction classes.
 """
 
 from __future__ import annotations
@@ -57,15 +58,17 @@ class CubinReport:
 def inspect_cubin(cubin: bytes) -> CubinReport:
     """Resource usage and SASS opcode histogram of a single-kernel cubin."""
     cuobjdump = find_tool("cuobjdump")
+    # cuobjdump -sass runs nvdisasm, which it looks up on PATH
+    env = {**os.environ, "PATH": f"{Path(find_tool('nvdisasm')).parent}:{os.environ['PATH']}"}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "k.cubin"
         path.write_bytes(cubin)
-        res = subprocess.run(
-            [cuobjdump, "-res-usage", str(path)], capture_output=True, text=True, check=True
-        ).stdout
-        sass = subprocess.run(
-            [cuobjdump, "-sass", str(path)], capture_output=True, text=True, check=True
-        ).stdout
+        res, sass = (
+            subprocess.run(
+                [cuobjdump, flag, str(path)], capture_output=True, text=True, check=True, env=env
+            ).stdout
+            for flag in ("-res-usage", "-sass")
+        )
     found = _RES.findall(res)
     if len(found) != 1:
         raise ValueError(f"expected one kernel in the cubin, cuobjdump says:\n{res}")
