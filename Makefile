@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml requirements/vllm-interfaces.txt
 	# CPU torch first (a file on these machines): nothing after this may pull a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0 numpy
 	$(BIN)/pip install --quiet -e '.[dev]'
-	# vLLM 0.33.0 for its interfaces only (argument parser, metrics, plugins): no dependencies.
-	$(BIN)/pip install --quiet --no-deps vllm==0.33.0
+	# vLLM 0.33.0 for its interfaces only (argument parser, metrics, plugins): no dependencies; also
+	# two packages its V2 model runner and Kimi K3 specialized decode modules import (tests/metrics
+	# instruments those), without their requirements (flashinfer's pull CUDA and NCCL packages).
+	$(BIN)/pip install --quiet --no-deps vllm==0.33.0 flashinfer-python==0.7.2.post1 compressed-tensors==0.17.0
 	$(BIN)/pip install --quiet -r requirements/vllm-interfaces.txt
 	touch $(STAMP)
 
