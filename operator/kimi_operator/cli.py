@@ -130,6 +130,8 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=err,
     )
+    if not args.verbose:  # kopf says "Handler succeeded" for every watch event
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     config = RunConfig(
         namespaces=tuple(args.namespace or ()),
         defaults=OperatorDefaults(

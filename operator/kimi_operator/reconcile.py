@@ -120,13 +120,16 @@ def _reconcile_valid(
 
     outcome = Outcome(status={})
     uid = body["metadata"]["uid"]
+    first = not old  # never reconciled: its children most likely do not exist yet
     try:
         for child in build_children(kd, defaults):
             if child["kind"] not in skip:
-                apply_child(client, with_owner(child, body), uid, outcome.applied)
-        _prune_groups(
-            client, kd, uid=uid, old=old, defaults=defaults, skip=skip, into=outcome.applied
-        )
+                desired = with_owner(child, body)
+                apply_child(client, desired, uid, outcome.applied, likely_missing=first)
+        if not first:  # nothing to scale down yet
+            _prune_groups(
+                client, kd, uid=uid, old=old, defaults=defaults, skip=skip, into=outcome.applied
+            )
     except (kopf.TemporaryError, kopf.PermanentError) as error:
         outcome.error, outcome.result = error, "error"
         blockers.append(cond.Problem("ApplyFailed", str(error)))

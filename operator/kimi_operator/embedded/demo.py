@@ -16,7 +16,7 @@ import yaml
 from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
 from kimi_operator.embedded.kubelet import mark_ready
-from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.server import UPSTREAM_CRD_FILES, EmbeddedApiServer
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
@@ -26,11 +26,6 @@ from kimi_operator.k8s.resources import (
 )
 from kimi_operator.runner import OperatorThread, RunConfig
 
-UPSTREAM_CRDS = (
-    "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
-    "resource.nvidia.com_computedomains.yaml",
-    "monitoring.coreos.com_podmonitors.yaml",
-)
 RESYNC_S = 1.0
 TIMEOUT_S = 20.0
 
@@ -144,13 +139,13 @@ def _all_ready(client: Client) -> bool:
 
 def run_demo(samples: Path, schemas: Path, out: TextIO) -> None:
     started = time.monotonic()
-    missing = [name for name in UPSTREAM_CRDS if not (schemas / name).is_file()]
+    missing = [name for name in UPSTREAM_CRD_FILES if not (schemas / name).is_file()]
     if missing:
         raise DemoError(f"upstream CRDs not found in {schemas}: {', '.join(missing)}")
     docs = _load_samples(samples, out)
     with EmbeddedApiServer() as api:
         print(f"embedded API server (kmock emulator) listening on {api.url}", file=out)
-        upstream = [yaml.safe_load((schemas / name).read_text()) for name in UPSTREAM_CRDS]
+        upstream = [yaml.safe_load((schemas / name).read_text()) for name in UPSTREAM_CRD_FILES]
         api.install_crds([crd(), *upstream])
         for installed in [crd(), *upstream]:
             print(f"  installed CRD {installed['metadata']['name']}", file=out)

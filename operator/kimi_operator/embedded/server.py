@@ -14,10 +14,11 @@ import datetime
 import itertools
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Self, TypeVar
+from typing import Any, NamedTuple, Self, TypeVar
 
 import aiohttp.web
 import attrs
@@ -26,6 +27,15 @@ import kmock
 from kmock import action
 
 T = TypeVar("T")
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+TIMELINE_PATH = "/_kimi/timeline"
+DIRECT = frozenset({action.FETCH, action.CREATE, action.UPDATE, action.DELETE})
+# The upstream CRDs the operator's children need, as named in the shared schemas folder.
+UPSTREAM_CRD_FILES = (
+    "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+    "resource.nvidia.com_computedomains.yaml",
+    "monitoring.coreos.com_podmonitors.yaml",
+)
 CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
 BUILT_IN = {
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False),
@@ -74,6 +84,21 @@ def _replace_data(request: kmock.Request, data: dict[str, Any]) -> None:
     object.__setattr__(request, "data", data)
 
 
+def key_of(request: kmock.Request, resource: kmock.resource) -> tuple[Any, Any, Any]:
+    """(resource, namespace, name) of the object a request is about (a create names it in the
+    body)."""
+    data = request.data if isinstance(request.data, dict) else {}
+    meta = data.get("metadata") or {}
+    return resource, request.namespace or meta.get("namespace"), request.name or meta.get("name")
+
+
+class Write(NamedTuple):
+    time: float  # time.monotonic(): shared by the processes of one machine
+    method: str
+    path: str
+    name: str  # of the object written
+
+
 @dataclass(frozen=True)
 class Fault:
     """Answer `times` requests whose method and path match with `status`."""
@@ -88,6 +113,11 @@ class Fault:
 class ApiServer(kmock.KubernetesEmulator):
     _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     _faults: list[list[Any]] = attrs.field(factory=list, init=False)
+    # (monotonic time, method, path, object name) of every state-changing request: the
+    # benchmark's clock (monotonic time is shared by the processes of one machine).
+    timeline: list[Write] = attrs.field(factory=list, init=False)
+    # uids of the objects that exist: added by each create, recomputed by each deletion.
+    _uids: set[str] = attrs.field(factory=set, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -110,6 +140,9 @@ class ApiServer(kmock.KubernetesEmulator):
             return aiohttp.web.json_response(
                 {"kind": "NamespaceList", "apiVersion": "v1", "metadata": {}, "items": items}
             )
+        if raw_request.method == "GET" and raw_request.path == TIMELINE_PATH:
+            since = int(raw_request.query.get("since", "0"))
+            return aiohttp.web.json_response(self.timeline[since:])
         return await super().__call__(raw_request)
 
     async def _watch_namespaces(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
@@ -201,58 +234,143 @@ class ApiServer(kmock.KubernetesEmulator):
         return merge_diff(current, new)
 
     async def _handle(self, request: kmock.Request) -> Any:
+        try:
+            return await self._serve(request)
+        finally:
+            # kmock keeps every request and matches each new one against all of them, so that a
+            # request costs O(requests so far). Forget each one once matched (the writes are
+            # logged in `timeline`): requests stay O(1).
+            for index, known in enumerate(self._requests):
+                if known is request:
+                    del self._requests[index]
+                    break
+
+    async def _serve(self, request: kmock.Request) -> Any:
         resource = request.resource
         if resource is None or resource.plural is None or request.action is None:
             return await super()._handle(request)  # discovery and other non-object paths
+        if request.method.value in WRITES:
+            data = request.data if isinstance(request.data, dict) else {}
+            name = request.name or (data.get("metadata") or {}).get("name") or ""
+            self.timeline.append(
+                Write(time.monotonic(), request.method.value, request.url.path, name)
+            )
         status = self._fault_for(request)
         if status is not None:
             raise kmock.KubernetesError(status=status, reason="Injected", message="injected fault")
         if not self._declared(resource):
             raise kmock.KubernetesResourceNotFoundError()
-        if request.action == action.CREATE and isinstance(request.data, dict):
-            data = self._new_object(request.data)
-            if request.namespace:
-                data["metadata"].setdefault("namespace", request.namespace)
-            if self._has_status(resource):
-                data.pop("status", None)
-            _replace_data(request, data)
-        elif request.action == action.UPDATE and request.name is not None:
-            key = (resource, request.namespace, request.name)
-            if key in self.objects and not self.objects[key].deleted:
-                current = self.objects[key].raw
-                _replace_data(request, self._updated(request, current))
-        response = await super()._handle(request)
-        if request.action == action.DELETE and request.name is not None:
-            await self._collect_garbage()
-        elif request.action == action.CREATE and request.data["metadata"].get("ownerReferences"):
-            # Created for an owner that is already gone.
-            await self._collect_garbage(only=request.data["metadata"]["uid"])
-        return response
+        if request.action in DIRECT and (request.name or request.action == action.CREATE):
+            response = await self._direct(request, resource)
+            if request.action == action.DELETE:
+                await self._collect_garbage()
+            elif request.action == action.CREATE:
+                await self._collect_orphan(key_of(request, resource))
+            return response
+        return await super()._handle(request)  # list and watch
 
-    async def _collect_garbage(self, only: str | None = None) -> None:
-        """Delete every object (or only the one with uid `only`) whose owner is gone, until none
-        is left."""
+    async def _direct(
+        self, request: kmock.Request, resource: kmock.resource
+    ) -> aiohttp.web.StreamResponse:
+        """Object reads and writes, by key. (kmock's own path matches every request against all
+        of its reactions and finds objects by scanning them: too slow for the benchmark.)"""
+        data = request.data if isinstance(request.data, dict) else {}
+        key = key_of(request, resource)
+        namespace = key[1]
+        async with self._lock:
+            obj = self.objects[key] if key in self.objects else None  # noqa: SIM401 (no .get)
+            gone = obj is None or obj.deleted
+            if request.action == action.CREATE:
+                if not gone:
+                    raise kmock.KubernetesError(409, "AlreadyExists", f"{key[2]} already exists")
+                new = self._new_object(data)
+                if namespace:
+                    new["metadata"]["namespace"] = namespace
+                if self._has_status(resource):
+                    new.pop("status", None)
+                _replace_data(request, new)
+                if obj is None:
+                    self.objects[key] = new
+                else:
+                    obj.create(new)
+                raw = self.objects[key].raw
+                self._uids.add(new["metadata"]["uid"])
+                await self._buses[resource].put({"type": "ADDED", "object": raw})
+                return aiohttp.web.json_response(raw, status=201)
+            if gone:
+                raise kmock.KubernetesObjectNotFoundError()
+            assert obj is not None
+            if request.action == action.FETCH:
+                return aiohttp.web.json_response(obj.raw)
+            if request.action == action.UPDATE:
+                obj.patch(self._updated(request, obj.raw))
+                raw = obj.raw
+                await self._buses[resource].put({"type": "MODIFIED", "object": raw})
+                if raw["metadata"].get("deletionTimestamp") and not raw["metadata"].get(
+                    "finalizers"
+                ):
+                    obj.delete()
+                    await self._buses[resource].put({"type": "DELETED", "object": raw})
+                return aiohttp.web.json_response(raw)
+            if obj.get("metadata", {}).get("finalizers"):  # delete: wait for the finalizers
+                stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                obj.patch({"metadata": {"deletionTimestamp": stamp}})
+                await self._buses[resource].put({"type": "MODIFIED", "object": obj.raw})
+                return aiohttp.web.json_response(obj.raw)
+            raw = obj.raw
+            obj.delete()
+            await self._buses[resource].put({"type": "DELETED", "object": raw})
+            return aiohttp.web.json_response(raw)
+
+    async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
+        """Kubernetes' Status object, without kmock's traceback (formatting it is slow)."""
+        if not isinstance(exc, kmock.KubernetesError):
+            return await super()._render_error(exc)
+        status = {
+            "apiVersion": "v1",
+            "kind": "Status",
+            "metadata": {},
+            "status": "Failure",
+            "code": exc.status,
+            "reason": exc.reason or type(exc).__name__,
+            "message": exc.message or repr(exc),
+        }
+        return aiohttp.web.json_response(status, status=exc.status)
+
+    async def _collect_orphan(self, key: Any) -> None:
+        """Delete a just created object whose owner is already gone (a race the real garbage
+        collector also settles)."""
+        if key not in self.objects or self.objects[key].deleted:
+            return
+        raw = self.objects[key].raw
+        owners = {ref.get("uid") for ref in raw["metadata"].get("ownerReferences") or []}
+        if owners and not owners <= self._uids:
+            self.objects[key].delete()
+            await self._buses[key[0]].put({"type": "DELETED", "object": raw})
+
+    def _live_uids(self) -> set[str]:
+        self._uids = {
+            obj.raw["metadata"]["uid"] for obj in self.objects.values() if not obj.deleted
+        }
+        return self._uids
+
+    async def _collect_garbage(self) -> None:
+        """Delete every object whose owner is gone, until none is left."""
         while True:
-            alive = {
-                obj.get("metadata", {}).get("uid")
-                for obj in self.objects.values()
-                if not obj.deleted
-            }
-            orphans = [
-                (key, obj)
-                for key, obj in self.objects.items()
-                if not obj.deleted
-                and (only is None or obj.get("metadata", {}).get("uid") == only)
-                and any(
-                    ref.get("uid") not in alive
-                    for ref in obj.get("metadata", {}).get("ownerReferences") or []
-                )
-            ]
+            alive = self._live_uids()
+            orphans = []
+            for key, obj in self.objects.items():
+                if obj.deleted:
+                    continue
+                raw = obj.raw
+                refs = raw["metadata"].get("ownerReferences") or []
+                if any(ref.get("uid") not in alive for ref in refs):
+                    orphans.append((key, raw))
             if not orphans:
                 return
-            for (resource, _, _), obj in orphans:
-                obj.delete()
-                await self._buses[resource].put({"type": "DELETED", "object": obj.last.raw})
+            for key, raw in orphans:
+                self.objects[key].delete()
+                await self._buses[key[0]].put({"type": "DELETED", "object": raw})
 
 
 class EmbeddedApiServer:
@@ -315,14 +433,37 @@ class EmbeddedApiServer:
     def inject(self, fault: Fault) -> None:
         self.call(lambda handler: handler.inject(fault))
 
-    def requests(self) -> list[kmock.Request]:
-        """Every request served so far, in order."""
-        return self.call(list)
+    def mark(self) -> int:
+        """A position in the log of writes, for `writes(since=...)`."""
+        return self.call(lambda handler: len(handler.timeline))
 
-    def writes(self, since: int = 0) -> list[kmock.Request]:
-        """The requests since index `since` that change state: POST, PATCH, PUT, DELETE."""
-        return [
-            r
-            for r in self.requests()[since:]
-            if r.method.value in {"POST", "PATCH", "PUT", "DELETE"}
-        ]
+    def writes(self, since: int = 0) -> list[Write]:
+        """The state-changing requests (POST, PUT, PATCH, DELETE) since `since`, in order."""
+        return self.call(lambda handler: [Write(*entry) for entry in handler.timeline[since:]])
+
+
+def main() -> None:
+    """`python -m kimi_operator.embedded.server SCHEMAS_DIR`: serve on 127.0.0.1 with the
+    KimiDeployment CRD and the upstream CRDs in SCHEMAS_DIR installed; print the URL; run until
+    SIGTERM or SIGINT. The benchmark runs it in a process of its own."""
+    import signal  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    from kimi_operator.api.crd import crd  # noqa: PLC0415
+
+    schemas = Path(sys.argv[1])
+    crds = [yaml.safe_load((schemas / name).read_text()) for name in UPSTREAM_CRD_FILES]
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with EmbeddedApiServer() as api:
+        api.install_crds([crd(), *crds])
+        print(api.url, flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -118,9 +118,24 @@ def _label(obj: Mapping[str, Any]) -> str:
     return f"{obj['kind']}/{obj['metadata']['name']}"
 
 
-def apply_child(client: Client, desired: Mapping[str, Any], owner_uid: str, into: Applied) -> None:
+def apply_child(
+    client: Client,
+    desired: Mapping[str, Any],
+    owner_uid: str,
+    into: Applied,
+    *,
+    likely_missing: bool = False,
+) -> None:
+    """Create, patch or leave alone one child. `likely_missing` (a deployment never reconciled
+    before): try to create first and read only if the name is taken."""
     resource = BY_KIND[desired["kind"]]
     namespace, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
+    if likely_missing:
+        created = client.create_if_absent(resource, desired)
+        if created is not None:
+            into.live.append(created)
+            into.created.append(_label(desired))
+            return
     actual = client.get(resource, namespace, name)
     if actual is None:
         into.live.append(client.create(resource, desired))

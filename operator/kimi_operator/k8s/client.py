@@ -115,8 +115,9 @@ class Client:
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         missing_ok: bool = False,
+        exists_ok: bool = False,
     ) -> Any:
-        """The decoded JSON answer; None for a 404 when `missing_ok`."""
+        """The decoded JSON answer; None for a 404 when `missing_ok`, a 409 when `exists_ok`."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
         self._api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
         url = self.host + path + (f"?{urlencode(query)}" if query else "")
@@ -131,7 +132,7 @@ class Client:
             raise kopf.TemporaryError(f"{verb} {what}: {error}", delay=TIMEOUT_DELAY_S) from None
         status: int = response.status
         self._observe(verb, kind, status)
-        if status == 404 and missing_ok:
+        if (status == 404 and missing_ok) or (status == 409 and exists_ok):
             return None
         if status >= 300:
             retry_after = response.headers.get("Retry-After")
@@ -177,10 +178,22 @@ class Client:
         return items
 
     def create(self, resource: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
-        namespace = body["metadata"]["namespace"]
-        path = resource.collection(namespace)
-        created: dict[str, Any] = self._request(
-            "create", resource.kind, "POST", path, body=dict(body)
+        created = self._create(resource, body, exists_ok=False)
+        assert created is not None
+        return created
+
+    def create_if_absent(
+        self, resource: Resource, body: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """The created object, or None when one of that name exists already."""
+        return self._create(resource, body, exists_ok=True)
+
+    def _create(
+        self, resource: Resource, body: Mapping[str, Any], *, exists_ok: bool
+    ) -> dict[str, Any] | None:
+        path = resource.collection(body["metadata"]["namespace"])
+        created: dict[str, Any] | None = self._request(
+            "create", resource.kind, "POST", path, body=dict(body), exists_ok=exists_ok
         )
         return created
 

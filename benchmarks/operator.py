@@ -1,0 +1,278 @@
+"""The operator at scale, against the embedded API server: 200 KimiDeployments created at once.
+
+Measures (targets from issue 3): time from a deployment's create to all its children present
+(median, p99 < 2 s), API writes per deployment against the minimum (its children + one status
+write), writes during a quiet minute of resyncs (0), and the operator's peak RSS (< 200 MB).
+
+The API server and the operator each run in a process of their own (`kimi-operator run`, through
+KUBECONFIG, exactly as in a cluster); the server timestamps every write. Prints a table and writes
+benchmarks/results/operator.json.
+
+Usage: python benchmarks/operator.py [--deployments 200] [--quiet-seconds 60]
+"""
+
+import os
+import sys
+
+# This file is named operator.py: keep its folder off the import path, or it would shadow the
+# standard library's `operator` module for every import below.
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]
+
+import argparse
+import copy
+import json
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kimi_operator.embedded.server import TIMELINE_PATH
+from kimi_operator.k8s.client import Client, load_configuration
+from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMAS = ROOT.parent / "shared" / "schemas"
+SAMPLE = ROOT / "crds" / "samples" / "k3-tp8-dspark.yaml"
+NAMESPACE = "bench"
+CHILDREN = 5  # ComputeDomain, LeaderWorkerSet, Service, PodDisruptionBudget, PodMonitor
+TARGET_P99_S = 2.0
+TARGET_RSS_MB = 200.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def fetch(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def owner_of(path: str, name: str) -> tuple[str, str] | None:
+    """(deployment, kind of write) for a write the operator made, or None."""
+    if "/events" in path:
+        return name.split(".", 1)[0], "event"
+    if "/kimideployments" in path:
+        return (name, "status") if path.endswith("/status") else None  # None: our own creates
+    deployment = name[: -len("-g0")] if name.endswith("-g0") else name
+    return deployment, "child"
+
+
+def wait(probe: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.25)
+
+
+def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deployments", type=int, default=200)
+    parser.add_argument("--quiet-seconds", type=float, default=60.0)
+    parser.add_argument("--resync-interval", type=float, default=10.0)
+    parser.add_argument("--workers", type=int, default=16)
+    args = parser.parse_args()
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "kimi_operator.embedded.server", str(SCHEMAS)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    operator = None
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        kubeconfig = Path(tempfile.mkdtemp()) / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "embedded", "cluster": {"server": url}}],
+                    "users": [{"name": "bench", "user": {}}],
+                    "contexts": [
+                        {"name": "embedded", "context": {"cluster": "embedded", "user": "bench"}}
+                    ],
+                    "current-context": "embedded",
+                }
+            )
+        )
+        health, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        operator = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("kimi-operator")),
+                "run",
+                f"--resync-interval={args.resync_interval}",
+                f"--workers={args.workers}",
+                f"--health-address={health}",
+                f"--metrics-address={metrics}",
+            ],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            stderr=subprocess.DEVNULL,
+        )
+        wait(lambda: healthy(f"http://{health}/healthz"), 30, "the operator's /healthz")
+        time.sleep(1.0)  # its watch streams are up
+
+        client = Client(load_configuration(url), pool_size=32)
+        template = yaml.safe_load(SAMPLE.read_text())
+        docs = []
+        for i in range(args.deployments):
+            doc = copy.deepcopy(template)
+            doc["metadata"] = {"name": f"bench-{i:04d}", "namespace": NAMESPACE}
+            docs.append(doc)
+        started = time.monotonic()
+        with ThreadPoolExecutor(32) as pool:
+            list(pool.map(lambda d: client.create(KIMI_DEPLOYMENT, d), docs))
+        created_s = time.monotonic() - started
+
+        seen: list[Any] = []
+
+        def settled() -> bool:
+            """Every child and every status written (read incrementally: polling is load too)."""
+            seen.extend(fetch(url + TIMELINE_PATH + f"?since={len(seen)}"))
+            children = statuses = 0
+            for _, method, path, _ in seen:
+                if method == "POST" and "/kimideployments" not in path and "/events" not in path:
+                    children += 1
+                elif method == "PATCH" and path.endswith("/status"):
+                    statuses += 1
+            return children >= args.deployments * CHILDREN and statuses >= args.deployments
+
+        wait(settled, 120, "every child and status")
+        settled_s = time.monotonic() - started
+        cpu = {"operator_cpu_s": cpu_s(operator.pid), "api_server_cpu_s": cpu_s(server.pid)}
+        time.sleep(min(args.resync_interval, 5.0))  # writes in flight land
+
+        timeline = fetch(url + TIMELINE_PATH)
+        quiet_from = len(timeline)
+        time.sleep(args.quiet_seconds)
+        quiet = fetch(url + TIMELINE_PATH + f"?since={quiet_from}")
+        rss_mb = peak_rss_mb(operator.pid)
+        reconciles = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
+
+        created_at: dict[str, float] = {}
+        done_at: dict[str, float] = {}
+        writes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for when, method, path, name in timeline:
+            if method == "POST" and path.endswith("/kimideployments"):
+                created_at[name] = when
+                continue
+            owner = owner_of(path, name)
+            if owner is None:
+                continue
+            deployment, kind = owner
+            writes[deployment][kind] += 1
+            if kind == "child":
+                done_at[deployment] = max(done_at.get(deployment, 0.0), when)
+        latencies = sorted(done_at[d] - created_at[d] for d in created_at)
+        p99 = latencies[min(len(latencies) - 1, round(0.99 * len(latencies)) - 1)]
+        per_deployment = [sum(w.values()) for w in writes.values()]
+        without_events = [w["child"] + w["status"] for w in writes.values()]
+        minimum = CHILDREN + 1
+        resyncs = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in reconciles.splitlines()
+            if line.startswith("kimi_operator_reconciles_total{") and 'trigger="resync"' in line
+        )
+        result: dict[str, Any] = {
+            "deployments": args.deployments,
+            "children_per_deployment": CHILDREN,
+            "create_all_s": created_s,
+            "settled_s": settled_s,
+            "create_to_children_median_s": statistics.median(latencies),
+            "create_to_children_p99_s": p99,
+            "create_to_children_max_s": latencies[-1],
+            "writes_per_deployment_median": statistics.median(per_deployment),
+            "writes_per_deployment_max": max(per_deployment),
+            "writes_per_deployment_without_events_median": statistics.median(without_events),
+            "writes_minimum": minimum,
+            "events_per_deployment_median": statistics.median(w["event"] for w in writes.values()),
+            "quiet_seconds": args.quiet_seconds,
+            "quiet_writes": len(quiet),
+            "resyncs_during_run": resyncs,
+            "operator_peak_rss_mb": rss_mb,
+            **cpu,  # used until every child and status was written (start-up included)
+            "targets": {"p99_s": TARGET_P99_S, "rss_mb": TARGET_RSS_MB, "quiet_writes": 0},
+        }
+    finally:
+        for process in (operator, server):
+            if process is not None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=60)
+
+    rows = [
+        ("create -> all children, median", f"{result['create_to_children_median_s']:.3f} s", ""),
+        (
+            "create -> all children, p99",
+            f"{result['create_to_children_p99_s']:.3f} s",
+            f"< {TARGET_P99_S:.0f} s",
+        ),
+        (
+            "API writes per deployment (children + status)",
+            f"{result['writes_per_deployment_without_events_median']:.0f}",
+            f"= {minimum}",
+        ),
+        (
+            "  plus Warning events per deployment",
+            f"{result['events_per_deployment_median']:.0f}",
+            "(custom all-reduce warning)",
+        ),
+        (
+            f"writes during {args.quiet_seconds:.0f} s of resyncs",
+            f"{result['quiet_writes']}",
+            "= 0",
+        ),
+        ("resync reconciles in that run", f"{resyncs:.0f}", ""),
+        ("operator peak RSS", f"{rss_mb:.1f} MB", f"< {TARGET_RSS_MB:.0f} MB"),
+        (
+            "CPU until settled: operator / API server",
+            f"{cpu['operator_cpu_s']:.1f} / {cpu['api_server_cpu_s']:.1f} s",
+            f"(settled {settled_s:.1f} s after the first create)",
+        ),
+    ]
+    print(f"{args.deployments} KimiDeployments created at once ({created_s:.2f} s to create)")
+    for label, value, target in rows:
+        print(f"  {label:<48} {value:>10}   {target}")
+    out = ROOT / "benchmarks" / "results" / "operator.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
