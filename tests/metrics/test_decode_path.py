@@ -249,6 +249,13 @@ def test_port_taken_does_not_break_serving(
     assert "not serving metrics" in caplog.text
 
 
+def test_no_port_no_server(recorder: DecodePathRecorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside the operator's pods ($KIMI_METRICS_PORT unset) nothing listens."""
+    monkeypatch.delenv(names.METRICS_PORT_ENV, raising=False)
+    recorder.start_server()
+    assert recorder.server is None
+
+
 def test_missing_specialized_decode_module(
     recorder: DecodePathRecorder, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

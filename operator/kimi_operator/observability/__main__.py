@@ -1,4 +1,4 @@
-"""Regenerate the chart's rules and dashboards: `python -m kimi_operator.observability [--check]`."""
+"""Regenerate the chart's rules and dashboards (`--check`: fail when the committed ones drift)."""
 
 import sys
 
