@@ -160,6 +160,20 @@ def test_eager_and_piecewise_steps_count_as_fallback_with_the_reason(
     assert counting.captured == {}
 
 
+def test_verify_step_across_mla_and_kda_layers_is_not_mixed(
+    counting: DecodePathRecorder, vllm_config: Any
+) -> None:
+    """A uniform verify step: MLA metadata counts it in num_decodes, KDA in num_spec_decodes."""
+    rows = {
+        "model.layers.0.self_attn": SimpleNamespace(num_prefills=0, num_decodes=4),
+        "model.layers.1.self_attn": SimpleNamespace(
+            num_prefills=0, num_decodes=0, num_spec_decodes=4
+        ),
+    }
+    assert plan(vllm_config, 32, CUDAGraphMode.NONE, rows) is None
+    assert steps(counting, names.PATH_FALLBACK, names.REASON_OUTSIDE_CUDA_GRAPHS) == 1
+
+
 def test_pipeline_stage_inputs(counting: DecodePathRecorder, vllm_config: Any) -> None:
     rows = metadata(decodes=8)
     assert plan(vllm_config, 8, CUDAGraphMode.NONE, rows, intermediate_tensors=object()) is None

@@ -157,12 +157,14 @@ def classify(decode: Any, tokens: int, intermediate_tensors: Any, capturing: boo
     context = get_forward_context() if is_forward_context_available() else None
     by_layer = context.attn_metadata if context is not None else None
     rows = list(by_layer.values()) if isinstance(by_layer, dict) else []
-    prefills = any(getattr(md, "num_prefills", 0) for md in rows)
-    plain = any(getattr(md, "num_decodes", 0) for md in rows)
-    verify = any(getattr(md, "num_spec_decodes", 0) for md in rows)
-    if prefills:
-        return names.REASON_MIXED_BATCH if plain or verify else names.REASON_PREFILL
-    if plain and verify:
+    # Per layer's metadata: MLA rows count every decode in num_decodes, KDA rows split plain
+    # decodes (num_decodes) from verify rows (num_spec_decodes), as the planner reads them.
+    decodes = [(getattr(md, "num_decodes", 0), getattr(md, "num_spec_decodes", 0)) for md in rows]
+    prefills = [getattr(md, "num_prefills", 0) for md in rows]
+    if any(prefills):
+        mixed = any(p and (d or v) for p, (d, v) in zip(prefills, decodes, strict=True))
+        return names.REASON_MIXED_BATCH if mixed else names.REASON_PREFILL
+    if any(d and v for d, v in decodes):
         return names.REASON_MIXED_BATCH
     if tokens > max(decode.batches):
         return names.REASON_BATCH_TOO_LARGE
