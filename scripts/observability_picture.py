@@ -70,8 +70,19 @@ def main(out: Path) -> None:
         figure.suptitle("Kimi K3 panels on a real Prometheus (data of the end-to-end test)")
         figure.savefig(out, dpi=110)
         print(f"wrote {out}")
-        for name, value in expected(TENSOR_PARALLEL).items():
-            print(f"  fed steady state: {name} = {value:.4g}")
+        want = expected(TENSOR_PARALLEL)
+        measured = {
+            "decode_p50": PER_USER.format("p50"),
+            "decode_p90": PER_USER.format("p90"),
+            "decode_mean": PER_USER.format("mean"),
+            "fast_path_fraction": "kimi:decode_fast_path_fraction:ratio_5m",
+            "tokens_per_gpu_second": "kimi:generation_tokens_per_gpu_second:rate_5m",
+            "cost_per_million": PANELS[3][1][0][0],
+            "acceptance_length": "kimi:spec_decode_acceptance_length:ratio_5m",
+        }
+        for name, expr in measured.items():
+            got = [float(s["value"][1]) for s in p.query(expr)]
+            print(f"  {name}: fed {want[name]:.4g}, Prometheus says {got}")
 
 
 if __name__ == "__main__":
