@@ -1,5 +1,6 @@
 """Pod templates for the leader (node rank 0, serves HTTP) and the workers of one TP group."""
 
+import copy
 from typing import Any, Literal
 
 from kimi_operator.api.spec import KimiDeployment, WeightSource
@@ -81,6 +82,25 @@ def _health_probe(**timing: int) -> dict[str, Any]:
     return {"httpGet": {"path": "/health", "port": "http"}, **timing}
 
 
+def preflight(
+    kd: KimiDeployment, image: str, resources: dict[str, Any], *, expect_imex: bool
+) -> dict[str, Any]:
+    """The node preflight of kimi_kernels, before tens of minutes of weight loading: the GPU
+    family, driver, IMEX channel, multicast memory and (for the latency-specialized path) the
+    CuTe DSL kernels. Same GPUs and claim as the serving container."""
+    args = ["--expect-imex"] if expect_imex else []
+    if kd.spec.decode.backend != "latency_specialized":
+        args.append("--no-kernels")  # stock decode does not run our kernels
+    return {
+        "name": "preflight",
+        "image": image,
+        "command": ["python3", "-m", "kimi_kernels.preflight"],
+        "args": args,
+        "env": [{"name": k, "value": v} for k, v in FAST_PATH_ENV.items()],
+        "resources": resources,
+    }
+
+
 def pod_template(
     kd: KimiDeployment,
     role: Role,
@@ -117,6 +137,8 @@ def pod_template(
         pod["resourceClaims"] = [
             {"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_claim}
         ]
+    checks = preflight(kd, image, copy.deepcopy(resources), expect_imex=channel_claim is not None)
+    pod = {"initContainers": [checks], **pod}
     scheduling = spec.scheduling
     if scheduling.node_selector:
         pod["nodeSelector"] = dict(scheduling.node_selector)
