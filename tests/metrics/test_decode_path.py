@@ -4,7 +4,6 @@ the real planner decides, and never breaks serving when the internals differ."""
 import logging
 import socket
 import urllib.request
-from collections import namedtuple
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -25,7 +24,6 @@ from tests.metrics.conftest import MODEL_NAME
 
 BACKEND = "latency_specialized"
 GRAPHS = "vllm.v1.worker.gpu.cudagraph_utils"
-Renamed = namedtuple("Renamed", "cg_mode tokens")
 
 
 @pytest.fixture
@@ -95,7 +93,7 @@ def test_vllm_loads_the_general_plugin() -> None:
 def test_register_wraps_the_real_classes_once(registered: DecodePathRecorder) -> None:
     assert registered.registry.get_sample_value(names.DECODE_PATH_INSTRUMENTED) == 1
     wrapped = (SpecializedDecode.plan, GPUModelRunner.execute_model, CudaGraphManager.run_fullgraph)
-    for method in (*wrapped, GPUModelRunner.__init__):
+    for method in (*wrapped, GPUModelRunner.__init__, CudaGraphManager._capture_stream):
         assert getattr(method, "__kimi_decode_path__", False)
     decode_path.register()  # vLLM loads plugins once per process, but may in several processes
     assert (SpecializedDecode.plan, GPUModelRunner.execute_model) == wrapped[:2]
@@ -104,24 +102,31 @@ def test_register_wraps_the_real_classes_once(registered: DecodePathRecorder) ->
 
 
 def test_capture_then_replay_counts_specialized_and_fallback(
-    counting: DecodePathRecorder, vllm_config: Any, stream: SimpleNamespace
+    counting: DecodePathRecorder,
+    vllm_config: Any,
+    stream: SimpleNamespace,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Capture, as CudaGraphManager.capture does it: FULL graphs of 8 and 128 tokens.
-    stream.capturing = True
-    assert plan(vllm_config, 8, CUDAGraphMode.NONE, metadata(decodes=8)) is not None
-    assert plan(vllm_config, 128, CUDAGraphMode.NONE, metadata(decodes=128)) is None
-    stream.capturing = False
-    assert counting.captured == {
-        8: (names.PATH_SPECIALIZED, names.REASON_NONE),
-        128: (names.PATH_FALLBACK, names.REASON_BATCH_TOO_LARGE),
-    }
-    # Replay through the real run_fullgraph.
+    monkeypatch.setattr(f"{GRAPHS}.current_stream", lambda: "capture stream")
     manager = object.__new__(CudaGraphManager)
-    replays: list[int] = []
+    manager.ubatch_runner = None
     descs = {
         n: BatchExecutionDescriptor(cg_mode=CUDAGraphMode.FULL, num_tokens=n, num_reqs=n)
         for n in (8, 128)
     }
+    # Capture, as CudaGraphManager.capture does it: the stream for the graph, then the forward.
+    stream.capturing = True
+    assert manager._capture_stream(descs[8]) == "capture stream"
+    assert plan(vllm_config, 8, CUDAGraphMode.NONE, metadata(decodes=8)) is not None
+    manager._capture_stream(descs[128])
+    assert plan(vllm_config, 128, CUDAGraphMode.NONE, metadata(decodes=128)) is None
+    stream.capturing = False
+    assert counting.captured == {
+        descs[8]: (names.PATH_SPECIALIZED, names.REASON_NONE),
+        descs[128]: (names.PATH_FALLBACK, names.REASON_BATCH_TOO_LARGE),
+    }
+    # Replay through the real run_fullgraph.
+    replays: list[int] = []
     manager.graphs = {
         d: SimpleNamespace(replay=lambda n=n: replays.append(n)) for n, d in descs.items()
     }
@@ -130,6 +135,11 @@ def test_capture_then_replay_counts_specialized_and_fallback(
     assert replays == [8, 8, 8, 128]
     assert steps(counting, names.PATH_SPECIALIZED, names.REASON_NONE) == 3
     assert steps(counting, names.PATH_FALLBACK, names.REASON_BATCH_TOO_LARGE) == 1
+    # A graph captured before the plugin knew it (none here) is not counted.
+    other = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.FULL, num_tokens=8, num_reqs=1)
+    manager.graphs[other] = SimpleNamespace(replay=lambda: replays.append(0))
+    manager.run_fullgraph(other)
+    assert steps(counting, names.PATH_SPECIALIZED, names.REASON_NONE) == 3
 
 
 @pytest.mark.parametrize(
@@ -315,16 +325,16 @@ def test_changed_internals_are_a_mismatch(
 def test_a_failing_hook_disables_counting_not_the_step(
     counting: DecodePathRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
-    counting.captured[8] = (names.PATH_SPECIALIZED, names.REASON_NONE)
     manager = object.__new__(CudaGraphManager)
     desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.FULL, num_tokens=8, num_reqs=8)
+    counting.captured[desc] = (names.PATH_SPECIALIZED, names.REASON_NONE)
     manager.graphs = {desc: SimpleNamespace(replay=lambda: None)}
-    broken = Renamed(cg_mode=CUDAGraphMode.FULL, tokens=8)  # internals changed: no num_tokens
+    changed = SimpleNamespace(cg_mode=CUDAGraphMode.FULL)  # internals changed: unhashable
     with (
         caplog.at_level(logging.WARNING, logger=decode_path.__name__),
-        pytest.raises(AssertionError, match="No cudagraph"),
+        pytest.raises(TypeError, match="unhashable"),
     ):
-        manager.run_fullgraph(broken)  # the original raises on its own, as without the plugin
+        manager.run_fullgraph(changed)  # the original raises on its own, as without the plugin
     assert counting.failed
     assert counting.registry.get_sample_value(names.DECODE_PATH_INSTRUMENTED) == 0
     assert "decode path not instrumented" in caplog.text

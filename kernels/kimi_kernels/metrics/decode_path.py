@@ -6,8 +6,10 @@ while a FULL CUDA graph is being captured, so the fast path runs exactly when th
 replays a FULL graph that was captured with a plan (`CudaGraphManager.run_fullgraph`). Every other
 step calls the forward, where the planner says no (and gives no reason). So the plugin:
 
-- wraps `plan`: at capture, remembers per FULL-graph token count whether the plan was taken; at
-  run time (eager and PIECEWISE steps), counts a fallback step with the reason it classifies;
+- wraps `CudaGraphManager._capture_stream`, called with each graph's batch descriptor right before
+  its capture, to know which FULL graph is being captured;
+- wraps `plan`: at capture, remembers per FULL graph whether the plan was taken; at run time
+  (eager and PIECEWISE steps), counts a fallback step with the reason it classifies;
 - wraps `run_fullgraph`: counts the replay as specialized or fallback from what capture recorded;
 - wraps `GPUModelRunner.execute_model` to count real steps only (not profiling, warmup, capture)
   and `GPUModelRunner.__init__` to learn the model, the backend and the ranks.
@@ -49,6 +51,7 @@ TARGETS = (
         ("self", "scheduler_output", "intermediate_tensors", "dummy_run"),
     ),
     (GRAPHS_MODULE, "CudaGraphManager", "run_fullgraph", ("self", "desc")),
+    (GRAPHS_MODULE, "CudaGraphManager", "_capture_stream", ("self", "desc")),
 )
 _WRAPPED = "__kimi_decode_path__"
 
@@ -76,7 +79,8 @@ class DecodePathRecorder:
             registry=registry,
         )
         self.in_step: ContextVar[bool] = ContextVar("kimi_in_step", default=False)
-        self.captured: dict[int, tuple[str, str]] = {}  # FULL graph tokens -> (path, reason)
+        self.capturing: Any = None  # the batch descriptor of the graph being captured
+        self.captured: dict[Any, tuple[str, str]] = {}  # FULL graph descriptor -> (path, reason)
         self.labels = ("", "auto")  # model_name, decode_backend
         self.counting = False  # TP rank 0 of a model runner
         self.failed = False
@@ -133,12 +137,12 @@ class DecodePathRecorder:
             reason = classify(decode, tokens, intermediate_tensors, capturing)
             outcome = (names.PATH_FALLBACK, reason)
         if capturing:
-            self.captured[tokens] = outcome
+            self.captured[self.capturing] = outcome
         elif self.counting and self.in_step.get():
             self.count(*outcome)
 
-    def on_full_replay(self, tokens: int) -> None:
-        outcome = self.captured.get(tokens)
+    def on_full_replay(self, desc: Any) -> None:
+        outcome = self.captured.get(desc)
         if outcome is not None and self.counting and self.in_step.get():
             self.count(*outcome)
 
@@ -242,10 +246,19 @@ def _wrap_execute_model(original: Callable[..., Any]) -> Callable[..., Any]:
 def _wrap_run_fullgraph(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def run_fullgraph(self: Any, desc: Any) -> Any:
-        RECORDER.guard(lambda: RECORDER.on_full_replay(int(desc.num_tokens)))
+        RECORDER.guard(lambda: RECORDER.on_full_replay(desc))
         return original(self, desc)
 
     return run_fullgraph
+
+
+def _wrap_capture_stream(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _capture_stream(self: Any, desc: Any) -> Any:
+        RECORDER.capturing = desc
+        return original(self, desc)
+
+    return _capture_stream
 
 
 WRAPPERS = {
@@ -253,6 +266,7 @@ WRAPPERS = {
     ("GPUModelRunner", "__init__"): _wrap_runner_init,
     ("GPUModelRunner", "execute_model"): _wrap_execute_model,
     ("CudaGraphManager", "run_fullgraph"): _wrap_run_fullgraph,
+    ("CudaGraphManager", "_capture_stream"): _wrap_capture_stream,
 }
 
 
