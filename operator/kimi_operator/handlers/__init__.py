@@ -6,7 +6,9 @@ One watching handler sees every event of every KimiDeployment and reconciles whe
 acted on"), so kopf keeps no bookkeeping of its own on the objects: no annotations, no finalizer
 (which would block deleting a KimiDeployment whenever the operator is not running), and no write
 beyond the children and the status. The operator's own loop retries failures with backoff and
-resyncs every deployment periodically, restoring children edited or deleted by hand.
+resyncs every deployment periodically, restoring children edited or deleted by hand. Events of
+the LeaderWorkerSets and ComputeDomains it manages refresh their owner at once: readiness shows
+without waiting for the resync.
 """
 
 import asyncio
@@ -23,9 +25,10 @@ import kopf
 
 from kimi_operator.api import constants as c
 from kimi_operator.builders import OperatorDefaults
+from kimi_operator.builders.meta import MANAGER
 from kimi_operator.k8s.client import Client, connection_info
 from kimi_operator.k8s.events import post_warning
-from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
+from kimi_operator.k8s.resources import COMPUTE_DOMAIN, KIMI_DEPLOYMENT, LEADER_WORKER_SET
 from kimi_operator.metrics import Metrics
 from kimi_operator.reconcile import reconcile
 
@@ -46,7 +49,9 @@ class OperatorContext:
     # uid -> the generation whose status was last written (or found already written).
     acted: dict[str, int | None] = field(default_factory=dict)
     _locks: dict[str, threading.Lock] = field(default_factory=dict)
-    _retries: dict[str, float] = field(default_factory=dict)  # uid -> when (monotonic)
+    # uid -> (when, trigger): reconciles to run soon: retries, and refreshes after a child's
+    # status changed.
+    _soon: dict[str, tuple[float, str]] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
     @contextmanager
@@ -65,23 +70,27 @@ class OperatorContext:
         with self._guard:
             self.known.pop(uid, None)
             self._locks.pop(uid, None)
-            self._retries.pop(uid, None)
+            self._soon.pop(uid, None)
             self.acted.pop(uid, None)
         self.metrics.forget(namespace, name)
 
-    def retry_later(self, uid: str, delay_s: float) -> None:
+    def schedule(self, uid: str, delay_s: float, trigger: str) -> None:
+        when = time.monotonic() + delay_s
         with self._guard:
-            self._retries[uid] = time.monotonic() + delay_s
+            if uid not in self._soon or self._soon[uid][0] > when:
+                self._soon[uid] = (when, trigger)
 
     def retry_done(self, uid: str) -> None:
         with self._guard:
-            self._retries.pop(uid, None)
+            if self._soon.get(uid, (0.0, ""))[1] == "retry":
+                del self._soon[uid]
 
-    def due_retries(self, now: float) -> list[str]:
+    def due(self, now: float) -> dict[str, str]:
+        """uid -> trigger of the scheduled reconciles whose time has come."""
         with self._guard:
-            due = [uid for uid, when in self._retries.items() if when <= now]
+            due = {uid: trigger for uid, (when, trigger) in self._soon.items() if when <= now}
             for uid in due:
-                del self._retries[uid]
+                del self._soon[uid]
             return due
 
     def snapshot(self) -> dict[str, tuple[str, str]]:
@@ -134,14 +143,14 @@ def attempt(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fres
         ctx.metrics.errors.labels("temporary" if temporary else "permanent").inc()
         log.warning("reconcile of %s/%s failed: %s", meta["namespace"], meta["name"], error)
         if temporary:
-            ctx.retry_later(meta["uid"], float(getattr(error, "delay", None) or 1.0))
+            ctx.schedule(meta["uid"], float(getattr(error, "delay", None) or 1.0), "retry")
     else:
         ctx.retry_done(meta["uid"])
 
 
 async def resync_forever(ctx: OperatorContext, tick_s: float = 0.25) -> None:
-    """Retry failed reconciles when due, and every `resync_interval_s` reconcile every known
-    KimiDeployment. A resync that finds nothing changed writes nothing."""
+    """Run the scheduled reconciles when due (retries, refreshes), and every `resync_interval_s`
+    reconcile every known KimiDeployment. A resync that finds nothing changed writes nothing."""
     limit = asyncio.Semaphore(ctx.workers)
 
     async def one(uid: str, namespace: str, name: str, trigger: str) -> None:
@@ -158,7 +167,7 @@ async def resync_forever(ctx: OperatorContext, tick_s: float = 0.25) -> None:
             next_resync = now + ctx.resync_interval_s
             due = {uid: "resync" for uid in known}
         else:
-            due = {uid: "retry" for uid in ctx.due_retries(now) if uid in known}
+            due = {uid: trigger for uid, trigger in ctx.due(now).items() if uid in known}
         await asyncio.gather(*(one(uid, *known[uid], trigger) for uid, trigger in due.items()))
 
 
@@ -181,8 +190,9 @@ def make_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(ctx.configuration)
 
+    # Async handlers: most events need no reconcile, and those skip the trip to a thread.
     @kopf.on.event(*RESOURCE, id="reconcile", registry=registry)
-    def on_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+    async def on_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
         meta = body.metadata
         uid, namespace, name = meta.uid or "", meta.namespace or "", meta.name or ""
         if event.get("type") == "DELETED":
@@ -191,6 +201,24 @@ def make_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         ctx.track(uid, namespace, name)
         trigger = _trigger(event, body)
         if trigger is not None:
-            attempt(ctx, trigger, body, fresh=True)
+            await asyncio.to_thread(attempt, ctx, trigger, body, fresh=True)
+
+    async def child_changed(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+        """A group's or domain's status changed (or it was deleted): refresh its owner now
+        rather than at the next resync. A child the operator just created has no status yet."""
+        if body.get("status") or event.get("type") == "DELETED":
+            for ref in body.metadata.get("ownerReferences") or []:
+                if ref.get("kind") == c.KIND and ref.get("controller"):
+                    ctx.schedule(ref["uid"], 0.0, "refresh")
+
+    for watched in (LEADER_WORKER_SET, COMPUTE_DOMAIN):
+        kopf.on.event(
+            watched.group,
+            watched.version,
+            watched.plural,
+            id=f"refresh-from-{watched.plural}",
+            labels={"app.kubernetes.io/managed-by": MANAGER},
+            registry=registry,
+        )(child_changed)
 
     return registry
