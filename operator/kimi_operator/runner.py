@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Self
 
@@ -46,7 +47,6 @@ def settings(config: RunConfig) -> kopf.OperatorSettings:
     s.persistence.finalizer = f"{PREFIX}/finalizer"
     s.posting.reporting_component = "kimi-operator"
     s.posting.event_name_prefix = "kimi-operator-"
-    s.execution.max_workers = config.workers
     s.peering.standalone = config.peering is None
     if config.peering is not None:
         s.peering.name = config.peering
@@ -88,6 +88,10 @@ async def operate(
     if config.health:
         host, port = _split(config.health)
         liveness = f"http://{host}:{port}/healthz"
+    # Reconciles run in threads (the Kubernetes client blocks): `workers` of them at once.
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(config.workers, thread_name_prefix="kimi-reconcile")
+    )
     resync = asyncio.create_task(resync_forever(ctx), name="kimi-operator-resync")
     try:
         await kopf.operator(

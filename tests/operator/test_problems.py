@@ -193,3 +193,16 @@ def test_operator_metrics(client: Client, operator: OperatorThread) -> None:
         lambda: value("kimi_operator_deployments", condition="Ready", status="False") == 0,
         what="the deleted deployment forgotten",
     )
+
+
+def test_fast_path_warning_is_an_event_and_a_condition_message(client: Client) -> None:
+    doc = sample()
+    doc["spec"]["decode"] = {"maxNumSeqs": 16}
+    status = create(client, doc)
+    spec_valid = condition(status, "SpecValid")
+    assert spec_valid["status"] == "True"
+    assert spec_valid["message"].startswith("valid with warnings: ")
+    events = wait_for(lambda: warnings(client, "FastPathExceeded"), what="the warning event")
+    assert events[0]["message"] in spec_valid["message"]
+    time.sleep(3 * RESYNC_S)
+    assert len(warnings(client, "FastPathExceeded")) == 1  # once per spec, not per resync

@@ -117,7 +117,9 @@ def handle(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fresh
             if latest is None or latest["metadata"].get("uid") != uid:
                 return
             body = latest
-        spec_changed = trigger in {"create", "update"}
+        # A spec not yet acted on (whichever path gets to it first): say its warnings once.
+        observed = (body.get("status") or {}).get("observedGeneration")
+        spec_changed = observed != body["metadata"].get("generation")
         outcome = reconcile(body, ctx.client, ctx.defaults, spec_changed=spec_changed, now=_now())
         if outcome.status != (body.get("status") or {}):
             status = {"status": outcome.status}
