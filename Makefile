@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit crd bench clean
+.PHONY: setup tools demo test lint typecheck unit crd bench images test-images clean
 
 setup: $(STAMP)
 
@@ -21,27 +21,42 @@ $(STAMP): pyproject.toml requirements/vllm-interfaces.txt
 	$(BIN)/pip install --quiet -r requirements/vllm-interfaces.txt
 	touch $(STAMP)
 
+# helm (v4) in .tools/bin for the chart tests (scripts/install-helm.sh; idempotent).
+tools:
+	@bash scripts/install-helm.sh >/dev/null
+
 demo: $(STAMP)
 	@bash scripts/demo.sh $(BIN)/kimi-operator
 
 test: lint typecheck unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check operator kernels tests benchmarks
-	$(BIN)/ruff format --check operator kernels tests benchmarks
+	$(BIN)/ruff check operator kernels tests benchmarks images
+	$(BIN)/ruff format --check operator kernels tests benchmarks images
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) tools
 	$(BIN)/pytest
 
 crd: $(STAMP)
 	$(BIN)/kimi-operator crd > crds/kimi-operator.io_kimideployments.yaml
+	cp crds/kimi-operator.io_kimideployments.yaml charts/kimi-operator/files/
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/validate.py
 	$(BIN)/python -P benchmarks/bench_client.py
+
+# The operator and serving images (linux/amd64 + linux/arm64): docker buildx, else buildah.
+images:
+	bash scripts/build-images.sh
+
+# Slow (minutes): the operator image built with buildah on a debootstrap base and run, and the
+# kimi-kernels wheel installed next to vLLM 0.33.0 in a clean venv. Needs root, buildah, debootstrap
+# (scripts/install-image-tools.sh); .ci/run runs it.
+test-images: $(STAMP)
+	KIMI_IMAGE_TESTS=1 $(BIN)/pytest tests/images
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

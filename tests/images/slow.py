@@ -1,0 +1,21 @@
+"""Gates of the slow image tests (minutes each): `make test-images` runs them, and .ci/run runs
+that target. Without KIMI_IMAGE_TESTS=1 they are skipped with a reason; with it, missing tools are
+a failure in CI (CI=true) and a skip elsewhere."""
+
+import os
+import shutil
+
+import pytest
+
+
+def require_image_tests(*tools: str, root: bool = False) -> None:
+    if os.environ.get("KIMI_IMAGE_TESTS") != "1":
+        pytest.skip("slow (minutes): run by `make test-images` (and .ci/run)")
+    problems = [f"{tool} is not installed" for tool in tools if shutil.which(tool) is None]
+    if root and os.geteuid() != 0:
+        problems.append("needs root (debootstrap, buildah with chroot isolation)")
+    if problems:
+        message = "; ".join(problems) + ": see scripts/install-image-tools.sh"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)

@@ -1,0 +1,115 @@
+"""The kimi-kernels wheel of the serving image (kernels/pyproject.toml): declares the entry points
+the development distribution declares, and installs next to vLLM 0.33.0 (--no-deps) in a clean
+venv with its requirements met and every entry point loading, as images/vllm/check_fast_path.py
+checks them in the image build."""
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+import venv
+from pathlib import Path
+from typing import Any
+
+from .dockerfiles import CHECK, ROOT
+from .slow import require_image_tests
+
+KERNELS = ROOT / "kernels"
+
+
+def _entry_points(pyproject: Path, package: str) -> dict[str, dict[str, str]]:
+    """Entry points (group -> name -> target) whose target is in `package`."""
+    project: dict[str, Any] = tomllib.loads(pyproject.read_text())["project"]
+    groups = dict(project.get("entry-points", {}))
+    if "scripts" in project:
+        groups["console_scripts"] = project["scripts"]
+    out = {}
+    for group, points in groups.items():
+        ours = {n: t for n, t in points.items() if t.split(":")[0].split(".")[0] == package}
+        if ours:
+            out[group] = ours
+    return out
+
+
+def test_wheel_declares_the_kernels_entry_points() -> None:
+    wheel = _entry_points(KERNELS / "pyproject.toml", "kimi_kernels")
+    assert wheel == _entry_points(ROOT / "pyproject.toml", "kimi_kernels"), (
+        "kernels/pyproject.toml (the serving image's wheel) must declare the same kimi_kernels "
+        "entry points as pyproject.toml"
+    )
+    assert wheel, "no vLLM plugin entry points: the wheel would load nothing into vLLM"
+
+
+# Run inside the venv: the check's verdicts on what the wheel brings.
+VERDICTS = """
+import importlib.util, json, os, sys
+from importlib import metadata
+spec = importlib.util.spec_from_file_location("check", sys.argv[1])
+check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(check)
+print(json.dumps({
+    "vllm": check.check_vllm(metadata.version),
+    "requirements": check.check_requirements("kimi-kernels", metadata.version),
+    "entry_points": check.check_entry_points("kimi-kernels"),
+    "environment": check.check_environment(dict(os.environ)),
+}))
+"""
+
+
+class AnyStartingWith(str):
+    """Equal to any string that starts with it (the first missing module varies)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and other.startswith(str(self))
+
+    def __hash__(self) -> int:
+        return str.__hash__(self)
+
+
+def _run(*command: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=1500, check=False, env=env
+    )
+    assert result.returncode == 0, f"{' '.join(command)}:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def test_wheel_installs_next_to_vllm(tmp_path: Path) -> None:
+    require_image_tests()
+    wheels = tmp_path / "wheels"
+    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", str(KERNELS), "-w", str(wheels))
+    (wheel,) = wheels.glob("kimi_kernels-*.whl")
+    venv.create(tmp_path / "venv", with_pip=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    pip = (python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check")
+    # vLLM as DESIGN §5 installs it on a CPU machine: CPU torch, vLLM without its dependencies,
+    # the light packages its modules import.
+    _run(*pip, "torch==2.13.0", "numpy")
+    _run(*pip, "--no-deps", "vllm==0.33.0")
+    _run(*pip, "-r", str(ROOT / "requirements" / "vllm-interfaces.txt"))
+    _run(*pip, "--no-deps", str(wheel))  # as the Dockerfile does; the check checks its requirements
+    env = {**os.environ, "VLLM_USE_V2_MODEL_RUNNER": "1", "PYTHONPATH": ""}
+    # What the wheel brings, checked as the image build checks it: requirements met, every entry
+    # point (the vLLM plugins) loads against the real vLLM 0.33.0.
+    verdicts = json.loads(_run(python, "-c", VERDICTS, str(CHECK), env=env))
+    assert verdicts == {"vllm": [], "requirements": [], "entry_points": [], "environment": []}
+    # The rest of the check is about the vLLM environment, which vLLM's image has and this venv
+    # (vLLM without its dependencies) has not: the check refuses it, naming what is missing.
+    incomplete = subprocess.run(
+        [python, str(CHECK)], capture_output=True, text=True, timeout=600, check=False, env=env
+    )
+    assert incomplete.returncode == 1
+    findings = [line for line in incomplete.stderr.splitlines() if line.startswith("fast path")]
+    assert findings == [
+        AnyStartingWith(
+            "fast path check: vllm.models.kimi_k3.nvidia.specialized_decode does not import: "
+            "ModuleNotFoundError: No module named "
+        ),
+        "fast path check: nvidia-cutlass-dsl is not installed; vllm needs "
+        "nvidia-cutlass-dsl[cu13]==4.8.0",
+    ]
+    located = _run(python, "-c", "import kimi_kernels; print(kimi_kernels.__file__)", env=env)
+    assert located.startswith(str(tmp_path / "venv")), "kimi_kernels did not come from the wheel"

@@ -1,0 +1,157 @@
+"""The operator image built here without a Docker daemon and then run (DESIGN §5): buildah with vfs
+storage and chroot isolation, on a `debootstrap --variant=minbase` Debian root with python3-venv
+passed as the BASE_IMAGE build-arg."""
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .dockerfiles import OPERATOR, ROOT
+from .slow import require_image_tests
+
+CACHE = ROOT / ".tools" / "cache"
+ROOTFS_TAR = CACHE / "bookworm-minbase-python3.tar"
+MIRROR = "http://deb.debian.org/debian"
+BASE = "localhost/kimi-test-base:bookworm"
+IMAGE = "localhost/kimi-operator:test"
+# The host's CA bundle, for pip inside the build where TLS is intercepted (as on these machines).
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+SAMPLES = ROOT / "crds" / "samples"
+
+
+def _run(*command: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _ok(*command: str, timeout: float = 1200) -> str:
+    result = _run(*command, timeout=timeout)
+    assert result.returncode == 0, f"{' '.join(command)}:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def _rootfs_tar(work: Path) -> Path:
+    """A minbase Debian bookworm with python3-venv, as a tar (kept in .tools/cache)."""
+    if not ROOTFS_TAR.exists():
+        rootfs = work / "rootfs"
+        _ok(
+            "debootstrap",
+            "--variant=minbase",
+            "--include=python3,python3-venv",
+            "bookworm",
+            str(rootfs),
+            MIRROR,
+        )
+        CACHE.mkdir(parents=True, exist_ok=True)
+        partial = ROOTFS_TAR.with_suffix(".partial")
+        _ok("tar", "-C", str(rootfs), "-cf", str(partial), ".")
+        partial.rename(ROOTFS_TAR)
+    return ROOTFS_TAR
+
+
+class Buildah:
+    def __init__(self, storage: Path) -> None:
+        self.prefix = (
+            "buildah",
+            "--root",
+            str(storage / "root"),
+            "--runroot",
+            str(storage / "run"),
+            "--storage-driver",
+            "vfs",
+        )
+
+    def __call__(self, *args: str, timeout: float = 1200) -> str:
+        return _ok(*self.prefix, *args, timeout=timeout).strip()
+
+    def run(
+        self, container: str, *command: str, volume: str = ""
+    ) -> subprocess.CompletedProcess[str]:
+        volumes = ("--volume", volume) if volume else ()
+        return _run(
+            *self.prefix, "run", "--isolation", "chroot", *volumes, container, "--", *command
+        )
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Buildah, str]]:
+    require_image_tests("buildah", "debootstrap", root=True)
+    work = tmp_path_factory.mktemp("image")
+    buildah = Buildah(work / "storage")
+    base = buildah("from", "scratch")
+    buildah("add", base, str(_rootfs_tar(work)), "/")
+    if HOST_CA.exists():
+        buildah("copy", base, str(HOST_CA), "/etc/ssl/certs/build-ca.crt")
+        buildah("config", "--env", "PIP_CERT=/etc/ssl/certs/build-ca.crt", base)
+    buildah("commit", "--quiet", base, BASE)
+    buildah(
+        "build",
+        "--isolation",
+        "chroot",
+        "--file",
+        str(OPERATOR),
+        "--build-arg",
+        f"BASE_IMAGE={BASE}",
+        "--build-arg",
+        "VERSION=0.1.0",
+        "--tag",
+        IMAGE,
+        str(ROOT),
+    )
+    container = buildah("from", "--quiet", IMAGE)
+    yield buildah, container
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def test_image_config(built: tuple[Buildah, str]) -> None:
+    buildah, _ = built
+    config: dict[str, Any] = json.loads(buildah("inspect", "--type", "image", IMAGE))["OCIv1"][
+        "config"
+    ]
+    assert config["User"] == "65532:65532"
+    assert config["Entrypoint"] == ["kimi-operator", "run"]
+    labels = config["Labels"]
+    assert labels["org.opencontainers.image.title"] == "kimi-operator"
+    assert labels["org.opencontainers.image.version"] == "0.1.0"
+
+
+def test_runs_as_65532(built: tuple[Buildah, str]) -> None:
+    buildah, container = built
+    result = buildah.run(container, "id", "-u")
+    assert result.stdout.strip() == "65532", result.stderr
+
+
+def test_version(built: tuple[Buildah, str]) -> None:
+    buildah, container = built
+    result = buildah.run(container, "kimi-operator", "--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "kimi-operator 0.1.0"
+
+
+def test_validate_a_sample(built: tuple[Buildah, str]) -> None:
+    buildah, container = built
+    volume = f"{SAMPLES}:/samples:ro"
+    good = buildah.run(
+        container, "kimi-operator", "validate", "/samples/k3-tp8-dspark.yaml", volume=volume
+    )
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert good.stdout.strip() == "/samples/k3-tp8-dspark.yaml: valid"
+    bad = buildah.run(
+        container, "kimi-operator", "validate", "/samples/rejected/k3-lora-tp12.yaml", volume=volume
+    )
+    assert bad.returncode == 1
+    assert "spec.gpus: is not one of the allowed values (got 12; allowed: 8, 16)" in bad.stdout
+
+
+def test_runtime_dependencies_only(built: tuple[Buildah, str]) -> None:
+    """What `run` imports is there; what only development needs is not, nor pip."""
+    buildah, container = built
+    imports = "import kopf, kubernetes, prometheus_client, kimi_operator.runner"
+    assert buildah.run(container, "python3", "-c", imports).returncode == 0
+    for absent in ("pytest", "kmock", "pip"):
+        result = buildah.run(container, "python3", "-c", f"import {absent}")
+        assert result.returncode != 0, f"{absent} is in the image"
