@@ -29,7 +29,13 @@ from kmock._internal import parsing
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
 from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.resources import CHILD_RESOURCES, LEADER_WORKER_SET, Resource
+from kimi_operator.k8s.resources import (
+    CHILD_RESOURCES,
+    COMPUTE_DOMAIN,
+    LEADER_WORKER_SET,
+    SERVICE,
+    Resource,
+)
 from kimi_operator.runner import OperatorThread, RunConfig
 
 from .helm import ROOT, of_kind, template
@@ -118,16 +124,28 @@ class CallSite:
 
 
 def client_methods() -> set[str]:
-    """The public methods of `Client` that send a request (call `self._request`)."""
+    """The public methods of `Client` that send a request: that call `self._request`, directly or
+    through other methods of the class."""
     tree = ast.parse(CLIENT_MODULE.read_text())
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Client"]
-    return {
-        fn.name
+    calls = {
+        fn.name: {
+            n.func.attr
+            for n in ast.walk(fn)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and ast.unparse(n.func.value) == "self"
+        }
         for fn in cls.body
         if isinstance(fn, ast.FunctionDef)
-        and not fn.name.startswith("_")
-        and any(isinstance(n, ast.Attribute) and n.attr == "_request" for n in ast.walk(fn))
     }
+    sending = {"_request"}
+    while True:
+        more = {name for name, called in calls.items() if called & sending} - sending
+        if not more:
+            break
+        sending |= more
+    return {name for name in sending if not name.startswith("_")}
 
 
 def client_call_sites() -> list[CallSite]:
@@ -208,8 +226,9 @@ def _wait(probe: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
 
 
 def _scenario(url: str, reached: set[tuple[str, int]], sites: list[CallSite]) -> None:
-    """Create a two-group multi-node deployment, edit a child of every kind by hand, scale it
-    down, create an invalid one; then let resyncs run until every client call was made."""
+    """Create a two-group multi-node deployment, edit a child of every kind by hand, delete one,
+    scale it down, drop its ComputeDomains and PodMonitor, create an invalid one and delete it;
+    then let resyncs run until every client call was made."""
     kimi = "/apis/kimi-operator.io/v1alpha1/namespaces/" + NAMESPACE + "/kimideployments"
     good = _sample("k3-tp16-latency")
     good["metadata"] = {"name": "k3", "namespace": NAMESPACE}
@@ -221,17 +240,34 @@ def _scenario(url: str, reached: set[tuple[str, int]], sites: list[CallSite]) ->
         return found
 
     _wait(lambda: all(children(r) for r in CHILD_RESOURCES), "a child of every kind")
+    # A child deleted by hand: the operator creates it again.
+    service = children(SERVICE)[0]["metadata"]["name"]
+    _send(url, "DELETE", SERVICE.item(NAMESPACE, service))
+    _wait(lambda: bool(children(SERVICE)), "the Service created again")
     # Every kind of child edited by hand: the operator patches each back.
+    label = "app.kubernetes.io/name"
     for resource in CHILD_RESOURCES:
         name = children(resource)[0]["metadata"]["name"]
-        edited = {"metadata": {"labels": {"app.kubernetes.io/name": "edited-by-hand"}}}
+        edited = {"metadata": {"labels": {label: "edited-by-hand"}}}
         _send(url, "PATCH", resource.item(NAMESPACE, name), edited, merge=True)
+
+    def repaired() -> bool:
+        labels = [c["metadata"].get("labels", {}) for r in CHILD_RESOURCES for c in children(r)]
+        return all(found.get(label) != "edited-by-hand" for found in labels)
+
+    _wait(repaired, "every edited child repaired")
     _send(url, "PATCH", f"{kimi}/k3", {"spec": {"replicas": 1}}, merge=True)
     _wait(lambda: len(children(LEADER_WORKER_SET)) == 1, "the scale-down to one group")
+    # Children the spec no longer asks for: whatever the operator does about them is observed.
+    dropped = {"spec": {"computeDomain": "Disabled", "monitoring": {"podMonitor": False}}}
+    _send(url, "PATCH", f"{kimi}/k3", dropped, merge=True)
+    _wait(lambda: not children(COMPUTE_DOMAIN), "the ComputeDomains gone")
     bad = _sample("k3-tp16-latency")
     bad["metadata"] = {"name": "bad", "namespace": NAMESPACE}
     bad["spec"]["gpus"] = 12
     _send(url, "POST", kimi, bad)
+    _wait(lambda: bool(_send(url, "GET", f"{kimi}/bad").get("status")), "the invalid one's status")
+    _send(url, "DELETE", f"{kimi}/bad")
 
     def all_reached() -> bool:
         return all(

@@ -77,13 +77,14 @@ operator run makes). No wildcards.
 - apiGroups: ["kimi-operator.io"]
   resources: ["kimideployments/status"]
   verbs: ["patch"]
-# The children of a KimiDeployment.
+# The children of a KimiDeployment; kopf also watches the groups and domains (their status
+# changes refresh the owner's status at once).
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["resource.nvidia.com"]
   resources: ["computedomains"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "create", "patch"]
