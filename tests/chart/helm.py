@@ -41,7 +41,6 @@ def template(
     tmp_path: Path,
     *,
     chart: Path = CHART,
-    extra: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Every object `helm template` renders with `values`."""
     result = helm(
@@ -52,7 +51,6 @@ def template(
         "kimi-system",
         "--values",
         str(write_values(tmp_path, values)),
-        *extra,
     )
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 

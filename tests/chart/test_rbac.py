@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kmock._internal import parsing
 
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
@@ -278,21 +277,6 @@ def _scenario(url: str, reached: set[tuple[str, int]], sites: list[CallSite]) ->
     _wait(all_reached, "every client call of the operator", timeout=30.0)
 
 
-def _serve_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kmock 0.8 cannot parse `/api/v1/namespaces[/NAME]` (HTTP 500), which kopf lists and watches
-    when it watches named namespaces: read those paths as the core `namespaces` resource."""
-    original = parsing.parse_path
-
-    def parse_path(path: str) -> parsing.ParsedPath:
-        parts = path.strip("/").split("/")
-        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
-            name = parts[3] if len(parts) == 4 else None
-            return parsing.ParsedPath("", "v1", "namespaces", None, name)
-        return original(path)
-
-    monkeypatch.setattr(parsing, "parse_path", parse_path)
-
-
 def _record_requests(
     monkeypatch: pytest.MonkeyPatch, into: list[tuple[str, str, dict[str, str]]]
 ) -> None:
@@ -329,7 +313,6 @@ def _observe(
 ) -> Observed:
     observed = Observed()
     _record_call_sites(monkeypatch, observed.reached)
-    _serve_namespaces(monkeypatch)
     requests: list[tuple[str, str, dict[str, str]]] = []
     _record_requests(monkeypatch, requests)
     sites = client_call_sites()
@@ -337,8 +320,6 @@ def _observe(
         upstream = [yaml.safe_load((SCHEMAS / name).read_text()) for name in UPSTREAM]
         kopf_crds = list(yaml.safe_load_all(PEERING_CRDS.read_text())) if peering else []
         api.install_crds([crd(), *upstream, *kopf_crds])
-        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-        _send(api.url, "POST", "/api/v1/namespaces", namespace)
         for path, body in _peering_objects(namespaces) if peering else []:
             _send(api.url, "POST", path, body)
         config = RunConfig(
