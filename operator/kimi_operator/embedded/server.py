@@ -146,17 +146,17 @@ class ApiServer(kmock.KubernetesEmulator):
         return await super().__call__(raw_request)
 
     async def _watch_namespaces(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        """ADDED for each namespace that appears (polled: namespaces come from objects)."""
+        """ADDED for each namespace there is or comes (polled: namespaces come from objects)."""
         response = aiohttp.web.StreamResponse()
         await response.prepare(raw)
-        seen = set(self.namespaces())
+        seen: set[str] = set()  # the existing ones first: one may have appeared since the list
         with contextlib.suppress(ConnectionError, asyncio.CancelledError):
             while True:
-                await asyncio.sleep(0.2)
                 for ns in sorted(set(self.namespaces()) - seen):
                     event = {"type": "ADDED", "object": {"metadata": {"name": ns}}}
                     await response.write(json.dumps(event).encode() + b"\n")
                     seen.add(ns)
+                await asyncio.sleep(0.2)
         return response
 
     def install_crd(self, crd: Mapping[str, Any]) -> None:
