@@ -6,6 +6,9 @@ from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, metadata, selector_labels
 from kimi_operator.builders.vllm_args import METRICS_PORT
 
+# Prometheus's name for the pod label app.kubernetes.io/instance: the KimiDeployment's name.
+DEPLOYMENT_SOURCE_LABEL = "__meta_kubernetes_pod_label_app_kubernetes_io_instance"
+
 
 def service(kd: KimiDeployment) -> dict[str, Any]:
     return {
@@ -41,8 +44,10 @@ def endpoint(kd: KimiDeployment) -> str:
 
 def pod_monitor(kd: KimiDeployment) -> dict[str, Any]:
     """Scrapes vLLM's own metrics on the leaders (`http`) and the decode-rate metrics of the
-    kimi_kernels plugin on leaders and workers alike (`metrics`)."""
+    kimi_kernels plugin on leaders and workers alike (`metrics`). Every series gets the label
+    `deployment` (the KimiDeployment's name) that the rules and dashboards group by."""
     interval = kd.spec.monitoring.interval
+    relabel = [{"sourceLabels": [DEPLOYMENT_SOURCE_LABEL], "targetLabel": "deployment"}]
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
@@ -50,8 +55,8 @@ def pod_monitor(kd: KimiDeployment) -> dict[str, Any]:
         "spec": {
             "selector": {"matchLabels": selector_labels(kd)},
             "podMetricsEndpoints": [
-                {"port": "http", "path": "/metrics", "interval": interval},
-                {"port": "metrics", "path": "/metrics", "interval": interval},
+                {"port": port, "path": "/metrics", "interval": interval, "relabelings": relabel}
+                for port in ("http", "metrics")
             ],
         },
     }

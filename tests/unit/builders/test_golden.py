@@ -34,3 +34,21 @@ def test_every_golden_file_has_a_case() -> None:
 
 def test_there_are_samples() -> None:
     assert len(SAMPLES) >= 3
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_scraped_series_is_labelled_with_its_deployment(case: str) -> None:
+    """Rules and dashboards group by `deployment`: the PodMonitor puts it on every series."""
+    doc, defaults = CASES[case]
+    kd = deployment(doc)
+    monitors = [c for c in build_children(kd, defaults) if c["kind"] == "PodMonitor"]
+    for monitor in monitors:
+        for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+            relabel = {r["targetLabel"]: r["sourceLabels"] for r in endpoint["relabelings"]}
+            assert relabel["deployment"] == [
+                "__meta_kubernetes_pod_label_app_kubernetes_io_instance"
+            ]
+    pod_labels = next(c for c in build_children(kd, defaults) if c["kind"] == "LeaderWorkerSet")[
+        "spec"
+    ]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"]
+    assert pod_labels["app.kubernetes.io/instance"] == kd.metadata.name
