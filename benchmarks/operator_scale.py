@@ -8,24 +8,18 @@ The API server and the operator each run in a process of their own (`kimi-operat
 KUBECONFIG, exactly as in a cluster); the server timestamps every write. Prints a table and writes
 benchmarks/results/operator.json.
 
-Usage: python benchmarks/operator.py [--deployments 200] [--quiet-seconds 60]
+Usage: python benchmarks/operator_scale.py [--deployments 200] [--quiet-seconds 60]
 """
-
-import os
-import sys
-
-# This file is named operator.py: keep its folder off the import path, or it would shadow the
-# standard library's `operator` module for every import below.
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]
 
 import argparse
 import copy
 import json
+import os
 import signal
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
