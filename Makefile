@@ -47,6 +47,7 @@ crd: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/validate.py
 	$(BIN)/python -P benchmarks/bench_client.py
+	$(BIN)/python benchmarks/operator_scale.py
 
 # The operator and serving images (linux/amd64 + linux/arm64): docker buildx, else buildah.
 images:
