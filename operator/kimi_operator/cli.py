@@ -246,10 +246,17 @@ def _add_operator_parsers(sub: Any) -> None:
 Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
 
 
-def _version() -> str:
-    from importlib.metadata import version  # noqa: PLC0415
+class _VersionAction(argparse.Action):
+    """`--version`, reading the installed version only when asked (importlib.metadata is slow)."""
 
-    return version("kimi-operator")
+    def __init__(self, option_strings: Sequence[str], dest: str, **_kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from importlib.metadata import version  # noqa: PLC0415
+
+        sys.stdout.write(f"{parser.prog} {version('kimi-operator')}\n")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -257,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kimi-operator",
         description="Run Kimi K3 on GB300 NVL72 with vLLM's latency-specialized decode path.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     validate = sub.add_parser(

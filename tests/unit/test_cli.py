@@ -222,3 +222,10 @@ def test_console_script_never_prints_a_traceback(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith(f"error: {bad}: cannot read")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == "kimi-operator 0.1.0\n"

@@ -5,7 +5,6 @@ or widen `kimi-operator validate`.
 """
 
 import argparse
-import asyncio
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -270,6 +269,8 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise BenchError("--image, --namespace and --results-pvc go with --render-job")
     if not args.output:
         raise BenchError("bench needs --output DIR for its results")
+    import asyncio  # noqa: PLC0415 (kept off `kimi-operator validate`'s start-up)
+
     from kimi_operator.bench.report import prepare_output, summary_text, write_results  # noqa: PLC0415
     from kimi_operator.bench.runner import run  # noqa: PLC0415
 
