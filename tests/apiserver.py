@@ -25,22 +25,21 @@ class CelRule:
     program: Any
 
 
-def _strict(schema: Any) -> Any:
+def strict_schema(schema: Any) -> Any:
     """Refuse unknown fields: what `kubectl apply` (fieldValidation=Strict) gets from the server.
 
-    `metadata` is the API server's own ObjectMeta, checked elsewhere: left open here.
+    `metadata` is the API server's own ObjectMeta, checked elsewhere: left open here, as are
+    objects that preserve unknown fields or declare `additionalProperties`.
     """
     if isinstance(schema, dict):
-        out = {k: v if k == "metadata" else _strict(v) for k, v in schema.items()}
-        if (
-            out.get("type") == "object"
-            and "properties" in out
-            and "additionalProperties" not in out
-        ):
+        out = {k: v if k == "metadata" else strict_schema(v) for k, v in schema.items()}
+        preserve = out.get("x-kubernetes-preserve-unknown-fields")
+        open_object = preserve or "additionalProperties" in out
+        if out.get("type") == "object" and "properties" in out and not open_object:
             out["additionalProperties"] = False
         return out
     if isinstance(schema, list):
-        return [_strict(v) for v in schema]
+        return [strict_schema(v) for v in schema]
     return schema
 
 
@@ -56,7 +55,7 @@ def _cel_rules(schema: dict[str, Any], path: tuple[str, ...] = ()) -> Iterator[C
 class ApiServer:
     def __init__(self, crd: dict[str, Any]) -> None:
         self.schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-        self.validator = Draft4Validator(_strict(self.schema))
+        self.validator = Draft4Validator(strict_schema(self.schema))
         self.rules = list(_cel_rules(self.schema))
 
     def admit(self, obj: dict[str, Any]) -> dict[str, Any]:

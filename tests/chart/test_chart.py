@@ -12,6 +12,7 @@ import yaml
 from jsonschema import Draft4Validator
 
 from kimi_operator.cli import build_parser
+from tests.apiserver import strict_schema
 
 from .helm import CHART, ROOT, helm, of_kind, template, write_values
 
@@ -40,20 +41,6 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _strict(schema: Any) -> Any:
-    """Refuse fields a CRD's schema does not know."""
-    if isinstance(schema, dict):
-        out = {k: v if k == "metadata" else _strict(v) for k, v in schema.items()}
-        preserve = out.get("x-kubernetes-preserve-unknown-fields")
-        open_object = preserve or "additionalProperties" in out
-        if out.get("type") == "object" and "properties" in out and not open_object:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_strict(v) for v in schema]
-    return schema
-
-
 def _crd_validators() -> dict[str, Draft4Validator]:
     """Kind -> validator of its v1 schema, for the custom kinds the chart renders: the upstream
     Prometheus Operator CRDs and kopf's peering CRDs (which the chart ships)."""
@@ -62,7 +49,7 @@ def _crd_validators() -> dict[str, Draft4Validator]:
     validators = {}
     for crd in crds:
         (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-        schema = _strict(version["schema"]["openAPIV3Schema"])
+        schema = strict_schema(version["schema"]["openAPIV3Schema"])
         validators[crd["spec"]["names"]["kind"]] = Draft4Validator(schema)
     return validators
 

@@ -11,6 +11,7 @@ import yaml
 from jsonschema import Draft4Validator
 
 from kimi_operator.builders import build_children
+from tests.apiserver import strict_schema
 from tests.unit.builders.cases import CASES, ROOT, deployment
 
 SCHEMAS = ROOT.parent / "shared" / "schemas"
@@ -23,26 +24,12 @@ BUILT_IN = {"Service", "PodDisruptionBudget"}
 KUBERNETES_VERSION = "1.34"
 
 
-def strict(schema: Any) -> Any:
-    """Refuse fields the schema does not know (the API server would drop them silently)."""
-    if isinstance(schema, dict):
-        out = {k: v if k == "metadata" else strict(v) for k, v in schema.items()}
-        preserve = out.get("x-kubernetes-preserve-unknown-fields")
-        open_object = preserve or "additionalProperties" in out
-        if out.get("type") == "object" and "properties" in out and not open_object:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [strict(v) for v in schema]
-    return schema
-
-
 def _validator(path: Path, api_version: str) -> Draft4Validator:
     crd = yaml.safe_load(path.read_text())
     group = crd["spec"]["group"]
     for version in crd["spec"]["versions"]:
         if f"{group}/{version['name']}" == api_version:
-            return Draft4Validator(strict(version["schema"]["openAPIV3Schema"]))
+            return Draft4Validator(strict_schema(version["schema"]["openAPIV3Schema"]))
     raise AssertionError(f"{path.name} does not define {api_version}")
 
 
