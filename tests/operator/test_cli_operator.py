@@ -119,7 +119,20 @@ def test_demo_runs_the_samples_live() -> None:
     assert "demo took" in text
 
 
-def test_demo_says_what_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_without_the_upstream_crds_uses_stand_ins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = main(["demo", "--schemas", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"upstream CRDs not in {tmp_path}: installing stand-ins" in out
+    assert "installed CRD leaderworkersets.leaderworkerset.x-k8s.io" in out
+    assert "condition Ready=True (AllGroupsReady" in out
+
+
+def test_demo_says_when_there_is_nothing_to_deploy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["demo", "--samples", str(tmp_path)])
     assert code == 1
-    assert "upstream CRDs not found" in capsys.readouterr().err
+    assert f"no valid KimiDeployment samples in {tmp_path}" in capsys.readouterr().err

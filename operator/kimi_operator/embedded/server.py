@@ -26,6 +26,8 @@ import jsonpatch
 import kmock
 from kmock import action
 
+from kimi_operator.k8s.resources import Resource
+
 T = TypeVar("T")
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 TIMELINE_PATH = "/_kimi/timeline"
@@ -37,6 +39,36 @@ UPSTREAM_CRD_FILES = (
     "monitoring.coreos.com_podmonitors.yaml",
 )
 CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def stand_in_crd(resource: Resource) -> dict[str, Any]:
+    """A CRD that only names an API (any content, a status subresource): enough for this server."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{resource.plural}.{resource.group}"},
+        "spec": {
+            "group": resource.group,
+            "names": {"kind": resource.kind, "plural": resource.plural},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": resource.version,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
 BUILT_IN = {
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
