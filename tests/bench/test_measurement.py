@@ -4,7 +4,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bench_helpers import Cli, results
+from bench_helpers import Cli, bench_argv, results
 
 # The example timetable, with a longer first token: the few milliseconds that loopback
 # HTTP and process wake-ups take on a busy 2-core machine are part of a real TTFT too, and 3% of
@@ -62,19 +62,7 @@ def test_tokens_per_chunk_come_from_usage_not_chunk_counts(
     cli: Cli, stub: Callable[..., tuple[str, object]], tmp_path: Path
 ) -> None:
     url, _ = stub(ttft_s=0.01, step_s=0.002, tokens_per_chunk=4)
-    run = cli(
-        "bench",
-        "--endpoint",
-        url,
-        "--requests",
-        "2",
-        "--output-tokens",
-        "22",
-        "--output",
-        str(tmp_path),
-        "--warmup",
-        "0",
-    )
+    run = cli(*bench_argv(url, tmp_path, requests=2, output_tokens=22))
     assert run.code == 0, run.err
     record = results(tmp_path)["requests"][0]
     assert record["token_counts"] == "per_chunk_usage"
@@ -86,19 +74,7 @@ def test_usage_only_at_the_end_spreads_tokens_and_says_so(
     cli: Cli, stub: Callable[..., tuple[str, object]], tmp_path: Path
 ) -> None:
     url, _ = stub(ttft_s=0.01, step_s=0.004, tokens_per_chunk=2, continuous_usage=False)
-    run = cli(
-        "bench",
-        "--endpoint",
-        url,
-        "--requests",
-        "2",
-        "--output-tokens",
-        "40",
-        "--output",
-        str(tmp_path),
-        "--warmup",
-        "0",
-    )
+    run = cli(*bench_argv(url, tmp_path, requests=2, output_tokens=40))
     assert run.code == 0, run.err
     data = results(tmp_path)
     record = data["requests"][0]
@@ -116,19 +92,7 @@ def test_no_usage_counts_chunks_and_warns(
     cli: Cli, stub: Callable[..., tuple[str, object]], tmp_path: Path
 ) -> None:
     url, _ = stub(ttft_s=0.01, step_s=0.002, tokens_per_chunk=2, usage=False)
-    run = cli(
-        "bench",
-        "--endpoint",
-        url,
-        "--requests",
-        "1",
-        "--output-tokens",
-        "20",
-        "--output",
-        str(tmp_path),
-        "--warmup",
-        "0",
-    )
+    run = cli(*bench_argv(url, tmp_path, requests=1, output_tokens=20))
     assert run.code == 0, run.err
     data = results(tmp_path)
     assert data["requests"][0]["token_counts"] == "chunks"
@@ -141,21 +105,7 @@ def test_errors_are_counted_and_the_run_completes(
     cli: Cli, stub: Callable[..., tuple[str, object]], tmp_path: Path
 ) -> None:
     url, _ = stub(ttft_s=0.01, step_s=0.001, fail_every=3, break_every=4)
-    run = cli(
-        "bench",
-        "--endpoint",
-        url,
-        "--requests",
-        "12",
-        "--concurrency",
-        "3",
-        "--output-tokens",
-        "10",
-        "--output",
-        str(tmp_path),
-        "--warmup",
-        "0",
-    )
+    run = cli(*bench_argv(url, tmp_path, "--concurrency", "3", requests=12, output_tokens=10))
     assert run.code == 0, run.err
     data = results(tmp_path)
     summary = data["summary"]
@@ -176,19 +126,7 @@ def test_every_request_failing_exits_1_with_one_line(
     cli: Cli, stub: Callable[..., tuple[str, object]], tmp_path: Path
 ) -> None:
     url, _ = stub(fail_every=1)
-    run = cli(
-        "bench",
-        "--endpoint",
-        url,
-        "--requests",
-        "2",
-        "--output-tokens",
-        "5",
-        "--output",
-        str(tmp_path),
-        "--warmup",
-        "0",
-    )
+    run = cli(*bench_argv(url, tmp_path, requests=2, output_tokens=5))
     assert run.code == 1
     assert run.err.strip() == "error: all 2 requests failed: HTTP 500: injected failure"
     assert results(tmp_path)["summary"]["requests_ok"] == 0
@@ -264,20 +202,7 @@ def test_no_ignore_eos_is_passed_through_and_short_outputs_are_flagged(
     cli: Cli, stub: Callable[..., tuple[str, object]], tmp_path: Path
 ) -> None:
     url, app = stub(ttft_s=0.001, step_s=0.001, usage=False)
-    run = cli(
-        "bench",
-        "--endpoint",
-        url,
-        "--requests",
-        "1",
-        "--output-tokens",
-        "4",
-        "--no-ignore-eos",
-        "--output",
-        str(tmp_path),
-        "--warmup",
-        "0",
-    )
+    run = cli(*bench_argv(url, tmp_path, "--no-ignore-eos", requests=1, output_tokens=4))
     assert run.code == 0, run.err
     assert "ignore_eos" not in app.state.bodies[0]  # type: ignore[attr-defined]
     assert results(tmp_path)["config"]["ignore_eos"] is False
@@ -288,19 +213,14 @@ def test_metrics_unreachable_is_a_warning_not_a_failure(
 ) -> None:
     url, _ = stub(ttft_s=0.001, step_s=0.001)
     run = cli(
-        "bench",
-        "--endpoint",
-        url,
-        "--requests",
-        "1",
-        "--output-tokens",
-        "3",
-        "--metrics-url",
-        url.removesuffix("/v1") + "/nothing-here",
-        "--output",
-        str(tmp_path),
-        "--warmup",
-        "0",
+        *bench_argv(
+            url,
+            tmp_path,
+            "--metrics-url",
+            url.removesuffix("/v1") + "/nothing-here",
+            requests=1,
+            output_tokens=3,
+        )
     )
     assert run.code == 0, run.err
     summary = results(tmp_path)["summary"]

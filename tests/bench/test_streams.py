@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from bench_helpers import Cli, results
+from bench_helpers import Cli, bench_argv, results
 
 from kimi_operator.bench.stub import serve_app_in_thread
 
@@ -55,21 +55,7 @@ def scripted() -> Iterator[tuple[Scripted, str]]:
 
 
 def bench(cli: Cli, url: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
-    run = cli(
-        "bench",
-        "--endpoint",
-        url,
-        "--requests",
-        "1",
-        "--warmup",
-        "0",
-        "--output-tokens",
-        "5",
-        "--output",
-        str(tmp_path),
-        "--no-progress",
-        *extra,
-    )
+    run = cli(*bench_argv(url, tmp_path, "--no-progress", *extra, requests=1, output_tokens=5))
     assert run.code in {0, 1}, run.err
     record: dict[str, Any] = results(tmp_path)["requests"][0]
     return record
@@ -151,21 +137,7 @@ def test_prompt_and_output_lengths_off_target_are_warned_about(
     server, url = scripted
     answer = event([{"index": 0, "text": " a b c d e"}], 5)  # usage: 7 prompt tokens, 5 out
     server.pieces = [answer + b"\n\ndata: [DONE]\n\n"]
-    run = cli(
-        "bench",
-        "--endpoint",
-        url,
-        "--requests",
-        "1",
-        "--warmup",
-        "0",
-        "--prompt-tokens",
-        "100",
-        "--output-tokens",
-        "10",
-        "--output",
-        str(tmp_path),
-    )
+    run = cli(*bench_argv(url, tmp_path, "--prompt-tokens", "100", requests=1, output_tokens=10))
     assert run.code == 0, run.err
     warnings = results(tmp_path)["summary"]["warnings"]
     assert "prompts came out at 0.07x the asked-for length in tokens " in warnings[0]
