@@ -9,14 +9,14 @@ controls), and injectable faults. It does no schema or CEL validation.
 """
 
 import asyncio
+import collections
 import contextlib
 import datetime
-import itertools
 import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Self, TypeVar
 
@@ -31,6 +31,7 @@ from kimi_operator.k8s.resources import Resource
 T = TypeVar("T")
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 TIMELINE_PATH = "/_kimi/timeline"
+FAULTS_PATH = "/_kimi/faults"
 DIRECT = frozenset({action.FETCH, action.CREATE, action.UPDATE, action.DELETE})
 # The upstream CRDs the operator's children need, as named in the shared schemas folder.
 UPSTREAM_CRD_FILES = (
@@ -133,18 +134,54 @@ class Write(NamedTuple):
 
 @dataclass(frozen=True)
 class Fault:
-    """Answer `times` requests whose method and path match with `status`."""
+    """Answer requests whose method and path match with `status`, `times` times in all, hitting
+    every `every`-th match only (a schedule: 1 hits each one).
+
+    `retry_after` (seconds) goes with a 429 as its Retry-After header. `delay_s` holds the answer
+    back that long first (the request is still served unless `status` is set): longer than the
+    client's read timeout, it is a timeout whose write may have happened anyway. `drop_watch`
+    (a GET with ?watch=true) cuts the stream in the middle of the first event newer than the
+    connection, as a dropped connection does.
+    """
 
     method: str
     path_contains: str
-    status: int
+    status: int = 0  # 0: no error answer (with delay_s or drop_watch)
     times: int = 1
+    every: int = 1
+    retry_after: int | None = None
+    delay_s: float = 0.0
+    drop_watch: bool = False
+
+    @property
+    def kind(self) -> str:
+        """The label faults are counted under: conflict, throttle, server-error, timeout,
+        watch-drop, or http-<status>."""
+        if self.drop_watch:
+            return "watch-drop"
+        if self.delay_s and not self.status:
+            return "timeout"
+        return {409: "conflict", 429: "throttle"}.get(
+            self.status, "server-error" if self.status >= 500 else f"http-{self.status}"
+        )
+
+
+@attrs.frozen
+class InjectedError(kmock.KubernetesError):
+    """An injected error answer; `retry_after` becomes the Retry-After header."""
+
+    retry_after: int | None = None
 
 
 @attrs.define(kw_only=True)
 class ApiServer(kmock.KubernetesEmulator):
-    _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    _version: int = attrs.field(default=0, init=False)  # the last resourceVersion given out
+    # [fault, times left, matches so far] of every injected fault
     _faults: list[list[Any]] = attrs.field(factory=list, init=False)
+    # faults answered so far, by `Fault.kind`
+    injected: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
+    # ids of the watch requests to cut
+    _drops: set[int] = attrs.field(factory=set, init=False)
     # (monotonic time, method, path, object name) of every state-changing request: the
     # benchmark's clock (monotonic time is shared by the processes of one machine).
     timeline: list[Write] = attrs.field(factory=list, init=False)
@@ -157,7 +194,15 @@ class ApiServer(kmock.KubernetesEmulator):
             self.resources[key] = info
 
     def inject(self, fault: Fault) -> None:
-        self._faults.append([fault, fault.times])
+        self._faults.append([fault, fault.times, 0])
+
+    def clear_faults(self) -> None:
+        """Forget the faults not yet used up (the counts of those answered stay)."""
+        self._faults.clear()
+
+    def _next_version(self) -> str:
+        self._version += 1
+        return str(self._version)
 
     def namespaces(self) -> list[str]:
         """Every namespace an object lives in, and `default`."""
@@ -175,6 +220,12 @@ class ApiServer(kmock.KubernetesEmulator):
         if raw_request.method == "GET" and raw_request.path == TIMELINE_PATH:
             since = int(raw_request.query.get("since", "0"))
             return aiohttp.web.json_response(self.timeline[since:])
+        if raw_request.path == FAULTS_PATH:  # for a server in a process of its own
+            if raw_request.method == "POST":
+                self.inject(Fault(**await raw_request.json()))
+            elif raw_request.method == "DELETE":
+                self.clear_faults()
+            return aiohttp.web.json_response(dict(self.injected))
         return await super().__call__(raw_request)
 
     async def _watch_namespaces(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
@@ -207,6 +258,31 @@ class ApiServer(kmock.KubernetesEmulator):
         stored = self._new_object(dict(crd))
         self.objects[kmock.resource(CRDS), None, crd["metadata"]["name"]] = stored
 
+    async def remove_crd(self, name: str) -> None:
+        """Stop serving the CRD's API and delete its objects, as deleting a CRD does (the
+        children of the deleted objects are collected too)."""
+        key = (kmock.resource(CRDS), None, name)
+        if key not in self.objects or self.objects[key].deleted:
+            return
+        spec = self.objects[key].raw["spec"]
+        self.objects[key].delete()
+        for version in spec["versions"]:
+            gone = kmock.resource(f"{spec['group']}/{version['name']}/{spec['names']['plural']}")
+            for known in list(self.resources):
+                if gone == known:
+                    del self.resources[known]
+            for (resource, _, _), obj in list(self.objects.items()):
+                if resource == gone and not obj.deleted:
+                    raw = obj.raw
+                    obj.delete()
+                    await self._buses[resource].put({"type": "DELETED", "object": raw})
+        await self._collect_garbage()
+
+    def _get_resources(self) -> list[kmock.resource]:
+        """Only the declared resources (kmock also counts those it holds objects of, so that an
+        API whose CRD was removed would still be discovered)."""
+        return list(iter(self.resources))
+
     def _declared(self, resource: kmock.resource) -> bool:
         return any(resource == known for known in self.resources)
 
@@ -216,23 +292,62 @@ class ApiServer(kmock.KubernetesEmulator):
                 return "status" in self.resources[known].subresources
         return False
 
-    def _fault_for(self, request: kmock.Request) -> int | None:
+    def _fault_for(self, request: kmock.Request) -> Fault | None:
+        watching = request.action == action.WATCH
         for entry in self._faults:
-            fault, left = entry
+            fault, left, seen = entry
             if (
                 left > 0
                 and request.method == fault.method
                 and fault.path_contains in request.url.path
+                and fault.drop_watch <= watching
             ):
+                entry[2] = seen + 1
+                if (seen + 1) % fault.every:
+                    continue
                 entry[1] = left - 1
-                return int(fault.status)
+                self.injected[fault.kind] += 1
+                return fault  # type: ignore[no-any-return]
         return None
+
+    async def _faulted(self, request: kmock.Request, fault: Fault) -> Any:
+        """Answer with an error, late, or with a watch to cut, as injected."""
+        if fault.delay_s:
+            await asyncio.sleep(fault.delay_s)
+        if fault.drop_watch:
+            self._drops.add(id(request))
+        elif fault.status:
+            raise InjectedError(
+                status=fault.status,
+                reason="Injected",
+                message=f"injected {fault.kind}",
+                retry_after=fault.retry_after,
+            )
+        return await self._serve_object(request)
+
+    async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[Any]:
+        """kmock's watch; one marked to cut ends in the middle of the first event newer than
+        the connection, the connection closed without the end of the chunked body."""
+        since = self._version
+        cut = id(request) in self._drops
+        self._drops.discard(id(request))
+        async for event in super()._serve_watch(request):
+            if cut and isinstance(event, dict):
+                version = int(event["object"]["metadata"].get("resourceVersion") or 0)
+                if version > since:
+                    line = json.dumps(event).encode()
+                    yield line[: len(line) // 2]
+                    raw = request._raw_request  # private in kmock: no public way to cut a stream
+                    if raw is not None and raw.transport is not None:
+                        raw.transport.close()
+                    return
+            yield event
 
     def _new_object(self, data: dict[str, Any]) -> dict[str, Any]:
         metadata = dict(data.get("metadata") or {})
         metadata.update(
             uid=str(uuid.uuid4()),
-            resourceVersion=str(next(self._versions)),
+            resourceVersion=self._next_version(),
             generation=1,
             creationTimestamp=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
@@ -259,7 +374,7 @@ class ApiServer(kmock.KubernetesEmulator):
         for key in ("uid", "creationTimestamp", "name", "namespace"):
             if key in current.get("metadata", {}):
                 metadata[key] = current["metadata"][key]
-        metadata["resourceVersion"] = str(next(self._versions))
+        metadata["resourceVersion"] = self._next_version()
         if new.get("spec") != current.get("spec"):
             metadata["generation"] = int(current.get("metadata", {}).get("generation", 1)) + 1
         new["metadata"] = metadata
@@ -287,9 +402,17 @@ class ApiServer(kmock.KubernetesEmulator):
             self.timeline.append(
                 Write(time.monotonic(), request.method.value, request.url.path, name)
             )
-        status = self._fault_for(request)
-        if status is not None:
-            raise kmock.KubernetesError(status=status, reason="Injected", message="injected fault")
+        fault = self._fault_for(request)
+        if fault is not None and fault.delay_s:
+            # A real server finishes what it started though the client gave up waiting.
+            return await asyncio.shield(self._faulted(request, fault))
+        if fault is not None:
+            return await self._faulted(request, fault)
+        return await self._serve_object(request)
+
+    async def _serve_object(self, request: kmock.Request) -> Any:
+        resource = request.resource
+        assert resource is not None
         if not self._declared(resource):
             raise kmock.KubernetesResourceNotFoundError()
         if request.action in DIRECT and (request.name or request.action == action.CREATE):
@@ -367,7 +490,9 @@ class ApiServer(kmock.KubernetesEmulator):
             "reason": exc.reason or type(exc).__name__,
             "message": exc.message or repr(exc),
         }
-        return aiohttp.web.json_response(status, status=exc.status)
+        retry_after = getattr(exc, "retry_after", None)
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        return aiohttp.web.json_response(status, status=exc.status, headers=headers)
 
     async def _collect_orphan(self, key: Any) -> None:
         """Delete a just created object whose owner is already gone (a race the real garbage
@@ -462,8 +587,26 @@ class EmbeddedApiServer:
 
         self.call(install)
 
-    def inject(self, fault: Fault) -> None:
-        self.call(lambda handler: handler.inject(fault))
+    def inject(self, *faults: Fault) -> None:
+        def inject(handler: ApiServer) -> None:
+            for fault in faults:
+                handler.inject(fault)
+
+        self.call(inject)
+
+    def clear_faults(self) -> None:
+        self.call(lambda handler: handler.clear_faults())
+
+    def injected(self) -> dict[str, int]:
+        """How many faults were answered, by `Fault.kind`."""
+        return self.call(lambda handler: dict(handler.injected))
+
+    def remove_crd(self, name: str) -> None:
+        """Delete the CRD `name` and every object of its API."""
+        assert self._loop is not None
+        assert self._handler is not None
+        removal = self._handler.remove_crd(name)
+        asyncio.run_coroutine_threadsafe(removal, self._loop).result(timeout=30)
 
     def mark(self) -> int:
         """A position in the log of writes, for `writes(since=...)`."""
