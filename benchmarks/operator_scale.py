@@ -14,15 +14,11 @@ Usage: python benchmarks/operator_scale.py [--deployments 200] [--quiet-seconds 
 import argparse
 import copy
 import json
-import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from kimi_operator.embedded.processes import OperatorProcess, cpu_s, fetch, memory_mb, wait
 from kimi_operator.embedded.server import TIMELINE_PATH
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
@@ -43,39 +40,6 @@ TARGET_P99_S = 2.0
 TARGET_RSS_MB = 200.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def fetch(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
-def peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc")
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def owner_of(path: str, name: str) -> tuple[str, str] | None:
     """(deployment, kind of write) for a write the operator made, or None."""
     if "/events" in path:
@@ -84,14 +48,6 @@ def owner_of(path: str, name: str) -> tuple[str, str] | None:
         return (name, "status") if path.endswith("/status") else None  # None: our own creates
     deployment = name[: -len("-g0")] if name.endswith("-g0") else name
     return deployment, "child"
-
-
-def wait(probe: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.25)
 
 
 def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
@@ -111,35 +67,10 @@ def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip()
-        kubeconfig = Path(tempfile.mkdtemp()) / "kubeconfig"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "embedded", "cluster": {"server": url}}],
-                    "users": [{"name": "bench", "user": {}}],
-                    "contexts": [
-                        {"name": "embedded", "context": {"cluster": "embedded", "user": "bench"}}
-                    ],
-                    "current-context": "embedded",
-                }
-            )
+        operator = OperatorProcess(
+            url, [f"--resync-interval={args.resync_interval}", f"--workers={args.workers}"]
         )
-        health, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-        operator = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("kimi-operator")),
-                "run",
-                f"--resync-interval={args.resync_interval}",
-                f"--workers={args.workers}",
-                f"--health-address={health}",
-                f"--metrics-address={metrics}",
-            ],
-            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-            stderr=subprocess.DEVNULL,
-        )
-        wait(lambda: healthy(f"http://{health}/healthz"), 30, "the operator's /healthz")
+        operator.start()
         time.sleep(1.0)  # its watch streams are up
 
         baseline = {"operator": cpu_s(operator.pid), "server": cpu_s(server.pid)}
@@ -166,9 +97,9 @@ def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
                     children += 1
                 elif method == "PATCH" and path.endswith("/status"):
                     statuses += 1
-            return children >= args.deployments * CHILDREN and statuses >= args.deployments
+            return bool(children >= args.deployments * CHILDREN and statuses >= args.deployments)
 
-        wait(settled, 120, "every child and status")
+        wait(settled, 120, "every child and status", every=0.25)
         settled_s = time.monotonic() - started
         cpu = {
             "operator_cpu_s": cpu_s(operator.pid) - baseline["operator"],
@@ -180,8 +111,8 @@ def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
         quiet_from = len(timeline)
         time.sleep(args.quiet_seconds)
         quiet = fetch(url + TIMELINE_PATH + f"?since={quiet_from}")
-        rss_mb = peak_rss_mb(operator.pid)
-        reconciles = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
+        rss_mb = memory_mb(operator.pid, "VmHWM")
+        reconciles = operator.metrics()
 
         created_at: dict[str, float] = {}
         done_at: dict[str, float] = {}
@@ -228,10 +159,10 @@ def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
             "targets": {"p99_s": TARGET_P99_S, "rss_mb": TARGET_RSS_MB, "quiet_writes": 0},
         }
     finally:
-        for process in (operator, server):
-            if process is not None:
-                process.send_signal(signal.SIGTERM)
-                process.wait(timeout=60)
+        if operator is not None:
+            operator.stop()
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
 
     rows = [
         ("create -> all children, median", f"{result['create_to_children_median_s']:.3f} s", ""),

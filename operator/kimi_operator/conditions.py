@@ -109,6 +109,47 @@ def _mnnvl(seen: Observation) -> tuple[Status, str, str]:
     return "False", "ComputeDomainNotReady", f"{ready} of {wanted} ComputeDomains ready"
 
 
+# HTTP status of a temporary API failure -> the reason the status gives (0: no answer in time).
+API_FAILURE_REASONS = {0: "ApiTimeout", 409: "ApiConflict", 429: "ApiThrottled"}
+
+
+def api_failure(code: int, message: str, retry_in_s: float) -> Problem:
+    """A temporary API failure (conflict, throttling, server error, timeout): a Degraded reason."""
+    reason = API_FAILURE_REASONS.get(code, "ApiServerError" if code >= 500 else "ApiError")
+    return Problem(reason, f"{message}; retrying in {retry_in_s:g} s")
+
+
+def retrying_conditions(
+    old: Mapping[str, Any], seen: ConditionSet, failure: Problem
+) -> ConditionSet:
+    """A reconcile cut short by a temporary API failure: Degraded and Progressing say so; Ready
+    and MNNVLReady stay as last observed (the apply saw only part of the children)."""
+    out = ConditionSet(dict(seen.entries))
+    others = [] if seen.entries["Degraded"][0] == "False" else [seen.entries["Degraded"][2]]
+    out.set("Degraded", "True", failure.reason, "; ".join([failure.message, *others]))
+    out.set("Progressing", "True", "RetryingAfterApiError", failure.message)
+    _carry(out, old, ("Ready", "MNNVLReady"), "RetryingAfterApiError", "not yet observed")
+    return out
+
+
+def _carry(
+    out: ConditionSet,
+    old: Mapping[str, Any],
+    kinds: Sequence[ConditionType],
+    reason: str,
+    message: str,
+) -> None:
+    """Keep the conditions `kinds` as `old` had them (Unknown with `reason` if it had none)."""
+    previous = {c.get("type"): c for c in old.get("conditions", [])}
+    for kind in kinds:
+        before = previous.get(kind)
+        if before is None:
+            out.set(kind, "Unknown", reason, message)
+        else:
+            status, why = before.get("status", "Unknown"), before.get("reason", "")
+            out.set(kind, status, why, before.get("message", ""))
+
+
 def invalid_conditions(old: Mapping[str, Any], problems: Sequence[str]) -> ConditionSet:
     """An invalid spec: say so, leave what was observed before (children are left untouched)."""
     out = ConditionSet()
@@ -116,18 +157,7 @@ def invalid_conditions(old: Mapping[str, Any], problems: Sequence[str]) -> Condi
     out.set("SpecValid", "False", "Invalid", message)
     out.set("Degraded", "True", "SpecInvalid", f"children left as they were: {message}")
     out.set("Progressing", "False", "SpecInvalid", "waiting for a valid spec")
-    previous = {c.get("type"): c for c in old.get("conditions", [])}
-    for kind in ("Ready", "MNNVLReady"):
-        if kind in previous:
-            before = previous[kind]
-            out.set(
-                kind,
-                before.get("status", "Unknown"),
-                before.get("reason", ""),
-                before.get("message", ""),
-            )
-        else:
-            out.set(kind, "Unknown", "SpecInvalid", "not reconciled: the spec is invalid")
+    _carry(out, old, ("Ready", "MNNVLReady"), "SpecInvalid", "not reconciled: the spec is invalid")
     return out
 
 

@@ -23,7 +23,7 @@ from kimi_operator.builders import (
 from kimi_operator.builders.meta import group_name
 from kimi_operator.builders.serving import endpoint
 from kimi_operator.k8s.apply import Applied, apply_child, delete_child, with_owner
-from kimi_operator.k8s.client import APIError, Client
+from kimi_operator.k8s.client import APIError, ApiUnavailable, Client
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
     LEADER_WORKER_SET,
@@ -87,18 +87,22 @@ def reconcile(
     )
 
 
-def _reconcile_valid(
-    kd: KimiDeployment,
-    body: Mapping[str, Any],
-    client: Client,
-    *,
-    defaults: OperatorDefaults,
-    warnings: list[str],
-    spec_changed: bool,
-    now: str,
-) -> Outcome:
-    spec, old = kd.spec, dict(body.get("status") or {})
-    served = {r: client.served(r) for r in (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR)}
+@dataclass
+class Plan:
+    """The children to apply, given which upstream APIs the cluster serves, and why some are not."""
+
+    defaults: OperatorDefaults
+    children: list[dict[str, Any]]
+    skip: set[str]  # kinds neither applied nor pruned
+    blockers: list[cond.Problem]
+    degradations: list[cond.Problem]
+
+
+def plan_children(
+    kd: KimiDeployment, defaults: OperatorDefaults, served: Mapping[Resource, bool]
+) -> Plan:
+    """What a reconcile applies: also what a check of the cluster expects (embedded.audit)."""
+    spec = kd.spec
     defaults = dataclasses.replace(defaults, compute_domain_available=served[COMPUTE_DOMAIN])
     blockers, degradations = [], []
     skip = {r.kind for r, ok in served.items() if not ok}
@@ -117,19 +121,45 @@ def _reconcile_valid(
                 f"ComputeDomain API is not installed: {COMPUTE_DOMAIN.install}",
             )
         )
+    children = [c for c in build_children(kd, defaults) if c["kind"] not in skip]
+    return Plan(defaults, children, skip, blockers, degradations)
 
+
+def _reconcile_valid(
+    kd: KimiDeployment,
+    body: Mapping[str, Any],
+    client: Client,
+    *,
+    defaults: OperatorDefaults,
+    warnings: list[str],
+    spec_changed: bool,
+    now: str,
+) -> Outcome:
+    spec, old = kd.spec, dict(body.get("status") or {})
+    served = {r: client.served(r) for r in (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR)}
+    plan = plan_children(kd, defaults, served)
+    defaults, blockers, degradations = plan.defaults, plan.blockers, plan.degradations
     outcome = Outcome(status={})
+    retrying: cond.Problem | None = None
     uid = body["metadata"]["uid"]
     first = not old  # never reconciled: its children most likely do not exist yet
     try:
-        for child in build_children(kd, defaults):
-            if child["kind"] not in skip:
-                desired = with_owner(child, body)
-                apply_child(client, desired, uid, outcome.applied, likely_missing=first)
+        for child in plan.children:
+            desired = with_owner(child, body)
+            apply_child(client, desired, uid, outcome.applied, likely_missing=first)
         if not first:  # nothing to scale down yet
             _prune_groups(
-                client, kd, uid=uid, old=old, defaults=defaults, skip=skip, into=outcome.applied
+                client,
+                kd,
+                uid=uid,
+                old=old,
+                defaults=defaults,
+                skip=plan.skip,
+                into=outcome.applied,
             )
+    except ApiUnavailable as error:  # retried soon: the status says so meanwhile
+        outcome.error, outcome.result = error, "error"
+        retrying = cond.api_failure(error.code, str(error), float(error.delay or 0))
     except (kopf.TemporaryError, kopf.PermanentError) as error:
         outcome.error, outcome.result = error, "error"
         blockers.append(cond.Problem("ApplyFailed", str(error)))
@@ -156,13 +186,16 @@ def _reconcile_valid(
         domains_ready=sum(1 for d in domains if (d.get("status") or {}).get("status") == "Ready"),
         compute_domain_install=COMPUTE_DOMAIN.install,
     )
+    conditions = cond.valid_conditions(seen)
+    if retrying is not None:  # counts and endpoint as last observed too
+        conditions = cond.retrying_conditions(old, conditions, retrying)
     outcome.status = cond.render(
         old,
-        cond.valid_conditions(seen),
+        conditions,
         generation=body.get("metadata", {}).get("generation"),
         now=now,
-        counts=(len(groups), ready),
-        endpoint=seen.endpoint if ready else "",
+        counts=None if retrying else (len(groups), ready),
+        endpoint=None if retrying else (seen.endpoint if ready else ""),
     )
     outcome.events = cond.newly_bad(old, outcome.status)
     if spec_changed:

@@ -31,7 +31,6 @@ from kimi_operator.k8s.resources import Resource
 T = TypeVar("T")
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 TIMELINE_PATH = "/_kimi/timeline"
-FAULTS_PATH = "/_kimi/faults"
 DIRECT = frozenset({action.FETCH, action.CREATE, action.UPDATE, action.DELETE})
 # The upstream CRDs the operator's children need, as named in the shared schemas folder.
 UPSTREAM_CRD_FILES = (
@@ -220,12 +219,6 @@ class ApiServer(kmock.KubernetesEmulator):
         if raw_request.method == "GET" and raw_request.path == TIMELINE_PATH:
             since = int(raw_request.query.get("since", "0"))
             return aiohttp.web.json_response(self.timeline[since:])
-        if raw_request.path == FAULTS_PATH:  # for a server in a process of its own
-            if raw_request.method == "POST":
-                self.inject(Fault(**await raw_request.json()))
-            elif raw_request.method == "DELETE":
-                self.clear_faults()
-            return aiohttp.web.json_response(dict(self.injected))
         return await super().__call__(raw_request)
 
     async def _watch_namespaces(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
