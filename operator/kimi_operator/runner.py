@@ -5,7 +5,6 @@ its own for the demo, the tests and the benchmark.
 """
 
 import asyncio
-import contextlib
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +15,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from kimi_operator.builders import OperatorDefaults
-from kimi_operator.handlers import OperatorContext, make_registry, resync_forever
+from kimi_operator.handlers import OperatorContext, child_watches, make_registry, resync_forever
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.metrics import Metrics
 
@@ -92,7 +91,11 @@ async def operate(
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(config.workers, thread_name_prefix="kimi-reconcile")
     )
-    resync = asyncio.create_task(resync_forever(ctx), name="kimi-operator-resync")
+    background = [asyncio.create_task(resync_forever(ctx), name="kimi-operator-resync")]
+    background += [
+        asyncio.create_task(watch.run(), name=f"kimi-operator-watch-{watch.resource.plural}")
+        for watch in child_watches(ctx, config.namespaces)
+    ]
     try:
         await kopf.operator(
             registry=make_registry(ctx),
@@ -106,12 +109,13 @@ async def operate(
             ready_flag=ready,
         )
     finally:
-        resync.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await resync
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
         if metrics_server is not None:
             metrics_server.shutdown()
             metrics_server.server_close()
+        ctx.events.shutdown(wait=True)
         ctx.client.close()
 
 

@@ -7,8 +7,8 @@ acted on"), so kopf keeps no bookkeeping of its own on the objects: no annotatio
 (which would block deleting a KimiDeployment whenever the operator is not running), and no write
 beyond the children and the status. The operator's own loop retries failures with backoff and
 resyncs every deployment periodically, restoring children edited or deleted by hand. Events of
-the LeaderWorkerSets and ComputeDomains it manages refresh their owner at once: readiness shows
-without waiting for the resync.
+the LeaderWorkerSets and ComputeDomains it manages (`child_watches`, not kopf: see k8s/watch.py)
+refresh their owner at once: readiness shows without waiting for the resync.
 """
 
 import asyncio
@@ -16,7 +16,8 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +27,11 @@ import kopf
 from kimi_operator.api import constants as c
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import MANAGER
+from kimi_operator.conditions import Problem
 from kimi_operator.k8s.client import Client, connection_info
 from kimi_operator.k8s.events import post_warning
 from kimi_operator.k8s.resources import COMPUTE_DOMAIN, KIMI_DEPLOYMENT, LEADER_WORKER_SET
+from kimi_operator.k8s.watch import ChildWatch
 from kimi_operator.metrics import Metrics
 from kimi_operator.reconcile import reconcile
 
@@ -53,6 +56,11 @@ class OperatorContext:
     # status changed.
     _soon: dict[str, tuple[float, str]] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
+    # Events are posted by a thread of their own, after the reconcile: under a burst, creating
+    # children and writing statuses goes first.
+    events: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="kimi-events")
+    )
 
     @contextmanager
     def exclusive(self, uid: str) -> Iterator[None]:
@@ -125,13 +133,29 @@ def handle(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fresh
             status = {"status": outcome.status}
             ctx.client.patch(KIMI_DEPLOYMENT, namespace, name, status, subresource="status")
         ctx.acted[uid] = body["metadata"].get("generation")
-    for problem in outcome.events:
-        post_warning(ctx.client, body, problem.reason, problem.message)
+    if outcome.events:
+        ctx.events.submit(post_warnings, ctx.client, body, outcome.events)
     ctx.metrics.reconciles.labels(trigger, outcome.result).inc()
     ctx.metrics.duration.labels(trigger).observe(time.monotonic() - started)
     ctx.metrics.set_conditions(namespace, name, outcome.status)
     if outcome.error is not None:
         raise outcome.error
+
+
+def post_warnings(client: Client, body: Mapping[str, Any], problems: Sequence[Problem]) -> None:
+    """Best effort, as Kubernetes treats events: a failure is logged, never retried."""
+    meta = body["metadata"]
+    for problem in problems:
+        try:
+            post_warning(client, body, problem.reason, problem.message)
+        except (kopf.TemporaryError, kopf.PermanentError) as error:
+            log.warning(
+                "event %s on %s/%s not posted: %s",
+                problem.reason,
+                meta["namespace"],
+                meta["name"],
+                error,
+            )
 
 
 def attempt(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fresh: bool) -> None:
@@ -185,6 +209,26 @@ def _trigger(event: Mapping[str, Any], body: Mapping[str, Any]) -> str | None:
     return "update"
 
 
+def child_watches(ctx: OperatorContext, namespaces: Sequence[str]) -> list[ChildWatch]:
+    """A watch per resource whose status feeds a deployment's, per namespace (or cluster-wide):
+    a change refreshes its owner now rather than at the next resync."""
+
+    def refresh(uid: str) -> None:
+        ctx.schedule(uid, 0.0, "refresh")
+
+    return [
+        ChildWatch(
+            ctx.configuration,
+            resource,
+            namespace,
+            refresh,
+            label_selector=f"app.kubernetes.io/managed-by={MANAGER}",
+        )
+        for resource in (LEADER_WORKER_SET, COMPUTE_DOMAIN)
+        for namespace in ([*namespaces] if namespaces else [None])
+    ]
+
+
 def make_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
@@ -204,23 +248,5 @@ def make_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         trigger = _trigger(event, body)
         if trigger is not None:
             await asyncio.to_thread(attempt, ctx, trigger, body, fresh=True)
-
-    async def child_changed(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
-        """A group's or domain's status changed (or it was deleted): refresh its owner now
-        rather than at the next resync. A child the operator just created has no status yet."""
-        if body.get("status") or event.get("type") == "DELETED":
-            for ref in body.metadata.get("ownerReferences") or []:
-                if ref.get("kind") == c.KIND and ref.get("controller"):
-                    ctx.schedule(ref["uid"], 0.0, "refresh")
-
-    for watched in (LEADER_WORKER_SET, COMPUTE_DOMAIN):
-        kopf.on.event(
-            watched.group,
-            watched.version,
-            watched.plural,
-            id=f"refresh-from-{watched.plural}",
-            labels={"app.kubernetes.io/managed-by": MANAGER},
-            registry=registry,
-        )(child_changed)
 
     return registry
