@@ -73,6 +73,7 @@ class ChildWatch:
         *,
         label_selector: str,
         retry_s: float = RETRY_S,
+        not_served_retry_s: float = NOT_SERVED_RETRY_S,
     ) -> None:
         self.configuration = configuration
         self.resource = resource
@@ -80,6 +81,7 @@ class ChildWatch:
         self.on_owner = on_owner
         self.label_selector = label_selector
         self.retry_s = retry_s
+        self.not_served_retry_s = not_served_retry_s
 
     @property
     def path(self) -> str:
@@ -127,10 +129,10 @@ class ChildWatch:
                             log.info(
                                 "%s is not served; looking again every %.0f s",
                                 self.resource.kind,
-                                NOT_SERVED_RETRY_S,
+                                self.not_served_retry_s,
                             )
                             not_served_said = True
-                        await asyncio.sleep(NOT_SERVED_RETRY_S)
+                        await asyncio.sleep(self.not_served_retry_s)
                         continue
                     not_served_said = False
                     while True:

@@ -1,0 +1,226 @@
+"""The lean child watch: which events refresh an owner, and list+watch against a scripted server
+on 127.0.0.1 (410 Gone, dropped streams, resources not served, huge and split lines)."""
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp.web
+import pytest
+
+from kimi_operator.k8s.client import load_configuration
+from kimi_operator.k8s.resources import LEADER_WORKER_SET
+from kimi_operator.k8s.watch import ChildWatch, owner_to_refresh
+
+OWNER = {"kind": "KimiDeployment", "uid": "u-1", "controller": True}
+
+
+def child(owner: dict[str, Any] | None = None, status: Any = None, version: str = "1") -> Any:
+    metadata: dict[str, Any] = {"name": "k3-g0", "resourceVersion": version}
+    if owner is not None:
+        metadata["ownerReferences"] = [owner]
+    obj: dict[str, Any] = {"metadata": metadata}
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("event", "expected"),
+    [
+        ({"type": "ADDED", "object": child(OWNER)}, None),  # just created: no status yet
+        ({"type": "MODIFIED", "object": child(OWNER, {"readyReplicas": 1})}, "u-1"),
+        ({"type": "ADDED", "object": child(OWNER, {"readyReplicas": 0})}, "u-1"),
+        ({"type": "DELETED", "object": child(OWNER)}, "u-1"),
+        ({"type": "BOOKMARK", "object": child(OWNER, {"x": 1})}, None),
+        ({"type": "MODIFIED", "object": child({**OWNER, "controller": False}, {"x": 1})}, None),
+        ({"type": "MODIFIED", "object": child({**OWNER, "kind": "Deployment"}, {"x": 1})}, None),
+        ({"type": "MODIFIED", "object": child(None, {"x": 1})}, None),
+    ],
+)
+def test_only_status_changes_and_deletions_of_controlled_children_refresh(
+    event: dict[str, Any], expected: str | None
+) -> None:
+    assert owner_to_refresh(event) == expected
+
+
+Script = Callable[[aiohttp.web.Request], Awaitable[aiohttp.web.StreamResponse]]
+
+
+async def stream(request: aiohttp.web.Request, *chunks: bytes) -> aiohttp.web.StreamResponse:
+    response = aiohttp.web.StreamResponse()
+    await response.prepare(request)
+    for chunk in chunks:
+        await response.write(chunk)
+        await asyncio.sleep(0.01)
+    return response
+
+
+def line(kind: str, obj: Any) -> bytes:
+    return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+
+
+async def watch_against(
+    lists: list[Script],
+    watches: list[Script],
+    *,
+    wanted: int,
+    watches_wanted: int = 1,
+    token: str | None = None,
+) -> tuple[list[str], list[dict[str, str]], list[aiohttp.web.Request]]:
+    """Run a ChildWatch against a server answering its lists and watches in turn (the last
+    answer repeats) until `wanted` owners were refreshed and `watches_wanted` watches made; the
+    owners, the watches' query parameters and every request."""
+    requests: list[aiohttp.web.Request] = []
+
+    async def serve(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        requests.append(request)
+        turn = watches if request.query.get("watch") == "true" else lists
+        done = sum(1 for r in requests if (r.query.get("watch") == "true") == (turn is watches))
+        return await turn[min(done, len(turn)) - 1](request)
+
+    app = aiohttp.web.Application()
+    app[STOPPING] = asyncio.Event()
+    app.router.add_get("/{tail:.*}", serve)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    configuration = load_configuration(f"http://127.0.0.1:{port}")
+    if token is not None:
+        configuration.api_key = {"authorization": token}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+    owners: list[str] = []
+
+    def watches_made() -> int:
+        return sum(1 for r in requests if r.query.get("watch") == "true")
+
+    watch = ChildWatch(
+        configuration,
+        LEADER_WORKER_SET,
+        "inference",
+        owners.append,
+        label_selector="app.kubernetes.io/managed-by=kimi-operator",
+        retry_s=0.05,
+        not_served_retry_s=0.05,
+    )
+    task = asyncio.create_task(watch.run())
+    try:
+        async with asyncio.timeout(10):
+            while len(owners) < wanted or watches_made() < watches_wanted:
+                await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        app[STOPPING].set()
+        await runner.cleanup()
+    queries = [dict(r.query) for r in requests if r.query.get("watch") == "true"]
+    return owners, queries, requests
+
+
+def listed(version: str) -> Script:
+    async def answer(_: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        return aiohttp.web.json_response({"metadata": {"resourceVersion": version}, "items": []})
+
+    return answer
+
+
+def watched(*chunks: bytes) -> Script:
+    async def answer(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        return await stream(request, *chunks)
+
+    return answer
+
+
+STOPPING = aiohttp.web.AppKey("stopping", asyncio.Event)
+
+
+async def hang(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+    """A watch with nothing to say, open until the test ends."""
+    response = await stream(request, b"")
+    await request.app[STOPPING].wait()
+    return response
+
+
+def owner(uid: str) -> dict[str, Any]:
+    return {**OWNER, "uid": uid}
+
+
+def test_lists_then_watches_from_its_version_and_relists_after_gone() -> None:
+    gone = line("ERROR", {"kind": "Status", "code": 410, "message": "too old"})
+    owners, queries, _ = asyncio.run(
+        watch_against(
+            [listed("5"), listed("9")],
+            [
+                watched(line("MODIFIED", child(owner("a"), {"r": 1}, "7")), gone),
+                watched(line("MODIFIED", child(owner("b"), {"r": 1}, "11"))),  # then ends
+                hang,
+            ],
+            wanted=2,
+            watches_wanted=3,
+        )
+    )
+    assert owners == ["a", "b"]
+    # Watch from the list's version; after 410, list again; after the stream ended, resume from
+    # the last version seen.
+    assert [q.get("resourceVersion") for q in queries[:3]] == ["5", "9", "11"]
+    assert all(q["labelSelector"] == "app.kubernetes.io/managed-by=kimi-operator" for q in queries)
+    assert all(q["allowWatchBookmarks"] == "true" for q in queries)
+
+
+def test_waits_while_the_resource_is_not_served_then_watches() -> None:
+    async def not_served(_: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        return aiohttp.web.json_response({"kind": "Status", "code": 404}, status=404)
+
+    owners, _, requests = asyncio.run(
+        watch_against(
+            [not_served, not_served, listed("3")],
+            [watched(line("DELETED", child(owner("a")))), hang],
+            wanted=1,
+        )
+    )
+    assert owners == ["a"]
+    lists = [r for r in requests if r.query.get("watch") != "true"]
+    assert len(lists) >= 3
+    assert all(
+        r.path == "/apis/leaderworkerset.x-k8s.io/v1/namespaces/inference/leaderworkersets"
+        for r in requests
+    )
+
+
+def test_lines_split_across_writes_and_longer_than_aiohttps_limit_and_credentials() -> None:
+    big = child(owner("big"), {"conditions": [{"message": "x" * 300_000}]}, "8")
+    encoded = line("MODIFIED", big)
+    pieces = [encoded[i : i + 7000] for i in range(0, len(encoded), 7000)]
+    owners, _, requests = asyncio.run(
+        watch_against(
+            [listed("1")],
+            [
+                watched(b"\n", *pieces, line("BOOKMARK", {"metadata": {"resourceVersion": "9"}})),
+                hang,
+            ],
+            wanted=1,
+            token="s3cret",
+        )
+    )
+    assert owners == ["big"]
+    assert {r.headers.get("Authorization") for r in requests} == {"Bearer s3cret"}
+
+
+def test_a_broken_stream_is_retried() -> None:
+    owners, _, _ = asyncio.run(
+        watch_against(
+            [listed("1")],
+            [
+                watched(b'{"type": "MODIFIED", "obj'),
+                watched(b"not json\n"),
+                watched(line("MODIFIED", child(owner("a"), {"r": 1}, "4"))),
+                hang,
+            ],
+            wanted=1,
+            watches_wanted=3,
+        )
+    )
+    assert owners == ["a"]
