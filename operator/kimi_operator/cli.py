@@ -23,27 +23,52 @@ class Document:
     body: Any
 
 
-def read_documents(name: str, stdin: TextIO) -> list[Document]:
-    import yaml  # noqa: PLC0415
+def _read_text(name: str, label: str, stdin: TextIO) -> str:
+    """The whole input, refused unread past MAX_DOCUMENT_BYTES (a huge file costs no memory)."""
+    from kimi_operator.api.constants import MAX_DOCUMENT_BYTES  # noqa: PLC0415
 
-    label = "<stdin>" if name == "-" else name
     try:
         if name == "-":
-            text = stdin.read()
+            buffer = getattr(stdin, "buffer", None)
+            raw: bytes | str = (buffer or stdin).read(MAX_DOCUMENT_BYTES + 1)
         else:
-            with open(name, encoding="utf-8") as handle:
-                text = handle.read()
+            with open(name, "rb") as handle:
+                raw = handle.read(MAX_DOCUMENT_BYTES + 1)
+        size = len(raw.encode() if isinstance(raw, str) else raw)
+        if size > MAX_DOCUMENT_BYTES:
+            raise InputError(
+                f"{label}: larger than {MAX_DOCUMENT_BYTES} bytes (the API server's request limit "
+                "is 3 MiB; a KimiDeployment is a few KiB)"
+            )
+        return raw if isinstance(raw, str) else raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or str(error)
         raise InputError(f"{label}: cannot read: {reason}") from None
+
+
+def read_documents(name: str, stdin: TextIO) -> list[Document]:
+    import yaml  # noqa: PLC0415
+
+    from kimi_operator.api.constants import MAX_DOCUMENTS_PER_FILE  # noqa: PLC0415
+
+    label = "<stdin>" if name == "-" else name
+    text = _read_text(name, label, stdin)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    bodies: list[Any] = []
     try:
-        bodies = [b for b in yaml.load_all(text, Loader=loader) if b is not None]
+        for body in yaml.load_all(text, Loader=loader):
+            if body is None:
+                continue
+            if len(bodies) == MAX_DOCUMENTS_PER_FILE:
+                raise InputError(f"{label}: more than {MAX_DOCUMENTS_PER_FILE} YAML documents")
+            bodies.append(body)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise InputError(f"{label}: not valid YAML{where}: {problem}") from None
+    except RecursionError:  # PyYAML's pure-Python composer (libyaml stops at 1000 levels itself)
+        raise InputError(f"{label}: not valid YAML: nested too deeply") from None
     if not bodies:
         raise InputError(f"{label}: no YAML documents")
     if len(bodies) == 1:

@@ -27,3 +27,14 @@ NAME_PATTERN: Final = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 MAX_ENGINE_ARGS: Final = 64
 MAX_ENGINE_ARG_LENGTH: Final = 512
 MAX_ENV: Final = 64
+
+# Bounds on a whole document, checked before any validation (hostile or broken input: huge files,
+# deep nesting, YAML alias bombs). The API server refuses request bodies over 3 MiB.
+MAX_DOCUMENT_BYTES: Final = 3 * 1024 * 1024
+MAX_DOCUMENTS_PER_FILE: Final = 100
+# The spec nests at most 6 levels (spec.env[i].valueFrom.secretKeyRef.name); metadata.managedFields
+# about twice the object's depth.
+MAX_DEPTH: Final = 32
+# Values (mapping entries, list items, scalars) counted with YAML aliases expanded: a spec with
+# every list at its maxItems has about 2,000; alias bombs expand to billions.
+MAX_VALUES: Final = 100_000

@@ -6,6 +6,7 @@ inputs are all valid are then run on the defaulted raw document.
 """
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from kimi_operator.api.constants import API_VERSION, KIND
+from kimi_operator.api.constants import API_VERSION, KIND, MAX_DEPTH, MAX_VALUES
 from kimi_operator.api.defaulting import apply_defaults, drop_nulls
 from kimi_operator.api.rules import RULES, Violation, failed_rules, fast_path_warnings
 from kimi_operator.api.spec import KimiDeployment
@@ -22,7 +23,8 @@ Loc = tuple[str | int, ...]
 
 
 class UnreadableDocument(ValueError):
-    """Not a KimiDeployment at all: not a mapping, or another apiVersion/kind."""
+    """Not a KimiDeployment at all: not a mapping, another apiVersion/kind, or over the size
+    bounds (nesting, number of values)."""
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,20 @@ def _show(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+")
+
+
 def path_of(loc: Loc) -> str:
+    """`spec.env[0].name`; a key that is no identifier is quoted, escapes visible: `spec["a\\nb"]`
+    (a hostile key cannot break the output line or hide behind invisible characters)."""
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not _PLAIN_KEY.fullmatch(str(part)):
+            out += f"[{json.dumps(str(part))}]"
+        else:
+            out += f".{part}" if out else str(part)
     return out
 
 
@@ -69,6 +81,7 @@ def check_document(doc: Any) -> Report:
             f"not a {KIND}: apiVersion {_show(api_version)}, kind {_show(kind)} "
             f"(expected apiVersion {API_VERSION}, kind {KIND})"
         )
+    _check_shape(doc)
     data = drop_nulls(doc)
     try:
         deployment = KimiDeployment.model_validate(data)
@@ -76,6 +89,34 @@ def check_document(doc: Any) -> Report:
         return Report(problems=_problems(error.errors(include_url=False), data.get("spec")))
     spec = deployment.spec.model_dump(exclude_none=True)
     return Report(warnings=fast_path_warnings(spec), deployment=deployment)
+
+
+def _check_shape(doc: dict[str, Any]) -> None:
+    """Refuse documents nested deeper than MAX_DEPTH or holding more than MAX_VALUES values.
+
+    Iterative and stopping at the first excess, so it is cheap on anything: validation, defaulting
+    and error messages recurse, and a YAML alias bomb (shared sub-lists, expanded billions of times
+    by any walk) would otherwise run for hours.
+    """
+    stack: list[tuple[Loc, Any]] = [((), doc)]
+    seen = 0
+    while stack:
+        loc, value = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise UnreadableDocument(
+                f"more than {MAX_VALUES} values (mapping entries, list items and scalars, "
+                "YAML aliases expanded); a KimiDeployment has a few hundred"
+            )
+        if len(loc) > MAX_DEPTH:
+            raise UnreadableDocument(
+                f"{path_of(loc[: MAX_DEPTH + 1])}: nested deeper than {MAX_DEPTH} levels "
+                "(a KimiDeployment's spec has at most 6)"
+            )
+        if isinstance(value, dict):
+            stack += [((*loc, str(k)), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [((*loc, i), v) for i, v in enumerate(value)]
 
 
 def _problems(errors: Sequence[ErrorDetails], raw_spec: Any) -> list[Problem]:

@@ -24,6 +24,8 @@ FAST_PATH_ENV = {
 METRICS_PORT_ENV = "KIMI_METRICS_PORT"
 HF_CACHE_DIR = "/cache/huggingface"
 CHANNEL_CLAIM = "compute-domain-channel"
+# vLLM and the preflight run no setuid programs: no_new_privs costs nothing (docs/security.md).
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False}
 # Weight loading of a trillion-parameter checkpoint can take most of an hour: allow 90 minutes.
 STARTUP_PERIOD_S, STARTUP_FAILURES = 30, 180
 
@@ -98,6 +100,7 @@ def preflight(
         "args": args,
         "env": [{"name": k, "value": v} for k, v in FAST_PATH_ENV.items()],
         "resources": resources,
+        "securityContext": dict(CONTAINER_SECURITY),
     }
 
 
@@ -124,6 +127,7 @@ def pod_template(
         "ports": ports,
         "resources": resources,
         "volumeMounts": mounts,
+        "securityContext": dict(CONTAINER_SECURITY),
     }
     if role == "leader":
         ports.insert(0, {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"})
@@ -131,7 +135,13 @@ def pod_template(
         container["startupProbe"] = _health_probe(
             periodSeconds=STARTUP_PERIOD_S, failureThreshold=STARTUP_FAILURES
         )
-    pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    # vLLM never talks to the Kubernetes API: no service account token in a pod that runs the
+    # user's image (docs/security.md).
+    pod: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "containers": [container],
+        "volumes": volumes,
+    }
     if channel_claim is not None:
         resources["claims"] = [{"name": CHANNEL_CLAIM}]
         pod["resourceClaims"] = [

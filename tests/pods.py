@@ -1,0 +1,86 @@
+"""What a rendered serving pod may not do: run a shell over user text, or hold host privileges.
+
+Shared by the builder tests (every sample and case) and the fuzz tests (every accepted random
+spec). Each function returns the problems found, as strings naming the container, so that a test
+asserts `== []` and a failure shows where.
+"""
+
+from collections.abc import Iterator
+from pathlib import PurePosixPath
+from typing import Any
+
+from kimi_operator.api.spec import KimiDeployment
+
+# Programs that would interpret a string as code: never the first word of a container command.
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash", "ksh", "busybox", "env", "xargs", "eval"})
+INTERPRETERS = frozenset({"python", "python3"})
+HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC", "hostUsers")
+
+
+def pod_specs(children: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(`LeaderWorkerSet/name/role`, pod spec) of every pod template the children hold."""
+    for child in children:
+        if child.get("kind") != "LeaderWorkerSet":
+            continue
+        template = child["spec"]["leaderWorkerTemplate"]
+        for role in ("leaderTemplate", "workerTemplate"):
+            if role in template:
+                yield f"LeaderWorkerSet/{child['metadata']['name']}/{role}", template[role]["spec"]
+
+
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    containers: list[dict[str, Any]] = [*pod.get("initContainers", []), *pod["containers"]]
+    return containers
+
+
+def _str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def shell_problems(children: list[dict[str, Any]], kd: KimiDeployment) -> list[str]:
+    """User text reaches containers only as whole argv items or env values, never via a shell."""
+    problems: list[str] = []
+    user_args = list(kd.spec.engine_args)
+    user_env = {e.name: e.value for e in kd.spec.env if e.value is not None}
+    for where, pod in pod_specs(children):
+        for container in _containers(pod):
+            at = f"{where}/{container['name']}"
+            command, args = container.get("command"), container.get("args", [])
+            if not command or not _str_list(command) or not _str_list(args):
+                problems.append(f"{at}: command and args must be lists of strings")
+                continue
+            program = PurePosixPath(command[0]).name
+            if program in SHELLS or "-c" in command + args[:1]:
+                problems.append(f"{at}: runs a shell or inline code: {command + args[:1]}")
+            if program in INTERPRETERS and command[1:2] != ["-m"]:
+                problems.append(f"{at}: an interpreter must run a module (-m), not code")
+            if any(text and text in word for text in user_args for word in command):
+                problems.append(f"{at}: user engineArgs text inside the command")
+            if container["name"] == "vllm" and user_args and args[-len(user_args) :] != user_args:
+                problems.append(f"{at}: spec.engineArgs are not the last argv items, unchanged")
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            for name, value in user_env.items():
+                if container["name"] == "vllm" and env.get(name) != value:
+                    problems.append(f"{at}: spec.env {name} does not reach the pod unchanged")
+    return problems
+
+
+def privilege_problems(children: list[dict[str, Any]]) -> list[str]:
+    """No host namespaces, host paths, privileged containers, added capabilities or API token."""
+    problems: list[str] = []
+    for where, pod in pod_specs(children):
+        problems += [f"{where}: {key}" for key in HOST_NAMESPACES if pod.get(key) is True]
+        if pod.get("automountServiceAccountToken") is not False:
+            problems.append(f"{where}: mounts a Kubernetes API token (vLLM needs none)")
+        volumes = pod.get("volumes", [])
+        problems += [f"{where}: hostPath volume {v['name']}" for v in volumes if "hostPath" in v]
+        for container in _containers(pod):
+            at = f"{where}/{container['name']}"
+            context = container.get("securityContext", {})
+            if context.get("privileged") or context.get("allowPrivilegeEscalation", True):
+                problems.append(f"{at}: privileged or may escalate privileges")
+            if context.get("capabilities", {}).get("add"):
+                problems.append(f"{at}: adds capabilities {context['capabilities']['add']}")
+            if any("hostPort" in port for port in container.get("ports", [])):
+                problems.append(f"{at}: binds a host port")
+    return problems

