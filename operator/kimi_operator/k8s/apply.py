@@ -130,12 +130,10 @@ def apply_child(
     before): try to create first and read only if the name is taken."""
     resource = BY_KIND[desired["kind"]]
     namespace, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
-    if likely_missing:
-        created = client.create_if_absent(resource, desired)
-        if created is not None:
-            into.live.append(created)
-            into.created.append(_label(desired))
-            return
+    if likely_missing and client.create_if_absent(resource, desired):
+        into.live.append(dict(desired))
+        into.created.append(_label(desired))
+        return
     actual = client.get(resource, namespace, name)
     if actual is None:
         into.live.append(client.create(resource, desired))
