@@ -147,7 +147,8 @@ class Client:
             data: bytes = response.data
         except (urllib3.exceptions.HTTPError, OSError) as error:
             self._observe(verb, kind, 0)
-            raise kopf.TemporaryError(f"{verb} {what}: {error}", delay=TIMEOUT_DELAY_S) from None
+            message = f"{verb} {what}: {error}"
+            raise ApiUnavailable(message, code=0, delay=TIMEOUT_DELAY_S) from None
         status: int = response.status
         self._observe(verb, kind, status)
         if (status == 404 and missing_ok) or (status == 409 and exists_ok):
