@@ -124,6 +124,11 @@ def key_of(request: kmock.Request, resource: kmock.resource) -> tuple[Any, Any, 
     return resource, request.namespace or meta.get("namespace"), request.name or meta.get("name")
 
 
+def _retrieved(task: "asyncio.Future[Any]") -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class Write(NamedTuple):
     time: float  # time.monotonic(): shared by the processes of one machine
     method: str
@@ -139,8 +144,8 @@ class Fault:
     `retry_after` (seconds) goes with a 429 as its Retry-After header. `delay_s` holds the answer
     back that long first (the request is still served unless `status` is set): longer than the
     client's read timeout, it is a timeout whose write may have happened anyway. `drop_watch`
-    (a GET with ?watch=true) cuts the stream in the middle of the first event newer than the
-    connection, as a dropped connection does.
+    (a GET with ?watch=true) cuts a stream, open or to come, in the middle of an event, as a
+    dropped connection does.
     """
 
     method: str
@@ -179,8 +184,8 @@ class ApiServer(kmock.KubernetesEmulator):
     _faults: list[list[Any]] = attrs.field(factory=list, init=False)
     # faults answered so far, by `Fault.kind`
     injected: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
-    # ids of the watch requests to cut
-    _drops: set[int] = attrs.field(factory=set, init=False)
+    # ("namespace/name", status) of every status write to a KimiDeployment: what it said when
+    status_log: list[tuple[str, dict[str, Any]]] = attrs.field(factory=list, init=False)
     # (monotonic time, method, path, object name) of every state-changing request: the
     # benchmark's clock (monotonic time is shared by the processes of one machine).
     timeline: list[Write] = attrs.field(factory=list, init=False)
@@ -285,15 +290,16 @@ class ApiServer(kmock.KubernetesEmulator):
                 return "status" in self.resources[known].subresources
         return False
 
-    def _fault_for(self, request: kmock.Request) -> Fault | None:
-        watching = request.action == action.WATCH
+    def _fault_for(self, request: kmock.Request, *, streaming: bool = False) -> Fault | None:
+        """The fault to answer `request` with; `streaming`: the one to cut its watch stream
+        with, now that an event is to be sent on it."""
         for entry in self._faults:
             fault, left, seen = entry
             if (
                 left > 0
                 and request.method == fault.method
                 and fault.path_contains in request.url.path
-                and fault.drop_watch <= watching
+                and fault.drop_watch == streaming
             ):
                 entry[2] = seen + 1
                 if (seen + 1) % fault.every:
@@ -304,12 +310,10 @@ class ApiServer(kmock.KubernetesEmulator):
         return None
 
     async def _faulted(self, request: kmock.Request, fault: Fault) -> Any:
-        """Answer with an error, late, or with a watch to cut, as injected."""
+        """Answer with an error, or late, as injected."""
         if fault.delay_s:
             await asyncio.sleep(fault.delay_s)
-        if fault.drop_watch:
-            self._drops.add(id(request))
-        elif fault.status:
+        if fault.status:
             raise InjectedError(
                 status=fault.status,
                 reason="Injected",
@@ -319,21 +323,21 @@ class ApiServer(kmock.KubernetesEmulator):
         return await self._serve_object(request)
 
     async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[Any]:
-        """kmock's watch; one marked to cut ends in the middle of the first event newer than
-        the connection, the connection closed without the end of the chunked body."""
+        """kmock's watch, cut where a `drop_watch` fault says: in the middle of an event newer
+        than the connection, closed without the end of the chunked body."""
         since = self._version
-        cut = id(request) in self._drops
-        self._drops.discard(id(request))
         async for event in super()._serve_watch(request):
-            if cut and isinstance(event, dict):
-                version = int(event["object"]["metadata"].get("resourceVersion") or 0)
-                if version > since:
-                    line = json.dumps(event).encode()
-                    yield line[: len(line) // 2]
-                    raw = request._raw_request  # private in kmock: no public way to cut a stream
-                    if raw is not None and raw.transport is not None:
-                        raw.transport.close()
-                    return
+            newer = (
+                isinstance(event, dict)
+                and int(event["object"]["metadata"].get("resourceVersion") or 0) > since
+            )
+            if newer and self._fault_for(request, streaming=True) is not None:
+                line = json.dumps(event).encode()
+                yield line[: len(line) // 2]
+                raw = request._raw_request  # private in kmock: no public way to cut a stream
+                if raw is not None and raw.transport is not None:
+                    raw.transport.close()
+                return
             yield event
 
     def _new_object(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -398,7 +402,9 @@ class ApiServer(kmock.KubernetesEmulator):
         fault = self._fault_for(request)
         if fault is not None and fault.delay_s:
             # A real server finishes what it started though the client gave up waiting.
-            return await asyncio.shield(self._faulted(request, fault))
+            task = asyncio.ensure_future(self._faulted(request, fault))
+            task.add_done_callback(_retrieved)  # its failure may have nobody left to hear it
+            return await asyncio.shield(task)
         if fault is not None:
             return await self._faulted(request, fault)
         return await self._serve_object(request)
@@ -453,6 +459,8 @@ class ApiServer(kmock.KubernetesEmulator):
             if request.action == action.UPDATE:
                 obj.patch(self._updated(request, obj.raw))
                 raw = obj.raw
+                if request.subresource == "status" and resource.plural == "kimideployments":
+                    self.status_log.append((f"{namespace}/{key[2]}", raw.get("status") or {}))
                 await self._buses[resource].put({"type": "MODIFIED", "object": raw})
                 if raw["metadata"].get("deletionTimestamp") and not raw["metadata"].get(
                     "finalizers"
@@ -600,6 +608,13 @@ class EmbeddedApiServer:
         assert self._handler is not None
         removal = self._handler.remove_crd(name)
         asyncio.run_coroutine_threadsafe(removal, self._loop).result(timeout=30)
+
+    def status_writes(self, since: int = 0) -> list[tuple[str, dict[str, Any]]]:
+        """("namespace/name", status) of each KimiDeployment status write since `since`."""
+        return self.call(lambda handler: list(handler.status_log[since:]))
+
+    def status_mark(self) -> int:
+        return self.call(lambda handler: len(handler.status_log))
 
     def mark(self) -> int:
         """A position in the log of writes, for `writes(since=...)`."""

@@ -100,6 +100,18 @@ def drift_patch(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[s
     return patch
 
 
+def adoptable(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Whether `actual` is this child with its ownerReference removed by hand: nothing controls
+    it, and it carries the operator's labels for the same deployment. Adopted (the patch puts
+    the reference back), as Kubernetes' own controllers adopt their orphans."""
+    meta = actual.get("metadata", {})
+    if any(ref.get("controller") for ref in meta.get("ownerReferences") or []):
+        return False
+    have, want = meta.get("labels") or {}, desired["metadata"].get("labels") or {}
+    keys = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance")
+    return all(key in want and have.get(key) == want[key] for key in keys)
+
+
 class NotOwned(kopf.PermanentError):
     """A child's name is taken by an object this KimiDeployment does not own."""
 
@@ -139,7 +151,7 @@ def apply_child(
         into.live.append(client.create(resource, desired))
         into.created.append(_label(desired))
         return
-    if not owned_by(actual, owner_uid):
+    if not owned_by(actual, owner_uid) and not adoptable(actual, desired):
         raise NotOwned(
             f"{resource.kind} {namespace}/{name} exists and is not owned by this KimiDeployment; "
             "rename the deployment or delete that object"

@@ -143,6 +143,9 @@ class Client:
                 body=None if body is None else json.dumps(body).encode(),
                 headers=headers,
                 timeout=self._timeout,
+                # No retrying inside urllib3: it would sleep out a 429's or 503's Retry-After on
+                # GET and DELETE in the reconcile thread, unseen by the status and the metrics.
+                retries=False,
             )
             data: bytes = response.data
         except (urllib3.exceptions.HTTPError, OSError) as error:

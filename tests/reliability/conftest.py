@@ -1,0 +1,54 @@
+"""The operator under faults, restarts, hand edits and churn (marked `reliability`: run by
+`make test-reliability`, not by `make test`)."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kimi_operator.embedded.processes import OperatorProcess
+from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.k8s import client as client_module
+from kimi_operator.k8s.client import Client, load_configuration
+from kimi_operator.runner import OperatorThread, RunConfig
+from tests.operator.conftest import api, client, installed  # noqa: F401 (fixtures)
+
+HERE = Path(__file__).parent
+RESYNC_S = 0.5
+CLIENT_TIMEOUT_S = 1.0  # the operator's read timeout here; injected timeouts answer later
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.reliability)
+
+
+@pytest.fixture
+def operator(
+    api: EmbeddedApiServer,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[OperatorThread]:
+    """The operator in-process, its client with a short read timeout (so that an injected slow
+    answer is a timeout) and short discovery caching (so that a CRD removed is noticed soon);
+    server errors and timeouts retried after 0.5 s (10 s in a cluster): the same paths, sooner.
+    RunConfig has no settings for these: the client is replaced before the operator starts."""
+    monkeypatch.setattr(client_module, "SERVER_ERROR_DELAY_S", 0.5)
+    monkeypatch.setattr(client_module, "TIMEOUT_DELAY_S", 0.5)
+    op = OperatorThread(RunConfig(server=api.url, resync_interval_s=RESYNC_S, workers=4))
+    op.ctx.client.close()
+    op.ctx.client = Client(
+        load_configuration(api.url),
+        timeout_s=CLIENT_TIMEOUT_S,
+        discovery_ttl_s=0.5,
+        on_request=op.ctx.metrics.observe_request,
+    )
+    with op:
+        yield op
+
+
+@pytest.fixture
+def operator_process(api: EmbeddedApiServer) -> Iterator[OperatorProcess]:  # noqa: F811
+    """`kimi-operator run` in a process of its own, against the embedded server."""
+    with OperatorProcess(api.url, ["--resync-interval=2", "--workers=4"]) as op:
+        yield op
