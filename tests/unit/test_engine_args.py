@@ -12,7 +12,13 @@ from typing import Any
 import celpy
 import pytest
 
-from kimi_operator.api.engine_args import FORBIDDEN_FLAG_GROUPS, refused_engine_args
+from kimi_operator.api.engine_args import (
+    ENGINE_ARG_REFUSALS,
+    FORBIDDEN_FLAG_GROUPS,
+    MALFORMED_ARGS,
+    refused_engine_args,
+)
+from kimi_operator.api.rules import RULES
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.vllm_flags import SERVE_FLAGS, SERVE_OPTIONS
 from kimi_operator.builders.vllm_args import leader_args, worker_args
@@ -32,7 +38,20 @@ REFUSED = [
     "--max-num-seqs", "--max-model-len=8", "--gpu-memory-utilization",
     "--device-memory-utilization",
     "--enable-prefix-caching", "--disable-prefix-caching", "--model", "--served-model-name",
-    "--revision", "--config", "--config=/x.yaml", "--port", "--host=0.0.0.0",
+    "--revision", "--config", "--config=/x.yaml", "--port", "--host=0.0.0.0", "-n2", "-r1",
+]  # fmt: skip
+# Disguised flags and hidden characters: refused by MALFORMED_ARGS, whatever flag they hide.
+DISGUISED = [
+    "\u2010\u2010enable-lora", "\u2212tp", "\ufe63\ufe63enforce-eager", "\uff0d\uff0dheadless",
+    "--enable\u2011lora", "--\uff45nable-lora", "--enable-lora\u00a0", "\u00a0--enable-lora",
+    " --enable-lora", "\t-tp", "--enable-lora\x00", "--seed\u200b", "\u202e--seed",
+    "--seed\n--enable-lora", "--trust-remote-code --enable-lora", "--seed;--enable-lora",
+    "--seed$(--enable-lora)", "'--enable-lora'", '"--enable-lora"', "\ufeff-O3", "x\x1b[2J",
+]  # fmt: skip
+# Text that only looks odd: values, not option names.
+PLAIN_VALUES = [
+    "-1", "-0.5", "{{ messages }}\n{% for m in messages %}", "--chat-template=Ω {{ x }}",
+    '{"stop": [";", "$(x)"]}', "--seed=1", "a b", "-qfp8", "",
 ]  # fmt: skip
 ALLOWED = [
     "--trust-remote-code", "--max-num-batched-tokens", "--max-num-batched-tokens=8192", "8",
@@ -49,9 +68,14 @@ def test_refused(arg: str) -> None:
     assert refused_engine_args([arg]), arg
 
 
-@pytest.mark.parametrize("arg", ALLOWED)
+@pytest.mark.parametrize("arg", ALLOWED + PLAIN_VALUES)
 def test_allowed(arg: str) -> None:
     assert refused_engine_args([arg]) == []
+
+
+@pytest.mark.parametrize("arg", DISGUISED)
+def test_disguised_flags_and_hidden_characters_are_refused(arg: str) -> None:
+    assert MALFORMED_ARGS in [group for _, group in refused_engine_args([arg])], arg
 
 
 def test_every_group_refuses_all_its_spellings_and_names_one_reason() -> None:
@@ -63,10 +87,18 @@ def test_every_group_refuses_all_its_spellings_and_names_one_reason() -> None:
 CEL = celpy.Environment()
 
 
-@pytest.mark.parametrize("group", FORBIDDEN_FLAG_GROUPS, ids=lambda g: g.label)
+@pytest.mark.parametrize("rule", RULES[-len(ENGINE_ARG_REFUSALS) :], ids=lambda r: r.problem[:40])
+def test_cel_rule_gives_the_python_verdict(rule: Any) -> None:
+    """The CRD's rule text itself (escaping of the pattern into a CEL string included)."""
+    program = CEL.program(CEL.compile(rule.cel))
+    for arg in REFUSED + ALLOWED + DISGUISED + PLAIN_VALUES:
+        assert bool(program.evaluate({"self": celpy.json_to_cel([arg])})) == rule.check([arg]), arg
+
+
+@pytest.mark.parametrize("group", ENGINE_ARG_REFUSALS, ids=lambda g: g.label)
 def test_cel_matches_gives_the_python_verdict(group: Any) -> None:
     program = CEL.program(CEL.compile("self.map(a, a.matches(p))"))
-    args = REFUSED + ALLOWED
+    args = REFUSED + ALLOWED + DISGUISED + PLAIN_VALUES
     verdicts = program.evaluate(
         {"self": celpy.json_to_cel(args), "p": celpy.json_to_cel(group.pattern)}
     )
@@ -148,13 +180,16 @@ def test_no_spelling_or_prefix_reaches_a_forbidden_setting(vllm_parser: Any) -> 
             shortest = 3 if option.startswith("--") else 2
             for end in range(shortest, len(option) + 1):
                 token = option[:end]
-                parsed = _parse(vllm_parser, ["m", token, *value])
-                if parsed is None:
-                    continue  # vLLM itself refuses (ambiguous or invalid): no way around the rules
-                changed = {k for k, v in parsed.items() if v != defaults.get(k)}
+                # `-n2`: argparse attaches a value to a single-dash option.
+                attached = [[token + value[0]]] if value and not option.startswith("--") else []
+                for argv in [[token, *value], *attached]:
+                    parsed = _parse(vllm_parser, ["m", *argv])
+                    if parsed is None:
+                        continue  # vLLM itself refuses (ambiguous or invalid): no way around
+                    changed = {k for k, v in parsed.items() if v != defaults.get(k)}
+                    if changed & forbidden and not refused_engine_args(argv[:1]):
+                        bypasses.append(argv[0])
                 refused = bool(refused_engine_args([token]))
-                if changed & forbidden and not refused:
-                    bypasses.append(token)
                 if token == option and refused and action.dest not in forbidden:
                     false_refusals.append(token)
     assert bypasses == []

@@ -8,7 +8,16 @@ covered here:
   destinations, and every option string of a destination is refused;
 - argparse abbreviations (`allow_abbrev` is on: `--enable-lor` means `--enable-lora`, `-t` means
   `-tp`), i.e. every prefix that no other vLLM 0.33.0 flag shares;
-- `-O3`, `-O=3`, `-Odecode` (vLLM rewrites any `-O…` to `--optimization-level`).
+- `-O3`, `-O=3`, `-Odecode` (vLLM rewrites any `-O…` to `--optimization-level`);
+- a value attached to a one-letter option: argparse reads `-n2` as `-n 2`, `-r1` as `-r 1`.
+
+Besides the flags, `MALFORMED_ARGS` refuses elements that could hide a flag from a reviewer or from
+these patterns: control and invisible characters anywhere, a first character that is whitespace, a
+quote or not ASCII (look-alike dashes such as U+2010, U+2212, U+FE63, U+FF0D), and option names (an
+element starting with `-`, up to its first `=`) with anything but ASCII letters, digits, `-`, `_`
+and `.`. There is no shell anywhere (the pod's argv is a list): quotes are never stripped and shell
+syntax is only text, so `'--enable-lora'` would reach vLLM with its quotes; such elements are
+refused all the same, as mistakes or disguises.
 
 The same pattern string is used by `re.match` in Python and by CEL's `matches()` in the CRD, so the
 two verdicts cannot drift. Patterns use only syntax common to RE2 and Python.
@@ -43,7 +52,8 @@ class ForbiddenFlags:
 
     @cached_property
     def pattern(self) -> str:
-        """Regex, anchored at the start, that one engineArgs element matches when it is refused."""
+        """Regex that one engineArgs element matches (searched, as CEL's `matches` does) when it is
+        refused."""
         long_names = [f[2:] for f in self.flags if f.startswith("--")]
         short_names = [f[1:] for f in self.flags if not f.startswith("--")]
         alternatives = []
@@ -51,10 +61,14 @@ class ForbiddenFlags:
             alternatives.append("--" + _prefix_tree(long_names, _unique_from("--", long_names)))
         if short_names:
             alternatives.append("-" + _prefix_tree(short_names, _unique_from("-", short_names)))
-        pattern = "^(" + "|".join(alternatives) + ")" + _FLAG_END
+        patterns = ["^(" + "|".join(alternatives) + ")" + _FLAG_END] if alternatives else []
+        # argparse takes the rest of `-n2` as the value of the one-letter option `-n`.
+        letters = sorted(name for name in short_names if len(name) == 1)
+        if letters:
+            patterns.append("^-[" + "".join(re.escape(x) for x in letters) + "]")
         if self.also_matching:
-            pattern = f"({pattern})|({self.also_matching})"
-        return pattern
+            patterns.append(self.also_matching)
+        return patterns[0] if len(patterns) == 1 else "|".join(f"({p})" for p in patterns)
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
@@ -199,7 +213,26 @@ FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
 )
 
 
+# Control characters (C0 but tab and line breaks, which inline chat templates hold; DEL; C1) and
+# invisible ones (soft hyphen, zero-width, bidi controls, word joiners, BOM): literal characters in
+# a class, which both Python and RE2 read.
+_HIDDEN = (
+    r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
+    "\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff"
+)
+MALFORMED_ARGS = ForbiddenFlags(
+    flags=(),
+    reason="look-alike and invisible characters could hide a flag from review and from these "
+    "checks; write values that start otherwise as --flag=value",
+    also_matching=f"[{_HIDDEN}]|^[^!-~]|^[\"'`]|^-[^=]*[^-A-Za-z0-9_.=]",
+    shown_as="elements with control or invisible characters, starting with whitespace, a quote or "
+    "a non-ASCII character, or with an option name outside ASCII letters, digits, '-', '_', '.'",
+)
+# Every refusal of engineArgs elements, each one CEL rule in the CRD.
+ENGINE_ARG_REFUSALS: tuple[ForbiddenFlags, ...] = (*FORBIDDEN_FLAG_GROUPS, MALFORMED_ARGS)
+
+
 def refused_engine_args(args: Iterable[str]) -> list[tuple[str, ForbiddenFlags]]:
     """Every refused element with the group that refuses it."""
     args = list(args)
-    return [(a, group) for group in FORBIDDEN_FLAG_GROUPS for a in group.refused(args)]
+    return [(a, group) for group in ENGINE_ARG_REFUSALS for a in group.refused(args)]

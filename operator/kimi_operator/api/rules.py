@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_operator.api.constants import FAST_PATH_MAX_DECODE_TOKENS
-from kimi_operator.api.engine_args import FORBIDDEN_FLAG_GROUPS, ForbiddenFlags
+from kimi_operator.api.engine_args import ENGINE_ARG_REFUSALS, ForbiddenFlags
 
 Json = Any
 
@@ -60,8 +60,15 @@ def _cel_one_source(field: str) -> str:
     return f"has(self.{field}.pvc) != has(self.{field}.huggingface)"
 
 
+def _cel_string(text: str) -> str:
+    """`text` inside a single-quoted CEL string literal, non-ASCII as `\\uXXXX` escapes (so the
+    CRD stays ASCII; CEL decodes them before `matches` sees the pattern)."""
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
+    return "".join(ch if ord(ch) < 128 else f"\\u{ord(ch):04x}" for ch in escaped)
+
+
 def _engine_arg_rule(group: ForbiddenFlags) -> Rule:
-    pattern = group.pattern.replace("\\", "\\\\").replace("'", "\\'")
+    pattern = _cel_string(group.pattern)
     return Rule(
         scope=("engineArgs",),
         reads=((),),
@@ -204,7 +211,7 @@ RULES: tuple[Rule, ...] = (
         allowed="operator Equal with a value, or Exists without one",
         got=lambda s: [t for t in s["tolerations"] if t["operator"] == "Exists" and t["value"]],
     ),
-    *(_engine_arg_rule(group) for group in FORBIDDEN_FLAG_GROUPS),
+    *(_engine_arg_rule(group) for group in ENGINE_ARG_REFUSALS),
 )
 
 

@@ -164,7 +164,7 @@ class FieldRef(ApiModel):
     field_path: Annotated[str, Field(min_length=1, max_length=256)] = Field(
         description="Pod field to read, e.g. `metadata.name`."
     )
-    api_version: str = Field("v1", description="API version of the field path.")
+    api_version: str = Field("v1", max_length=64, description="API version of the field path.")
 
 
 class EnvVarSource(ApiModel):
@@ -197,10 +197,12 @@ class Toleration(ApiModel):
 
 class SchedulingSpec(ApiModel):
     node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
-        default={}, description="Extra node labels the pods require."
+        default={},
+        max_length=c.MAX_NODE_SELECTOR,
+        description="Extra node labels the pods require.",
     )
     tolerations: list[Toleration] = Field(
-        default=[], max_length=32, description="Tolerations for the pods."
+        default=[], max_length=c.MAX_TOLERATIONS, description="Tolerations for the pods."
     )
     priority_class_name: str = Field("", max_length=253, description="PriorityClass of the pods.")
 

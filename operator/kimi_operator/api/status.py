@@ -22,7 +22,7 @@ class Condition(StatusModel):
     )
     message: str = Field("", max_length=32768, description="Human-readable details.")
     last_transition_time: str | None = Field(
-        None, description="When the status last changed (RFC 3339)."
+        None, max_length=64, description="When the status last changed (RFC 3339)."
     )
     observed_generation: Annotated[int, Field(ge=0)] | None = Field(
         None, description="The spec generation this condition was computed from."
@@ -35,11 +35,14 @@ class KimiDeploymentStatus(StatusModel):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
+        max_length=8,  # one per condition type
         description="Ready, Progressing, Degraded, SpecValid, MNNVLReady.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     replicas: Annotated[int, Field(ge=0)] = Field(0, description="TP groups that exist.")
     ready_replicas: Annotated[int, Field(ge=0)] = Field(0, description="TP groups serving.")
     endpoint: str = Field(
-        "", description="In-cluster URL of the OpenAI-compatible API, once a group is ready."
+        "",
+        max_length=1024,
+        description="In-cluster URL of the OpenAI-compatible API, once a group is ready.",
     )
