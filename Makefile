@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup tools demo test lint typecheck unit crd bench images test-images clean
+.PHONY: setup tools demo test lint typecheck unit crd bench images test-images test-reliability clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/validate.py
 	$(BIN)/python -P benchmarks/bench_client.py
 	$(BIN)/python benchmarks/operator_scale.py
+
+# Faults, SIGKILL restarts, hand edits, CRD removal, churn with a 30 s soak (tests/reliability,
+# marked `reliability`, which `make test` leaves out; a few minutes). The full figures:
+# python benchmarks/reliability.py [--soak-seconds 600].
+test-reliability: $(STAMP)
+	$(BIN)/pytest -m reliability tests/reliability
 
 # The operator and serving images (linux/amd64 + linux/arm64): docker buildx, else buildah.
 images:

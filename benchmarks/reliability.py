@@ -1,0 +1,160 @@
+"""The operator under faults, restarts, hand edits, churn and hostile input (issue 8), as figures.
+
+`kimi-operator run` in a process of its own against the embedded API server (through KUBECONFIG,
+as in a cluster), with its default timeouts and backoffs: API faults on a schedule during create,
+update, scale and delete; SIGKILL at random points and restart (--kills, 50 by default); children
+and CRDs changed by hand; --deployments churned by --clients concurrent clients, then a soak of
+--soak-seconds (600 for the 10-minute figure) with its RSS sampled; the validator and CLI fuzzed
+(benchmarks/fuzz_inputs.py). Prints a table and writes benchmarks/results/reliability.json.
+
+Usage: python benchmarks/reliability.py [--kills 50] [--deployments 500] [--soak-seconds 600]
+       python benchmarks/reliability.py --bounded   (a few minutes: fewer of everything)
+"""
+
+import argparse
+import json
+import random
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from fuzz_inputs import run_fuzz
+from kimi_operator.api.crd import crd
+from kimi_operator.embedded.processes import OperatorProcess, metric_total
+from kimi_operator.embedded.reliability import (
+    run_by_hand,
+    run_churn,
+    run_faults,
+    run_restarts,
+)
+from kimi_operator.embedded.server import UPSTREAM_CRD_FILES, EmbeddedApiServer
+from kimi_operator.k8s.client import Client, load_configuration
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMAS = ROOT.parent / "shared" / "schemas"
+OPERATOR_TIMEOUT_S = 15.0  # the operator's read timeout (Client's default)
+
+
+def upstream_crds() -> dict[str, dict[str, Any]]:
+    import yaml  # noqa: PLC0415
+
+    kinds = ("LeaderWorkerSet", "ComputeDomain", "PodMonitor")
+    return {
+        kind: yaml.safe_load((SCHEMAS / name).read_text())
+        for kind, name in zip(kinds, UPSTREAM_CRD_FILES, strict=True)
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bounded", action="store_true", help="fewer of everything (minutes)")
+    parser.add_argument("--kills", type=int, default=50)
+    parser.add_argument("--deployments", type=int, default=500)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--soak-seconds", type=float, default=60.0)
+    parser.add_argument("--fuzz-cases", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=random.randrange(1 << 30))
+    args = parser.parse_args()
+    if args.bounded:
+        args.kills, args.deployments, args.clients = 8, 100, 4
+        args.soak_seconds, args.fuzz_cases = min(args.soak_seconds, 30.0), 200
+
+    crds = upstream_crds()
+    result: dict[str, Any] = {"seed": args.seed, "bounded": args.bounded}
+    started = time.monotonic()
+    with EmbeddedApiServer() as api:
+        api.install_crds([crd(), *crds.values()])
+        client = Client(load_configuration(api.url), pool_size=args.clients + 4)
+        args_ = ["--resync-interval=5", "--workers=16"]
+        with OperatorProcess(api.url, args_) as op:
+            faults = run_faults(
+                api,
+                client,
+                deployments=8 if args.bounded else 20,
+                timeout_delay_s=OPERATOR_TIMEOUT_S + 1,
+                phase_timeout_s=180,
+            )
+            hand = run_by_hand(
+                api,
+                client,
+                is_up=op.is_healthy,
+                errors=lambda: metric_total(op.metrics(), "kimi_operator_reconcile_errors_total"),
+                crds=crds if not args.bounded else {"PodMonitor": crds["PodMonitor"]},
+                timeout_s=120,  # the operator caches discovery for 30 s
+            )
+            restarts = run_restarts(api, client, op, kills=args.kills, seed=args.seed)
+            churn = run_churn(
+                client,
+                deployments=args.deployments,
+                clients=args.clients,
+                seed=args.seed,
+                soak_s=args.soak_seconds,
+                operator_pid=lambda: op.pid,
+                converge_timeout_s=300,
+                sample_every_s=max(1.0, args.soak_seconds / 120),
+            )
+        client.close()
+    fuzz = run_fuzz(args.fuzz_cases, args.seed)
+
+    injected = Counter(faults.injected)
+    injected["crd-removed"] = len(hand.crds)
+    injected["hand-edit"] = len(hand.repaired)
+    injected["sigkill"] = restarts.restarts
+    converged = faults.converged + restarts.converged + churn.converged
+    duplicates = faults.duplicates + restarts.duplicates + churn.duplicates
+    orphans = faults.orphans + restarts.orphans + churn.orphans
+    result |= {
+        "faults_injected": dict(sorted(injected.items())),
+        "deployments_converged": converged,
+        "duplicates": duplicates,
+        "orphans": orphans,
+        "status_reasons_by_phase": faults.reasons,
+        "crds_reported": hand.crds,
+        "errors_while_crds_missing": hand.errors_during_crd_removal,
+        "operator_stayed_up": hand.operator_up,
+        "restarts_survived": restarts.restarts,
+        "kill_after_writes": restarts.kill_after_writes,
+        "churn": {
+            "deployments": churn.deployments,
+            "clients": args.clients,
+            "operations": dict(churn.operations),
+            "soak_seconds": round(churn.soak_s, 1),
+        },
+        "fuzz": fuzz,
+        "rss_mb": {"peak": churn.peak_rss_mb, "final": churn.final_rss_mb},
+        "rss_mb_over_time": churn.rss_mb,
+        "wall_seconds": round(time.monotonic() - started, 1),
+        "targets": {"duplicates": 0, "orphans": 0},
+    }
+    ops = sum(churn.operations.values())
+    rows = [
+        ("faults injected", ", ".join(f"{k} {v}" for k, v in sorted(injected.items()))),
+        ("deployments converged (fault phases, restarts, churn)", f"{converged}"),
+        ("duplicates / orphans found", f"{duplicates} / {orphans}   (target 0 / 0)"),
+        ("restarts survived (SIGKILL mid-reconcile)", f"{restarts.restarts}"),
+        ("CRDs removed and re-added: status said", ", ".join(hand.crds.values())),
+        (
+            "churn",
+            f"{churn.deployments} deployments, {args.clients} clients, {ops} operations, "
+            f"{churn.soak_s:.0f} s soak",
+        ),
+        ("fuzz cases run (crashes / tracebacks)", _fuzz_row(fuzz)),
+        ("operator RSS peak / final", f"{churn.peak_rss_mb:.1f} / {churn.final_rss_mb:.1f} MB"),
+    ]
+    mode = "bounded" if args.bounded else "full"
+    print(f"Reliability ({mode} run, seed {args.seed}, {result['wall_seconds']:.0f} s)")
+    for label, value in rows:
+        print(f"  {label:<56} {value}")
+    out = ROOT / "benchmarks" / "results" / "reliability.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+def _fuzz_row(fuzz: dict[str, int | float]) -> str:
+    return f"{fuzz.get('cases', 0)} ({fuzz.get('crashes', 0)} / {fuzz.get('tracebacks', 0)})"
+
+
+if __name__ == "__main__":
+    main()
