@@ -144,6 +144,12 @@ def vllm_parser() -> Any:
     return make_arg_parser(FlexibleArgumentParser())
 
 
+# vLLM destinations (parsed settings) that some refused flag sets.
+FORBIDDEN_DESTS = {
+    d for g in FORBIDDEN_FLAG_GROUPS for d, fs in SERVE_OPTIONS.items() if set(fs) & set(g.flags)
+}
+
+
 def _parse(parser: Any, args: list[str]) -> dict[str, Any] | None:
     try:
         with contextlib.redirect_stderr(io.StringIO()):
@@ -163,12 +169,7 @@ def test_no_spelling_or_prefix_reaches_a_forbidden_setting(vllm_parser: Any) -> 
     """Each vLLM option and each of its prefixes: if vLLM sets a forbidden setting, we refuse."""
     defaults = _parse(vllm_parser, ["m"])
     assert defaults is not None
-    forbidden = {
-        d
-        for g in FORBIDDEN_FLAG_GROUPS
-        for d, fs in SERVE_OPTIONS.items()
-        if set(fs) & set(g.flags)
-    }
+    forbidden = FORBIDDEN_DESTS
     bypasses, false_refusals = [], []
     for action in vllm_parser._actions:
         value = (

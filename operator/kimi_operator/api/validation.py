@@ -48,10 +48,12 @@ class Report:
 
 
 def _show(value: Any, limit: int = 80) -> str:
+    """JSON of what the user wrote, short; invisible and control characters as `\\uXXXX`."""
     try:
         text = json.dumps(value, default=str, ensure_ascii=False)
     except (TypeError, ValueError):
         text = repr(value)
+    text = "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -184,9 +186,12 @@ def _field_problem(error: ErrorDetails) -> Problem:
         return Problem(
             path_of(loc), "is not one of the allowed values", describe(node), got=error["input"]
         )
-    what = error["msg"].replace("Input should", "must").replace("String should", "must")
+    what = _SHOULD.sub("must", error["msg"]).replace(" after validation", "")
     return Problem(path_of(loc), what, describe(node), got=error["input"])
 
+
+# pydantic's "Input should ...", "String should ...", "List should ...", "Dictionary should ...".
+_SHOULD = re.compile(r"^\w+ should")
 
 _TYPE_NAMES = {
     "integer": "an integer",
