@@ -22,8 +22,9 @@ from kimi_operator.cli import main
 from tests.pods import privilege_problems, shell_problems
 
 Verdict = Literal["accepted", "rejected", "crash"]
-# A problem's path: `spec.env[0].name`, or a key that is no identifier quoted: `spec["a b"]`.
-PATH = re.compile(r'[A-Za-z0-9_]+(\.[A-Za-z0-9_]+|\[\d+\]|\["([^"\\]|\\.)*"\])*')
+# A problem's path: `spec.env[0].name`; a key that is no identifier quoted: `spec["a b"]`.
+_QUOTED = r'\["([^"\\]|\\.)*"\]'
+PATH = re.compile(rf"([A-Za-z0-9_]+|{_QUOTED})(\.[A-Za-z0-9_]+|\[\d+\]|{_QUOTED})*")
 # `LABEL: PATH: what (got ...; allowed: ...)` or `LABEL: PATH: what (allowed: ...)`.
 PROBLEM_LINE = re.compile(rf"<stdin>(\[\d+\])?: (?P<path>{PATH.pattern}): .+\(.*allowed: .*\)")
 OK_LINE = re.compile(r"<stdin>(\[\d+\])?: (valid|warning: spec\.\S+: .+)")

@@ -1,7 +1,8 @@
 """Oversized and malicious documents are refused quickly, with one clear line.
 
-BOUND_S is the most one input may take in-process (`benchmarks/fuzz_inputs.py` reports the figure
-measured over random inputs); measured here well under it on a shared 2-core machine.
+BOUND_S is the most one input may take in-process. Measured alone: at most 0.7 s (100,000
+engineArgs: 1.3 MB of YAML parsed, then refused by the value count); `benchmarks/fuzz_inputs.py`
+reports the slowest of its random inputs. The bound is loose because the test machines are shared.
 """
 
 import time
@@ -16,7 +17,7 @@ from tests.fuzz.harness import run_cli
 from tests.fuzz.strategies import alias_bomb, deep, huge_value, many_engine_args
 from tests.specs import base, edited
 
-BOUND_S = 2.0
+BOUND_S = 5.0
 
 # (case, file text, exit code, what the one line says)
 CASES: list[tuple[str, str, int, str]] = [
