@@ -5,7 +5,11 @@ Measures (targets from issue 3): time from a deployment's create to all its chil
 write), writes during a quiet minute of resyncs (0), and the operator's peak RSS (< 200 MB).
 
 The API server and the operator each run in a process of their own (`kimi-operator run`, through
-KUBECONFIG, exactly as in a cluster); the server timestamps every write. Prints a table and writes
+KUBECONFIG, exactly as in a cluster); the server timestamps every write. On a machine with two or
+more CPUs the operator gets one of its own (the chart's CPU limit is 1) and the API server and this
+load generator share the others, as in a cluster where the API server runs elsewhere; without
+that, on a small machine, the three contend for the same cores and measure the machine rather
+than the operator (`--no-pin` to measure that anyway). Prints a table and writes
 benchmarks/results/operator.json.
 
 Usage: python benchmarks/operator_scale.py [--deployments 200] [--quiet-seconds 60]
@@ -14,6 +18,7 @@ Usage: python benchmarks/operator_scale.py [--deployments 200] [--quiet-seconds 
 import argparse
 import copy
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -56,6 +61,7 @@ def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
     parser.add_argument("--quiet-seconds", type=float, default=60.0)
     parser.add_argument("--resync-interval", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--no-pin", dest="pin", action="store_false", help="no CPU affinity")
     args = parser.parse_args()
 
     server = subprocess.Popen(
@@ -71,6 +77,12 @@ def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
             url, [f"--resync-interval={args.resync_interval}", f"--workers={args.workers}"]
         )
         operator.start()
+        cpus = sorted(os.sched_getaffinity(0))
+        pinned = args.pin and len(cpus) >= 2
+        if pinned:
+            os.sched_setaffinity(operator.pid, cpus[-1:])
+            for pid in (server.pid, 0):  # 0: this process
+                os.sched_setaffinity(pid, cpus[:-1])
         time.sleep(1.0)  # its watch streams are up
 
         baseline = {"operator": cpu_s(operator.pid), "server": cpu_s(server.pid)}
@@ -155,6 +167,8 @@ def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
             "quiet_writes": len(quiet),
             "resyncs_during_run": resyncs,
             "operator_peak_rss_mb": rss_mb,
+            "cpus": len(cpus),
+            "operator_has_own_cpu": pinned,
             **cpu,  # from the first create until every child and status was written
             "targets": {"p99_s": TARGET_P99_S, "rss_mb": TARGET_RSS_MB, "quiet_writes": 0},
         }
@@ -194,7 +208,14 @@ def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
             f"(settled {settled_s:.1f} s after the first create)",
         ),
     ]
-    print(f"{args.deployments} KimiDeployments created at once ({created_s:.2f} s to create)")
+    print(
+        f"{args.deployments} KimiDeployments created at once ({created_s:.2f} s to create); "
+        + (
+            f"the operator on 1 CPU of its own, API server and client on {len(cpus) - 1}"
+            if pinned
+            else f"operator, API server and client sharing {len(cpus)} CPUs"
+        )
+    )
     for label, value, target in rows:
         print(f"  {label:<48} {value:>10}   {target}")
     out = ROOT / "benchmarks" / "results" / "operator.json"

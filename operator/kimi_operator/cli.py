@@ -165,6 +165,8 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
         ),
         resync_interval_s=args.resync_interval,
         workers=args.workers,
+        api_timeout_s=args.api_timeout,
+        discovery_ttl_s=args.discovery_interval,
         health=args.health_address or None,
         metrics=args.metrics_address or None,
         peering=args.peering,
@@ -230,6 +232,21 @@ def _add_operator_parsers(sub: Any) -> None:
     )
     run.add_argument(
         "--workers", type=int, default=16, help="reconciles at once (default %(default)s)"
+    )
+    run.add_argument(
+        "--api-timeout",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="retry an API request unanswered this long (default %(default)s)",
+    )
+    run.add_argument(
+        "--discovery-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="look again this often whether LeaderWorkerSet, ComputeDomain and PodMonitor are "
+        "installed (default %(default)s)",
     )
     run.add_argument(
         "--health-address",

@@ -23,7 +23,7 @@ from kimi_operator.builders import (
 from kimi_operator.builders.meta import group_name
 from kimi_operator.builders.serving import endpoint
 from kimi_operator.k8s.apply import Applied, apply_child, delete_child, with_owner
-from kimi_operator.k8s.client import APIError, ApiUnavailable, Client
+from kimi_operator.k8s.client import APIError, ApiUnavailable, Client, retry_delay
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
     LEADER_WORKER_SET,
@@ -61,7 +61,10 @@ def reconcile(
     *,
     spec_changed: bool,
     now: str,
+    failures: int = 0,
 ) -> Outcome:
+    """`failures`: temporary failures in a row before this reconcile (they set the backoff that
+    the status reports)."""
     old = dict(body.get("status") or {})
     generation = body.get("metadata", {}).get("generation")
     try:
@@ -84,6 +87,7 @@ def reconcile(
         warnings=report.warnings,
         spec_changed=spec_changed,
         now=now,
+        failures=failures,
     )
 
 
@@ -134,6 +138,7 @@ def _reconcile_valid(
     warnings: list[str],
     spec_changed: bool,
     now: str,
+    failures: int,
 ) -> Outcome:
     spec, old = kd.spec, dict(body.get("status") or {})
     served = {r: client.served(r) for r in (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR)}
@@ -159,7 +164,7 @@ def _reconcile_valid(
             )
     except ApiUnavailable as error:  # retried soon: the status says so meanwhile
         outcome.error, outcome.result = error, "error"
-        retrying = cond.api_failure(error.code, str(error), float(error.delay or 0))
+        retrying = cond.api_failure(error.code, str(error), retry_delay(error, failures))
     except (kopf.TemporaryError, kopf.PermanentError) as error:
         outcome.error, outcome.result = error, "error"
         blockers.append(cond.Problem("ApplyFailed", str(error)))

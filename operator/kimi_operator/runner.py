@@ -29,6 +29,8 @@ class RunConfig:
     defaults: OperatorDefaults = field(default_factory=OperatorDefaults)
     resync_interval_s: float = 60.0
     workers: int = 16
+    api_timeout_s: float = 15.0  # an API request without an answer this long is retried
+    discovery_ttl_s: float = 30.0  # how soon a CRD installed or removed is noticed
     # "ADDRESS:PORT" for the health endpoint (kopf's /healthz) and the metrics; None: off.
     health: str | None = None
     metrics: str | None = None
@@ -61,7 +63,13 @@ def _split(address: str) -> tuple[str, int]:
 def context(config: RunConfig) -> OperatorContext:
     metrics = Metrics()
     configuration = load_configuration(config.server)
-    client = Client(configuration, pool_size=config.workers + 4, on_request=metrics.observe_request)
+    client = Client(
+        configuration,
+        timeout_s=config.api_timeout_s,
+        discovery_ttl_s=config.discovery_ttl_s,
+        pool_size=config.workers + 4,
+        on_request=metrics.observe_request,
+    )
     return OperatorContext(
         configuration=configuration,
         client=client,

@@ -9,7 +9,6 @@ import pytest
 from kimi_operator.embedded.processes import OperatorProcess
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s import client as client_module
-from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.runner import OperatorThread, RunConfig
 from tests.operator.conftest import api, client, installed  # noqa: F401 (fixtures)
 
@@ -31,19 +30,17 @@ def operator(
 ) -> Iterator[OperatorThread]:
     """The operator in-process, its client with a short read timeout (so that an injected slow
     answer is a timeout) and short discovery caching (so that a CRD removed is noticed soon);
-    server errors and timeouts retried after 0.5 s (10 s in a cluster): the same paths, sooner.
-    RunConfig has no settings for these: the client is replaced before the operator starts."""
+    server errors and timeouts retried after 0.5 s (10 s in a cluster): the same paths, sooner."""
     monkeypatch.setattr(client_module, "SERVER_ERROR_DELAY_S", 0.5)
     monkeypatch.setattr(client_module, "TIMEOUT_DELAY_S", 0.5)
-    op = OperatorThread(RunConfig(server=api.url, resync_interval_s=RESYNC_S, workers=4))
-    op.ctx.client.close()
-    op.ctx.client = Client(
-        load_configuration(api.url),
-        timeout_s=CLIENT_TIMEOUT_S,
+    config = RunConfig(
+        server=api.url,
+        resync_interval_s=RESYNC_S,
+        workers=4,
+        api_timeout_s=CLIENT_TIMEOUT_S,
         discovery_ttl_s=0.5,
-        on_request=op.ctx.metrics.observe_request,
     )
-    with op:
+    with OperatorThread(config) as op:
         yield op
 
 

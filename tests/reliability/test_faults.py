@@ -24,11 +24,6 @@ def test_every_phase_converges_exactly_and_the_status_says_why(
     assert "ApiTimeout" in report.reasons["create"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a child's event schedules an immediate refresh of its owner, which preempts the "
-    "retry a 429 scheduled Retry-After seconds later (handlers: OperatorContext.schedule)",
-)
 def test_throttling_waits_as_long_as_retry_after_says(
     api: EmbeddedApiServer, client: Client
 ) -> None:

@@ -28,7 +28,7 @@ from kimi_operator.api import constants as c
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import MANAGER
 from kimi_operator.conditions import Problem
-from kimi_operator.k8s.client import Client, connection_info
+from kimi_operator.k8s.client import Client, connection_info, retry_delay
 from kimi_operator.k8s.events import post_warning
 from kimi_operator.k8s.resources import COMPUTE_DOMAIN, KIMI_DEPLOYMENT, LEADER_WORKER_SET
 from kimi_operator.k8s.watch import ChildWatch
@@ -55,6 +55,8 @@ class OperatorContext:
     # uid -> (when, trigger): reconciles to run soon: retries, and refreshes after a child's
     # status changed.
     _soon: dict[str, tuple[float, str]] = field(default_factory=dict)
+    # uid -> temporary failures in a row (the retry backoff grows with them).
+    failures: dict[str, int] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
     # Events are posted by a thread of their own, after the reconcile: under a burst, creating
     # children and writing statuses goes first.
@@ -80,18 +82,39 @@ class OperatorContext:
             self._locks.pop(uid, None)
             self._soon.pop(uid, None)
             self.acted.pop(uid, None)
+            self.failures.pop(uid, None)
         self.metrics.forget(namespace, name)
 
     def schedule(self, uid: str, delay_s: float, trigger: str) -> None:
+        """Reconcile `uid` after `delay_s` (or sooner, if already due sooner). A pending retry
+        is never brought forward: the API server asked for that wait (429 Retry-After, or our
+        backoff after errors), and the retry reads the newest state anyway."""
         when = time.monotonic() + delay_s
         with self._guard:
-            if uid not in self._soon or self._soon[uid][0] > when:
+            pending = self._soon.get(uid)
+            if pending is None or (pending[1] != "retry" and pending[0] > when):
                 self._soon[uid] = (when, trigger)
 
     def retry_done(self, uid: str) -> None:
         with self._guard:
+            self.failures.pop(uid, None)
             if self._soon.get(uid, (0.0, ""))[1] == "retry":
                 del self._soon[uid]
+
+    def retry_later(self, uid: str, error: kopf.TemporaryError) -> None:
+        with self._guard:
+            failures = self.failures.get(uid, 0)
+            self.failures[uid] = failures + 1
+        self.schedule(uid, retry_delay(error, failures), "retry")
+
+    def backing_off(self, now: float) -> set[str]:
+        """The uids whose retry is not due yet: the periodic resync leaves them to it."""
+        with self._guard:
+            return {
+                uid
+                for uid, (when, trigger) in self._soon.items()
+                if trigger == "retry" and when > now
+            }
 
     def due(self, now: float) -> dict[str, str]:
         """uid -> trigger of the scheduled reconciles whose time has come."""
@@ -110,25 +133,33 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def handle(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fresh: bool) -> None:
-    """Reconcile one KimiDeployment and write its status when it changed. `fresh`: `body` is the
-    newest state (a watch event); otherwise it is read again under the lock."""
+def handle(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fresh: bool) -> bool:
+    """Reconcile one KimiDeployment and write its status when it changed; False when there was
+    nothing to reconcile. `fresh`: `body` is the newest state (a watch event); otherwise it is
+    read again under the lock."""
     started = time.monotonic()
     meta = body["metadata"]
     uid, namespace, name = meta["uid"], meta["namespace"], meta["name"]
     with ctx.exclusive(uid):
         acted = ctx.acted.get(uid)
         if fresh and acted is not None and acted >= (meta.get("generation") or 0):
-            return  # a repeated or late event for a generation already acted on
+            return False  # a repeated or late event for a generation already acted on
         if not fresh:
             latest = ctx.client.get(KIMI_DEPLOYMENT, namespace, name)
             if latest is None or latest["metadata"].get("uid") != uid:
-                return
+                return False
             body = latest
         # A spec not yet acted on (whichever path gets to it first): say its warnings once.
         observed = (body.get("status") or {}).get("observedGeneration")
         spec_changed = observed != body["metadata"].get("generation")
-        outcome = reconcile(body, ctx.client, ctx.defaults, spec_changed=spec_changed, now=_now())
+        outcome = reconcile(
+            body,
+            ctx.client,
+            ctx.defaults,
+            spec_changed=spec_changed,
+            now=_now(),
+            failures=ctx.failures.get(uid, 0),
+        )
         if outcome.status != (body.get("status") or {}):
             status = {"status": outcome.status}
             ctx.client.patch(KIMI_DEPLOYMENT, namespace, name, status, subresource="status")
@@ -140,6 +171,7 @@ def handle(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fresh
     ctx.metrics.set_conditions(namespace, name, outcome.status)
     if outcome.error is not None:
         raise outcome.error
+    return True
 
 
 def post_warnings(client: Client, body: Mapping[str, Any], problems: Sequence[Problem]) -> None:
@@ -163,15 +195,16 @@ def attempt(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fres
     permanent ones at the next periodic resync."""
     meta = body["metadata"]
     try:
-        handle(ctx, trigger, body, fresh=fresh)
+        reconciled = handle(ctx, trigger, body, fresh=fresh)
     except (kopf.TemporaryError, kopf.PermanentError) as error:
         temporary = isinstance(error, kopf.TemporaryError)
         ctx.metrics.errors.labels("temporary" if temporary else "permanent").inc()
         log.warning("reconcile of %s/%s failed: %s", meta["namespace"], meta["name"], error)
-        if temporary:
-            ctx.schedule(meta["uid"], float(getattr(error, "delay", None) or 1.0), "retry")
+        if isinstance(error, kopf.TemporaryError):
+            ctx.retry_later(meta["uid"], error)
     else:
-        ctx.retry_done(meta["uid"])
+        if reconciled:  # not a skipped late event: the pending retry stays
+            ctx.retry_done(meta["uid"])
 
 
 async def resync_forever(ctx: OperatorContext, tick_s: float = 0.25) -> None:
@@ -191,7 +224,8 @@ async def resync_forever(ctx: OperatorContext, tick_s: float = 0.25) -> None:
         known = ctx.snapshot()
         if now >= next_resync:
             next_resync = now + ctx.resync_interval_s
-            due = {uid: "resync" for uid in known}
+            backing_off = ctx.backing_off(now)
+            due = {uid: "resync" for uid in known if uid not in backing_off}
         else:
             due = {uid: trigger for uid, trigger in ctx.due(now).items() if uid in known}
         await asyncio.gather(*(one(uid, *known[uid], trigger) for uid, trigger in due.items()))

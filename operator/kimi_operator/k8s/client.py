@@ -19,10 +19,13 @@ from kubernetes import config as k8s_config
 
 from kimi_operator.k8s.resources import Resource
 
-# Seconds before kopf retries a temporary failure (Retry-After from the server wins for 429).
-RETRY_DELAY_S = {409: 1.0, 429: 5.0}
-SERVER_ERROR_DELAY_S = 10.0
-TIMEOUT_DELAY_S = 10.0
+# Seconds before the first retry after a temporary failure; each further failure in a row doubles
+# it, up to MAX_RETRY_DELAY_S (as client-go's workqueue backs off). A Retry-After from the server
+# (429, 503) is obeyed as given.
+RETRY_DELAY_S = {409: 0.5, 429: 5.0}
+SERVER_ERROR_DELAY_S = 1.0
+TIMEOUT_DELAY_S = 1.0
+MAX_RETRY_DELAY_S = 60.0
 MERGE_PATCH = "application/merge-patch+json"
 
 # (verb, kind, HTTP status or 0 for no answer): observed after every request, for metrics.
@@ -64,11 +67,24 @@ def connection_info(configuration: Any) -> kopf.ConnectionInfo:
 
 class ApiUnavailable(kopf.TemporaryError):
     """A temporary failure, with the HTTP status that said so (0: no answer in time, or no
-    connection): the status reports which."""
+    connection): the status reports which. `server_delay`: the delay is the server's
+    Retry-After, not ours to back off from."""
 
-    def __init__(self, message: str, *, code: int, delay: float) -> None:
+    def __init__(
+        self, message: str, *, code: int, delay: float, server_delay: bool = False
+    ) -> None:
         super().__init__(message, delay=delay)
         self.code = code
+        self.server_delay = server_delay
+
+
+def retry_delay(error: kopf.TemporaryError, failures_before: int) -> float:
+    """Seconds until retrying a reconcile that failed with `error` after `failures_before`
+    failures in a row."""
+    delay = float(error.delay or SERVER_ERROR_DELAY_S)
+    if isinstance(error, ApiUnavailable) and error.server_delay:
+        return delay
+    return float(min(delay * 2**failures_before, MAX_RETRY_DELAY_S))
 
 
 def classify(verb: str, what: str, status: int, body: bytes, retry_after: str | None) -> APIError:
@@ -79,14 +95,11 @@ def classify(verb: str, what: str, status: int, body: bytes, retry_after: str | 
     except (ValueError, AttributeError):
         message = body.decode("utf-8", "replace")[:200]
     text = f"{verb} {what}: HTTP {status}: {message}".rstrip(": ")
-    if status in RETRY_DELAY_S:
-        delay = RETRY_DELAY_S[status]
-        if status == 429 and retry_after and retry_after.isdigit():
-            delay = float(retry_after)
-        return ApiUnavailable(text, code=status, delay=delay)
-    if status >= 500:
-        return ApiUnavailable(text, code=status, delay=SERVER_ERROR_DELAY_S)
-    return kopf.PermanentError(text)
+    if status not in RETRY_DELAY_S and status < 500:
+        return kopf.PermanentError(text)
+    if status in (429, 503) and retry_after and retry_after.isdigit():
+        return ApiUnavailable(text, code=status, delay=float(retry_after), server_delay=True)
+    return ApiUnavailable(text, code=status, delay=RETRY_DELAY_S.get(status, SERVER_ERROR_DELAY_S))
 
 
 class Client:

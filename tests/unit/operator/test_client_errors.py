@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import kopf
 import pytest
 
-from kimi_operator.k8s.client import Client, classify, load_configuration
+from kimi_operator.k8s.client import Client, classify, load_configuration, retry_delay
 from kimi_operator.k8s.resources import SERVICE
 
 
@@ -18,7 +18,7 @@ def body(message: str) -> bytes:
 
 @pytest.mark.parametrize(
     ("status", "retry_after", "delay"),
-    [(409, None, 1.0), (429, None, 5.0), (429, "7", 7.0), (500, None, 10.0), (503, "3", 10.0)],
+    [(409, None, 0.5), (429, None, 5.0), (429, "7", 7.0), (500, None, 1.0), (503, "3", 3.0)],
 )
 def test_retryable_statuses_are_temporary(
     status: int, retry_after: str | None, delay: float
@@ -77,3 +77,15 @@ def test_timeout_is_temporary(silent_server: str) -> None:
     client = Client(load_configuration(silent_server), timeout_s=0.2)
     with pytest.raises(kopf.TemporaryError, match="timed out"):
         client.get(SERVICE, "default", "x")
+
+
+def test_retries_back_off_exponentially_unless_the_server_said_when() -> None:
+    error = classify("create", "Service x", 500, body("busy"), None)
+    assert isinstance(error, kopf.TemporaryError)
+    assert [retry_delay(error, n) for n in range(9)] == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    conflict = classify("patch", "Service x", 409, body("changed"), None)
+    assert isinstance(conflict, kopf.TemporaryError)
+    assert [retry_delay(conflict, n) for n in range(3)] == [0.5, 1, 2]
+    throttled = classify("create", "Service x", 429, body("slow down"), "7")
+    assert isinstance(throttled, kopf.TemporaryError)
+    assert [retry_delay(throttled, n) for n in range(3)] == [7, 7, 7]
