@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--deployments", type=int, default=500)
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--soak-seconds", type=float, default=60.0)
+    parser.add_argument("--soak-seconds", type=float, default=600.0)
     parser.add_argument("--fuzz-cases", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=random.randrange(1 << 30))
     args = parser.parse_args()

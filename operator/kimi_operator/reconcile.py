@@ -20,9 +20,9 @@ from kimi_operator.builders import (
     serving_image,
     uses_compute_domain,
 )
-from kimi_operator.builders.meta import group_name
+from kimi_operator.builders.meta import MANAGER, selector_labels
 from kimi_operator.builders.serving import endpoint
-from kimi_operator.k8s.apply import Applied, apply_child, delete_child, with_owner
+from kimi_operator.k8s.apply import Applied, apply_child, owned_by, with_owner
 from kimi_operator.k8s.client import APIError, ApiUnavailable, Client, retry_delay
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
@@ -153,15 +153,7 @@ def _reconcile_valid(
             desired = with_owner(child, body)
             apply_child(client, desired, uid, outcome.applied, likely_missing=first)
         if not first:  # nothing to scale down yet
-            _prune_groups(
-                client,
-                kd,
-                uid=uid,
-                old=old,
-                defaults=defaults,
-                skip=plan.skip,
-                into=outcome.applied,
-            )
+            _prune_groups(client, kd, uid=uid, plan=plan, into=outcome.applied)
     except ApiUnavailable as error:  # retried soon: the status says so meanwhile
         outcome.error, outcome.result = error, "error"
         retrying = cond.api_failure(error.code, str(error), retry_delay(error, failures))
@@ -228,26 +220,23 @@ def _prune_groups(
     kd: KimiDeployment,
     *,
     uid: str,
-    old: Mapping[str, Any],
-    defaults: OperatorDefaults,
-    skip: set[str],
+    plan: Plan,
     into: Applied,
 ) -> None:
-    """Delete the groups beyond spec.replicas (scale-down), and every ComputeDomain when they are
-    no longer used. Groups are numbered without gaps; probing stops at the first absent one past
-    the last count the status reported."""
-    known = int(old.get("replicas", 0))
-    starts = {LEADER_WORKER_SET: kd.spec.replicas}
-    starts[COMPUTE_DOMAIN] = kd.spec.replicas if uses_compute_domain(kd, defaults) else 0
-    for resource, start in starts.items():
-        if resource.kind in skip:
+    """Delete this deployment's LeaderWorkerSets and ComputeDomains that the plan no longer has
+    (a scale-down; every ComputeDomain once none is used). They are listed by the deployment's
+    labels rather than probed by index, so that none is missed whatever was cut short before: a
+    group deleted by hand, or an operator killed half-way through a scale-down."""
+    namespace = kd.metadata.namespace
+    planned = {(child["kind"], child["metadata"]["name"]) for child in plan.children}
+    mine = {**selector_labels(kd), "app.kubernetes.io/managed-by": MANAGER}
+    selector = ",".join(f"{key}={value}" for key, value in mine.items())
+    for resource in (LEADER_WORKER_SET, COMPUTE_DOMAIN):
+        if resource.kind in plan.skip:
             continue
-        index = start
-        while True:
-            name = group_name(kd, index)
-            found = delete_child(
-                client, resource.kind, kd.metadata.namespace, name, owner_uid=uid, into=into
-            )
-            if not found and index >= known:
-                break
-            index += 1
+        for obj in client.list(resource, namespace, label_selector=selector):
+            name = obj["metadata"]["name"]
+            if (resource.kind, name) in planned or not owned_by(obj, uid):
+                continue
+            if client.delete(resource, namespace, name):
+                into.deleted.append(f"{resource.kind}/{name}")

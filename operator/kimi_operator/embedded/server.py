@@ -421,7 +421,27 @@ class ApiServer(kmock.KubernetesEmulator):
             elif request.action == action.CREATE:
                 await self._collect_orphan(key_of(request, resource))
             return response
+        selector = request.url.query.get("labelSelector")
+        if request.action == action.LIST and selector:
+            return await self._list_selected(request, resource, selector)
         return await super()._handle(request)  # list and watch
+
+    async def _list_selected(
+        self, request: kmock.Request, resource: kmock.resource, selector: str
+    ) -> aiohttp.web.StreamResponse:
+        """A list narrowed by an equality label selector (`k=v,k2=v2`), which kmock ignores."""
+        wanted = dict(term.split("=", 1) for term in selector.split(",") if "=" in term)
+        async with self._lock:
+            items = [
+                obj.raw
+                for (kind, namespace, _), obj in self.objects.items()
+                if kind == resource
+                and request.namespace in (None, namespace)
+                and not obj.deleted
+                and wanted.items() <= (obj.raw.get("metadata", {}).get("labels") or {}).items()
+            ]
+        version = str(self._version)
+        return aiohttp.web.json_response({"metadata": {"resourceVersion": version}, "items": items})
 
     async def _direct(
         self, request: kmock.Request, resource: kmock.resource

@@ -162,16 +162,3 @@ def apply_child(
         return
     into.live.append(client.patch(resource, namespace, name, patch))
     into.patched.append(_label(desired))
-
-
-def delete_child(
-    client: Client, kind: str, namespace: str, name: str, *, owner_uid: str, into: Applied
-) -> bool:
-    """Delete a child that is no longer wanted; False when there is none (or not ours)."""
-    resource = BY_KIND[kind]
-    actual = client.get(resource, namespace, name)
-    if actual is None or not owned_by(actual, owner_uid):
-        return False
-    if client.delete(resource, namespace, name):
-        into.deleted.append(f"{kind}/{name}")
-    return True

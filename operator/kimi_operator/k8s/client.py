@@ -201,14 +201,17 @@ class Client:
         )
         return found
 
-    def list(self, resource: Resource, namespace: str | None = None) -> list[dict[str, Any]]:
-        """Every object of `resource` in `namespace`, or in all namespaces."""
+    def list(
+        self, resource: Resource, namespace: str | None = None, *, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        """Every object of `resource` in `namespace` (or in all namespaces) with the labels."""
         path = (
             resource.collection(namespace)
             if namespace
             else f"{resource.group_version_path}/{resource.plural}"
         )
-        answer = self._request("list", resource.kind, "GET", path)
+        query = {"labelSelector": label_selector} if label_selector else None
+        answer = self._request("list", resource.kind, "GET", path, query=query)
         items: list[dict[str, Any]] = answer.get("items", [])
         return items
 
