@@ -147,6 +147,7 @@ def handle(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fresh
         if not fresh:
             latest = ctx.client.get(KIMI_DEPLOYMENT, namespace, name)
             if latest is None or latest["metadata"].get("uid") != uid:
+                ctx.forget(uid, namespace, name)  # its DELETED event was missed (a dropped watch)
                 return False
             body = latest
         # A spec not yet acted on (whichever path gets to it first): say its warnings once.

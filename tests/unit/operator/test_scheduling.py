@@ -5,7 +5,8 @@ import time
 import kopf
 
 from kimi_operator.builders import OperatorDefaults
-from kimi_operator.handlers import OperatorContext
+from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.handlers import OperatorContext, attempt
 from kimi_operator.k8s.client import ApiUnavailable, Client, load_configuration
 from kimi_operator.metrics import Metrics
 
@@ -40,3 +41,26 @@ def test_failures_in_a_row_double_the_wait_and_success_resets_it() -> None:
     start = time.monotonic()
     ctx.retry_later("a", kopf.TemporaryError("again", delay=1.0))
     assert ctx.due(start + 1.05) == {"a": "retry"}
+
+
+def test_a_deployment_found_gone_at_its_resync_is_forgotten() -> None:
+    """Its DELETED event may have been lost with a dropped watch: it must not be resynced (and
+    kept in memory) forever."""
+    with EmbeddedApiServer() as api:
+        ctx = OperatorContext(
+            load_configuration(api.url),
+            Client(load_configuration(api.url)),
+            OperatorDefaults(),
+            Metrics(),
+        )
+        ctx.track("u-1", "inference", "gone")
+        ctx.retry_later("u-1", kopf.TemporaryError("x", delay=0.0))
+        attempt(
+            ctx,
+            "resync",
+            {"metadata": {"uid": "u-1", "namespace": "inference", "name": "gone"}},
+            fresh=False,
+        )
+        assert ctx.snapshot() == {}
+        assert ctx.failures == {}
+        assert ctx.due(time.monotonic() + 100) == {}
