@@ -198,11 +198,12 @@ def attempt(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fres
     try:
         reconciled = handle(ctx, trigger, body, fresh=fresh)
     except (kopf.TemporaryError, kopf.PermanentError) as error:
-        temporary = isinstance(error, kopf.TemporaryError)
-        ctx.metrics.errors.labels("temporary" if temporary else "permanent").inc()
         log.warning("reconcile of %s/%s failed: %s", meta["namespace"], meta["name"], error)
         if isinstance(error, kopf.TemporaryError):
+            ctx.metrics.errors.labels("temporary").inc()
             ctx.retry_later(meta["uid"], error)
+        else:
+            ctx.metrics.errors.labels("permanent").inc()
     else:
         if reconciled:  # not a skipped late event: the pending retry stays
             ctx.retry_done(meta["uid"])

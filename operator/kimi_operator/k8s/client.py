@@ -148,7 +148,7 @@ class Client:
         url = self.host + path + (f"?{urlencode(query)}" if query else "")
         what = f"{kind} {path}"
         # Straight to the connection pool the kubernetes package configured (TLS, proxy): its
-        # request layers copy and re-encode every body, a quarter of a request's client CPU.
+        # request layers walk and re-encode every body once more.
         try:
             response = self._pool.request(
                 method,
@@ -222,7 +222,8 @@ class Client:
 
     def create_if_absent(self, resource: Resource, body: Mapping[str, Any]) -> bool:
         """Whether it was created (False: one of that name exists already). The answer is not
-        decoded: a new object holds what was sent, and decoding it was a tenth of a burst's CPU."""
+        decoded: a new object holds what was sent (decoding the answers was about 8% of the
+        operator's CPU in a profiled burst of 200 new deployments)."""
         path = resource.collection(body["metadata"]["namespace"])
         answer = self._request(
             "create", resource.kind, "POST", path, body=body, exists_ok=True, decode=False
