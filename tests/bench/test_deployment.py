@@ -51,6 +51,14 @@ class FakeAPI:
         return web.json_response(self.objects[key])
 
 
+def bench_k3(out: Path, *extra: str, output_tokens: int = 2) -> list[str]:
+    """`kimi-operator bench` of deployment inference/k3: one request, no warm-up, into `out`."""
+    return [
+        "bench", "--deployment", "inference/k3", "--requests", "1",
+        "--output-tokens", str(output_tokens), "--output", str(out), "--warmup", "0", *extra,
+    ]  # fmt: skip
+
+
 def kubeconfig(path: Path, server: str) -> Path:
     path.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
@@ -75,21 +83,7 @@ def test_the_endpoint_model_and_gpus_come_from_the_deployment(
     url, _ = stub(ttft_s=0.001, step_s=0.001)
     api.objects["inference", "k3"] = deployment(url, backend="auto")
     out = tmp_path / "out"
-    run = cli(
-        "bench",
-        "--deployment",
-        "inference/k3",
-        "--requests",
-        "1",
-        "--output-tokens",
-        "3",
-        "--gpu-hour-price",
-        "3",
-        "--output",
-        str(out),
-        "--warmup",
-        "0",
-    )
+    run = cli(*bench_k3(out, "--gpu-hour-price", "3", output_tokens=3))
     assert run.code == 0, run.err
     assert api.auth == ["Bearer sesame"]
     data = results(out)
@@ -178,19 +172,7 @@ def test_replicas_multiply_gpus_and_metrics_come_from_one_of_them(
     body["spec"]["replicas"] = 2
     api.objects["inference", "k3"] = body
     out = tmp_path / "out"
-    run = cli(
-        "bench",
-        "--deployment",
-        "inference/k3",
-        "--requests",
-        "1",
-        "--output-tokens",
-        "2",
-        "--output",
-        str(out),
-        "--warmup",
-        "0",
-    )
+    run = cli(*bench_k3(out))
     assert run.code == 0, run.err
     data = results(out)
     assert data["config"]["gpus"] == 32
@@ -269,19 +251,7 @@ def test_in_a_pod_the_service_account_is_used(
     url, _ = stub(ttft_s=0.001, step_s=0.001)
     fake.objects["inference", "k3"] = deployment(url)
     out = tmp_path / "out"
-    run = cli(
-        "bench",
-        "--deployment",
-        "inference/k3",
-        "--requests",
-        "1",
-        "--output-tokens",
-        "2",
-        "--output",
-        str(out),
-        "--warmup",
-        "0",
-    )
+    run = cli(*bench_k3(out))
     assert run.code == 0, run.err
     assert [a and a.lower() for a in fake.auth] == ["bearer pod-token"]  # the scheme is any case
     assert results(out)["config"]["endpoint"] == url

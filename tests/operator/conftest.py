@@ -1,7 +1,6 @@
 """kopf running in-process against the embedded API server (kmock's emulator) on 127.0.0.1."""
 
 import copy
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -10,6 +9,7 @@ import pytest
 import yaml
 
 from kimi_operator.api.crd import crd
+from kimi_operator.embedded.processes import wait
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
@@ -42,14 +42,7 @@ def sample(name: str = "k3-tp8-dspark") -> dict[str, Any]:
 
 
 def wait_for(probe: Callable[[], T | None], timeout: float = 10.0, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
+    return wait(probe, timeout, what, every=0.02)
 
 
 @pytest.fixture

@@ -13,9 +13,11 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any, Self
+from typing import IO, Any, Self, TypeVar
 
 import yaml
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -38,9 +40,23 @@ def healthy(url: str) -> bool:
         return False
 
 
-def wait(probe: Callable[[], object], timeout: float, what: str, every: float = 0.1) -> None:
+def wait(
+    probe: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    every: float = 0.1,
+    *,
+    not_yet: tuple[type[Exception], ...] = (),
+) -> T:
+    """`probe()` once truthy, polling; the errors in `not_yet` count as not yet."""
     deadline = time.monotonic() + timeout
-    while not probe():
+    while True:
+        try:
+            value = probe()
+        except not_yet:
+            value = None
+        if value:
+            return value
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(every)

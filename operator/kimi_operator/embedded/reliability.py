@@ -23,7 +23,7 @@ import kopf
 import yaml
 
 from kimi_operator.embedded.audit import Audit, audit
-from kimi_operator.embedded.processes import OperatorProcess, memory_mb
+from kimi_operator.embedded.processes import OperatorProcess, memory_mb, wait
 from kimi_operator.embedded.server import EmbeddedApiServer, Fault
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, SERVICE
@@ -41,21 +41,6 @@ def deployment(name: str, namespace: str = NAMESPACE, **spec: Any) -> dict[str, 
     doc["metadata"] = {"name": name, "namespace": namespace}
     doc["spec"].update(spec)
     return doc
-
-
-def until(probe: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
-    """`probe()` once truthy, polling; API errors while polling count as not yet."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = probe()
-        except kopf.TemporaryError:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(every)
 
 
 def unsettled(client: Client) -> list[str]:
@@ -91,8 +76,10 @@ def settled(client: Client) -> Audit | None:
 def converge(client: Client, timeout: float) -> Audit:
     """Wait until `settled`; on a timeout, say what is still wrong."""
     try:
-        found: Audit = until(lambda: settled(client), timeout, "convergence", every=0.25)
-    except AssertionError as error:
+        found: Audit = wait(
+            lambda: settled(client), timeout, "convergence", 0.25, not_yet=(kopf.TemporaryError,)
+        )
+    except TimeoutError as error:
         raise AssertionError(f"{error}: {audit(client).summary()}; {unsettled(client)}") from None
     return found
 
@@ -375,7 +362,9 @@ def run_by_hand(
                     return None
             return f"{kind}NotInstalled"
 
-        report.crds[kind] = until(said, timeout_s, f"the status saying {kind} is missing")
+        report.crds[kind] = wait(
+            said, timeout_s, f"the status saying {kind} is missing", not_yet=(kopf.TemporaryError,)
+        )
         report.operator_up &= is_up()
         api.install_crds([crd])
         converge(client, timeout_s)
