@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml requirements/vllm-interfaces.txt
 tools:
 	@bash scripts/install-helm.sh >/dev/null
 
-demo: $(STAMP)
+demo: $(STAMP) tools
 	@bash scripts/demo.sh $(BIN)/kimi-operator
 
 test: lint typecheck unit

@@ -3,10 +3,12 @@
 import time
 from typing import Any
 
+import kopf
 import pytest
 
+from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
-from kimi_operator.embedded.server import EmbeddedApiServer, Fault
+from kimi_operator.embedded.server import EmbeddedApiServer, Fault, stand_in_crd
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import EVENT, KIMI_DEPLOYMENT, SERVICE
 from kimi_operator.runner import OperatorThread
@@ -83,9 +85,14 @@ def test_invalid_spec_leaves_children_alone(client: Client, api: EmbeddedApiServ
     create(client, sample())
     before = children(client)
     since = api.mark()
-    # The embedded server has no CEL: the spec reaches the operator as an older CRD would let it.
+    # The API server refuses it; it reaches the operator as an older CRD would let it (written
+    # under that CRD, kept when the current one is installed again).
     bad = {"gpus": 12, "engineArgs": ["--enable-lora"]}
+    with pytest.raises(kopf.PermanentError, match="HTTP 422"):
+        client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": bad})
+    api.install_crds([stand_in_crd(KIMI_DEPLOYMENT)])
     client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": bad})
+    api.install_crds([crd()])
     status = wait_for(lambda: reconciled(client, 2), what="generation 2 acted on")
     kd = client.get(KIMI_DEPLOYMENT, NS, NAME)
     assert kd is not None
