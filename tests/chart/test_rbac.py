@@ -30,11 +30,12 @@ import yaml
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.rbac import Attributes, request_attributes
-from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.server import EmbeddedApiServer, stand_in_crd
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
+    KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
     POD_MONITOR,
     SERVICE,
@@ -202,10 +203,11 @@ def _wait(probe: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-def _scenario(url: str, reached: set[tuple[str, int]], sites: list[CallSite]) -> None:
-    """Create a two-group multi-node deployment, edit a child of every kind by hand, delete one,
-    scale it down, drop its ComputeDomains and PodMonitor, create an invalid one and delete it;
+def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list[CallSite]) -> None:
+    """Create a two-group multi-node deployment, edit and disown a child of every kind by hand,
+    delete one, scale it down, drop its ComputeDomains and PodMonitor, create an invalid one and delete it;
     then let resyncs run until every client call was made."""
+    url = api.url
     kimi = "/apis/kimi-operator.io/v1alpha1/namespaces/" + NAMESPACE + "/kimideployments"
     good = _sample("k3-tp16-latency")
     good["metadata"] = {"name": "k3", "namespace": NAMESPACE}
@@ -233,6 +235,19 @@ def _scenario(url: str, reached: set[tuple[str, int]], sites: list[CallSite]) ->
         return all(found.get(label) != "edited-by-hand" for found in labels)
 
     _wait(repaired, "every edited child repaired")
+    # Every kind of child disowned by hand: the operator adopts each (changing an object's
+    # ownerReferences needs delete on it, by the owner-reference admission check).
+    for resource in CHILD_RESOURCES:
+        name = children(resource)[0]["metadata"]["name"]
+        disowned = {"metadata": {"ownerReferences": None}}
+        _send(url, "PATCH", resource.item(NAMESPACE, name), disowned, merge=True)
+
+    def adopted() -> bool:
+        return all(
+            c["metadata"].get("ownerReferences") for r in CHILD_RESOURCES for c in children(r)
+        )
+
+    _wait(adopted, "every disowned child adopted")
     _send(url, "PATCH", f"{kimi}/k3", {"spec": {"replicas": 1}}, merge=True)
     _wait(lambda: len(children(LEADER_WORKER_SET)) == 1, "the scale-down to one group")
     # Children the spec no longer asks for: whatever the operator does about them is observed.
@@ -243,7 +258,10 @@ def _scenario(url: str, reached: set[tuple[str, int]], sites: list[CallSite]) ->
     bad = _sample("k3-tp16-latency")
     bad["metadata"] = {"name": "bad", "namespace": NAMESPACE}
     bad["spec"]["gpus"] = 12
+    # Refused by the API server: created under an older CRD without the rules, kept after.
+    api.install_crds([stand_in_crd(KIMI_DEPLOYMENT)])
     _send(url, "POST", kimi, bad)
+    api.install_crds([crd()])
     _wait(lambda: bool(_send(url, "GET", f"{kimi}/bad").get("status")), "the invalid one's status")
     _send(url, "DELETE", f"{kimi}/bad")
 
@@ -297,7 +315,7 @@ def _observe(
         )
         # A timeout is reported by test_scenario_reaches_every_client_call.
         with OperatorThread(config), contextlib.suppress(AssertionError):
-            _scenario(api.url, observed.reached, sites)
+            _scenario(api, observed.reached, sites)
         for check in api.checks():
             needed = (check.group, check.resource, check.verb)
             (observed.namespaced if check.namespaced else observed.cluster).add(needed)
