@@ -7,6 +7,7 @@ the kubelet (says so), prints a `kubectl get kimi` table and the children, and s
 down.
 """
 
+import copy
 import datetime
 import json
 import time
@@ -137,13 +138,19 @@ def kubectl_apply(url: str, doc: Mapping[str, Any]) -> str:
     return head + (causes[0] if len(causes) == 1 else "\n" + "\n".join(f"* {c}" for c in causes))
 
 
-def _show_refusals(url: str, rejected: Path, out: TextIO) -> None:
+def _show_refusals(url: str, good: Mapping[str, Any], rejected: Path, out: TextIO) -> None:
+    """`kubectl apply` of a good sample edited to break one CEL rule (the server's message is the
+    rule's, as `validate` words it less the value it got), then of the rejected samples."""
+    edited = copy.deepcopy(dict(good))
+    edited["spec"]["kvCache"] = {"dtype": "bfloat16"}
+    name = edited["metadata"]["name"]
+    print(f"\n$ kubectl apply -f {name}.yaml    # with spec.kvCache.dtype: bfloat16", file=out)
+    print(kubectl_apply(url, edited), file=out)
+    for problem in check_document(edited).problems:
+        print(f"$ kimi-operator validate {name}.yaml\n{name}.yaml: {problem}", file=out)
     for path in sorted(rejected.glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
         print(f"\n$ kubectl apply -f {path}", file=out)
-        print(kubectl_apply(url, doc), file=out)
-        problems = "; ".join(str(p) for p in check_document(doc).problems)
-        print(f"  (kimi-operator validate: {problems})", file=out)
+        print(kubectl_apply(url, yaml.safe_load(path.read_text())), file=out)
 
 
 def _load_samples(samples: Path, out: TextIO) -> list[dict[str, Any]]:
@@ -191,7 +198,7 @@ def run_demo(samples: Path, schemas: Path, out: TextIO) -> None:
         for installed in [crd(), *upstream]:
             print(f"  installed CRD {installed['metadata']['name']}", file=out)
         print("the API server applies every CRD's schema and CEL rules at admission:", file=out)
-        _show_refusals(api.url, samples / "rejected", out)
+        _show_refusals(api.url, docs[0], samples / "rejected", out)
         client = Client(load_configuration(api.url))
         try:
             token: str | None = operator_identity(api)
