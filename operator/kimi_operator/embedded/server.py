@@ -845,8 +845,9 @@ class EmbeddedApiServer:
 
 def main() -> None:
     """`python -m kimi_operator.embedded.server SCHEMAS_DIR`: serve on 127.0.0.1 with the
-    KimiDeployment CRD and the upstream CRDs in SCHEMAS_DIR installed; print the URL; run until
-    SIGTERM or SIGINT. The benchmark runs it in a process of its own."""
+    KimiDeployment CRD and the upstream CRDs in SCHEMAS_DIR installed and the chart's RBAC
+    stored; print the URL, then the operator's ServiceAccount token; run until SIGTERM or SIGINT.
+    The benchmark runs it in a process of its own."""
     import signal  # noqa: PLC0415
     import sys  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
@@ -854,6 +855,7 @@ def main() -> None:
     import yaml  # noqa: PLC0415
 
     from kimi_operator.api.crd import crd  # noqa: PLC0415
+    from kimi_operator.embedded.chart import operator_identity  # noqa: PLC0415
 
     schemas = Path(sys.argv[1])
     crds = [yaml.safe_load((schemas / name).read_text()) for name in UPSTREAM_CRD_FILES]
@@ -862,7 +864,8 @@ def main() -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     with EmbeddedApiServer() as api:
         api.install_crds([crd(), *crds])
-        print(api.url, flush=True)
+        token = operator_identity(api)
+        print(api.url, token, sep="\n", flush=True)
         stop.wait()
 
 
