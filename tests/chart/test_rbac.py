@@ -205,8 +205,8 @@ def _wait(probe: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
 
 def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list[CallSite]) -> None:
     """Create a two-group multi-node deployment, edit and disown a child of every kind by hand,
-    delete one, scale it down, drop its ComputeDomains and PodMonitor, create an invalid one and delete it;
-    then let resyncs run until every client call was made."""
+    delete one, scale it down, drop its ComputeDomains and PodMonitor, create an invalid one and
+    delete it; then let resyncs run until every client call was made."""
     url = api.url
     kimi = "/apis/kimi-operator.io/v1alpha1/namespaces/" + NAMESPACE + "/kimideployments"
     good = _sample("k3-tp16-latency")

@@ -14,6 +14,7 @@ from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
 from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.server import Check, EmbeddedApiServer, stand_in_crd
+from kimi_operator.k8s.apply import owner_reference
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
@@ -195,14 +196,7 @@ def test_requests_are_authorized_by_the_chart_s_rbac(api: EmbeddedApiServer) -> 
 
 
 def _service(owner: dict[str, Any], *, block: bool) -> dict[str, Any]:
-    reference = {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": owner["metadata"]["name"],
-        "uid": owner["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": block,
-    }
+    reference = owner_reference(owner) | {"blockOwnerDeletion": block}
     return {
         "apiVersion": "v1",
         "kind": "Service",

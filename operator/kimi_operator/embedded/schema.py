@@ -248,16 +248,30 @@ def _check_string(
         errors.append(invalid(path, value, detail))
 
 
+def _check_count(
+    most: int | None,
+    least: int | None,
+    count: int,
+    *,
+    noun: str,
+    at: Path,
+    errors: list[FieldError],
+) -> None:
+    """maxItems/minItems, maxProperties/minProperties (kube-apiserver says "items" for both
+    maxima)."""
+    if most is not None and count > most:
+        detail = f"Too many: {count}: must have at most {most} items"
+        errors.append(FieldError(field_path(at), "FieldValueTooMany", detail, at))
+    if least is not None and count < least:
+        detail = f"{field_path(at)} in body should have at least {least} {noun}"
+        errors.append(invalid(at, count, detail))
+
+
 def _check_array(
     schema: Mapping[str, Any], value: list[Any], path: Path, errors: list[FieldError]
 ) -> None:
-    where = field_path(path)
-    if "maxItems" in schema and len(value) > schema["maxItems"]:
-        detail = f"Too many: {len(value)}: must have at most {schema['maxItems']} items"
-        errors.append(FieldError(where, "FieldValueTooMany", detail, path))
-    if "minItems" in schema and len(value) < schema["minItems"]:
-        detail = f"{where} in body should have at least {schema['minItems']} items"
-        errors.append(invalid(path, len(value), detail))
+    most, least = schema.get("maxItems"), schema.get("minItems")
+    _check_count(most, least, len(value), noun="items", at=path, errors=errors)
     list_type = schema.get("x-kubernetes-list-type")
     keys = schema.get("x-kubernetes-list-map-keys", [])
     if schema.get("uniqueItems") or list_type in ("set", "map"):
@@ -282,18 +296,13 @@ def _check_array(
 def _check_object(
     schema: Mapping[str, Any], value: dict[str, Any], path: Path, errors: list[FieldError]
 ) -> None:
-    where = field_path(path)
     for name in schema.get("required", []):
         if name not in value:
             errors.append(
                 FieldError(field_path((*path, name)), "FieldValueRequired", "Required value", path)
             )
-    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
-        detail = f"Too many: {len(value)}: must have at most {schema['maxProperties']} items"
-        errors.append(FieldError(where, "FieldValueTooMany", detail, path))
-    if "minProperties" in schema and len(value) < schema["minProperties"]:
-        detail = f"{where} in body should have at least {schema['minProperties']} properties"
-        errors.append(invalid(path, len(value), detail))
+    most, least = schema.get("maxProperties"), schema.get("minProperties")
+    _check_count(most, least, len(value), noun="properties", at=path, errors=errors)
     properties = schema.get("properties", {})
     extra = schema.get("additionalProperties")
     for key, item in value.items():
