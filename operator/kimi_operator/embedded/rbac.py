@@ -7,7 +7,7 @@ client is); an unknown token is answered 401. Every check made (and its verdict)
 that a test can compare what the operator needed with what the chart grants.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,15 +154,40 @@ def forbidden(wanted: Attributes, why: str) -> tuple[str, dict[str, Any]]:
     return f"{named} is forbidden: {why}", details
 
 
-def changed_owner_references(
-    new: Mapping[str, Any], old: Mapping[str, Any] | None
-) -> tuple[bool, list[Mapping[str, Any]]]:
-    """(whether the ownerReferences change, the references newly blocking their owner's
-    deletion): what the OwnerReferencesPermissionEnforcement admission plugin checks."""
+def owner_references_refusal(
+    new: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    this: Attributes,
+    allowed: Callable[[Attributes], bool],
+    plural_of: Callable[[str, str], str | None],
+) -> str:
+    """Why the OwnerReferencesPermissionEnforcement admission plugin refuses writing `new` over
+    `old` (None: a create) for a user who is `allowed` some attributes; "" when it does not.
+    Changing an object's ownerReferences needs `delete` on it (`this`), unless creating it; a
+    reference newly blocking its owner's deletion needs `update` on the owner's `finalizers`."""
     refs = (new.get("metadata") or {}).get("ownerReferences") or []
     before = ((old or {}).get("metadata") or {}).get("ownerReferences") or []
     if refs == before:
-        return False, []
+        return ""
+    if old is not None and not allowed(this):
+        return "cannot set an ownerRef on a resource you can't delete: , <nil>"
     blocking_before = {r.get("uid") for r in before if r.get("blockOwnerDeletion")}
-    newly = [r for r in refs if r.get("blockOwnerDeletion") and r.get("uid") not in blocking_before]
-    return True, newly
+    for ref in refs:
+        if not ref.get("blockOwnerDeletion") or ref.get("uid") in blocking_before:
+            continue
+        version, kind = ref.get("apiVersion", ""), ref.get("kind", "")
+        plural = plural_of(version, kind)
+        if plural is None:
+            return (
+                "cannot set blockOwnerDeletion in this case because cannot find RESTMapping for "
+                f'APIVersion {version} Kind {kind}: no matches for kind "{kind}" in version '
+                f'"{version}"'
+            )
+        group = version.rpartition("/")[0]
+        owner = Attributes("update", group, f"{plural}/finalizers", this.namespace, ref["name"])
+        if not allowed(owner):
+            return (
+                "cannot set blockOwnerDeletion if an ownerReference refers to a resource you "
+                "can't set finalizers on: , <nil>"
+            )
+    return ""

@@ -494,23 +494,17 @@ class ApiServer(kmock.KubernetesEmulator):
         group, _, version = api_version.rpartition("/")
         for key, info in self.resources.items():
             known = kmock.resource(key)
-            if ((known.group or ""), known.version, getattr(info, "kind", None)) == (
-                group,
-                version,
-                kind,
-            ):
+            same_version = (known.group or "", known.version) == (group, version)
+            if same_version and getattr(info, "kind", None) == kind:
                 return known.plural
         return None
 
     def _check_owner_references(
         self, request: kmock.Request, new: Mapping[str, Any], old: Mapping[str, Any] | None
     ) -> None:
-        """The OwnerReferencesPermissionEnforcement admission plugin: changing an object's
-        ownerReferences needs `delete` on it (unless creating it); a reference newly blocking its
-        owner's deletion needs `update` on the owner's `finalizers` subresource."""
+        """The OwnerReferencesPermissionEnforcement admission plugin (embedded.rbac)."""
         user = _USER.get()
-        changed, blocking = rbac.changed_owner_references(new, old)
-        if user.admin or not changed:
+        if user.admin:
             return
         resource = request.resource
         assert resource is not None
@@ -519,27 +513,9 @@ class ApiServer(kmock.KubernetesEmulator):
         this = rbac.Attributes(
             "delete", resource.group or "", resource.plural or "", namespace, name
         )
-        why = ""
-        if old is not None and not self._authorize(user, this):
-            why = "cannot set an ownerRef on a resource you can't delete: , <nil>"
-        for ref in blocking if not why else []:
-            version, kind = ref.get("apiVersion", ""), ref.get("kind", "")
-            plural = self._plural_of(version, kind)
-            group = version.rpartition("/")[0]
-            owner = rbac.Attributes(
-                "update", group, f"{plural}/finalizers", namespace, ref.get("name", "")
-            )
-            if plural is None:
-                why = (
-                    "cannot set blockOwnerDeletion in this case because cannot find RESTMapping "
-                    f'for APIVersion {version} Kind {kind}: no matches for kind "{kind}" in '
-                    f'version "{version}"'
-                )
-            elif not self._authorize(user, owner):
-                why = (
-                    "cannot set blockOwnerDeletion if an ownerReference refers to a resource you "
-                    "can't set finalizers on: , <nil>"
-                )
+        why = rbac.owner_references_refusal(
+            new, old, this, lambda wanted: self._authorize(user, wanted), self._plural_of
+        )
         if why:
             verb = "create" if old is None else "update"
             message, details = rbac.forbidden(dataclasses.replace(this, verb=verb), why)
