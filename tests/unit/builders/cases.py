@@ -41,13 +41,50 @@ CASES: dict[str, tuple[dict[str, Any], OperatorDefaults]] = {
             "k3-tp8-dspark.yaml",
             model={"name": "moonshotai/Kimi-K3", "source": HF},
             replicas=2,
-            computeDomain="Disabled",
+            computeDomain="Disabled",  # allowed across trays with stock decode only
+            decode={"backend": "auto", "maxNumSeqs": 8},
             scheduling={
                 "nodeSelector": {"pool": "gb300"},
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
                 "priorityClassName": "inference",
+                "exclusiveClique": True,
             },
             monitoring={"podMonitor": False},
+        ),
+        OperatorDefaults(),
+    ),
+    "production-pod-options": (
+        _edited(
+            "k3-tp16-latency.yaml",
+            resources={"cpu": "100", "memory": "700Gi", "guaranteed": True},
+            sharedMemory="32Gi",
+            imagePullSecrets=[{"name": "registry"}],
+            podMetadata={
+                "labels": {"team": "inference"},
+                "annotations": {"example.com/owner": "platform"},
+            },
+            scheduling={
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "pool", "operator": "Exists"}]}
+                            ]
+                        }
+                    },
+                    "podAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 10,
+                                "podAffinityTerm": {
+                                    "labelSelector": {"matchLabels": {"team": "inference"}},
+                                    "topologyKey": "nvidia.com/gpu.clique",
+                                },
+                            }
+                        ]
+                    },
+                }
+            },
         ),
         OperatorDefaults(),
     ),
@@ -56,7 +93,7 @@ CASES: dict[str, tuple[dict[str, Any], OperatorDefaults]] = {
         OperatorDefaults(custom_all_reduce_fixed_images=frozenset({"example.com/vllm:fixed"})),
     ),
     "compute-domain-api-missing": (
-        _sample("k3-tp8-dspark.yaml"),
+        _edited("k3-tp8-dspark.yaml", decode={"backend": "auto", "maxNumSeqs": 8}),
         OperatorDefaults(compute_domain_available=False, serving_image="example.com/vllm:1"),
     ),
 }
