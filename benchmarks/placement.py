@@ -1,15 +1,17 @@
 """Where TP groups land on a GB300 NVL72 fleet: exclusive cliques (before) vs clique affinity (now).
 
 Renders KimiDeployments of mixed TP8/TP16 with the operator's real builders, expands each
-LeaderWorkerSet into its pods as LWS does, and schedules them in order with the scheduler model of
-kimi_operator.embedded.scheduler on fleets of racks (18 trays of 4 GPUs, one clique each), over
-many seeds (the scheduler breaks ties at random). Prints a table and writes JSON.
+LeaderWorkerSet into its pods as LWS does, and schedules them with the scheduler model of
+kimi_operator.embedded.scheduler on fleets of racks (18 trays of 4 GPUs, one clique each); each
+seed creates the groups in another order and breaks the scheduler's ties differently. Prints a
+table and writes JSON.
 
     python benchmarks/placement.py [--seeds 50] [--output benchmarks/results/placement.json]
 """
 
 import argparse
 import json
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -51,6 +53,13 @@ def groups(exclusive: bool) -> list[dict[str, Any]]:
     return out
 
 
+def shuffled(items: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """The groups in one of many creation orders: deployments come and go in any order."""
+    out = list(items)
+    random.Random(seed).shuffle(out)
+    return out
+
+
 def summary(runs: list[Placement]) -> dict[str, Any]:
     return {
         "runs": len(runs),
@@ -73,7 +82,7 @@ def main(argv: list[str]) -> int:
     for racks in (perfect, perfect + 1, perfect + 2, len(trays)):
         for mode, exclusive in (("exclusive (before)", True), ("clique affinity", False)):
             built = groups(exclusive)
-            runs = [place(built, racks, seed) for seed in range(args.seeds)]
+            runs = [place(shuffled(built, seed), racks, seed) for seed in range(args.seeds)]
             rows.append({"racks": racks, "placement": mode, **summary(runs)})
     print(
         f"{len(trays)} TP groups ({trays.count(4)} TP16, {trays.count(2)} TP8), "
