@@ -53,41 +53,6 @@ CASES: dict[str, tuple[dict[str, Any], OperatorDefaults]] = {
         ),
         OperatorDefaults(),
     ),
-    "production-pod-options": (
-        _edited(
-            "k3-tp16-latency.yaml",
-            resources={"cpu": "100", "memory": "700Gi", "guaranteed": True},
-            sharedMemory="32Gi",
-            imagePullSecrets=[{"name": "registry"}],
-            podMetadata={
-                "labels": {"team": "inference"},
-                "annotations": {"example.com/owner": "platform"},
-            },
-            scheduling={
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {"matchExpressions": [{"key": "pool", "operator": "Exists"}]}
-                            ]
-                        }
-                    },
-                    "podAffinity": {
-                        "preferredDuringSchedulingIgnoredDuringExecution": [
-                            {
-                                "weight": 10,
-                                "podAffinityTerm": {
-                                    "labelSelector": {"matchLabels": {"team": "inference"}},
-                                    "topologyKey": "nvidia.com/gpu.clique",
-                                },
-                            }
-                        ]
-                    },
-                }
-            },
-        ),
-        OperatorDefaults(),
-    ),
     "single-node-fixed-image": (
         _edited("k3-tp16-stock.yaml", gpus=8, gpusPerNode=8, image="example.com/vllm:fixed"),
         OperatorDefaults(custom_all_reduce_fixed_images=frozenset({"example.com/vllm:fixed"})),
