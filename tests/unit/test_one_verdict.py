@@ -535,6 +535,13 @@ def test_a_rule_failure_names_the_same_field_on_both_sides() -> None:
 
 
 # Generated specs: fields drawn from valid values and near misses, so both verdicts are common.
+REQUIREMENTS = st.fixed_dictionaries(
+    {
+        "key": st.just("k"),
+        "operator": st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]),
+    },
+    optional={"values": st.sampled_from([[], ["a"], ["1"], ["1", "2"], ["-3"]])},
+)
 SPECS = st.fixed_dictionaries(
     {"gpus": st.sampled_from([8, 16, 12, "16"])},
     optional={
@@ -605,6 +612,79 @@ SPECS = st.fixed_dictionaries(
             max_size=3,
         ),
         "computeDomain": st.sampled_from(["Auto", "Required", "Disabled", "Off"]),
+        "resources": st.fixed_dictionaries(
+            {},
+            optional={
+                "cpu": st.sampled_from(["64", "500m", "1.5", "-1", "64 cores", 64]),
+                "memory": st.sampled_from(["512Gi", "1T", "512GB"]),
+                "guaranteed": st.sampled_from([True, False, "yes"]),
+            },
+        ),
+        "podMetadata": st.fixed_dictionaries(
+            {},
+            optional={
+                "labels": st.dictionaries(
+                    st.sampled_from(
+                        ["team", "a.io/b", "app.kubernetes.io/name", "kimi-operator.io/x", "b c"]
+                    ),
+                    st.sampled_from(["x", "", "not ok"]),
+                    max_size=3,
+                ),
+                "annotations": st.dictionaries(
+                    st.sampled_from(["a.io/b", "leaderworkerset.sigs.k8s.io/x", "-bad"]),
+                    st.just("any text"),
+                    max_size=2,
+                ),
+            },
+        ),
+        "scheduling": st.fixed_dictionaries(
+            {},
+            optional={
+                "exclusiveClique": st.booleans(),
+                "affinity": st.fixed_dictionaries(
+                    {},
+                    optional={
+                        kind: st.fixed_dictionaries(
+                            {
+                                "requiredDuringSchedulingIgnoredDuringExecution": st.lists(
+                                    st.fixed_dictionaries(
+                                        {
+                                            "labelSelector": st.fixed_dictionaries(
+                                                {
+                                                    "matchExpressions": st.lists(
+                                                        REQUIREMENTS, max_size=2
+                                                    )
+                                                }
+                                            ),
+                                            "topologyKey": st.just("nvidia.com/gpu.clique"),
+                                        }
+                                    ),
+                                    max_size=2,
+                                )
+                            }
+                        )
+                        for kind in ("podAffinity", "podAntiAffinity")
+                    }
+                    | {
+                        "nodeAffinity": st.fixed_dictionaries(
+                            {
+                                "preferredDuringSchedulingIgnoredDuringExecution": st.lists(
+                                    st.fixed_dictionaries(
+                                        {
+                                            "weight": st.integers(0, 101),
+                                            "preference": st.fixed_dictionaries(
+                                                {"matchFields": st.lists(REQUIREMENTS, max_size=2)}
+                                            ),
+                                        }
+                                    ),
+                                    max_size=2,
+                                )
+                            }
+                        )
+                    },
+                ),
+            },
+        ),
         "unknownField": st.just(1),
     },
 )
