@@ -121,7 +121,15 @@ def plan_children(
         spec.compute_domain == "Auto" and needs_compute_domain(kd)
     )
     if not served[COMPUTE_DOMAIN] and domain_needed:
-        blockers.append(_missing(COMPUTE_DOMAIN))
+        missing = _missing(COMPUTE_DOMAIN)
+        if spec.compute_domain == "Auto":
+            missing = cond.Problem(
+                missing.reason,
+                f"{missing.message}; a latency_specialized TP group across "
+                f"{spec.nodes_per_group} nodes needs its IMEX channel (no pods are created "
+                "until it is served; decode.backend auto runs without one)",
+            )
+        blockers.append(missing)
         skip.add(LEADER_WORKER_SET.kind)
     elif not served[COMPUTE_DOMAIN] and spec.compute_domain == "Auto":
         degradations.append(

@@ -85,6 +85,8 @@ def test_missing_compute_domain_api_blocks_a_group_that_needs_it(client: Client,
     ready = condition(status, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "ComputeDomainNotInstalled")
     assert "helm install nvidia-dra-driver-gpu" in ready["message"]
+    if mode == "Auto":
+        assert "TP group across 2 nodes needs its IMEX channel" in ready["message"]
     assert condition(status, "Progressing")["status"] == "False"
     assert not [k for k in children(client) if k.startswith("LeaderWorkerSet")]
     assert "Service/k3-tp8-dspark" in children(client)
