@@ -107,3 +107,15 @@ def test_perfect_packing(trays: list[int], racks: int) -> None:
 def test_perfect_packing_knows_tray_counts_only() -> None:
     with pytest.raises(ValueError, match="2 or 4 trays"):
         perfect_racks([3])
+
+
+@pytest.mark.parametrize("mixes", [[(16, 4), (8, 1)], [(8, 9)]], ids=["4xTP16+TP8", "9xTP8"])
+def test_one_nvl72_rack_holds_a_full_rack_of_groups(mixes: list[tuple[int, int]]) -> None:
+    for exclusive, fits in ((False, True), (True, False)):
+        lws = [
+            g for gpus, n in mixes for g in groups(gpus, n, f"t{gpus}", exclusiveClique=exclusive)
+        ]
+        for seed in range(5):
+            run = place(lws, racks=1, seed=seed)
+            assert (run.waiting == 0) is fits
+            assert run.placed == (len(lws) if fits else 1)
