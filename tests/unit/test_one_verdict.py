@@ -278,8 +278,12 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
         {"spec.podMetadata": {"labels": {"app.kubernetes.io/part-of": "x"}}},
         True,
     ),
-    ("pod-label-bad-key", {"spec.podMetadata": {"labels": {"no spaces": "x"}}}, False),
-    ("pod-label-long-name", {"spec.podMetadata": {"labels": {"a" * 64: "x"}}}, False),
+    ("pod-label-long-key", {"spec.podMetadata": {"labels": {"a" * 318: "x"}}}, False),
+    (
+        "pod-label-like-ours",
+        {"spec.podMetadata": {"labels": {"app.kubernetes.io/names": "x"}}},
+        True,
+    ),
     ("pod-label-bad-value", {"spec.podMetadata": {"labels": {"team": "not ok"}}}, False),
     (
         "pod-annotation-exclusive",
