@@ -92,14 +92,15 @@ def _resources(kd: KimiDeployment) -> dict[str, Any]:
     """Real requests (Burstable; Guaranteed with `guaranteed`), memory bounded. Quantities as
     strings: the API server returns them so, and drift checks compare equal."""
     wanted = kd.spec.resources
-    requests = {"cpu": wanted.cpu, "memory": wanted.memory}
+    requests = {
+        "cpu": wanted.cpu,
+        "memory": wanted.memory,
+        "ephemeral-storage": wanted.ephemeral_storage,
+    }
     limits = {"nvidia.com/gpu": str(kd.spec.gpus_per_node), "memory": wanted.memory}
     if wanted.guaranteed:
         limits["cpu"] = wanted.cpu
-    return {
-        "requests": requests | {"ephemeral-storage": wanted.ephemeral_storage},
-        "limits": limits,
-    }
+    return {"requests": requests, "limits": limits}
 
 
 def _health_probe(**timing: int) -> dict[str, Any]:
