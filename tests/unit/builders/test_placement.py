@@ -119,3 +119,19 @@ def test_one_nvl72_rack_holds_a_full_rack_of_groups(mixes: list[tuple[int, int]]
             run = place(lws, racks=1, seed=seed)
             assert (run.waiting == 0) is fits
             assert run.placed == (len(lws) if fits else 1)
+
+
+def test_the_model_matches_label_selectors_as_kubernetes_does() -> None:
+    labels = {"a": "1"}
+    assert selects({}, labels)
+    assert selects({"matchLabels": {"a": "1"}}, labels)
+    assert not selects({"matchLabels": {"a": "2"}}, labels)
+    expressions = [
+        ({"key": "a", "operator": "In", "values": ["1", "2"]}, True),
+        ({"key": "b", "operator": "NotIn", "values": ["1"]}, True),  # absent key: not in
+        ({"key": "a", "operator": "NotIn", "values": ["1"]}, False),
+        ({"key": "a", "operator": "Exists"}, True),
+        ({"key": "a", "operator": "DoesNotExist"}, False),
+    ]
+    for requirement, expected in expressions:
+        assert selects({"matchExpressions": [requirement]}, labels) is expected
