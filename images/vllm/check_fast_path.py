@@ -57,13 +57,18 @@ def check_requirements(
 ) -> list[str]:
     """Every requirement of `distribution` (default: its installed metadata) that applies here,
     installed in a version it accepts."""
+    if requires is None:
+        try:
+            requires = metadata.requires(distribution) or []
+        except metadata.PackageNotFoundError:
+            return [f"{distribution} is not installed"]
     problems = []
-    lines = (metadata.requires(distribution) or []) if requires is None else requires
-    for line in lines:
+    for line in requires:
         try:
             requirement = Requirement(line)
         except InvalidRequirement as error:
-            problems.append(f"{distribution} declares a requirement pip cannot read: {error}")
+            reason = str(error).splitlines()[0]
+            problems.append(f"{distribution} declares a requirement pip cannot read: {reason}")
             continue
         if not applies(requirement, environment):
             continue
@@ -119,13 +124,14 @@ def problems(environ: dict[str, str]) -> list[str]:
     found = check_vllm(metadata.version)
     if found:
         return found  # nothing else means anything without the right vLLM
-    return [
+    found = [
         *check_requirements("vllm", metadata.version),
         *check_fast_path(),
         *check_requirements(KERNELS, metadata.version),
         *check_entry_points(KERNELS),
         *check_environment(environ),
     ]
+    return list(dict.fromkeys(found))  # a cause found by two checks is said once
 
 
 def main() -> int:

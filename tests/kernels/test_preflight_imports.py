@@ -60,9 +60,12 @@ def test_every_module_of_the_package_is_imported(wheel: tuple[Path, tuple[Import
 
 def test_vllms_own_lazy_imports_are_resolved(wheel: tuple[Path, tuple[Import, ...]]) -> None:
     _, found = wheel
-    assert Import(
-        "vllm.distributed", ("get_dcp_group",), f"{SOURCE}/runtime/providers.py:153", lazy=True
-    ) in found
+    assert (
+        Import(
+            "vllm.distributed", ("get_dcp_group",), f"{SOURCE}/runtime/providers.py:153", lazy=True
+        )
+        in found
+    )
 
 
 def test_not_installed() -> None:

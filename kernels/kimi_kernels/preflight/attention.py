@@ -1,17 +1,17 @@
 """One tiny FP8 MLA decode through each attention core vLLM 0.33.0's fast path serves with,
-called as vLLM calls it, compared with ``mla_decode_reference``.
+called as vLLM calls it, compared with ``mla_decode_reference`` (docs/preflight.md).
 
 The cores (``vllm/models/kimi_k3/nvidia/specialized_decode/cutedsl/mla/prepared.py``,
 ``PreparedMla.stock_core``): ``tokenspeed`` is ``tokenspeed_mla``'s FP8 decode through vLLM's
 ``stock_decode`` (``cutedsl/mla/dcp.py``), used below 16 rows, for speculative verify and under
 DCP; ``trtllm`` is FlashInfer's trtllm-gen MLA decode through vLLM's ``trtllm_decode``, from 16
-rows. Both quantize the softmax probabilities P to FP8 e4m3 before the P·V MMA
+rows. tokenspeed quantizes the softmax probabilities P to FP8 e4m3 before the P·V MMA
 (``tokenspeed_mla/mla_decode_fp8.py``), which on random data costs a few percent of relative
-error. The case is built so that a correct kernel is exact up to the BF16 rounding of its output:
-cache entries are ±1, each query row has four ±1 entries (two in the latent part, two in RoPE), so
-every score is an even integer in [-4, 4], and a softmax scale of ln 2 makes every probability
-relative to any score of the row a power of two in [2^-8, 2^8], which e4m3 holds exactly. A wrong
-page, head, scale or mask, or an empty output, is off by far more than the bound.
+error. The case is built so that a correct kernel is exact up to the BF16 rounding of its
+output: cache entries are ±1, each query row has four ±1 entries (two in the latent part, two in
+RoPE), so every score is an even integer in [-4, 4], and a softmax scale of ln 2 makes every
+probability relative to any score of the row a power of two in [2^-8, 2^8], which e4m3 holds
+exactly. A wrong page, head, scale or mask, or an empty output, is off by far more than the bound.
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def tokenspeed(case: Case) -> torch.Tensor:
     batch, q_len, heads, _ = case.q.shape
     out = torch.empty(batch, q_len, heads, V_DIM, dtype=torch.bfloat16, device=case.q.device)
     split = fill_splits(batch * q_len, case.q.device)
-    kv = case.kv.view(torch.uint8)
-    stock_decode(case.q, kv, case.table, case.seq_lens, MAX_SEQ, (SOFTMAX_SCALE, 1.0), out, None, split)
+    kv, scales = case.kv.view(torch.uint8), (SOFTMAX_SCALE, 1.0)
+    stock_decode(case.q, kv, case.table, case.seq_lens, MAX_SEQ, scales, out, None, split)
     return out
 
 
@@ -127,7 +127,9 @@ def trtllm(case: Case) -> torch.Tensor:
 CORES: dict[str, Core] = {"tokenspeed": tokenspeed, "trtllm": trtllm}
 
 
-def check_cores(device: torch.device | str, cores: dict[str, Core] = CORES) -> tuple[CoreResult, ...]:
+def check_cores(
+    device: torch.device | str, cores: dict[str, Core] = CORES
+) -> tuple[CoreResult, ...]:
     """Each core run once on ``device`` and judged against the reference."""
     case = tiny_case(device)
     ref = reference(case)

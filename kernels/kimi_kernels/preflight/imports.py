@@ -63,7 +63,7 @@ def _lazy(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
     """Import statements that run when a function runs, not when the module is imported."""
     seen: set[int] = set()
     for func in ast.walk(tree):
-        if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
             for node in ast.walk(func):
                 if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in seen:
                     seen.add(id(node))
