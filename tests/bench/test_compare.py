@@ -1,5 +1,6 @@
 """`bench compare`: ratios B/A, and loud warnings when the runs do not measure the same thing."""
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -221,3 +222,15 @@ def test_hardware_comparison_needs_gpu_counts(
         "error: --hardware needs both runs' GPU counts: run B has none "
         "(bench --gpus N or --deployment)\n"
     )
+
+
+def test_results_written_before_tasks_still_load(
+    cli: Cli, runs: dict[str, Path], tmp_path: Path
+) -> None:
+    data = results(runs["b"])
+    del data["tasks"], data["summary"]["tasks"], data["config"]["replay"]
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    run = cli("bench", "compare", str(runs["a"]), str(tmp_path))
+    assert run.code == 0, run.err
+    assert "tokens per chunk" in run.out
+    assert "task completion" not in run.out
