@@ -52,7 +52,7 @@ def check_block_table(
         for b, (n, total) in enumerate(zip(lens, totals.tolist(), strict=True)):
             if total < max(n, q_len):
                 raise ValueError(f"totals[{b}] = {total} must be >= seq_lens[{b}] = {n}, q_len")
-    return max(lens)
+    return int(max(lens))
 
 
 def _check(
