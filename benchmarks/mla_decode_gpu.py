@@ -20,8 +20,8 @@ Phases:
                a wrong combine weighting and errors touching a few positions at 128K
                (tests/kernels/test_mla_check.py).
   floors       this GPU's copy bandwidth and bf16 matmul rate (H200 figures on an H200)
-  timing       CUDA graphs of ``ROTATE`` launches, each on its own copy of the cache (together
-               > 4x the 50 MB L2, so no launch finds its cache in L2), replayed ``REPLAYS`` times
+  timing       CUDA graphs of 8 to 64 launches, each on its own copy of the cache (together
+               > 4x the 50 MB L2 but at 1K positions x batch 1), replayed ``REPLAYS`` times
                per event pair; bytes the kernel really moves (the cache once per row group, the
                partials written and read back) next to the unique bytes of the floor
   splits       time per split count on three shapes (data to fit the split heuristic)

@@ -73,7 +73,7 @@ def needle_positions(seq_len: int, q_len: int, num_splits: int) -> list[tuple[in
     return pairs
 
 
-def plant_needles(  # noqa: PLR0913, PLR0917 (the decode inputs and where to plant)
+def plant_needles(  # noqa: PLR0917 (the decode inputs and where to plant)
     gen: torch.Generator,
     q: torch.Tensor,
     kv_cache: torch.Tensor,
