@@ -394,7 +394,7 @@ def spawn(name: str, seconds: float) -> dict[str, Any]:
     start = time.monotonic()
     try:
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=seconds + 60, check=False
+            cmd, capture_output=True, text=True, timeout=seconds + 30, check=False
         )
         tail = (proc.stdout + proc.stderr)[-3000:]
         rc: int | str = proc.returncode
