@@ -89,6 +89,7 @@ def test_verdict_passes_the_correct_schedule(case, request):
     inputs, splits, (ref_out, ref_lse) = request.getfixturevalue(case)
     out, lse = twin_decode(*inputs, SCALE, KV_SCALE, num_splits=splits)
     result = verdict(out.to(torch.bfloat16), lse, ref_out, ref_lse)  # the kernel writes bf16
+    print(f"\n{case} correct: {result}")  # kernels/NOTES.md's table (pytest -s)
     assert result["ok"], result
     assert result["max_rel_l2"] < 5e-3  # bf16 rounding, well inside the bound
 
@@ -101,6 +102,7 @@ def test_verdict_fails_each_injected_bug(case, bug, request):
         pytest.skip("one token: nothing past the limit")
     out, lse = twin_decode(*inputs, SCALE, KV_SCALE, num_splits=splits, bug=bug)
     result = verdict(out.to(torch.bfloat16), lse, ref_out, ref_lse)
+    print(f"\n{case} {bug}: {result}")
     assert not result["ok"], (bug, result)
     assert result["max_rel_l2"] > 0.05, (bug, result)  # not a borderline failure
 
