@@ -54,6 +54,7 @@ REPLAYS = 20  # graph replays per event pair
 # Share of the budget per phase (each a process with its own compiles).
 PHASES = {"env": 0.08, "correctness": 0.42, "floors": 0.08, "timing": 0.30, "splits": 0.12}
 OUT_DIR = Path(os.environ.get("OUT", "."))
+DEVICE = "cuda"  # the correctness checks' inputs (the CPU tests run their glue on "cpu")
 
 
 def phase_env() -> dict[str, Any]:
@@ -133,7 +134,7 @@ def check_case(gen: Any, case: Case) -> dict[str, Any]:
 
     heads, q_len, lens, kv_name, forced = case
     kv_dtype = torch.float8_e4m3fn if kv_name == "fp8_e4m3" else torch.bfloat16
-    inputs = make_inputs(gen, heads, q_len, lens, kv_dtype, q_scale=2.0, device="cuda")
+    inputs = make_inputs(gen, heads, q_len, lens, kv_dtype, q_scale=2.0, device=DEVICE)
     q, kv, table, _ = inputs
     rows = heads * q_len
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -144,7 +145,7 @@ def check_case(gen: Any, case: Case) -> dict[str, Any]:
         pairs = needle_positions(n, q_len, splits)
         plant_needles(gen, q, kv, table, b, pairs, (SCALE, KV_SCALE))
     poison()
-    workspace = torch.empty(workspace_floats(len(lens), rows, splits), device="cuda")
+    workspace = torch.empty(workspace_floats(len(lens), rows, splits), device=DEVICE)
     out, lse = mla_decode(*inputs, SCALE, KV_SCALE, num_splits=splits, workspace=workspace)
     torch.cuda.synchronize()
     ref = mla_decode_reference(*inputs, SCALE, KV_SCALE)
@@ -159,7 +160,7 @@ def check_masked_nan(gen: Any) -> dict[str, Any]:
     from kimi_kernels.mla_decode import mla_decode, mla_decode_reference  # noqa: PLC0415
     from kimi_kernels.mla_decode.check import make_inputs, verdict  # noqa: PLC0415
 
-    q, kv, table, lens = make_inputs(gen, 12, 8, [1000], torch.float8_e4m3fn, device="cuda")
+    q, kv, table, lens = make_inputs(gen, 12, 8, [1000], torch.float8_e4m3fn, device=DEVICE)
     kv[int(table[0, 999 // 64]), 999 % 64] = float("nan")
     out, lse = mla_decode(q, kv, table, lens, SCALE, KV_SCALE, num_splits=4)
     ref_out, ref_lse = mla_decode_reference(q, kv, table, lens, SCALE, KV_SCALE)
@@ -178,8 +179,8 @@ def check_dcp(gen: Any) -> dict[str, Any]:
 
     world, rank, interleave, total = 16, 5, 64, 70_000
     local = local_count(total, world, rank, interleave)
-    q, kv, table, lens = make_inputs(gen, 96, 8, [local], torch.float8_e4m3fn, device="cuda")
-    totals = torch.tensor([total], dtype=torch.int32, device="cuda")
+    q, kv, table, lens = make_inputs(gen, 96, 8, [local], torch.float8_e4m3fn, device=DEVICE)
+    totals = torch.tensor([total], dtype=torch.int32, device=DEVICE)
     dcp = (world, rank, interleave)
     out, lse = mla_decode(q, kv, table, lens, SCALE, KV_SCALE, totals=totals, dcp=dcp)
     ref = mla_decode_reference(q, kv, table, lens, SCALE, KV_SCALE, totals=totals, dcp=dcp)
@@ -193,7 +194,7 @@ def check_refusal(gen: Any) -> dict[str, Any]:
     from kimi_kernels.mla_decode import mla_decode  # noqa: PLC0415
     from kimi_kernels.mla_decode.check import make_inputs  # noqa: PLC0415
 
-    q, kv, table, lens = make_inputs(gen, 6, 1, [100], torch.float8_e4m3fn, device="cuda")
+    q, kv, table, lens = make_inputs(gen, 6, 1, [100], torch.float8_e4m3fn, device=DEVICE)
     try:
         mla_decode(q, kv, table, lens + 100, SCALE, KV_SCALE)
     except ValueError as exc:

@@ -100,3 +100,54 @@ def test_without_a_gpu_it_stops_cleanly(script, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(script, "OUT_DIR", tmp_path)
     assert script.main() == 2
     assert capsys.readouterr().err == "mla_decode_gpu: no NVIDIA GPU found\n"
+
+
+@pytest.fixture
+def on_the_cpu(script, monkeypatch):
+    """The correctness checks' glue on the CPU: inputs on "cpu", mla_decode replaced by the
+    kernels' schedule twin (with the host-side length check mla_decode runs)."""
+    import types  # noqa: PLC0415
+
+    import kimi_kernels.mla_decode as package  # noqa: PLC0415
+    from kimi_kernels.mla_decode.reference import check_block_table  # noqa: PLC0415
+    from tests.kernels.schedule_twin import twin_decode  # noqa: PLC0415
+
+    def fake_mla_decode(q, kv, table, lens, scale, kv_scale=1.0, **options):  # noqa: PLR0917
+        totals = options.get("totals")
+        check_block_table(q.shape[1], kv.shape[0], table, lens, totals)
+        splits = options.get("num_splits") or 3
+        dcp = options.get("dcp", (1, 0, 1))
+        out, lse = twin_decode(
+            q, kv, table, lens, scale, kv_scale, num_splits=splits, totals=totals, dcp=dcp
+        )
+        return out.to(torch.bfloat16), lse
+
+    monkeypatch.setattr(script, "DEVICE", "cpu")
+    monkeypatch.setattr(script, "poison", lambda: None)
+    monkeypatch.setattr(package, "mla_decode", fake_mla_decode, raising=False)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    props = types.SimpleNamespace(multi_processor_count=132)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _device: props)
+    return script
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (6, 2, [1000, 70, 2], "fp8_e4m3", None),
+        (12, 8, [300], "bf16", None),
+        (6, 3, [65], "fp8_e4m3", 7),
+    ],
+)
+def test_correctness_checks_pass_a_correct_schedule(on_the_cpu, case):
+    result = on_the_cpu.check_case(torch.Generator().manual_seed(1), case)
+    assert result["ok"], result
+    assert result["heads"] == case[0]
+    assert result["splits"] == (case[4] or result["splits"])
+
+
+def test_the_extra_checks_pass_a_correct_schedule(on_the_cpu):
+    gen = torch.Generator().manual_seed(2)
+    for check in (on_the_cpu.check_masked_nan, on_the_cpu.check_dcp, on_the_cpu.check_refusal):
+        result = check(gen)
+        assert result["ok"], result
