@@ -85,3 +85,15 @@ def merge_partials(outs: torch.Tensor, lses: torch.Tensor) -> tuple[torch.Tensor
     weights = torch.exp(lses - lse.unsqueeze(0)).nan_to_num(0.0)
     out = (weights.unsqueeze(-1) * outs.nan_to_num(0.0)).sum(dim=0)
     return out, lse
+
+
+def relative_l2_per_row(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Per-row ||out - ref||_2 / ||ref||_2 over the last dimension, in float64.
+
+    A max-abs bound passes a near-zero output; this one does not (a zero output scores 1.0).
+    """
+    out64 = out.detach().to(torch.float64)
+    ref64 = ref.detach().to(torch.float64)
+    err = torch.linalg.vector_norm(out64 - ref64, dim=-1)
+    scale = torch.linalg.vector_norm(ref64, dim=-1).clamp_min(torch.finfo(torch.float64).tiny)
+    return err / scale

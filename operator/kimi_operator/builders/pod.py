@@ -88,11 +88,12 @@ def preflight(
     kd: KimiDeployment, image: str, resources: dict[str, Any], *, expect_imex: bool
 ) -> dict[str, Any]:
     """The node preflight of kimi_kernels, before tens of minutes of weight loading: the GPU
-    family, driver, IMEX channel, multicast memory and (for the latency-specialized path) the
-    CuTe DSL kernels. Same GPUs and claim as the serving container."""
+    family, driver, IMEX channel, multicast memory and (for the latency-specialized path) what
+    vLLM's fast path needs of the image and GPU: its lazy imports, the CuTe DSL, its MLA attention
+    cores (docs/preflight.md). Same GPUs and claim as the serving container."""
     args = ["--expect-imex"] if expect_imex else []
     if kd.spec.decode.backend != "latency_specialized":
-        args.append("--no-kernels")  # stock decode does not run our kernels
+        args.append("--no-kernels")  # stock decode never enters the fast path
     return {
         "name": "preflight",
         "image": image,
