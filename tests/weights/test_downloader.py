@@ -6,6 +6,7 @@ killed with SIGKILL and resumed, a corrupted cache repaired, a branch moved unde
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -237,3 +238,22 @@ def test_bad_arguments_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str]
         main(["--repo", REPO, "--dest", "/tmp/x", "--jobs", "0"])
     assert exited.value.code == 2
     assert "--jobs: must be at least 1 (got 0)" in capsys.readouterr().err
+
+
+def test_files_are_fetched_in_parallel(hub: FakeHub, tmp_path: Path) -> None:
+    shards = (BIG, "model-00002-of-00002.safetensors")
+    hub.faults += [Fault(name, bytes_per_second=8 << 20) for name in shards]
+    assert main([*_args(hub, tmp_path / "one"), "--jobs", "1"]) == 0
+    assert hub.most_in_flight == 1
+    assert main([*_args(hub, tmp_path / "two"), "--jobs", "2"]) == 0
+    assert hub.most_in_flight == 2  # the small shard streamed while the big one did
+
+
+def test_a_second_run_on_the_same_cache_is_refused(hub: FakeHub, tmp_path: Path) -> None:
+    dest = tmp_path / "cache"
+    (dest / ".kimi-weights").mkdir(parents=True)
+    with (dest / ".kimi-weights" / "lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert main(_args(hub, dest)) == 1
+    assert str(_termination(dest)["reason"]) == f"another download is running on {dest}"
+    assert main(_args(hub, dest)) == 0

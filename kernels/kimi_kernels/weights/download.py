@@ -6,17 +6,21 @@ file, rewritten after every file, so the kubelet reports the last state even of 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import shutil
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kimi_kernels.weights.fetch import FetchError, Hub, fetch, resolve
 from kimi_kernels.weights.layout import (
     MANIFEST,
+    STATE_DIR,
     Manifest,
     ManifestFile,
     RemoteFile,
@@ -101,9 +105,25 @@ def target_for(hub: Hub, request: Request) -> Target:
     return kept
 
 
+@contextmanager
+def _only_run(dest: Path) -> Iterator[None]:
+    """One run per cache: a Job pod replaced while the old one still writes must not interleave."""
+    (dest / STATE_DIR).mkdir(parents=True, exist_ok=True)
+    with (dest / STATE_DIR / "lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as error:
+            raise FetchError(f"another download is running on {dest}") from error
+        yield
+
+
 def run(hub: Hub, request: Request, progress: Progress) -> Manifest:
     """Make `request.dest` a complete, verified cache of the request; returns its manifest."""
-    request.dest.mkdir(parents=True, exist_ok=True)
+    with _only_run(request.dest):
+        return _run(hub, request, progress)
+
+
+def _run(hub: Hub, request: Request, progress: Progress) -> Manifest:
     target = progress.target = target_for(hub, request)
     (request.dest / MANIFEST).unlink(missing_ok=True)  # incomplete until every file checks out
     _check_space(request.dest, target)

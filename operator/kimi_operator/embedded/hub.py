@@ -67,6 +67,8 @@ class FakeHub:
         self.repos: dict[str, Repo] = {}
         self.faults: list[Fault] = []
         self.served: list[Served] = []
+        self.most_in_flight = 0  # file bodies being sent at once, at most (parallel fetching)
+        self._in_flight = 0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
@@ -118,6 +120,17 @@ class FakeHub:
                         fault.times -= 1
                     return fault
         return None
+
+    @contextmanager
+    def _sending(self) -> Iterator[None]:
+        with self._lock:
+            self._in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self._in_flight)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
 
     def _record(self, served: Served) -> None:
         with self._lock:
@@ -227,13 +240,14 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             step = max(fault.bytes_per_second // 20, 1) if fault and fault.bytes_per_second else 0
-            if not step:
-                self.wfile.write(payload)
-                return
-            for offset in range(0, len(payload), step):
-                self.wfile.write(payload[offset : offset + step])
-                self.wfile.flush()
-                time.sleep(0.05)
+            with hub._sending():
+                if not step:
+                    self.wfile.write(payload)
+                    return
+                for offset in range(0, len(payload), step):
+                    self.wfile.write(payload[offset : offset + step])
+                    self.wfile.flush()
+                    time.sleep(0.05)
 
         def _error(self, path: str, status: int, code: str, message: str) -> None:
             hub._record(Served(self.command, path, status, 0, "Authorization" in self.headers))
