@@ -84,15 +84,16 @@ def selected(path: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> b
     return matches(include) and not matches(exclude)
 
 
-def digest(path: Path) -> tuple[str, str]:
-    """(SHA-256, git blob SHA-1) of a file, read once."""
+def digest(path: Path, git_blob: bool) -> tuple[str, str]:
+    """(SHA-256, git blob SHA-1 or "") of a file, read once; the SHA-1 only when asked for."""
     sha256 = hashlib.sha256()
     blob = hashlib.sha1(b"blob %d\0" % path.stat().st_size, usedforsecurity=False)
     with path.open("rb") as f:
         while chunk := f.read(_CHUNK):
             sha256.update(chunk)
-            blob.update(chunk)
-    return sha256.hexdigest(), blob.hexdigest()
+            if git_blob:
+                blob.update(chunk)
+    return sha256.hexdigest(), blob.hexdigest() if git_blob else ""
 
 
 def mismatch(path: Path, remote: RemoteFile) -> tuple[str | None, str]:
@@ -100,10 +101,11 @@ def mismatch(path: Path, remote: RemoteFile) -> tuple[str | None, str]:
     size = path.stat().st_size
     if size != remote.size:
         return f"size {size}, the hub lists {remote.size}", ""
-    sha256, blob_id = digest(path)
+    git_file = remote.sha256 is None and remote.blob_id is not None
+    sha256, blob_id = digest(path, git_blob=git_file)
     if remote.sha256 is not None and sha256 != remote.sha256:
         return f"SHA-256 {sha256}, the hub lists {remote.sha256}", sha256
-    if remote.sha256 is None and remote.blob_id is not None and blob_id != remote.blob_id:
+    if git_file and blob_id != remote.blob_id:
         return f"git blob {blob_id}, the hub lists {remote.blob_id}", sha256
     return None, sha256
 
