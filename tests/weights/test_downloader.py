@@ -144,10 +144,13 @@ def test_private_repo_needs_the_token_and_no_log_line_shows_it(
     assert all(s.authorized for s in hub.served if private in s.path)
 
 
-def test_no_token_for_a_private_repo_fails_with_401(hub: FakeHub, tmp_path: Path) -> None:
+def test_no_token_for_a_private_repo_fails_with_401(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hub.push("moonshotai/private", _repo(b"p"), token=TOKEN)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)  # not the variable named: only --token-env counts
     dest = tmp_path / "cache"
-    args = _args(hub, dest)
+    args = [*_args(hub, dest), "--token-env", "KIMI_NO_SUCH_VARIABLE"]
     args[args.index(REPO)] = "moonshotai/private"
     assert main(args) == 1
     reason = str(_termination(dest)["reason"])

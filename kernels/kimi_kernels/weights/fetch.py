@@ -41,6 +41,11 @@ class Hub:
     retry_wait_s: float
 
     @property
+    def auth(self) -> str | bool:
+        """The token, or False: huggingface_hub reads None as "use HF_TOKEN or a stored login"."""
+        return self.token or False
+
+    @property
     def attempts(self) -> range:
         return range(1, self.retries + 1)
 
@@ -61,7 +66,7 @@ def resolve(
     hub: Hub, repo: str, revision: str, include: tuple[str, ...], exclude: tuple[str, ...]
 ) -> Target:
     """The commit `revision` names now, and its files that `include`/`exclude` select."""
-    api = HfApi(endpoint=hub.endpoint, token=hub.token)
+    api = HfApi(endpoint=hub.endpoint, token=hub.auth)
     what = f"listing {repo}@{revision}"
     for attempt in hub.attempts:
         try:
@@ -109,7 +114,7 @@ def fetch(hub: Hub, dest: Path, target: Target, remote: RemoteFile) -> str:
 
 def _download(hub: Hub, target: Target, remote: RemoteFile, part: Path) -> None:
     url = hf_hub_url(target.repo, remote.path, revision=target.commit, endpoint=hub.endpoint)
-    headers = build_hf_headers(token=hub.token)
+    headers = build_hf_headers(token=hub.auth)
     have = part.stat().st_size if part.exists() else 0
     if have > remote.size:
         part.unlink()
@@ -117,7 +122,7 @@ def _download(hub: Hub, target: Target, remote: RemoteFile, part: Path) -> None:
     if have == remote.size:
         return
     if is_xet_available():
-        meta = get_hf_file_metadata(url, token=hub.token, endpoint=hub.endpoint)
+        meta = get_hf_file_metadata(url, token=hub.auth, endpoint=hub.endpoint)
         if meta.xet_file_data is not None:
             # Xet reconstructs the whole file (deduplicated chunks); a partial one is not reused.
             xet_get(
