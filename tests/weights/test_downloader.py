@@ -260,3 +260,23 @@ def test_a_second_run_on_the_same_cache_is_refused(hub: FakeHub, tmp_path: Path)
         assert main(_args(hub, dest)) == 1
     assert str(_termination(dest)["reason"]) == f"another download is running on {dest}"
     assert main(_args(hub, dest)) == 0
+
+
+def test_plan_reports_commit_and_size_and_writes_nothing(hub: FakeHub, tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    args = ["--repo", REPO, "--endpoint", hub.url, "--termination-log", str(log), "--plan"]
+    assert main(args) == 0
+    plan = json.loads(log.read_text())
+    assert plan["phase"] == "Planned"
+    assert plan["commit"] == hub.repos[REPO].refs["main"]
+    assert plan["filesTotal"] == len(WANTED)
+    assert plan["bytesTotal"] == sum(len(_repo(b"v1")[p]) for p in WANTED)
+    assert not [s for s in hub.served if "/resolve/" in s.path]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["termination-log"]
+
+
+def test_dest_is_required_without_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--repo", REPO])
+    assert exited.value.code == 2
+    assert "--dest is required (except with --plan)" in capsys.readouterr().err

@@ -1,5 +1,9 @@
 """`python -m kimi_kernels.weights --repo R --revision V --dest DIR`: fill a weights cache.
 
+`--plan` instead only resolves: the commit the revision names now, the number of files and their
+total size go to the termination message (what a claim for that commit must hold), nothing is
+written.
+
 Exit 0 with a complete, verified cache (manifest written); 1 when it could not be made (the reason
 is the last log line and in the termination message); 2 for bad arguments. The token is read from
 the environment variable `--token-env` names (a Secret in the Job), never from an argument, and no
@@ -19,7 +23,7 @@ from huggingface_hub import constants
 from huggingface_hub.utils.tqdm import disable_progress_bars
 
 from kimi_kernels.weights.download import Progress, Request, run
-from kimi_kernels.weights.fetch import FetchError, Hub
+from kimi_kernels.weights.fetch import FetchError, Hub, resolve
 from kimi_kernels.weights.layout import DEFAULT_EXCLUDE, DEFAULT_INCLUDE
 
 log = logging.getLogger("kimi_kernels.weights")
@@ -43,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m kimi_kernels.weights", description=__doc__)
     p.add_argument("--repo", required=True, help="Hugging Face repository, owner/name")
     p.add_argument("--revision", default="main", help="branch, tag or commit (default: main)")
-    p.add_argument("--dest", required=True, type=Path, help="the cache directory (the claim)")
+    p.add_argument("--dest", type=Path, help="the cache directory (the claim)")
+    p.add_argument("--plan", action="store_true", help="resolve and report the size only")
     p.add_argument(
         "--include",
         action="append",
@@ -77,7 +82,10 @@ def _positive(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.dest is None and not args.plan:
+        parser.error("--dest is required (except with --plan)")
     token = os.environ.get(args.token_env) or None
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -90,16 +98,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # a line per request otherwise
     disable_progress_bars()
     hub = Hub(args.endpoint.rstrip("/"), token, args.retries, args.retry_wait)
-    request = Request(
-        repo=args.repo,
-        revision=args.revision,
-        dest=args.dest,
-        include=tuple(args.include or DEFAULT_INCLUDE),
-        exclude=tuple(args.exclude or DEFAULT_EXCLUDE),
-        jobs=args.jobs,
-    )
+    include = tuple(args.include or DEFAULT_INCLUDE)
+    exclude = tuple(args.exclude or DEFAULT_EXCLUDE)
     progress = Progress(args.termination_log)
     try:
+        if args.plan:
+            progress.target = resolve(hub, args.repo, args.revision, include, exclude)
+            progress.phase = "Planned"
+            progress.report()
+            return 0
+        request = Request(args.repo, args.revision, args.dest, include, exclude, args.jobs)
         manifest = run(hub, request, progress)
     except (FetchError, OSError) as error:
         reason = str(error) if token is None else str(error).replace(token, "***")
