@@ -280,3 +280,16 @@ def test_dest_is_required_without_plan(capsys: pytest.CaptureFixture[str]) -> No
         main(["--repo", REPO])
     assert exited.value.code == 2
     assert "--dest is required (except with --plan)" in capsys.readouterr().err
+
+
+def test_needs_nothing_of_the_operator_nor_torch() -> None:
+    """The Job runs it in the serving image: no kopf, Kubernetes client, kimi_operator, torch."""
+    probe = (
+        "import sys, kimi_kernels.weights.__main__; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'kopf', 'kubernetes', 'kimi_operator', 'torch', 'vllm'}))"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert ran.stdout.strip() == "[]"
