@@ -293,3 +293,25 @@ def test_needs_nothing_of_the_operator_nor_torch() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert ran.stdout.strip() == "[]"
+
+
+def test_lfs_files_come_from_the_cdn_without_the_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub = FakeHub(cdn=True)
+    hub.push("moonshotai/private", _repo(b"p"), token=TOKEN)
+    hub.faults.append(Fault(BIG, cut_after=1 << 20))  # on the CDN: resumed there with a Range
+    dest = tmp_path / "cache"
+    with hub.running():
+        args = [*_args(hub, dest), "--token-env", "KIMI_TEST_TOKEN"]
+        args[args.index(REPO)] = "moonshotai/private"
+        monkeypatch.setenv("KIMI_TEST_TOKEN", TOKEN)
+        assert main(args) == 0
+    cdn = [s for s in hub.served if s.path.startswith("/cdn/")]
+    assert {s.path.rsplit("/", 1)[-1] for s in cdn} == {
+        p for p in WANTED if p.endswith(".safetensors")
+    }
+    assert not any(s.authorized for s in cdn)
+    assert len([s for s in cdn if s.path.endswith(BIG) and s.method == "GET"]) >= 2  # cut, again
+    assert all(s.authorized for s in hub.served if "/resolve/" in s.path)
+    assert (dest / BIG).read_bytes() == _repo(b"p")[BIG]

@@ -3,7 +3,8 @@
 It answers the endpoints `huggingface_hub` 2.4 calls to list and fetch a revision (HF_ENDPOINT
 pointing here): `GET /api/models/<repo>/revision/<rev>?blobs=true` (the commit and its files with
 size, git blob id and LFS SHA-256) and `HEAD|GET /<repo>/resolve/<rev>/<path>` (`X-Repo-Commit`,
-`ETag`/`X-Linked-Etag`, `X-Linked-Size`, byte ranges). Branches move with `push`; a private repo
+`ETag`/`X-Linked-Etag`, `X-Linked-Size`, byte ranges; with `cdn=True` an LFS file's resolve is a
+302 to a second server, as the hub's are to its CDN). Branches move with `push`; a private repo
 answers 401 without its token; faults (429, 5xx, a connection cut mid-file, a slow file) are
 scripted per path. Standard library only: the weights downloader's tests, and anything else that
 needs a hub without the internet, use it.
@@ -24,6 +25,7 @@ from urllib.parse import unquote, urlsplit
 
 _API = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/revision/(?P<rev>[^/?]+)$")
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
+_CDN = re.compile(r"^/cdn/(?P<repo>[^/]+/[^/]+)/(?P<rev>[0-9a-f]{40})/(?P<path>.+)$")
 _RANGE = re.compile(r"^bytes=(\d+)-$")
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
@@ -63,14 +65,15 @@ class Served:
 
 
 class FakeHub:
-    def __init__(self) -> None:
+    def __init__(self, cdn: bool = False) -> None:
+        self.cdn = cdn
         self.repos: dict[str, Repo] = {}
         self.faults: list[Fault] = []
         self.served: list[Served] = []
         self.most_in_flight = 0  # file bodies being sent at once, at most (parallel fetching)
         self._in_flight = 0
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        self._servers: list[ThreadingHTTPServer] = []
 
     def push(
         self, repo_id: str, files: dict[str, bytes], branch: str = "main", token: str | None = None
@@ -87,23 +90,35 @@ class FakeHub:
 
     @property
     def url(self) -> str:
-        assert self._server is not None, "start() the hub first"
-        host, port = self._server.server_address[:2]
+        return self._address(0)
+
+    @property
+    def cdn_url(self) -> str:
+        return self._address(1)
+
+    def _address(self, index: int) -> str:
+        assert len(self._servers) > index, "run the hub (with cdn=True for a CDN) first"
+        host, port = self._servers[index].server_address[:2]
         return f"http://{host!s}:{port}"
 
     @contextmanager
     def running(self) -> Iterator[FakeHub]:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        self._server = server
-        thread.start()
+        """Serve the hub (and its CDN) on ports of 127.0.0.1 while in the block."""
+        threads = []
+        for _ in range(2 if self.cdn else 1):
+            server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+            server.daemon_threads = True
+            self._servers.append(server)
+            threads.append(threading.Thread(target=server.serve_forever, daemon=True))
+            threads[-1].start()
         try:
             yield self
         finally:
-            server.shutdown()
-            server.server_close()
-            thread.join()
+            for server, thread in zip(self._servers, threads, strict=True):
+                server.shutdown()
+                server.server_close()
+                thread.join()
+            self._servers.clear()
 
     def gets(self, path: str) -> list[Served]:
         """The GETs of a file's bytes (resolve requests), in order."""
@@ -171,8 +186,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if fault is not None and fault.status:
                 self._error(path, fault.status, "", "Slow down" if fault.status == 429 else "Oops")
                 return
-            api, resolve = _API.match(path), _RESOLVE.match(path)
-            match = api or resolve
+            api, resolve, cdn = _API.match(path), _RESOLVE.match(path), _CDN.match(path)
+            match = api or resolve or cdn
             repo = hub.repos.get(match["repo"]) if match else None
             if match is None or repo is None:
                 self._error(path, 404, "RepoNotFound", "Repository not found")
@@ -180,7 +195,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             authorized = repo.token is None or self.headers.get("Authorization") == (
                 f"Bearer {repo.token}"
             )
-            if not authorized:
+            if not authorized and cdn is None:  # a CDN address is signed: it needs no token
                 self._error(path, 401, "RepoNotFound", "Invalid username or password.")
                 return
             rev = unquote(match["rev"])
@@ -208,7 +223,23 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if data is None:
                 self._error(path, 404, "EntryNotFound", "Entry not found")
                 return
+            if hub.cdn and cdn is None and _lfs(match["path"]):
+                location = f"{hub.cdn_url}/cdn/{match['repo']}/{commit}/{match['path']}"
+                self._redirect(path, commit, data, location)
+                return
             self._file(path, commit, match["path"], data, body=body, fault=fault)
+
+        def _redirect(self, path: str, commit: str, data: bytes, location: str) -> None:
+            """An LFS file on the hub: 302 to the CDN, its size and SHA-256 in X-Linked-*."""
+            hub._record(Served(self.command, path, 302, 0, "Authorization" in self.headers))
+            sha = hashlib.sha256(data).hexdigest()
+            self.send_response(302)
+            self.send_header("Location", location)
+            self.send_header("X-Repo-Commit", commit)
+            self.send_header("X-Linked-Etag", f'"{sha}"')
+            self.send_header("X-Linked-Size", str(len(data)))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
         def _file(
             self, path: str, commit: str, name: str, data: bytes, *, body: bool, fault: Fault | None
