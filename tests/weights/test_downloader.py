@@ -165,7 +165,7 @@ def _partial_size(dest: Path) -> int:
 
 def test_a_killed_download_resumes_and_keeps_its_commit(hub: FakeHub, tmp_path: Path) -> None:
     first_commit = hub.repos[REPO].refs["main"]
-    slow = Fault(BIG, bytes_per_second=6 << 20)
+    slow = Fault(BIG, bytes_per_second=4 << 20)  # the first 10 MiB chunk lands after 2.5 s
     hub.faults.append(slow)
     dest = tmp_path / "cache"
     env = {**os.environ, "HF_ENDPOINT": hub.url}
