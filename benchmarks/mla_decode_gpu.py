@@ -99,7 +99,7 @@ def phase_env() -> None:
     props = torch.cuda.get_device_properties(0)
     try:
         dsl = importlib.metadata.version("nvidia-cutlass-dsl")
-    except importlib.metadata.PackageNotFoundError:  # unpacked onto PYTHONPATH (../shared/gpu)
+    except importlib.metadata.PackageNotFoundError:  # unpacked onto PYTHONPATH (kernels/NOTES.md)
         dsl = getattr(cutlass, "__version__", "unknown")
     RESULT["env"] = {
         "gpu": props.name,
