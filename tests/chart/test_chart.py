@@ -334,3 +334,13 @@ def test_notes_say_what_was_installed_and_what_to_apply() -> None:
     assert "RBAC: a ClusterRole" in notes
     assert "kubectl apply -n inference -f crds/samples/k3-tp16-latency.yaml" in notes
     assert (ROOT / "crds" / "samples" / "k3-tp16-latency.yaml").exists()
+
+
+@pytest.mark.parametrize(("version", "accepted"), [("1.31.9", False), ("1.32.0", True)])
+def test_the_chart_needs_a_kubernetes_with_dra(version: str, accepted: bool) -> None:
+    """ComputeDomains hand out IMEX channels through Dynamic Resource Allocation: the NVIDIA DRA
+    driver needs Kubernetes 1.32 or later (docs/install.md)."""
+    result = helm("template", "kimi", str(CHART), "--kube-version", version, check=False)
+    assert (result.returncode == 0) is accepted, result.stderr
+    if not accepted:
+        assert "requires kubeVersion: >=1.32.0-0" in result.stderr

@@ -253,7 +253,13 @@ def _scenario(url: str, reached: set[tuple[str, int]], sites: list[CallSite]) ->
     _send(url, "PATCH", f"{kimi}/k3", {"spec": {"replicas": 1}}, merge=True)
     _wait(lambda: len(children(LEADER_WORKER_SET)) == 1, "the scale-down to one group")
     # Children the spec no longer asks for: whatever the operator does about them is observed.
-    dropped = {"spec": {"computeDomain": "Disabled", "monitoring": {"podMonitor": False}}}
+    dropped = {
+        "spec": {
+            "computeDomain": "Disabled",
+            "decode": {"backend": "auto"},
+            "monitoring": {"podMonitor": False},
+        }
+    }
     _send(url, "PATCH", f"{kimi}/k3", dropped, merge=True)
     _wait(lambda: not children(COMPUTE_DOMAIN), "the ComputeDomains gone")
     bad = _sample("k3-tp16-latency")

@@ -85,7 +85,7 @@ def test_wheel_installs_next_to_vllm(tmp_path: Path) -> None:
     venv.create(tmp_path / "venv", with_pip=True)
     python = str(tmp_path / "venv" / "bin" / "python")
     pip = (python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check")
-    # vLLM as the Makefile installs it on a CPU machine: CPU torch, vLLM without its dependencies,
+    # vLLM as `make setup` installs it on a CPU machine: CPU torch, vLLM without its dependencies,
     # the light packages its modules import.
     _run(*pip, "torch==2.13.0", "numpy")
     _run(*pip, "--no-deps", "vllm==0.33.0")

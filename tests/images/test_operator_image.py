@@ -1,6 +1,6 @@
-"""The operator image built here without a Docker daemon and then run (docs/architecture.md):
-buildah with vfs storage and chroot isolation, on a `debootstrap --variant=minbase` Debian root
-with python3-venv passed as the BASE_IMAGE build-arg."""
+"""The operator image built here without a Docker daemon and then run: buildah with vfs
+storage and chroot isolation, on a `debootstrap --variant=minbase` Debian root with python3-venv
+passed as the BASE_IMAGE build-arg."""
 
 import json
 import shutil

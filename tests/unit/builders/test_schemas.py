@@ -74,3 +74,37 @@ def test_a_wrong_child_is_refused() -> None:
     bad_service = {**service, "spec": {**service["spec"], "ports": [{"port": "http"}]}}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad_service, KUBERNETES_VERSION, strict=True)
+
+
+TEMPLATES = [
+    (f"{label}:{role}", child["spec"]["leaderWorkerTemplate"][role])
+    for label, child in ALL
+    if child["kind"] == "LeaderWorkerSet"
+    for role in ("leaderTemplate", "workerTemplate")
+]
+
+
+def pod_template(template: dict[str, Any]) -> dict[str, Any]:
+    """A pod template as the built-in PodTemplate kind, so that Kubernetes' own Pod schema (not
+    only the LeaderWorkerSet CRD's copy of it) checks resources, affinity, pull secrets, shm."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": "t"},
+        "template": template,
+    }
+
+
+@pytest.mark.parametrize("template", [t for _, t in TEMPLATES], ids=[lbl for lbl, _ in TEMPLATES])
+def test_pod_templates_are_valid_kubernetes_pods(template: dict[str, Any]) -> None:
+    kubernetes_validate.validate(pod_template(template), KUBERNETES_VERSION, strict=True)
+
+
+def test_a_wrong_pod_template_is_refused() -> None:
+    _, template = TEMPLATES[0]
+    broken = yaml.safe_load(yaml.safe_dump(template))
+    broken["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0][
+        "topologyKeys"
+    ] = "x"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(pod_template(broken), KUBERNETES_VERSION, strict=True)
