@@ -12,16 +12,12 @@ import yaml
 from jsonschema import Draft4Validator
 
 from kimi_operator.cli import build_parser
+from kimi_operator.embedded.upstream import upstream_crd
 from tests.apiserver import strict_schema
 
 from .helm import CHART, ROOT, helm, of_kind, template, write_values
 
 KUBERNETES_VERSION = "1.34"
-SCHEMAS = ROOT.parent / "shared" / "schemas"
-UPSTREAM = {
-    "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
-    "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml",
-}
 CRD_SOURCE = ROOT / "crds" / "kimi-operator.io_kimideployments.yaml"
 CRD_COPY = CHART / "files" / "kimi-operator.io_kimideployments.yaml"
 DIGEST = "sha256:" + "ab" * 32
@@ -44,7 +40,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 def _crd_validators() -> dict[str, Draft4Validator]:
     """Kind -> validator of its v1 schema, for the custom kinds the chart renders: the upstream
     Prometheus Operator CRDs and kopf's peering CRDs (which the chart ships)."""
-    crds = [yaml.safe_load((SCHEMAS / name).read_text()) for name in UPSTREAM.values()]
+    crds = [upstream_crd("ServiceMonitor"), upstream_crd("PrometheusRule")]
     crds += yaml.safe_load_all((CHART / "files" / "kopf-peering-crds.yaml").read_text())
     validators = {}
     for crd in crds:

@@ -27,6 +27,7 @@ import yaml
 
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
+from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
@@ -45,12 +46,6 @@ CLIENT_MODULE = PACKAGE / "k8s" / "client.py"
 # tests) and the benchmark (run from a user's machine with the user's credentials).
 NOT_IN_CLUSTER = ("embedded", "bench")
 SAMPLES = ROOT / "crds" / "samples"
-SCHEMAS = ROOT.parent / "shared" / "schemas"
-UPSTREAM = (
-    "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
-    "resource.nvidia.com_computedomains.yaml",
-    "monitoring.coreos.com_podmonitors.yaml",
-)
 NAMESPACE = "inference"
 TEST_AGENT = "kimi-operator-rbac-test"
 PEERING = "kimi-operator"
@@ -323,7 +318,7 @@ def _observe(
     _record_requests(monkeypatch, requests)
     sites = client_call_sites()
     with EmbeddedApiServer() as api:
-        upstream = [yaml.safe_load((SCHEMAS / name).read_text()) for name in UPSTREAM]
+        upstream = child_crds()
         kopf_crds = list(yaml.safe_load_all(PEERING_CRDS.read_text())) if peering else []
         api.install_crds([crd(), *upstream, *kopf_crds])
         for path, body in _peering_objects(namespaces) if peering else []:
