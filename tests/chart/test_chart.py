@@ -12,15 +12,11 @@ import yaml
 
 from kimi_operator.cli import build_parser
 from kimi_operator.embedded.admission import CustomResource
+from kimi_operator.embedded.upstream import upstream_crd
 
 from .helm import CHART, ROOT, helm, of_kind, template, write_values
 
 KUBERNETES_VERSION = "1.34"
-SCHEMAS = ROOT.parent / "shared" / "schemas"
-UPSTREAM = {
-    "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
-    "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml",
-}
 CRD_SOURCE = ROOT / "crds" / "kimi-operator.io_kimideployments.yaml"
 CRD_COPY = CHART / "files" / "kimi-operator.io_kimideployments.yaml"
 DIGEST = "sha256:" + "ab" * 32
@@ -43,7 +39,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 def _custom_resources() -> dict[str, CustomResource]:
     """Kind -> its v1 as the API server admits it, for the custom kinds the chart renders: the
     upstream Prometheus Operator CRDs and kopf's peering CRDs (which the chart ships)."""
-    crds = [yaml.safe_load((SCHEMAS / name).read_text()) for name in UPSTREAM.values()]
+    crds = [upstream_crd("ServiceMonitor"), upstream_crd("PrometheusRule")]
     crds += yaml.safe_load_all((CHART / "files" / "kopf-peering-crds.yaml").read_text())
     return {
         crd["spec"]["names"]["kind"]: CustomResource.of(crd, f"{crd['spec']['group']}/v1")

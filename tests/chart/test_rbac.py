@@ -30,18 +30,19 @@ import yaml
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.rbac import Attributes, request_attributes
-from kimi_operator.embedded.server import EmbeddedApiServer, stand_in_crd
+from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
-    KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
     POD_MONITOR,
     SERVICE,
     Resource,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
+from tests.operator.conftest import older_crd
 
 from .helm import ROOT, of_kind, template
 
@@ -51,12 +52,6 @@ CLIENT_MODULE = PACKAGE / "k8s" / "client.py"
 # tests) and the benchmark (run from a user's machine with the user's credentials).
 NOT_IN_CLUSTER = ("embedded", "bench")
 SAMPLES = ROOT / "crds" / "samples"
-SCHEMAS = ROOT.parent / "shared" / "schemas"
-UPSTREAM = (
-    "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
-    "resource.nvidia.com_computedomains.yaml",
-    "monitoring.coreos.com_podmonitors.yaml",
-)
 NAMESPACE = "inference"
 PEERING = "kimi-operator"
 PEERING_CRDS = ROOT / "charts" / "kimi-operator" / "files" / "kopf-peering-crds.yaml"
@@ -265,7 +260,7 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
     bad["metadata"] = {"name": "bad", "namespace": NAMESPACE}
     bad["spec"]["gpus"] = 12
     # Refused by the API server: created under an older CRD without the rules, kept after.
-    api.install_crds([stand_in_crd(KIMI_DEPLOYMENT)])
+    api.install_crds([older_crd()])
     _send(url, "POST", kimi, bad)
     api.install_crds([crd()])
     _wait(lambda: bool(_send(url, "GET", f"{kimi}/bad").get("status")), "the invalid one's status")
@@ -306,7 +301,7 @@ def _observe(
     if peering:
         values |= {"replicaCount": 2, "peering": {"enabled": True, "name": PEERING}}
     with EmbeddedApiServer() as api:
-        upstream = [yaml.safe_load((SCHEMAS / name).read_text()) for name in UPSTREAM]
+        upstream = child_crds()
         kopf_crds = list(yaml.safe_load_all(PEERING_CRDS.read_text())) if peering else []
         api.install_crds([crd(), *upstream, *kopf_crds])
         for path, body in _peering_objects(namespaces) if peering else []:

@@ -13,7 +13,7 @@ import pytest
 from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
 from kimi_operator.embedded.chart import operator_identity
-from kimi_operator.embedded.server import Check, EmbeddedApiServer, stand_in_crd
+from kimi_operator.embedded.server import Check, EmbeddedApiServer
 from kimi_operator.k8s.apply import owner_reference
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
@@ -22,7 +22,7 @@ from kimi_operator.k8s.resources import (
     LEADER_WORKER_SET,
     SERVICE,
 )
-from tests.operator.conftest import ROOT, sample
+from tests.operator.conftest import ROOT, older_crd, sample
 from tests.operator.test_lifecycle import NAME, NS, children, create
 
 KDS = KIMI_DEPLOYMENT.collection(NS)
@@ -161,7 +161,7 @@ def test_upstream_crds_are_checked_too(api: EmbeddedApiServer, client: Client) -
 
 def test_an_object_stored_under_an_older_crd_can_still_be_written(api: EmbeddedApiServer) -> None:
     """Ratcheting: an update is refused only for the values it changes."""
-    api.install_crds([stand_in_crd(KIMI_DEPLOYMENT)])
+    api.install_crds([older_crd()])
     doc = sample()
     doc["spec"]["gpus"] = 12
     assert send(api, "POST", KDS, doc)[0] == 201

@@ -8,11 +8,18 @@ import pytest
 
 from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
-from kimi_operator.embedded.server import EmbeddedApiServer, Fault, stand_in_crd
+from kimi_operator.embedded.server import EmbeddedApiServer, Fault
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import EVENT, KIMI_DEPLOYMENT, SERVICE
 from kimi_operator.runner import OperatorThread
-from tests.operator.conftest import RESYNC_S, condition, sample, status_of, wait_for
+from tests.operator.conftest import (
+    RESYNC_S,
+    condition,
+    older_crd,
+    sample,
+    status_of,
+    wait_for,
+)
 from tests.operator.test_lifecycle import NAME, NS, children, create, reconciled
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -103,7 +110,7 @@ def test_invalid_spec_leaves_children_alone(client: Client, api: EmbeddedApiServ
     bad = {"gpus": 12, "engineArgs": ["--enable-lora"]}
     with pytest.raises(kopf.PermanentError, match="HTTP 422"):
         client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": bad})
-    api.install_crds([stand_in_crd(KIMI_DEPLOYMENT)])
+    api.install_crds([older_crd()])
     client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": bad})
     api.install_crds([crd()])
     status = wait_for(lambda: reconciled(client, 2), what="generation 2 acted on")
