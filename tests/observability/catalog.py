@@ -17,7 +17,7 @@ from tests.observability.tools import ROOT
 CHART = ROOT / "charts" / "kimi-operator"
 RULES = CHART / "rules" / "kimi-k3.rules.yaml"
 DASHBOARDS = sorted((CHART / "dashboards").glob("*.json"))
-SCHEMAS = ROOT.parent / "shared" / "schemas"
+SCHEMAS = ROOT / "tests" / "observability" / "schemas"  # see its README.md
 VLLM_CATALOG = SCHEMAS / "vllm-0.33.0-metrics.tsv"
 
 # What Grafana puts in place of the template variables ("All" is `.*`).
