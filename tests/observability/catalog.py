@@ -17,8 +17,11 @@ from tests.observability.tools import ROOT
 CHART = ROOT / "charts" / "kimi-operator"
 RULES = CHART / "rules" / "kimi-k3.rules.yaml"
 DASHBOARDS = sorted((CHART / "dashboards").glob("*.json"))
-SCHEMAS = ROOT / "tests" / "observability" / "schemas"  # see its README.md
-VLLM_CATALOG = SCHEMAS / "vllm-0.33.0-metrics.tsv"
+SCHEMAS = ROOT.parent / "shared" / "schemas"
+# Every metric vLLM 0.33.0 registers: name, type, labels, samples, help, when it is registered and
+# its defining file:line in the 0.33.0 wheel (the `source` column). Compiled from the wheel's
+# source with the project's design material; kept here so the catalog travels with the tests.
+VLLM_CATALOG = ROOT / "tests" / "observability" / "vllm-0.33.0-metrics.tsv"
 
 # What Grafana puts in place of the template variables ("All" is `.*`).
 VARIABLES = {

@@ -5,6 +5,7 @@ series. vLLM 0.32.0 (CPU build), not 0.33.0: what it cannot show is listed, with
 import csv
 import math
 import time
+import urllib.error
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,7 +60,10 @@ def prometheus(served: Served) -> Iterator[Proof]:
 
         def scraped() -> bool:
             alive()
-            targets = proof.api("targets")["activeTargets"]
+            try:
+                targets = proof.api("targets")["activeTargets"]
+            except urllib.error.URLError:  # still starting
+                return False
             return len(targets) == 2 and all(t["health"] == "up" for t in targets)
 
         wait(scraped, 60, "both targets to be scraped")

@@ -28,8 +28,8 @@ def _rate_sum(metric: str, by: str = BY, selector: str = "") -> str:
 
 
 def _per(numerator: str, denominator: str) -> str:
-    """A ratio that is absent, not NaN, while its denominator is 0 (no requests in the window;
-    prefix caching off, as vLLM's CPU build does for MLA models)."""
+    """A ratio that is absent, not NaN, while its denominator is 0 (no requests in the window,
+    no drafts, no prefix-cache queries)."""
     return f"{numerator} / ({denominator} > 0)"
 
 
@@ -82,7 +82,7 @@ def recording_rules() -> list[dict[str, str]]:
             "expr": _rate_sum(
                 "vllm:spec_decode_num_accepted_tokens_per_pos_total", f"{BY}, position"
             )
-            + f" / on ({BY}) group_left ({_rate_sum('vllm:spec_decode_num_drafts_total')} > 0)",
+            + f" / on ({BY}) group_left {_rate_sum('vllm:spec_decode_num_drafts_total')}",
         },
         {
             # Share of pure decode steps (prefill and mixed batches left out: they never can)
