@@ -106,10 +106,14 @@ def timing_warnings(
     bursts = sum(r.burst for r in ok)
     if bursts:
         itl = server.inter_token_latency_s
-        near = f", or far inside the server's own {itl * 1e3:.1f} ms inter-token latency"
+        near = (
+            f", or far inside the server's own {itl * 1e3:.1f} ms inter-token latency"
+            if itl
+            else ""
+        )
         notes.append(
             f"TIMING UNRELIABLE: {bursts} of {len(ok)} requests received their tokens in bursts "
-            f"(most chunks in one read with the previous one{near if itl else ''}): "
+            f"(most chunks in one read with the previous one{near}): "
             "left out of TTFT, ITL and decode-rate figures. A proxy or ingress that buffers "
             "server-sent events, or a client machine too busy to read, does this"
         )
