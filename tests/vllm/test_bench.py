@@ -13,6 +13,7 @@ from aiohttp import web
 
 from kimi_operator.bench.stub import serve_app_in_thread
 from kimi_operator.cli import main
+from kimi_operator.dev.cpu_vllm import journey
 from tests.vllm.conftest import Served
 
 AGREEMENT = 0.10
@@ -84,3 +85,13 @@ def test_a_buffering_proxy_is_caught(served: Served, tmp_path: Path, buffering_p
     assert summary["decode_tokens_per_s"] is None
     assert summary["warnings"][0].startswith("TIMING UNRELIABLE: 3 of 3 requests")
     assert summary["server_metrics"]["decode_tokens_per_s"] > 0  # the server's own, beside
+
+
+def test_the_demo_journey(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    """The end of `make demo`: bench the endpoint, then read the decode-rate metrics."""
+    assert journey(served.server) == 0
+    out = capsys.readouterr().out
+    assert "decode tok/s per request, excl. prefill" in out
+    assert 'kimi_build_info{cutlass_dsl_version="none",decode_backend="auto"' in out
+    assert "kimi_request_decode_tokens_per_second_count" in out
+    assert "kimi_decode_path_instrumented 0.0" in out

@@ -180,7 +180,7 @@ JOURNEY_METRICS = (
 def journey(server: CpuServer) -> int:
     """What a user does with a deployment's endpoint: bench it, then read the decode-rate metrics
     (the end of `make demo`)."""
-    from kimi_operator.cli import main as cli  # noqa: PLC0415 (the CLI imports this module's users)
+    from kimi_operator.cli import main as cli  # noqa: PLC0415 (heavy; only the journey needs it)
 
     with tempfile.TemporaryDirectory(prefix="kimi-bench-") as out:
         argv = [
@@ -217,9 +217,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # SIGTERM, like Ctrl-C, unwinds through CpuServer.__exit__: the server does not outlive us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with CpuServer(args.port, args.metrics_port, args.threads) as server:
-        if args.journey:
+    if args.journey:  # the server's own log stays out of the demo's output
+        print(f"starting vLLM (CPU build 0.32.0) with {MODEL_NAME} on {HOST}:{args.port} ...")
+        with (
+            tempfile.TemporaryFile() as log,
+            CpuServer(args.port, args.metrics_port, args.threads, log=log) as server,
+        ):
+            print(f"/health answered after {server.start_s:.0f} s", flush=True)
             return journey(server)
+    with CpuServer(args.port, args.metrics_port, args.threads) as server:
         print(
             f"vLLM (CPU build 0.32.0) serves {MODEL_NAME} at {server.root}/v1 after "
             f"{server.start_s:.0f} s; metrics at {server.root}/metrics and {server.metrics_url}. "
