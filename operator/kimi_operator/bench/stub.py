@@ -59,6 +59,18 @@ def _sse(event: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
 
 
+def _chunk(request_id: str, chat: bool, count: int, usage: dict[str, int] | None) -> bytes:
+    """One SSE chunk of `count` tokens, as vLLM streams completions or chat."""
+    text = " tok" * count
+    choice: dict[str, Any] = (
+        {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+    )
+    event: dict[str, Any] = {"id": request_id, "choices": [choice]}
+    if usage is not None:
+        event["usage"] = usage
+    return _sse(event)
+
+
 class StubApp:
     def __init__(self, schedule: Schedule) -> None:
         self.schedule = schedule
@@ -136,14 +148,8 @@ class StubApp:
             step += 1
             state.chunks += 1
             state.tokens += count
-            text = " tok" * count
-            choice: dict[str, Any] = {"index": 0, "text": text}
-            if chat:
-                choice = {"index": 0, "delta": {"content": text}}
-            event: dict[str, Any] = {"id": request_id, "choices": [choice]}
-            if continuous:
-                event["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent}
-            held.append(_sse(event))
+            so_far = {"prompt_tokens": prompt_tokens, "completion_tokens": sent}
+            held.append(_chunk(request_id, chat, count, so_far if continuous else None))
             if len(held) >= s.burst or sent >= total:
                 await response.write(b"".join(held))
                 held.clear()
