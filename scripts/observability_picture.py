@@ -116,7 +116,7 @@ def main(out: Path) -> None:
                 axis.set_title(title)
                 axis.set_xlabel("minutes")
                 axis.grid(alpha=0.3)
-                axis.legend(loc="lower right")
+                axis.legend(loc="best", fontsize="small")
             figure.suptitle(
                 "Kimi K3 panels on real vLLM series: vLLM 0.32.0 CPU build, tiny DeepseekV3, "
                 "kimi-operator bench at batch 1 then 8 (5-minute windows)"
