@@ -74,9 +74,11 @@ def test_open_replay_sends_on_the_trace_times_closed_waits_for_answers(
     assert c_b["start_s"] >= c_a["start_s"] + c_a["e2e_s"] + 0.3
     assert c_c["start_s"] >= c_b["start_s"] + c_b["e2e_s"] + 0.2
     (o_task,), (c_task,) = opened["tasks"], closed["tasks"]
-    # Open: the task is the slowest of three overlapping requests; closed: their sum plus thinking.
-    assert o_task["completion_s"] <= max(r["start_s"] + r["e2e_s"] for r in (o_a, o_b, o_c))
-    assert c_task["completion_s"] > o_task["completion_s"] + THINK_S
+    # Each run against its own latencies (the two runs' latencies differ on a shared machine):
+    # open overlaps the turns and skips the thinking, closed lays them end to end with it.
+    assert o_task["completion_s"] < sum(r["e2e_s"] for r in (o_a, o_b, o_c))
+    tail = c_c["e2e_s"] - c_c["chunk_times_s"][-1]
+    assert c_task["completion_s"] + tail >= sum(r["e2e_s"] for r in (c_a, c_b, c_c)) + THINK_S
 
 
 def test_a_refused_turn_fails_its_task_once_and_its_dependant_is_not_sent(
