@@ -139,7 +139,8 @@ def _problems(errors: Sequence[ErrorDetails], raw_spec: Any) -> list[Problem]:
 
 def _rule_problem(violation: Violation) -> Problem:
     rule = violation.rule
-    return Problem(rule.path, rule.problem, rule.allowed, got=violation.got)
+    what = rule.problem + (rule.hint(violation.got) if rule.hint else "")
+    return Problem(rule.path, what, rule.allowed, got=violation.got)
 
 
 def _rules_on_valid_parts(

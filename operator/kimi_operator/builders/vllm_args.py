@@ -5,8 +5,6 @@ import json
 from kimi_operator.api.spec import KimiDeploymentSpec, WeightSource
 
 HTTP_PORT = 8000
-# Served on every pod, leaders and headless workers, by the kimi_kernels vLLM plugin.
-METRICS_PORT = 9090
 DISABLE_CUSTOM_ALL_REDUCE = "--disable-custom-all-reduce"
 MODEL_DIR = "/models/weights"
 DRAFT_DIR = "/models/draft"
