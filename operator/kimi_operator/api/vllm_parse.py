@@ -53,7 +53,7 @@ def lookup(arg: str) -> Option | str | None:
     if not arg.startswith("-"):
         return None
     if arg == "--":
-        return "argparse reads everything after -- as the model, which the operator sets"
+        return "argparse reads what follows -- as the model, which the operator sets"
     if arg in SERVE_FLAGS:
         return arg, None
     if len(arg) == 1:
@@ -140,6 +140,8 @@ def problems(args: Sequence[str]) -> list[tuple[str, str]]:
         arg = flat[i]
         hit = lookup(arg)
         i += 1
+        if arg == "--" and i == len(flat):
+            break  # nothing follows: argparse drops it
         if hit is None:
             found.append((arg, f"{arg}: a value after no option that takes one"))
             continue

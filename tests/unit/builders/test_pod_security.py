@@ -9,7 +9,11 @@ from tests.pods import pod_specs, privilege_problems, shell_problems
 from tests.specs import edited
 from tests.unit.builders.cases import CASES, deployment
 
-HOSTILE_ARGS = ["--chat-template={{ x }}; rm -rf / $(id) `id` | sh", "--seed", "$(HF_TOKEN)"]
+HOSTILE_ARGS = [
+    "--chat-template={{ x }}; rm -rf / $(id) `id` | sh",
+    "--response-role",
+    "$(HF_TOKEN)",
+]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
