@@ -161,7 +161,7 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
         namespaces=tuple(args.namespace or ()),
         defaults=OperatorDefaults(
             serving_image=args.serving_image,
-            custom_all_reduce_fixed_images=frozenset(args.custom_all_reduce_fixed_image or ()),
+            serving_image_vllm_version=args.serving_image_vllm_version,
         ),
         resync_interval_s=args.resync_interval,
         workers=args.workers,
@@ -196,7 +196,10 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _add_operator_parsers(sub: Any) -> None:
     import os  # noqa: PLC0415
 
-    from kimi_operator.builders import DEFAULT_SERVING_IMAGE  # noqa: PLC0415
+    from kimi_operator.builders import (  # noqa: PLC0415
+        DEFAULT_SERVING_IMAGE,
+        DEFAULT_SERVING_VLLM_VERSION,
+    )
 
     run = sub.add_parser(
         "run",
@@ -217,11 +220,15 @@ def _add_operator_parsers(sub: Any) -> None:
         "(env KIMI_OPERATOR_SERVING_IMAGE; default %(default)s)",
     )
     run.add_argument(
-        "--custom-all-reduce-fixed-image",
-        action="append",
-        metavar="IMAGE",
-        help="an image whose vLLM has the cross-node custom all-reduce fix (vllm issue 52778): "
-        "no --disable-custom-all-reduce for it (repeatable)",
+        "--serving-image-vllm-version",
+        default=os.environ.get(
+            "KIMI_OPERATOR_SERVING_IMAGE_VLLM_VERSION", DEFAULT_SERVING_VLLM_VERSION
+        ),
+        metavar="VERSION",
+        help="the vLLM version --serving-image carries; below 0.33.0, TP groups across nodes get "
+        "--disable-custom-all-reduce (vllm issue 52778). A spec.image declares its own with the "
+        "annotation kimi-operator.io/vllm-version (env KIMI_OPERATOR_SERVING_IMAGE_VLLM_VERSION; "
+        "default %(default)s)",
     )
     run.add_argument(
         "--resync-interval",
