@@ -30,7 +30,7 @@ OWNED_ENV: Final = (
         # vLLM 0.33.0 reads it as bool(int(value)) (vllm/envs.py:360-363 and 2149-2151): any
         # nonzero decimal integer means on; "true" makes it raise ValueError at start-up.
         r"^[+-]?0*[1-9][0-9]*$",
-        "a nonzero integer such as 1",
+        "1 (or another nonzero integer)",
     ),
     OwnedEnv(
         "NCCL_MNNVL_ENABLE",
