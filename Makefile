@@ -48,6 +48,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/validate.py
 	$(BIN)/python -P benchmarks/bench_client.py
 	$(BIN)/python benchmarks/operator_scale.py
+	$(BIN)/python benchmarks/placement.py
+	$(BIN)/python benchmarks/weights_download.py
 
 # Faults, SIGKILL restarts, hand edits, CRD removal, churn with a 30 s soak (tests/reliability,
 # marked `reliability`, which `make test` leaves out; a few minutes). The full figures:

@@ -37,7 +37,6 @@ from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMAS = ROOT.parent / "shared" / "schemas"
 SAMPLE = ROOT / "crds" / "samples" / "k3-tp8-dspark.yaml"
 NAMESPACE = "bench"
 CHILDREN = 5  # ComputeDomain, LeaderWorkerSet, Service, PodDisruptionBudget, PodMonitor
@@ -65,7 +64,7 @@ def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
     args = parser.parse_args()
 
     server = subprocess.Popen(
-        [sys.executable, "-m", "kimi_operator.embedded.server", str(SCHEMAS)],
+        [sys.executable, "-m", "kimi_operator.embedded.server"],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -28,22 +28,16 @@ from kimi_operator.embedded.reliability import (
     run_faults,
     run_restarts,
 )
-from kimi_operator.embedded.server import UPSTREAM_CRD_FILES, EmbeddedApiServer
+from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.upstream import CHILD_KINDS, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMAS = ROOT.parent / "shared" / "schemas"
 OPERATOR_TIMEOUT_S = 15.0  # the operator's read timeout (Client's default)
 
 
 def upstream_crds() -> dict[str, dict[str, Any]]:
-    import yaml  # noqa: PLC0415
-
-    kinds = ("LeaderWorkerSet", "ComputeDomain", "PodMonitor")
-    return {
-        kind: yaml.safe_load((SCHEMAS / name).read_text())
-        for kind, name in zip(kinds, UPSTREAM_CRD_FILES, strict=True)
-    }
+    return {kind: upstream_crd(kind) for kind in CHILD_KINDS}
 
 
 def main() -> None:

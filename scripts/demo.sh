@@ -33,4 +33,4 @@ PY
 echo "(full YAML: $out)"
 
 step "kimi-operator demo  (the operator live on an embedded API server on 127.0.0.1)"
-"$cli" demo --samples crds/samples --schemas ../shared/schemas
+"$cli" demo --samples crds/samples

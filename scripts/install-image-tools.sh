@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install buildah and debootstrap (Debian packages), which `make test-images` uses to build the
-# operator image without a Docker daemon (DESIGN §5). Needs root; does nothing when both are there.
+# operator image without a Docker daemon. Needs root; does nothing when both are there.
 set -euo pipefail
 if command -v buildah >/dev/null && command -v debootstrap >/dev/null; then
     exit 0

@@ -1,4 +1,4 @@
-"""The API server's checks of a custom object, as far as they can run here (DESIGN §5).
+"""The API server's checks of a custom object, as far as they can run here.
 
 No kube-apiserver can run on these machines, so tests emulate what it does with the generated CRD:
 drop nulls, apply structural defaults, validate the OpenAPI v3 schema (with unknown fields refused,

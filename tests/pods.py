@@ -54,7 +54,11 @@ def shell_problems(children: list[dict[str, Any]], kd: KimiDeployment) -> list[s
                 problems.append(f"{at}: runs a shell or inline code: {command + args[:1]}")
             if program in INTERPRETERS and command[1:2] != ["-m"]:
                 problems.append(f"{at}: an interpreter must run a module (-m), not code")
-            if any(text and text in word for text in user_args for word in command):
+            # A command line composed as one string is how user text would reach a program
+            # unquoted; the builders render single-token words ("python3", "-m", ...), which a
+            # short argument such as "y" may well be a substring of.
+            composed = [word for word in command if len(word.split()) > 1]
+            if any(text and text in word for text in user_args for word in composed):
                 problems.append(f"{at}: user engineArgs text inside the command")
             if container["name"] == "vllm" and user_args and args[-len(user_args) :] != user_args:
                 problems.append(f"{at}: spec.engineArgs are not the last argv items, unchanged")

@@ -1,41 +1,42 @@
 """Fail the serving image's build unless it has what vLLM's latency-specialized decode needs.
 
-Run inside the image (`python3 check_fast_path.py`): vLLM 0.33.0 or newer with the Kimi K3
-specialized decode module importable, the nvidia-cutlass-dsl version vLLM pins, the kimi-kernels
-wheel with its requirements met and every entry point loadable, and the V2 model runner not
-switched off. Prints one line per
-problem and exits 1, or one summary line and exits 0.
+Run inside the image, after the kimi-kernels wheel is installed (`python3 check_fast_path.py`):
+- vLLM 0.33.0 or newer, with every requirement that applies to this platform installed in a
+  version it accepts. Environment markers are evaluated, not skipped: vLLM 0.33.0 requires
+  `tokenspeed-mla==2.0.3; platform_system == "Linux"`, the MLA attention core of its fast path.
+- Every module of the Kimi K3 fast path and everything it imports inside its functions (its
+  attention backends tokenspeed_mla, flashinfer, tvm_ffi; kimi_kernels.preflight.imports reads
+  the list from vLLM's source), and the requirements of those backends' distributions:
+  tokenspeed_mla's `__init__` swallows its own ImportError, so importing it proves little.
+- The kimi-kernels wheel with its requirements met and every entry point loadable, and the V2
+  model runner not switched off.
+Prints one line per problem and exits 1, or one summary line and exits 0.
 """
 
-import importlib
 import os
 import sys
 from collections.abc import Callable, Iterable
 from importlib import metadata
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from kimi_kernels.preflight import imports
+
 MIN_VLLM = Version("0.33.0")
-SPECIALIZED_DECODE = "vllm.models.kimi_k3.nvidia.specialized_decode"
-CUTLASS_DSL = "nvidia-cutlass-dsl"
 KERNELS = "kimi-kernels"
 V2_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
 
 VersionOf = Callable[[str], str]  # distribution -> installed version (PackageNotFoundError if none)
 
 
-def pinned(requirements: Iterable[str], name: str) -> Requirement | None:
-    """vLLM's unconditional requirement on `name` (extras such as `[cu13]` allowed)."""
-    for line in requirements:
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if canonicalize_name(requirement.name) == name and requirement.marker is None:
-            return requirement
-    return None
+def applies(requirement: Requirement, environment: dict[str, str] | None = None) -> bool:
+    """Whether `requirement` applies here: its marker, if any, true for this interpreter and
+    platform (`environment` overrides some of their values). No extra is installed, so a
+    requirement that only an extra brings never applies."""
+    if requirement.marker is None:
+        return True
+    return requirement.marker.evaluate({**(environment or {}), "extra": ""})
 
 
 def check_vllm(version: VersionOf) -> list[str]:
@@ -48,26 +49,28 @@ def check_vllm(version: VersionOf) -> list[str]:
     return []
 
 
-def check_cutlass(version: VersionOf, vllm_requires: Iterable[str]) -> list[str]:
-    requirement = pinned(vllm_requires, CUTLASS_DSL)
-    if requirement is None:
-        return [f"vllm does not pin {CUTLASS_DSL}: not the vLLM this image is built for"]
-    try:
-        found = version(CUTLASS_DSL)
-    except metadata.PackageNotFoundError:
-        return [f"{CUTLASS_DSL} is not installed; vllm needs {requirement}"]
-    if not requirement.specifier.contains(found, prereleases=True):
-        return [f"{CUTLASS_DSL} {found} is installed; vllm needs {requirement}"]
-    return []
-
-
-def check_requirements(distribution: str, version: VersionOf) -> list[str]:
-    """Every unconditional requirement of `distribution` installed in a version it accepts (it is
-    installed with --no-deps: the base image's vLLM environment must already satisfy it)."""
+def check_requirements(
+    distribution: str,
+    version: VersionOf,
+    requires: Iterable[str] | None = None,
+    environment: dict[str, str] | None = None,
+) -> list[str]:
+    """Every requirement of `distribution` (default: its installed metadata) that applies here,
+    installed in a version it accepts."""
+    if requires is None:
+        try:
+            requires = metadata.requires(distribution) or []
+        except metadata.PackageNotFoundError:
+            return [f"{distribution} is not installed"]
     problems = []
-    for line in metadata.requires(distribution) or []:
-        requirement = Requirement(line)
-        if requirement.marker is not None:
+    for line in requires:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement as error:
+            reason = str(error).splitlines()[0]
+            problems.append(f"{distribution} declares a requirement pip cannot read: {reason}")
+            continue
+        if not applies(requirement, environment):
             continue
         try:
             found = version(requirement.name)
@@ -79,12 +82,18 @@ def check_requirements(distribution: str, version: VersionOf) -> list[str]:
     return problems
 
 
-def check_import(module: str) -> list[str]:
-    try:
-        importlib.import_module(module)
-    except Exception as error:
-        return [f"{module} does not import: {type(error).__name__}: {error}"]
-    return []
+def backend_distributions(modules: Iterable[str]) -> list[str]:
+    """The installed distributions that provide these top-level modules."""
+    provided = metadata.packages_distributions()
+    return sorted({name for module in modules for name in provided.get(module, [])})
+
+
+def check_fast_path() -> list[str]:
+    """The fast path's modules and lazy imports, and its backends' requirements."""
+    found, problems = imports.check()
+    for distribution in backend_distributions(imports.backends(found)):
+        problems.extend(check_requirements(distribution, metadata.version))
+    return problems
 
 
 def check_entry_points(distribution: str) -> list[str]:
@@ -115,13 +124,14 @@ def problems(environ: dict[str, str]) -> list[str]:
     found = check_vllm(metadata.version)
     if found:
         return found  # nothing else means anything without the right vLLM
-    return [
-        *check_import(SPECIALIZED_DECODE),
-        *check_cutlass(metadata.version, metadata.requires("vllm") or []),
+    found = [
+        *check_requirements("vllm", metadata.version),
+        *check_fast_path(),
         *check_requirements(KERNELS, metadata.version),
         *check_entry_points(KERNELS),
         *check_environment(environ),
     ]
+    return list(dict.fromkeys(found))  # a cause found by two checks is said once
 
 
 def main() -> int:
@@ -130,7 +140,7 @@ def main() -> int:
         print(f"fast path check: {problem}", file=sys.stderr)
     if found:
         return 1
-    versions = ", ".join(f"{d} {metadata.version(d)}" for d in ("vllm", CUTLASS_DSL, KERNELS))
+    versions = ", ".join(f"{d} {metadata.version(d)}" for d in ("vllm", "tokenspeed-mla", KERNELS))
     print(f"fast path check: ok ({versions})")
     return 0
 

@@ -218,7 +218,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_UNREADABLE
     logging.basicConfig(level=logging.ERROR, stream=err)
     try:
-        run_demo(Path(args.samples), Path(args.schemas), out)
+        run_demo(Path(args.samples), out)
     except DemoError as error:
         print(f"error: {error}", file=err)
         return EXIT_INVALID
@@ -314,12 +314,6 @@ def _add_operator_parsers(sub: Any) -> None:
     )
     demo.add_argument(
         "--samples", default="crds/samples", help="folder of KimiDeployment YAML (%(default)s)"
-    )
-    demo.add_argument(
-        "--schemas",
-        default="../shared/schemas",
-        help="folder holding the upstream LeaderWorkerSet, ComputeDomain and PodMonitor CRDs "
-        "(%(default)s)",
     )
     demo.set_defaults(run=cmd_demo)
 

@@ -18,6 +18,7 @@ from kimi_operator.builders import (
     OperatorDefaults,
     build_children,
     custom_all_reduce_disabled,
+    needs_compute_domain,
     serving_image,
     uses_compute_domain,
     vllm_version,
@@ -116,9 +117,22 @@ def plan_children(
         blockers.append(_missing(LEADER_WORKER_SET))
     if spec.monitoring.pod_monitor and not served[POD_MONITOR]:
         blockers.append(_missing(POD_MONITOR))
-    if not served[COMPUTE_DOMAIN] and spec.compute_domain == "Required":
-        blockers.append(_missing(COMPUTE_DOMAIN))
-        skip.add(LEADER_WORKER_SET.kind)  # its pods would claim a template nobody makes
+    # Required, or Auto where the group cannot run without one: pods without the IMEX channel
+    # would load the weights and then fail (or claim a template nobody makes).
+    domain_needed = spec.compute_domain == "Required" or (
+        spec.compute_domain == "Auto" and needs_compute_domain(kd)
+    )
+    if not served[COMPUTE_DOMAIN] and domain_needed:
+        missing = _missing(COMPUTE_DOMAIN)
+        if spec.compute_domain == "Auto":
+            missing = cond.Problem(
+                missing.reason,
+                f"{missing.message}; a latency_specialized TP group across "
+                f"{spec.nodes_per_group} nodes needs its IMEX channel (no pods are created "
+                "until it is served; decode.backend auto runs without one)",
+            )
+        blockers.append(missing)
+        skip.add(LEADER_WORKER_SET.kind)
     elif not served[COMPUTE_DOMAIN] and spec.compute_domain == "Auto":
         degradations.append(
             cond.Problem(

@@ -55,6 +55,10 @@ def test_replay_keeps_the_trace_timetable_fanout_and_prefixes(
         "seed": None,
     }
     assert data["config"]["concurrency"] is None
+    # A trace without sessions stays valid: open replay, each entry a task of its own.
+    assert data["config"]["replay"] == "open"
+    assert [t["requests"] for t in data["tasks"]] == [[0], [1], [2, 3, 4]]
+    assert data["summary"]["tasks"]["completed"] == 3
     words = [b["prompt"].split() for b in app.state.bodies]  # type: ignore[attr-defined]
     first = next(w for w in words if len(w) == 40)
     fanned = [w for w in words if len(w) == 50]

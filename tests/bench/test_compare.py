@@ -1,5 +1,6 @@
 """`bench compare`: ratios B/A, and loud warnings when the runs do not measure the same thing."""
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -141,3 +142,95 @@ def test_compare_to_an_unwritable_directory(
     assert run.code == 2
     assert run.err.startswith(f"error: cannot write to {blocker}")
     assert run.err.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def task_runs(
+    timed_stub: Callable[..., str], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """One generated trace of dependent turns replayed closed on a slow and on a fast server."""
+    from kimi_operator.cli import main  # noqa: PLC0415
+
+    trace = tmp_path_factory.mktemp("trace") / "trace.jsonl"
+    args = ["bench", "trace", "--sessions", "2", "--turns", "2", "--duration", "1"]
+    assert main([*args, "--output", str(trace)]) == 0
+    made = {}
+    for name, ttft in (("slow", 0.3), ("fast", 0.1)):
+        url = timed_stub(ttft_s=ttft, step_s=0.0002)
+        directory = tmp_path_factory.mktemp(name)
+        assert main([
+            "bench", "--endpoint", url, "--profile", "agentic", "--trace", str(trace),
+            "--gpus", "8", "--gpu-hour-price", "2", "--output", str(directory), "--no-progress",
+        ]) == 0  # fmt: skip
+        made[name] = directory
+    return made
+
+
+def test_task_figures_are_compared_with_ratios(cli: Cli, task_runs: dict[str, Path]) -> None:
+    run = cli("bench", "compare", str(task_runs["slow"]), str(task_runs["fast"]))
+    assert run.code == 0, run.out
+    a, b = (results(task_runs[n])["summary"]["tasks"] for n in ("slow", "fast"))
+    rows = {line[:28].strip(): line.split() for line in run.out.splitlines()}
+    assert rows["replay"][-2:] == ["closed", "closed"]
+    assert rows["tasks per hour"][-1] == f"{b['tasks_per_hour'] / a['tasks_per_hour']:.2f}x"
+    assert rows["$ per completed task"][-1] == (
+        f"{b['cost_per_task_usd'] / a['cost_per_task_usd']:.2f}x"
+    )
+    completion = b["completion_s"]["p50"] / a["completion_s"]["p50"]
+    assert rows["task completion (s) p50"][-1] == f"{completion:.2f}x"
+    assert completion < 0.95  # a faster server finishes the same tasks sooner
+    assert rows["tasks completed / failed"][-6:] == ["2", "/", "0", "2", "/", "0"]
+
+
+def test_a_different_replay_mode_is_not_an_ab(
+    cli: Cli, task_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    other = rewrite(task_runs["fast"], tmp_path / "open", replay="open")
+    run = cli("bench", "compare", "--strict", str(task_runs["slow"]), str(other))
+    assert run.code == 1
+    assert "!!  - replay differs: A=closed, B=open" in run.out
+
+
+def test_hardware_comparison_is_framed_as_capacity(
+    cli: Cli, task_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    bigger = rewrite(task_runs["fast"], tmp_path / "16", gpus=16)
+    plain = cli("bench", "compare", "--strict", str(task_runs["slow"]), str(bigger))
+    assert plain.code == 1
+    assert "GPU count differs: A=8, B=16 (`bench compare --hardware`" in plain.out
+    run = cli("bench", "compare", "--hardware", "--strict", str(task_runs["slow"]), str(bigger))
+    assert run.code == 0, run.out
+    assert "NOT COMPARABLE" not in run.out
+    assert "== HARDWARE COMPARISON: A on 8 GPUs, B on 16 GPUs" in run.out
+    assert "It cannot show what the" in run.out
+    a, b = (results(task_runs[n])["summary"]["tasks"] for n in ("slow", "fast"))
+    rows = {line[:28].strip(): line.split() for line in run.out.splitlines()}
+    per_gpu = (b["tasks_per_hour"] / 16) / (a["tasks_per_hour"] / 8)
+    assert rows["tasks per hour per GPU"][-1] == f"{per_gpu:.2f}x"
+    assert "output tok/s per GPU" in rows
+    same = cli("bench", "compare", "--hardware", str(task_runs["slow"]), str(task_runs["fast"]))
+    assert "!!  - both runs used 8 GPUs: not a hardware comparison (drop --hardware)" in same.out
+
+
+def test_hardware_comparison_needs_gpu_counts(
+    cli: Cli, task_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    unknown = rewrite(task_runs["fast"], tmp_path / "none", gpus=None)
+    run = cli("bench", "compare", "--hardware", str(task_runs["slow"]), str(unknown))
+    assert run.code == 2
+    assert run.err == (
+        "error: --hardware needs both runs' GPU counts: run B has none "
+        "(bench --gpus N or --deployment)\n"
+    )
+
+
+def test_results_written_before_tasks_still_load(
+    cli: Cli, runs: dict[str, Path], tmp_path: Path
+) -> None:
+    data = results(runs["b"])
+    del data["tasks"], data["summary"]["tasks"], data["config"]["replay"]
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    run = cli("bench", "compare", str(runs["a"]), str(tmp_path))
+    assert run.code == 0, run.err
+    assert "tokens per chunk" in run.out
+    assert "task completion" not in run.out

@@ -111,7 +111,14 @@ def test_model_not_served(
     [
         ([], "bench needs --endpoint URL or --deployment NAMESPACE/NAME"),
         (["--endpoint", "http://127.0.0.1:1/v1"], "bench needs --output DIR"),
-        (["--endpoint", "http://127.0.0.1:1/v1", "--trace", "t.jsonl"], "--trace goes with"),
+        (
+            ["--endpoint", "http://127.0.0.1:1/v1", "--trace", "t.jsonl"],
+            "--trace and --replay go with",
+        ),
+        (
+            ["--endpoint", "http://127.0.0.1:1/v1", "--replay", "open"],
+            "--trace and --replay go with",
+        ),
         (
             ["--endpoint", "http://127.0.0.1:1/v1", "--profile", "agentic", "--output-tokens", "5"],
             "do not apply to --profile agentic",
@@ -180,6 +187,17 @@ def test_unwritable_output_fails_before_the_run(
     assert app.state.bodies == []  # type: ignore[attr-defined]
 
 
+def _turn(name: str, session: str, after: str | None) -> str:
+    dependency = f', "after": "{after}"' if after else ""
+    return (
+        f'{{"start_s": 0, "prompt_tokens": 1, "output_tokens": 5, "id": "{name}",'
+        f' "session": "{session}"{dependency}}}\n'
+    )
+
+
+TURN = _turn("a", "s", None)  # a session's first turn, id "a"
+
+
 @pytest.mark.parametrize(
     ("content", "says"),
     [
@@ -204,6 +222,27 @@ def test_unwritable_output_fails_before_the_run(
         ('{"start_s": 0, "prompt_tokens": 1.5, "output_tokens": 5}\n', "line 1: prompt_tokens"),
         ('{"start_s": 0, "prompt_tokens": 1, "output_tokens": 5, "fan_out": 2}\n', "fan_out"),
         ('{"start_s": 0, "prompt_tokens": 1, "output_tokens": 5, "fanout": 0}\n', "fanout"),
+        (TURN + _turn("b", "s", after="x"), "line 2: after: no request has id 'x'"),
+        (
+            _turn("a", "s", "b") + _turn("b", "s", after="a"),
+            "line 1: after: the requests wait for each other in a cycle: 'a' (line 1) -> 'b' "
+            "(line 2) -> 'a' (line 1)",
+        ),
+        (_turn("a", "s", "a"), "line 1: after: the requests wait for"),
+        (
+            TURN + _turn("b", "t", after="a"),
+            "line 2: after: 'a' (line 1) is in session 's', not 't': a request waits only within "
+            "its task",
+        ),
+        (TURN + _turn("a", "s", None), "line 2: id: 'a' is already the id of line 1"),
+        (
+            '{"start_s": 0, "prompt_tokens": 1, "output_tokens": 5, "after": "a"}\n',
+            "line 1: after needs a session",
+        ),
+        (
+            '{"start_s": 0, "prompt_tokens": 1, "output_tokens": 5, "think_s": 1}\n',
+            "line 1: think_s needs an after",
+        ),
     ],
 )
 def test_invalid_traces(cli: Cli, tmp_path: Path, content: str, says: str) -> None:

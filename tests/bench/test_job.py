@@ -121,6 +121,8 @@ def test_job_against_an_endpoint_with_a_trace_and_a_pvc(cli: Cli, tmp_path: Path
         "agentic",
         "--trace",
         str(trace),
+        "--replay",
+        "open",
         "--namespace",
         "bench",
         "--results-pvc",
@@ -149,6 +151,7 @@ def test_job_against_an_endpoint_with_a_trace_and_a_pvc(cli: Cli, tmp_path: Path
     ]
     command = pod["containers"][0]["command"]
     assert command[-2:] == ["--trace", "/trace/trace.jsonl"]
+    assert command[command.index("--replay") + 1] == "open"
     assert pod["containers"][0]["image"] == "registry.local/op:1"
 
 

@@ -12,16 +12,12 @@ import yaml
 from jsonschema import Draft4Validator
 
 from kimi_operator.cli import build_parser
+from kimi_operator.embedded.upstream import upstream_crd
 from tests.apiserver import strict_schema
 
 from .helm import CHART, ROOT, helm, of_kind, template, write_values
 
 KUBERNETES_VERSION = "1.34"
-SCHEMAS = ROOT.parent / "shared" / "schemas"
-UPSTREAM = {
-    "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
-    "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml",
-}
 CRD_SOURCE = ROOT / "crds" / "kimi-operator.io_kimideployments.yaml"
 CRD_COPY = CHART / "files" / "kimi-operator.io_kimideployments.yaml"
 DIGEST = "sha256:" + "ab" * 32
@@ -44,7 +40,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 def _crd_validators() -> dict[str, Draft4Validator]:
     """Kind -> validator of its v1 schema, for the custom kinds the chart renders: the upstream
     Prometheus Operator CRDs and kopf's peering CRDs (which the chart ships)."""
-    crds = [yaml.safe_load((SCHEMAS / name).read_text()) for name in UPSTREAM.values()]
+    crds = [upstream_crd("ServiceMonitor"), upstream_crd("PrometheusRule")]
     crds += yaml.safe_load_all((CHART / "files" / "kopf-peering-crds.yaml").read_text())
     validators = {}
     for crd in crds:
@@ -338,3 +334,13 @@ def test_notes_say_what_was_installed_and_what_to_apply() -> None:
     assert "RBAC: a ClusterRole" in notes
     assert "kubectl apply -n inference -f crds/samples/k3-tp16-latency.yaml" in notes
     assert (ROOT / "crds" / "samples" / "k3-tp16-latency.yaml").exists()
+
+
+@pytest.mark.parametrize(("version", "accepted"), [("1.31.9", False), ("1.32.0", True)])
+def test_the_chart_needs_a_kubernetes_with_dra(version: str, accepted: bool) -> None:
+    """ComputeDomains hand out IMEX channels through Dynamic Resource Allocation: the NVIDIA DRA
+    driver needs Kubernetes 1.32 or later (docs/install.md)."""
+    result = helm("template", "kimi", str(CHART), "--kube-version", version, check=False)
+    assert (result.returncode == 0) is accepted, result.stderr
+    if not accepted:
+        assert "requires kubeVersion: >=1.32.0-0" in result.stderr

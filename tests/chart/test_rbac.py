@@ -27,6 +27,7 @@ import yaml
 
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
+from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
@@ -45,12 +46,6 @@ CLIENT_MODULE = PACKAGE / "k8s" / "client.py"
 # tests) and the benchmark (run from a user's machine with the user's credentials).
 NOT_IN_CLUSTER = ("embedded", "bench")
 SAMPLES = ROOT / "crds" / "samples"
-SCHEMAS = ROOT.parent / "shared" / "schemas"
-UPSTREAM = (
-    "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
-    "resource.nvidia.com_computedomains.yaml",
-    "monitoring.coreos.com_podmonitors.yaml",
-)
 NAMESPACE = "inference"
 TEST_AGENT = "kimi-operator-rbac-test"
 PEERING = "kimi-operator"
@@ -258,7 +253,13 @@ def _scenario(url: str, reached: set[tuple[str, int]], sites: list[CallSite]) ->
     _send(url, "PATCH", f"{kimi}/k3", {"spec": {"replicas": 1}}, merge=True)
     _wait(lambda: len(children(LEADER_WORKER_SET)) == 1, "the scale-down to one group")
     # Children the spec no longer asks for: whatever the operator does about them is observed.
-    dropped = {"spec": {"computeDomain": "Disabled", "monitoring": {"podMonitor": False}}}
+    dropped = {
+        "spec": {
+            "computeDomain": "Disabled",
+            "decode": {"backend": "auto"},
+            "monitoring": {"podMonitor": False},
+        }
+    }
     _send(url, "PATCH", f"{kimi}/k3", dropped, merge=True)
     _wait(lambda: not children(COMPUTE_DOMAIN), "the ComputeDomains gone")
     bad = _sample("k3-tp16-latency")
@@ -317,7 +318,7 @@ def _observe(
     _record_requests(monkeypatch, requests)
     sites = client_call_sites()
     with EmbeddedApiServer() as api:
-        upstream = [yaml.safe_load((SCHEMAS / name).read_text()) for name in UPSTREAM]
+        upstream = child_crds()
         kopf_crds = list(yaml.safe_load_all(PEERING_CRDS.read_text())) if peering else []
         api.install_crds([crd(), *upstream, *kopf_crds])
         for path, body in _peering_objects(namespaces) if peering else []:

@@ -6,6 +6,7 @@ from importlib import metadata
 from types import ModuleType
 
 import pytest
+from packaging.requirements import Requirement
 
 from .dockerfiles import CHECK
 
@@ -20,7 +21,8 @@ def _load() -> ModuleType:
 
 
 check = _load()
-VLLM_REQUIRES = ["torch==2.14.0", "nvidia-cutlass-dsl[cu13]==4.8.0", 'zentorch; extra == "zen"']
+TOKENSPEED = 'tokenspeed-mla==2.0.3; platform_system == "Linux"'  # vLLM 0.33.0's, as it wrote it
+LINUX = {"platform_system": "Linux"}
 
 
 def versions(**installed: str) -> Callable[[str], str]:
@@ -32,10 +34,94 @@ def versions(**installed: str) -> Callable[[str], str]:
     return version
 
 
-def test_pinned_reads_vllms_requirement() -> None:
-    requirement = check.pinned(VLLM_REQUIRES, "nvidia-cutlass-dsl")
-    assert str(requirement.specifier) == "==4.8.0"
-    assert check.pinned(['zentorch==1; extra == "zen"', "not a requirement ("], "zentorch") is None
+def this_venv(**override: str | None) -> Callable[[str], str]:
+    """The versions installed here, some replaced (None: not installed)."""
+
+    def version(distribution: str) -> str:
+        key = distribution.replace("_", "-").lower()
+        if key in override:
+            found = override[key]
+            if found is None:
+                raise metadata.PackageNotFoundError(distribution)
+            return found
+        return metadata.version(distribution)
+
+    return version
+
+
+@pytest.mark.parametrize(
+    ("line", "environment", "applies"),
+    [
+        ("torch==2.14.0", None, True),
+        (TOKENSPEED, LINUX, True),
+        (TOKENSPEED, {"platform_system": "Darwin"}, False),
+        ('zentorch; extra == "zen"', LINUX, False),
+        ('six>=1.16.0; python_version > "3.11"', {"python_version": "3.12"}, True),
+        ('six>=1.16.0; python_version > "3.11"', {"python_version": "3.11"}, False),
+    ],
+)
+def test_markers_are_evaluated(
+    line: str, environment: dict[str, str] | None, applies: bool
+) -> None:
+    assert check.applies(Requirement(line), environment) is applies
+
+
+def test_vllms_marked_requirement_is_checked() -> None:
+    """On vLLM 0.33.0's own metadata: tokenspeed-mla, which has a marker, is required on Linux
+    (the old check skipped every requirement with a marker), and nowhere else."""
+    lines = metadata.requires("vllm") or []
+    assert TOKENSPEED in lines
+
+    def problems(tokenspeed: str | None, system: str = "Linux") -> set[str]:
+        version = this_venv(**{"tokenspeed-mla": tokenspeed})
+        env = {"platform_system": system}
+        return set(check.check_requirements("vllm", version, environment=env))
+
+    present = problems("2.0.3")
+    assert problems(None) - present == {f"vllm needs {TOKENSPEED}, which is not installed"}
+    assert problems("2.0.4") - present == {f"vllm needs {TOKENSPEED}; 2.0.4 is installed"}
+    assert problems(None, "Darwin") == problems("2.0.3", "Darwin")
+    assert not [p for p in present if "tokenspeed" in p or "extra ==" in p]
+
+
+def test_requirements_of_a_distribution() -> None:
+    requires = [
+        "vllm>=0.33.0",
+        'cuda-bindings>=13; platform_system == "Linux"',
+        'pywin32; sys_platform == "win32"',
+        'pytest; extra == "test"',
+    ]
+    installed = versions(vllm="0.33.0", **{"cuda-bindings": "13.1.0"})
+    assert check.check_requirements("kimi-kernels", installed, requires, LINUX) == []
+    assert check.check_requirements("kimi-kernels", versions(vllm="0.32.0"), requires, LINUX) == [
+        "kimi-kernels needs vllm>=0.33.0; 0.32.0 is installed",
+        'kimi-kernels needs cuda-bindings>=13; platform_system == "Linux", which is not installed',
+    ]
+    (unreadable,) = check.check_requirements("kimi-kernels", installed, ["not a requirement ("])
+    assert unreadable.startswith("kimi-kernels declares a requirement pip cannot read: Expected ")
+    assert "\n" not in unreadable
+
+
+def test_a_backends_own_requirements() -> None:
+    """tokenspeed_mla's __init__ swallows its ImportError (a missing tokenspeed-triton leaves
+    `get_num_sm` a stub that raises at the first decode): its distribution's requirements are
+    checked. These are tokenspeed-mla 2.0.3's."""
+    requires = [
+        "apache-tvm-ffi<0.2,>=0.1.11",
+        "nvidia-cutlass-dsl>=4.8.0",
+        "tokenspeed-triton>=3.9.10.post20261008",
+        "torch",
+    ]
+    installed = versions(
+        **{"apache-tvm-ffi": "0.1.15.post2", "nvidia-cutlass-dsl": "4.8.0", "torch": "2.14.0"}
+    )
+    assert check.check_requirements("tokenspeed-mla", installed, requires) == [
+        "tokenspeed-mla needs tokenspeed-triton>=3.9.10.post20261008, which is not installed"
+    ]
+    assert check.backend_distributions(["flashinfer", "tvm_ffi", "kimi_no_such_module"]) == [
+        "apache-tvm-ffi",
+        "flashinfer-python",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -55,26 +141,6 @@ def test_vllm(installed: dict[str, str], problem: str) -> None:
 def test_vllm_newer_is_fine() -> None:
     assert check.check_vllm(versions(vllm="0.33.0")) == []
     assert check.check_vllm(versions(vllm="0.34.1")) == []
-
-
-def test_cutlass() -> None:
-    pin = "nvidia-cutlass-dsl[cu13]==4.8.0"
-    assert check.check_cutlass(versions(**{"nvidia-cutlass-dsl": "4.8.0"}), VLLM_REQUIRES) == []
-    assert check.check_cutlass(versions(), VLLM_REQUIRES) == [
-        f"nvidia-cutlass-dsl is not installed; vllm needs {pin}"
-    ]
-    assert check.check_cutlass(versions(**{"nvidia-cutlass-dsl": "4.7.1"}), VLLM_REQUIRES) == [
-        f"nvidia-cutlass-dsl 4.7.1 is installed; vllm needs {pin}"
-    ]
-    assert check.check_cutlass(versions(), ["torch==2.14.0"]) == [
-        "vllm does not pin nvidia-cutlass-dsl: not the vLLM this image is built for"
-    ]
-
-
-def test_import() -> None:
-    assert check.check_import("json") == []
-    (problem,) = check.check_import("vllm_kimi_no_such_module")
-    assert problem.startswith("vllm_kimi_no_such_module does not import: ModuleNotFoundError")
 
 
 def test_entry_points_of_a_missing_distribution() -> None:
@@ -118,12 +184,17 @@ def test_main_reports_each_problem_and_fails(
     )
 
 
-def test_requirements_of_the_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
-    requires = ["vllm>=0.33.0", "cuda-bindings>=13", 'pytest; extra == "test"']
-    monkeypatch.setattr(check.metadata, "requires", lambda _: requires)
-    installed = versions(vllm="0.33.0", **{"cuda-bindings": "13.1.0"})
-    assert check.check_requirements("kimi-kernels", installed) == []
-    assert check.check_requirements("kimi-kernels", versions(vllm="0.32.0")) == [
-        "kimi-kernels needs vllm>=0.33.0; 0.32.0 is installed",
-        "kimi-kernels needs cuda-bindings>=13, which is not installed",
-    ]
+def test_the_whole_check_in_this_venv() -> None:
+    """This venv has vLLM 0.33.0 without most of its requirements, without tokenspeed-mla, with
+    flashinfer-python installed without its own and kimi_kernels not as the kimi-kernels wheel:
+    the check names each, and each fast path import that fails with vLLM's source line."""
+    found = check.problems({"VLLM_USE_V2_MODEL_RUNNER": "1"})
+    source = "vllm/models/kimi_k3/nvidia/specialized_decode/cutedsl/mla/dcp.py"
+    assert f"vllm needs {TOKENSPEED}, which is not installed" in found
+    assert (
+        f"from tokenspeed_mla import mla_decode ({source}:303) fails: "
+        "ModuleNotFoundError: No module named 'tokenspeed_mla'"
+    ) in found
+    assert any(p.startswith("flashinfer-python needs ") for p in found)
+    assert found.count("kimi-kernels is not installed") == 1
+    assert not any("VLLM_USE_V2_MODEL_RUNNER" in p for p in found)

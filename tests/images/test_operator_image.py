@@ -1,4 +1,4 @@
-"""The operator image built here without a Docker daemon and then run (DESIGN §5): buildah with vfs
+"""The operator image built here without a Docker daemon and then run: buildah with vfs
 storage and chroot isolation, on a `debootstrap --variant=minbase` Debian root with python3-venv
 passed as the BASE_IMAGE build-arg."""
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from kimi_kernels.mla_decode import mla_decode, mla_decode_reference
-from tests.kernels.mla_inputs import make_inputs
+from kimi_kernels.mla_decode.check import make_inputs, needle_positions, plant_needles, verdict
+from kimi_kernels.mla_decode.config import workspace_floats
 
 pytestmark = [
     pytest.mark.gpu,
@@ -40,14 +41,36 @@ def _poison_allocator() -> None:
 )
 def test_matches_reference(kv_dtype, heads, q_len, seq_lens, num_splits):
     gen = torch.Generator().manual_seed(sum(seq_lens) + heads)
-    q, kv, table, lens = (
-        t.cuda() for t in make_inputs(gen, heads, q_len, seq_lens, kv_dtype, spare_blocks=5)
+    q, kv, table, lens = make_inputs(
+        gen, heads, q_len, seq_lens, kv_dtype, spare_blocks=5, q_scale=2.0
     )
+    for b, n in enumerate(seq_lens):
+        pairs = needle_positions(n, q_len, num_splits or 4)
+        plant_needles(gen, q, kv, table, b, pairs, (SCALE, 0.5))
+    q, kv, table, lens = (t.cuda() for t in (q, kv, table, lens))
     _poison_allocator()
-    out, lse = mla_decode(q, kv, table, lens, SCALE, 0.5, num_splits=num_splits)
+    splits = num_splits or 4
+    workspace = torch.empty(workspace_floats(len(seq_lens), heads * q_len, splits), device="cuda")
+    out, lse = mla_decode(q, kv, table, lens, SCALE, 0.5, num_splits=splits, workspace=workspace)
     torch.cuda.synchronize()
     ref_out, ref_lse = mla_decode_reference(q, kv, table, lens, SCALE, 0.5)
     assert out.dtype == torch.bfloat16
     assert lse.dtype == torch.float32
-    torch.testing.assert_close(out.float(), ref_out, atol=2e-2, rtol=2e-2)
-    torch.testing.assert_close(lse, ref_lse, atol=1e-3, rtol=1e-3)
+    result = verdict(out, lse, ref_out, ref_lse)
+    assert result["ok"], result
+
+
+def test_lengths_past_the_block_table_are_refused():
+    gen = torch.Generator().manual_seed(9)
+    q, kv, table, lens = (t.cuda() for t in make_inputs(gen, 6, 1, [100], torch.float8_e4m3fn))
+    with pytest.raises(ValueError, match="seq_lens\\[0\\] = 200 must be in"):
+        mla_decode(q, kv, table, lens + 100, SCALE)
+
+
+def test_masked_nan_cache_rows_stay_out_of_rows_that_cannot_see_them():
+    gen = torch.Generator().manual_seed(10)
+    q, kv, table, lens = (t.cuda() for t in make_inputs(gen, 6, 4, [100], torch.float8_e4m3fn))
+    kv[int(table[0, 1]), 99 - 64] = float("nan")  # position 99: only the last token sees it
+    out, lse = mla_decode(q, kv, table, lens, SCALE, num_splits=2)
+    ref_out, ref_lse = mla_decode_reference(q, kv, table, lens, SCALE)
+    assert verdict(out[:, :3], lse[:, :3], ref_out[:, :3], ref_lse[:, :3])["ok"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -17,11 +19,13 @@ from kimi_kernels.mla_decode.config import (
     choose_config,
     choose_num_splits,
     row_groups,
+    workspace_floats,
 )
 from kimi_kernels.mla_decode.interface import (
     check_inputs,
     combine_fakes,
     device_arch,
+    partition_workspace,
     split_fakes,
     to_cute,
 )
@@ -94,6 +98,26 @@ def test_split_heuristic_bounds(num_sms, batch, heads, q_len, seq_len):
         assert ctas >= num_sms
 
 
+def _launch_cost(ctas: int, splits: int, wave: int) -> float:
+    """Whole waves x work per CTA (a partly filled last wave lasts as long as a full one)."""
+    return math.ceil(ctas * splits / wave) / splits
+
+
+@pytest.mark.parametrize("num_sms", [132, 148, 160])
+@pytest.mark.parametrize("batch", [1, 2, 3, 8])
+@pytest.mark.parametrize("heads", SUPPORTED_HEADS)
+@pytest.mark.parametrize("q_len", [1, 2, 8])
+def test_split_heuristic_takes_no_costlier_tail_wave(num_sms, batch, heads, q_len):
+    """No split count within the caps gives a shorter launch than the chosen one."""
+    rows = heads * q_len
+    config = choose_config("fp8_e4m3", rows)
+    splits = choose_num_splits(batch, rows, 131072, config, num_sms)
+    ctas, wave = batch * row_groups(rows, config), num_sms * config.ctas_per_sm
+    cap = min(MAX_SPLITS, MAX_WORKSPACE_BYTES // (batch * rows * V_DIM * 4))
+    best = min(_launch_cost(ctas, s, wave) for s in range(1, max(1, cap) + 1))
+    assert _launch_cost(ctas, splits, wave) == pytest.approx(best)
+
+
 def test_split_heuristic_examples():
     """Pinned values: a change to the heuristic shows up here (and needs a NOTES.md entry)."""
     fp8_6x8 = choose_config("fp8_e4m3", 48)
@@ -101,6 +125,42 @@ def test_split_heuristic_examples():
     assert choose_num_splits(8, 48, 131072, fp8_6x8, 132) == 11
     assert choose_num_splits(1, 48, 1000, fp8_6x8, 132) == 8
     assert choose_num_splits(1, 48, 64, fp8_6x8, 132) == 1
+    # 96 heads x 8 tokens: 48 row groups on 132 SMs x 2 -> 11 splits (528 CTAs, two full waves,
+    # 2/11 of the unsplit time); the former rounding up took 6 (288 CTAs: a 24-CTA tail wave,
+    # 2/6, 1.8x as long)
+    fp8_96x8 = choose_config("fp8_e4m3", 768)
+    assert choose_num_splits(1, 768, 131072, fp8_96x8, 132) == 11
+
+
+def test_workspace_views_are_disjoint_and_sized():
+    batch, rows, splits = 2, 48, 5
+    need = workspace_floats(batch, rows, splits)
+    ws = torch.zeros(need + 100)
+    o_part, lse_part = partition_workspace(ws, batch, rows, splits)
+    assert o_part.shape == (batch, splits, rows, V_DIM)
+    assert lse_part.shape == (batch, splits, rows)
+    o_part.fill_(1.0)
+    lse_part.fill_(2.0)
+    assert int((ws == 1.0).sum()) + int((ws == 2.0).sum()) == need  # disjoint, nothing else
+    assert o_part.data_ptr() % 16 == 0
+    assert lse_part.data_ptr() % 16 == 0
+
+
+@pytest.mark.parametrize(
+    ("workspace", "message"),
+    [
+        (torch.zeros(100), "workspace has 100 floats; batch 1 x 2 splits x 6 rows needs 6156"),
+        (
+            torch.zeros(7000, dtype=torch.float64),
+            "contiguous 1-D float32 tensor, got torch.float64",
+        ),
+        (torch.zeros(2, 7000), "contiguous 1-D float32"),
+        (torch.zeros(7001)[1:], "16-byte boundary"),
+    ],
+)
+def test_workspace_errors(workspace, message):
+    with pytest.raises(ValueError, match=message):
+        partition_workspace(workspace, 1, 6, 2)
 
 
 def test_split_heuristic_errors():
@@ -172,10 +232,11 @@ def test_runtime_tensors_have_the_types_the_kernels_were_compiled_for(config):
         torch.zeros(5, 64, 576, dtype=kv_dtype),
         torch.zeros(2, 3, dtype=torch.int32),
         torch.zeros(2, dtype=torch.int32),
+        torch.zeros(2, dtype=torch.int32),
         torch.zeros(2, 4, 48, 512),
         torch.zeros(2, 4, 48),
     ]
-    combine_args = [*split_args[4:], torch.zeros(2, 8, 6, 512, dtype=torch.bfloat16)]
+    combine_args = [*split_args[5:], torch.zeros(2, 8, 6, 512, dtype=torch.bfloat16)]
     combine_args.append(torch.zeros(2, 8, 6))
     for real, fake in ((split_args, split_fakes(config)), (combine_args, combine_fakes())):
         got = [s.replace("generic", "gmem") for s in _type_strings(map(to_cute, real))]

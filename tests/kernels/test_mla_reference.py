@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from kimi_kernels.mla_decode import merge_partials, mla_decode_reference
+from kimi_kernels.mla_decode.check import make_inputs
 from kimi_kernels.mla_decode.config import PAGE_SIZE, TILE_N, split_bounds
 from kimi_kernels.mla_decode.reference import gather_kv
-from tests.kernels.mla_inputs import make_inputs
 
-LOG2E = math.log2(math.e)
 SCALE = 1.0 / math.sqrt(192.0)  # Kimi K3's softmax scale is 1/sqrt(qk_nope + rope) = 1/sqrt(192)
 
 
@@ -92,7 +91,15 @@ def test_reference_causal_mask_between_draft_tokens():
     ("change", "message"),
     [
         ({"seq_lens": [0]}, "seq_lens\\[0\\] = 0 must be in \\[q_len=1"),
-        ({"seq_lens": [10_000]}, "max_blocks"),
+        ({"seq_lens": [10_000]}, "seq_lens\\[0\\] = 10000 must be in \\[q_len=1, block_table"),
+        (
+            {"table": [[7]]},
+            "block_table\\[0, 0\\] = 7 is not a block of kv_cache \\(num_blocks=4\\)",
+        ),
+        ({"table": [[-1]]}, "block_table\\[0, 0\\] = -1 is not a block"),
+        ({"totals": [9]}, "totals\\[0\\] = 9 must be >= seq_lens\\[0\\] = 10"),
+        ({"dcp": (2, 2, 1), "totals": [20]}, "0 <= rank < world"),
+        ({"dcp": (2, 0, 1)}, "totals \\(the global lengths\\) are required"),
         ({"q_shape": (1, 1, 6, 512)}, "q must be \\[batch, q_len, heads, 576\\]"),
         ({"kv_shape": (4, 32, 576)}, "kv_cache must be \\[num_blocks, 64, 576\\]"),
     ],
@@ -106,8 +113,14 @@ def test_reference_rejects_bad_inputs(change, message):
         q = torch.zeros(change["q_shape"])
     if "kv_shape" in change:
         kv = torch.zeros(change["kv_shape"])
+    if "table" in change:
+        kv = kv[:4]
+        table = torch.tensor(change["table"], dtype=torch.int32)
+    totals = torch.tensor(change["totals"], dtype=torch.int32) if "totals" in change else None
     with pytest.raises(ValueError, match=message):
-        mla_decode_reference(q, kv, table, lens, SCALE)
+        mla_decode_reference(
+            q, kv, table, lens, SCALE, totals=totals, dcp=change.get("dcp", (1, 0, 1))
+        )
 
 
 def _partials(q, kv, table, seq_len, bounds):
@@ -124,60 +137,6 @@ def _partials(q, kv, table, seq_len, bounds):
         lses.append(torch.logsumexp(s, dim=-1))
         outs.append(torch.softmax(s, dim=-1).nan_to_num(0.0) @ rows[:, :512])
     return torch.stack(outs), torch.stack(lses)
-
-
-def emulate_kernel(inputs, num_splits, kv_scale):
-    """The split kernel's algorithm, step by step (tiles of 32 positions, log2 domain, running
-    max with the -inf guard, rescaled accumulators, normalized partials) and then the combine
-    kernel's merge: a model of the CuTe DSL code that runs on the CPU."""
-    q, kv, table, lens = inputs
-    seq_len = int(lens[0])
-    q_len, heads = q.shape[1], q.shape[2]
-    rows = gather_kv(kv, table, 0, seq_len, kv_scale)
-    ql = q[0].float().reshape(q_len * heads, 576) * (SCALE * LOG2E)
-    limit = seq_len - q_len + torch.arange(q_len * heads) // heads
-    part_o, part_l = [], []
-    for split in range(num_splits):
-        start, end = split_bounds(seq_len, num_splits, split)
-        m = torch.full((q_len * heads,), float("-inf"))
-        total = torch.zeros(q_len * heads)
-        acc = torch.zeros(q_len * heads, 512)
-        for t0 in range(start, end, TILE_N):
-            pos = t0 + torch.arange(TILE_N)
-            k = torch.zeros(TILE_N, 576)
-            k[: max(0, min(TILE_N, end - t0))] = rows[t0:end][:TILE_N]
-            s = ql @ k.T
-            s = s.masked_fill(
-                (pos[None, :] >= end) | (pos[None, :] > limit[:, None]), float("-inf")
-            )
-            new_m = torch.maximum(m, s.max(dim=1).values)
-            base = torch.where(new_m == float("-inf"), torch.zeros_like(new_m), new_m)
-            p = torch.exp2(s - base[:, None])
-            corr = torch.exp2(m - base)
-            total = total * corr + p.sum(dim=1)
-            acc = acc * corr[:, None] + p @ k[:, :512]
-            m = new_m
-        seen = total > 0
-        part_o.append(torch.where(seen[:, None], acc / total.clamp_min(1e-30)[:, None], 0.0))
-        part_l.append(torch.where(seen, m + torch.log2(total.clamp_min(1e-30)), float("-inf")))
-    lse2 = torch.stack(part_l)  # [splits, rows]
-    top = lse2.max(dim=0).values
-    lse = top + torch.log2(torch.exp2(lse2 - top).sum(dim=0))
-    out = (torch.exp2(lse2 - lse)[..., None] * torch.stack(part_o)).sum(dim=0)
-    return out.reshape(q_len, heads, 512), (lse * math.log(2.0)).reshape(q_len, heads)
-
-
-@pytest.mark.parametrize(
-    ("seq_len", "q_len", "heads", "num_splits"),
-    [(1, 1, 6, 1), (63, 8, 6, 2), (65, 8, 12, 4), (100, 8, 6, 16), (1000, 3, 12, 7)],
-)
-def test_kernel_algorithm_matches_reference(seq_len, q_len, heads, num_splits):
-    gen = torch.Generator().manual_seed(seq_len * 31 + num_splits)
-    q, kv, table, lens = make_inputs(gen, heads, q_len, [seq_len], torch.float8_e4m3fn)
-    out, lse = emulate_kernel((q, kv, table, lens), num_splits, 0.75)
-    want_out, want_lse = mla_decode_reference(q, kv, table, lens, SCALE, 0.75)
-    torch.testing.assert_close(out, want_out[0], atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(lse, want_lse[0], atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -11,11 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from kimi_kernels.preflight import imports
 from kimi_kernels.preflight.checks import (
+    CoreResult,
     Facts,
     Gpu,
     evaluate,
     report,
+    should_run_attention,
     should_run_kernel_checks,
 )
 
@@ -27,7 +31,9 @@ GOOD = Facts(
     driver_version="580.95.05",
     driver_cuda=13000,
     runtime_cuda="13.0",
-    kernel_checks_ran=True,
+    fast_path_checks_ran=True,
+    imports_tried=60,
+    attention=(CoreResult("tokenspeed", 2e-3, None), CoreResult("trtllm", 3e-3, None)),
 )
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,11 +90,25 @@ def test_a_ready_node_has_no_problems():
             ],
         ),
         (
-            _with(dsl_error="RuntimeError: boom", mla_error="max |out - reference| = 1"),
+            _with(
+                import_errors=("from tokenspeed_mla import mla_decode (...) fails: boom",),
+                dsl_error="RuntimeError: boom",
+                attention=(
+                    CoreResult("tokenspeed", 1.0, "tokenspeed: relative L2 error 1 (limit 0.01)"),
+                    CoreResult("trtllm", None, "trtllm: RuntimeError: no cubin"),
+                ),
+            ),
             [
+                "the fast path would fail to import: from tokenspeed_mla import mla_decode (...) "
+                "fails: boom",
                 "CuTe DSL smoke kernel failed: RuntimeError: boom",
-                "mla_decode check failed: max |out - reference| = 1",
+                "vLLM's MLA attention core tokenspeed: relative L2 error 1 (limit 0.01)",
+                "vLLM's MLA attention core trtllm: RuntimeError: no cubin",
             ],
+        ),
+        (
+            Facts(probe_error="no NVIDIA GPU found (x)", import_errors=("import tvm_ffi fails",)),
+            ["no NVIDIA GPU found (x)", "the fast path would fail to import: import tvm_ffi fails"],
         ),
     ],
 )
@@ -119,6 +139,14 @@ def test_kernel_checks_run_only_with_a_usable_driver():
     assert not should_run_kernel_checks(Facts(probe_error="no NVIDIA GPU found"))
 
 
+def test_attention_cores_run_only_where_vllm_could_run_them():
+    assert should_run_attention(GOOD)
+    assert should_run_attention(_with(gpus=(Gpu(0, "NVIDIA GB300", (10, 3), multicast=False),)))
+    assert not should_run_attention(_with(gpus=(GB300, H200)))  # tokenspeed_mla refuses SM90
+    assert not should_run_attention(_with(import_errors=("import tvm_ffi fails",)))
+    assert not should_run_attention(_with(driver_cuda=12080))
+
+
 def _run_preflight(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "kernels")}
     return subprocess.run(
@@ -131,18 +159,53 @@ def _run_preflight(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _fast_path_failures() -> list[str]:
+    """The lines the import check must give here, found independently of it: every lazy import
+    of vLLM's fast path whose top-level package is not installed (the development venv lacks
+    tokenspeed_mla, which vLLM's requirements bring only to the serving image)."""
+    root = imports.package_dir()
+    assert root is not None
+    return [
+        f"{item.statement} ({item.where})"
+        for item in imports.fast_path_imports(root)
+        if importlib.util.find_spec(item.module.partition(".")[0]) is None
+    ]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-def test_without_a_gpu_it_fails_cleanly():
+def test_without_a_gpu_it_still_checks_the_image():
+    """No GPU, and vLLM's fast path imported as the image would on first use: every import that
+    fails is one line naming vLLM's source line, no traceback."""
     run = _run_preflight()
     assert run.returncode == 1
     assert "Traceback" not in run.stderr
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1
+    # (vLLM itself logs a line here: the development venv's vLLM has no compiled vllm._C.)
+    lines = [line for line in run.stderr.splitlines() if line.startswith("preflight: ")]
     assert lines[0].startswith("preflight: no NVIDIA GPU found")
+    missing = _fast_path_failures()
+    assert [line.partition(" fails: ")[0] for line in lines[1:]] == [
+        f"preflight: the fast path would fail to import: {m}" for m in missing
+    ]
+    assert all("ModuleNotFoundError" in line for line in lines[1:])
     body = json.loads(run.stdout)
     assert body["ok"] is False
-    assert body["problems"][0].startswith("no NVIDIA GPU found")
-    assert body["facts"]["kernel_checks_ran"] is False
+    assert body["problems"] == [line.removeprefix("preflight: ") for line in lines]
+    facts = body["facts"]
+    assert facts["fast_path_checks_ran"] is True
+    assert facts["imports_tried"] > 50  # the package's modules and lazy imports (60 in 0.33.0)
+    assert facts["dsl_error"] is None
+    assert facts["attention"] == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_stock_decode_skips_the_fast_path_checks():
+    run = _run_preflight("--no-kernels")
+    assert run.returncode == 1
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("preflight: no NVIDIA GPU found")
+    facts = json.loads(run.stdout)["facts"]
+    assert facts["fast_path_checks_ran"] is False
+    assert facts["imports_tried"] == 0
 
 
 @pytest.mark.gpu
@@ -150,8 +213,17 @@ def test_without_a_gpu_it_fails_cleanly():
 def test_on_a_gpu_it_reports_the_gpu_and_runs_the_kernels():
     run = _run_preflight()
     body = json.loads(run.stdout)
-    assert body["facts"]["gpus"], body
-    assert body["facts"]["kernel_checks_ran"] is True, body
-    assert body["facts"]["dsl_error"] is None, body
-    assert body["facts"]["mla_error"] is None, body
+    facts = body["facts"]
+    assert facts["gpus"], body
+    assert facts["fast_path_checks_ran"] is True, body
+    assert facts["dsl_error"] is None, body
     assert run.returncode == (0 if body["ok"] else 1)
+    if all(tuple(g["capability"]) in {(10, 0), (10, 3)} for g in facts["gpus"]):
+        assert facts["import_errors"] == [], body
+        assert [(r["core"], r["problem"]) for r in facts["attention"]] == [
+            ("tokenspeed", None),
+            ("trtllm", None),
+        ], body
+    else:  # vLLM's cores refuse this GPU: the family problem says so, no core is tried
+        assert facts["attention"] == [], body
+        assert body["problems"][0].startswith("GPU 0 is "), body

@@ -4,7 +4,7 @@ rules and dashboards and for the README picture (scripts/observability_picture.p
 Targets, all text format on 127.0.0.1:
 - `kimi-plugin`: the stat-logger plugin's registry, fed finished requests as vLLM builds them;
 - `kimi-decode-path`: the decode-path plugin's registry (what it serves on $KIMI_METRICS_PORT);
-- `vllm`: an emitter of vLLM 0.33.0's metric names (schemas/vllm-0.33.0-metrics.tsv);
+- `vllm`: an emitter of vLLM 0.33.0's metric names (third_party/vllm-0.33.0-metrics.tsv);
 - `operator`: kimi_operator's own registry (scraped with honor_labels, as the chart must).
 
 `rate(...[5m])` needs minutes of history, so each target replays SNAPSHOTS states of its real

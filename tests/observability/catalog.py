@@ -10,6 +10,7 @@ import promql_parser
 import yaml
 
 from kimi_kernels.metrics import names
+from kimi_operator.embedded.upstream import VLLM_METRICS, upstream_file
 from kimi_operator.metrics import Metrics
 from kimi_operator.observability.dashboards import DEFAULT_GPU_HOUR_PRICE, PRICE_VARIABLE
 from tests.observability.tools import ROOT
@@ -17,8 +18,7 @@ from tests.observability.tools import ROOT
 CHART = ROOT / "charts" / "kimi-operator"
 RULES = CHART / "rules" / "kimi-k3.rules.yaml"
 DASHBOARDS = sorted((CHART / "dashboards").glob("*.json"))
-SCHEMAS = ROOT.parent / "shared" / "schemas"
-VLLM_CATALOG = SCHEMAS / "vllm-0.33.0-metrics.tsv"
+VLLM_CATALOG = upstream_file(VLLM_METRICS)
 
 # What Grafana puts in place of the template variables ("All" is `.*`).
 VARIABLES = {

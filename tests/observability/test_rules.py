@@ -10,9 +10,10 @@ import jsonschema
 import pytest
 import yaml
 
+from kimi_operator.embedded.upstream import upstream_crd
 from kimi_operator.observability import generate
 from kimi_operator.observability.rules import DEFAULT_DECODE_FLOOR, FLOOR_MARKER
-from tests.observability.catalog import CHART, RULES, SCHEMAS
+from tests.observability.catalog import CHART, RULES
 from tests.observability.tools import require_tool
 
 HERE = Path(__file__).parent
@@ -77,7 +78,7 @@ def _render(chart: Path, *values: str) -> dict[str, object]:
 
 
 def _crd_schema() -> dict[str, object]:
-    crd = yaml.safe_load((SCHEMAS / "monitoring.coreos.com_prometheusrules.yaml").read_text())
+    crd = upstream_crd("PrometheusRule")
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
     schema: dict[str, object] = version["schema"]["openAPIV3Schema"]
     return schema

@@ -11,27 +11,17 @@ import yaml
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.processes import wait
 from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.upstream import CHILD_KINDS, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 from kimi_operator.runner import OperatorThread, RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS = ROOT.parent / "shared" / "schemas"
-UPSTREAM = {
-    "LeaderWorkerSet": "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
-    "ComputeDomain": "resource.nvidia.com_computedomains.yaml",
-    "PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
-}
 RESYNC_S = 0.5
 T = TypeVar("T")
 
 
-def upstream_crd(kind: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((SCHEMAS / UPSTREAM[kind]).read_text())
-    return loaded
-
-
-UPSTREAM_CRDS = {kind: upstream_crd(kind) for kind in UPSTREAM}
+UPSTREAM_CRDS = {kind: upstream_crd(kind) for kind in CHILD_KINDS}
 
 
 def sample(name: str = "k3-tp8-dspark") -> dict[str, Any]:
@@ -49,7 +39,7 @@ def wait_for(probe: Callable[[], T | None], timeout: float = 10.0, what: str = "
 def installed(request: pytest.FixtureRequest) -> list[str]:
     """The upstream CRDs installed; override with `@pytest.mark.parametrize('installed', ...,
     indirect=True)`."""
-    kinds: list[str] = getattr(request, "param", list(UPSTREAM))
+    kinds: list[str] = getattr(request, "param", list(CHILD_KINDS))
     return kinds
 
 

@@ -19,7 +19,7 @@ from kimi_operator.embedded.demo import run_demo
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
-from tests.operator.conftest import ROOT, SCHEMAS, sample, wait_for
+from tests.operator.conftest import ROOT, sample, wait_for
 from tests.operator.test_lifecycle import NAME, NS, children, reconciled
 
 
@@ -109,25 +109,15 @@ def test_run_serves_health_and_metrics_and_reconciles(
 
 def test_demo_runs_the_samples_live() -> None:
     out = io.StringIO()
-    run_demo(ROOT / "crds" / "samples", SCHEMAS, out)
+    run_demo(ROOT / "crds" / "samples", out)
     text = out.getvalue()
     assert "listening on http://127.0.0.1:" in text
+    assert "installed CRD leaderworkersets.leaderworkerset.x-k8s.io" in text  # the vendored one
     assert "kubelet stand-in" in text
     assert "marked LeaderWorkerSet inference/k3-tp8-dspark-g0 ready" in text
     assert "http://k3-tp8-dspark.inference.svc:8000/v1" in text
     assert "condition Ready=True (AllGroupsReady" in text
     assert "demo took" in text
-
-
-def test_demo_without_the_upstream_crds_uses_stand_ins(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code = main(["demo", "--schemas", str(tmp_path)])
-    out = capsys.readouterr().out
-    assert code == 0
-    assert f"upstream CRDs not in {tmp_path}: installing stand-ins" in out
-    assert "installed CRD leaderworkersets.leaderworkerset.x-k8s.io" in out
-    assert "condition Ready=True (AllGroupsReady" in out
 
 
 def test_demo_says_when_there_is_nothing_to_deploy(

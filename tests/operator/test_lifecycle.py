@@ -163,7 +163,8 @@ def test_switching_compute_domain_off_removes_the_domains(client: Client) -> Non
     doc = sample()
     doc["spec"]["replicas"] = 2
     create(client, doc)
-    edit(client, {"computeDomain": "Disabled"}, 2)
+    # Disabled is refused for the fast path across trays: stock decode does without.
+    edit(client, {"computeDomain": "Disabled", "decode": {"backend": "auto"}}, 2)
     found = children(client)
     assert not [k for k in found if k.startswith("ComputeDomain")]
     pod = found["LeaderWorkerSet/k3-tp8-dspark-g1"]["spec"]["leaderWorkerTemplate"][

@@ -58,25 +58,38 @@ def test_pod_monitor_api_is_not_needed_without_monitoring(client: Client) -> Non
 
 
 @pytest.mark.parametrize("installed", [WITHOUT_DOMAINS], indirect=True)
-def test_missing_compute_domain_api_with_auto_deploys_anyway(client: Client) -> None:
-    status = create(client, sample())
+def test_missing_compute_domain_api_with_auto_deploys_stock_decode(client: Client) -> None:
+    """`auto` decode runs without multi-node NVLink, with NCCL told that there is none."""
+    doc = sample()
+    doc["spec"]["decode"] = {"backend": "auto"}
+    status = create(client, doc)
     mnnvl = condition(status, "MNNVLReady")
     assert (mnnvl["status"], mnnvl["reason"]) == ("False", "ComputeDomainNotInstalled")
     assert condition(status, "Degraded")["reason"] == "ComputeDomainNotInstalled"
     assert condition(status, "Ready")["reason"] == "GroupsNotReady"  # not blocked
     lws = children(client)["LeaderWorkerSet/k3-tp8-dspark-g0"]
-    assert "resourceClaims" not in lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    pod = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    assert "resourceClaims" not in pod
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["NCCL_MNNVL_ENABLE"] == "0"
 
 
 @pytest.mark.parametrize("installed", [WITHOUT_DOMAINS], indirect=True)
-def test_missing_compute_domain_api_with_required_blocks(client: Client) -> None:
+@pytest.mark.parametrize("mode", ["Required", "Auto"])
+def test_missing_compute_domain_api_blocks_a_group_that_needs_it(client: Client, mode: str) -> None:
+    """Required, and Auto for a latency_specialized group across two trays: no pods that would
+    load the weights and then fail without multicast memory."""
     doc = sample()
-    doc["spec"]["computeDomain"] = "Required"
+    doc["spec"]["computeDomain"] = mode
     status = create(client, doc)
     ready = condition(status, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "ComputeDomainNotInstalled")
     assert "helm install nvidia-dra-driver-gpu" in ready["message"]
+    if mode == "Auto":
+        assert "TP group across 2 nodes needs its IMEX channel" in ready["message"]
+    assert condition(status, "Progressing")["status"] == "False"
     assert not [k for k in children(client) if k.startswith("LeaderWorkerSet")]
+    assert "Service/k3-tp8-dspark" in children(client)
 
 
 def test_invalid_spec_leaves_children_alone(client: Client, api: EmbeddedApiServer) -> None:

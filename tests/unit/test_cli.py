@@ -260,11 +260,11 @@ def test_render_refuses_an_invalid_spec(tmp_path: Path, capsys: pytest.CaptureFi
     assert err[0].startswith(f"{path}: spec.gpus: ")
 
 
-def test_validate_never_imports_kopf_or_the_kubernetes_client(tmp_path: Path) -> None:
+def test_validate_never_imports_kopf_aiohttp_or_the_kubernetes_client(tmp_path: Path) -> None:
     path = write(tmp_path, "k3.yaml", edited({"spec.gpus": 12}))
     probe = (
         "import sys; from kimi_operator.cli import main; code = main(['validate', sys.argv[1]]); "
-        "heavy = ('kopf', 'kubernetes', 'kmock'); "
+        "heavy = ('kopf', 'kubernetes', 'kmock', 'aiohttp'); "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in heavy); "
         "print(bad); sys.exit(code)"
     )

@@ -270,8 +270,233 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
         False,
     ),
     ("compute-domain-required", {"spec.computeDomain": "Required"}, True),
-    ("compute-domain-disabled", {"spec.computeDomain": "Disabled"}, True),
+    ("compute-domain-disabled-tp16", {"spec.computeDomain": "Disabled"}, False),
+    ("compute-domain-disabled-tp8", {"spec.computeDomain": "Disabled", "spec.gpus": 8}, False),
+    (
+        "compute-domain-disabled-one-node",
+        {"spec.computeDomain": "Disabled", "spec.gpus": 8, "spec.gpusPerNode": 8},
+        True,
+    ),
+    (
+        "compute-domain-disabled-stock",
+        {"spec.computeDomain": "Disabled", "spec.decode.backend": "auto"},
+        True,
+    ),
     ("compute-domain-lowercase", {"spec.computeDomain": "auto"}, False),
+    ("resources", {"spec.resources": {"cpu": "96", "memory": "700Gi", "guaranteed": True}}, True),
+    ("resources-millicpu", {"spec.resources": {"cpu": "63500m"}}, True),
+    ("resources-int-cpu", {"spec.resources": {"cpu": 64}}, False),
+    ("resources-negative", {"spec.resources": {"memory": "-1Gi"}}, False),
+    ("resources-unit-typo", {"spec.resources": {"memory": "512GB"}}, False),
+    ("resources-limits", {"spec.resources": {"limits": {"cpu": "1"}}}, False),
+    ("shared-memory", {"spec.sharedMemory": "16Gi"}, True),
+    ("shared-memory-bad", {"spec.sharedMemory": "lots"}, False),
+    ("pull-secrets", {"spec.imagePullSecrets": [{"name": "registry"}]}, True),
+    ("pull-secrets-bad-name", {"spec.imagePullSecrets": [{"name": "Registry_1"}]}, False),
+    ("pull-secrets-9", {"spec.imagePullSecrets": [{"name": f"r{i}"} for i in range(9)]}, False),
+    (
+        "pod-metadata",
+        {
+            "spec.podMetadata": {
+                "labels": {"team": "inference", "example.com/cost-center": "gpu-42"},
+                "annotations": {"example.com/owner": "any text: ok"},
+            }
+        },
+        True,
+    ),
+    ("pod-label-ours", {"spec.podMetadata": {"labels": {"app.kubernetes.io/name": "x"}}}, False),
+    (
+        "pod-label-lws",
+        {"spec.podMetadata": {"labels": {"leaderworkerset.sigs.k8s.io/n": "x"}}},
+        False,
+    ),
+    (
+        "pod-label-part-of",
+        {"spec.podMetadata": {"labels": {"app.kubernetes.io/part-of": "x"}}},
+        True,
+    ),
+    ("pod-label-long-key", {"spec.podMetadata": {"labels": {"a" * 318: "x"}}}, False),
+    (
+        "pod-label-like-ours",
+        {"spec.podMetadata": {"labels": {"app.kubernetes.io/names": "x"}}},
+        True,
+    ),
+    ("pod-label-bad-value", {"spec.podMetadata": {"labels": {"team": "not ok"}}}, False),
+    (
+        "pod-annotation-exclusive",
+        {
+            "spec.podMetadata": {
+                "annotations": {"leaderworkerset.sigs.k8s.io/exclusive-topology": "rack"}
+            }
+        },
+        False,
+    ),
+    (
+        "pod-annotation-operator",
+        {"spec.podMetadata": {"annotations": {"kimi-operator.io/x": "1"}}},
+        False,
+    ),
+    ("exclusive-clique", {"spec.scheduling": {"exclusiveClique": True}}, True),
+    (
+        "affinity",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "pool", "operator": "In", "values": ["gb300"]},
+                                        {"key": "gen", "operator": "Gt", "values": ["2"]},
+                                    ]
+                                }
+                            ]
+                        },
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 10,
+                                "preference": {
+                                    "matchExpressions": [{"key": "spare", "operator": "Exists"}]
+                                },
+                            }
+                        ],
+                    },
+                    "podAntiAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 50,
+                                "podAffinityTerm": {
+                                    "labelSelector": {"matchLabels": {"team": "training"}},
+                                    "topologyKey": "nvidia.com/gpu.clique",
+                                },
+                            }
+                        ]
+                    },
+                }
+            }
+        },
+        True,
+    ),
+    (
+        "affinity-in-without-values",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "pool", "operator": "In"}]}
+                            ]
+                        }
+                    }
+                }
+            }
+        },
+        False,
+    ),
+    (
+        "affinity-gt-not-integer",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 1,
+                                "preference": {
+                                    "matchFields": [
+                                        {"key": "gen", "operator": "Lt", "values": ["two"]}
+                                    ]
+                                },
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+        False,
+    ),
+    (
+        "affinity-no-terms",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}
+                    }
+                }
+            }
+        },
+        False,
+    ),
+    (
+        "pod-affinity-exists-with-values",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "podAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {
+                                    "matchExpressions": [
+                                        {"key": "a", "operator": "Exists", "values": ["b"]}
+                                    ]
+                                },
+                                "topologyKey": "kubernetes.io/hostname",
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+        False,
+    ),
+    (
+        "pod-anti-affinity-notin-empty",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "podAntiAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 100,
+                                "podAffinityTerm": {
+                                    "labelSelector": {
+                                        "matchExpressions": [{"key": "a", "operator": "NotIn"}]
+                                    },
+                                    "topologyKey": "kubernetes.io/hostname",
+                                },
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+        False,
+    ),
+    (
+        "pod-affinity-gt",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "podAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {
+                                    "matchExpressions": [
+                                        {"key": "a", "operator": "Gt", "values": ["1"]}
+                                    ]
+                                },
+                                "topologyKey": "kubernetes.io/hostname",
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+        False,
+    ),
     (
         "scheduling",
         {
@@ -373,6 +598,13 @@ def test_a_rule_failure_names_the_same_field_on_both_sides() -> None:
 
 
 # Generated specs: fields drawn from valid values and near misses, so both verdicts are common.
+REQUIREMENTS = st.fixed_dictionaries(
+    {
+        "key": st.just("k"),
+        "operator": st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]),
+    },
+    optional={"values": st.sampled_from([[], ["a"], ["1"], ["1", "2"], ["-3"]])},
+)
 SPECS = st.fixed_dictionaries(
     {"gpus": st.sampled_from([8, 16, 12, "16"])},
     optional={
@@ -443,6 +675,79 @@ SPECS = st.fixed_dictionaries(
             max_size=3,
         ),
         "computeDomain": st.sampled_from(["Auto", "Required", "Disabled", "Off"]),
+        "resources": st.fixed_dictionaries(
+            {},
+            optional={
+                "cpu": st.sampled_from(["64", "500m", "1.5", "-1", "64 cores", 64]),
+                "memory": st.sampled_from(["512Gi", "1T", "512GB"]),
+                "guaranteed": st.sampled_from([True, False, "yes"]),
+            },
+        ),
+        "podMetadata": st.fixed_dictionaries(
+            {},
+            optional={
+                "labels": st.dictionaries(
+                    st.sampled_from(
+                        ["team", "a.io/b", "app.kubernetes.io/name", "kimi-operator.io/x", "b c"]
+                    ),
+                    st.sampled_from(["x", "", "not ok"]),
+                    max_size=3,
+                ),
+                "annotations": st.dictionaries(
+                    st.sampled_from(["a.io/b", "leaderworkerset.sigs.k8s.io/x", "-bad"]),
+                    st.just("any text"),
+                    max_size=2,
+                ),
+            },
+        ),
+        "scheduling": st.fixed_dictionaries(
+            {},
+            optional={
+                "exclusiveClique": st.booleans(),
+                "affinity": st.fixed_dictionaries(
+                    {},
+                    optional={
+                        kind: st.fixed_dictionaries(
+                            {
+                                "requiredDuringSchedulingIgnoredDuringExecution": st.lists(
+                                    st.fixed_dictionaries(
+                                        {
+                                            "labelSelector": st.fixed_dictionaries(
+                                                {
+                                                    "matchExpressions": st.lists(
+                                                        REQUIREMENTS, max_size=2
+                                                    )
+                                                }
+                                            ),
+                                            "topologyKey": st.just("nvidia.com/gpu.clique"),
+                                        }
+                                    ),
+                                    max_size=2,
+                                )
+                            }
+                        )
+                        for kind in ("podAffinity", "podAntiAffinity")
+                    }
+                    | {
+                        "nodeAffinity": st.fixed_dictionaries(
+                            {
+                                "preferredDuringSchedulingIgnoredDuringExecution": st.lists(
+                                    st.fixed_dictionaries(
+                                        {
+                                            "weight": st.integers(0, 101),
+                                            "preference": st.fixed_dictionaries(
+                                                {"matchFields": st.lists(REQUIREMENTS, max_size=2)}
+                                            ),
+                                        }
+                                    ),
+                                    max_size=2,
+                                )
+                            }
+                        )
+                    },
+                ),
+            },
+        ),
         "unknownField": st.just(1),
     },
 )

@@ -11,13 +11,19 @@ matrix compiles exactly these.
 Split heuristic (``choose_num_splits``). Status: derived from a model, NOT yet fitted on
 measurements (no GPU was available when it was written; ``benchmarks/mla_decode_gpu.py`` sweeps
 the split count per shape so that the constants below can be fitted, and ``kernels/NOTES.md``
-records the data once measured). The model: a decode step is one wave of CTAs; without splitting
-there are ``batch x row_groups`` CTAs (2 to 192 for Kimi K3's shapes), far fewer than the
-132 (H200) / 148-160 (GB300) SMs x resident CTAs per SM, so the context is split until the wave
-is full; each split must still cover ``MIN_TILES_PER_SPLIT`` tiles of 32 positions so that staging
+records the data once measured). The model: a launch takes whole waves of ``SMs x resident CTAs
+per SM`` CTAs (a partly filled last wave costs a full one); without splitting there are
+``batch x row_groups`` CTAs (2 to 192 for Kimi K3's shapes), far fewer than the 132 (H200) /
+148-160 (GB300) SMs x 2, so the context is split into the count that minimises waves x work per
+CTA; each split must still cover ``MIN_TILES_PER_SPLIT`` tiles of 32 positions so that staging
 the queries and the combine's extra read of the partials stay small next to the split's own
 work; the partial workspace (``batch x splits x rows x 2 KiB``) is capped at
 ``MAX_WORKSPACE_BYTES``.
+
+Decode context parallelism (DCP, vLLM's ``cp_kv_cache_interleave_size``): rank ``r`` of ``W``
+holds global positions in blocks of ``I``, block ``k`` of the rank being global block
+``k * W + r``; vLLM passes the local lengths and the global ones (``dcp_tot_seq_lens``).
+``local_count`` is how many of a rank's positions lie below a global position.
 """
 
 from __future__ import annotations
@@ -92,21 +98,32 @@ def row_groups(rows: int, config: SplitConfig) -> int:
     return -(-rows // config.rows_per_cta)
 
 
+def _wave_cost(ctas: int, splits: int, wave: int) -> float:
+    """A launch's time in units of one unsplit CTA: whole waves (a partly filled last wave takes
+    as long as a full one) of CTAs that each do ``1 / splits`` of the work."""
+    return -(-ctas * splits // wave) / splits
+
+
 def choose_num_splits(
     batch: int, rows: int, max_seq_len: int, config: SplitConfig, num_sms: int
 ) -> int:
-    """Split count for one launch (same for every request; shorter requests get empty splits)."""
+    """Split count for one launch (same for every request; shorter requests get empty splits).
+
+    The count with the lowest :func:`_wave_cost` within the caps, the smallest on a tie: with 48
+    CTAs on 132 SMs x 2, 11 splits (528 CTAs, two full waves, cost 2/11), never 6 (288 CTAs: a
+    24-CTA tail wave, cost 2/6, 1.8x as long).
+    """
     if batch < 1 or rows < 1 or num_sms < 1:
         raise ValueError(f"batch, rows and num_sms must be >= 1, got {batch}, {rows}, {num_sms}")
     if max_seq_len < 1:
         raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
     ctas = batch * row_groups(rows, config)
     wave = num_sms * config.ctas_per_sm
-    fill = -(-wave // ctas)
     tiles = -(-max_seq_len // TILE_N)
     enough_work = max(1, tiles // MIN_TILES_PER_SPLIT)
     workspace_cap = max(1, MAX_WORKSPACE_BYTES // (batch * rows * V_DIM * 4))
-    return max(1, min(fill, enough_work, workspace_cap, MAX_SPLITS))
+    cap = min(enough_work, workspace_cap, MAX_SPLITS)
+    return min(range(1, cap + 1), key=lambda s: (_wave_cost(ctas, s, wave), s))
 
 
 def split_bounds(seq_len: int, num_splits: int, split: int) -> tuple[int, int]:
@@ -115,3 +132,28 @@ def split_bounds(seq_len: int, num_splits: int, split: int) -> tuple[int, int]:
     chunk = -(-per_split // TILE_N) * TILE_N
     start = split * chunk
     return start, min(start + chunk, seq_len)
+
+
+def check_dcp(dcp: tuple[int, int, int], totals: object) -> None:
+    """``dcp`` is ``(world, rank, interleave)`` with ``0 <= rank < world``, ``interleave >= 1``;
+    a sharded cache (world > 1) needs the global lengths ``totals``."""
+    world, rank, interleave = dcp
+    if not 0 <= rank < world or interleave < 1:
+        raise ValueError(
+            f"dcp (world, rank, interleave) needs 0 <= rank < world and interleave >= 1, got {dcp}"
+        )
+    if world > 1 and totals is None:
+        raise ValueError("totals (the global lengths) are required with dcp world > 1")
+
+
+def local_count(global_len: int, world: int, rank: int, interleave: int) -> int:
+    """How many of rank ``rank``'s cache positions hold global positions ``< global_len`` (vLLM's
+    ``get_dcp_local_seq_lens``; the kernel's ``local_limit`` is its ``@cute.jit`` twin)."""
+    base = global_len // interleave // world * interleave
+    return base + min(max(global_len - base * world - rank * interleave, 0), interleave)
+
+
+def workspace_floats(batch: int, rows: int, num_splits: int) -> int:
+    """float32 elements of the split kernel's partials: outputs ``[batch, splits, rows, 512]``,
+    then log2-sum-exps ``[batch, splits, rows]``."""
+    return batch * num_splits * rows * (V_DIM + 1)

@@ -29,12 +29,16 @@ from kimi_kernels.mla_decode.config import (
     PAGE_SIZE,
     V_DIM,
     SplitConfig,
+    check_dcp,
     choose_config,
     choose_num_splits,
+    workspace_floats,
 )
 from kimi_kernels.mla_decode.kernel import MLADecodeCombine, MLADecodeSplitKV
+from kimi_kernels.mla_decode.reference import check_block_table
 
 ALIGN = 16  # bytes; every kernel argument is compiled with assumed_align=ALIGN
+NO_DCP = (1, 0, 1)  # DCP (world, rank, interleave) without decode context parallelism
 _TORCH_KV_DTYPES = {torch.float8_e4m3fn: "fp8_e4m3", torch.bfloat16: "bf16"}
 
 
@@ -107,12 +111,14 @@ def _options(arch: str, dump_dir: str | None) -> str:
 
 
 def split_fakes(config: SplitConfig) -> list[Any]:
-    """Fake tensors for the split kernel: q, kv_cache, block_table, seq_lens, o_part, lse_part."""
+    """Fake tensors for the split kernel: q, kv_cache, block_table, seq_lens, totals, o_part,
+    lse_part."""
     kv = MLADecodeSplitKV(config).kv_dtype
     return [
         _fake(cutlass.BFloat16, 4),
         _fake(kv, 3),
         _fake(cutlass.Int32, 2),
+        _fake(cutlass.Int32, 1),
         _fake(cutlass.Int32, 1),
         _fake(cutlass.Float32, 4),
         _fake(cutlass.Float32, 3),
@@ -138,6 +144,7 @@ def compile_split(config: SplitConfig, arch: str, dump_dir: str | None = None) -
         *split_fakes(config),
         cutlass.Float32(1.0),
         cutlass.Float32(1.0),
+        *(cutlass.Int32(x) for x in NO_DCP),
         cute.runtime.make_fake_stream(),
         options=_options(arch, dump_dir),
     )
@@ -174,6 +181,29 @@ def to_cute(t: torch.Tensor) -> Any:
     return ct.mark_layout_dynamic(leading_dim=t.dim() - 1)
 
 
+def partition_workspace(
+    workspace: torch.Tensor, batch: int, rows: int, num_splits: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split kernel's ``o_part`` ``[B, splits, rows, 512]`` and ``lse_part``
+    ``[B, splits, rows]``: views of the front of a caller-owned float32 ``workspace``."""
+    need = workspace_floats(batch, rows, num_splits)
+    if workspace.dtype != torch.float32 or workspace.dim() != 1 or not workspace.is_contiguous():
+        raise ValueError(
+            f"workspace must be a contiguous 1-D float32 tensor, got {workspace.dtype} "
+            f"{list(workspace.shape)}"
+        )
+    if workspace.numel() < need:
+        raise ValueError(
+            f"workspace has {workspace.numel()} floats; batch {batch} x {num_splits} splits x "
+            f"{rows} rows needs {need} (config.workspace_floats)"
+        )
+    if workspace.data_ptr() % ALIGN:
+        raise ValueError(f"workspace must start on a {ALIGN}-byte boundary")
+    n_out = batch * num_splits * rows * V_DIM
+    o_part = workspace[:n_out].view(batch, num_splits, rows, V_DIM)
+    return o_part, workspace[n_out:need].view(batch, num_splits, rows)
+
+
 def mla_decode(  # noqa: PLR0917 (the reference's positional signature)
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -182,18 +212,32 @@ def mla_decode(  # noqa: PLR0917 (the reference's positional signature)
     softmax_scale: float,
     kv_scale: float = 1.0,
     *,
+    workspace: torch.Tensor | None = None,
     num_splits: int | None = None,
     max_seq_len: int | None = None,
+    totals: torch.Tensor | None = None,
+    dcp: tuple[int, int, int] = NO_DCP,
+    check_lengths: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MLA decode on the GPU: bf16 ``out`` ``[B, Lq, H, 512]`` and f32 ``lse`` ``[B, Lq, H]``.
 
-    Same arguments and meaning as ``mla_decode_reference``. The split count is fixed per launch:
-    pass ``num_splits`` (or ``max_seq_len``) when capturing a CUDA graph; otherwise it is chosen
-    from ``seq_lens.max()`` (one device sync).
+    Same arguments and meaning as ``mla_decode_reference`` (``totals``/``dcp``: decode context
+    parallelism). ``workspace``: float32, at least ``config.workspace_floats(B, Lq*H, splits)``,
+    owned by the caller and reused across calls (without one, each call allocates its partials).
+    ``check_lengths`` (one device sync) refuses lengths outside the block table and pages outside
+    the cache; a CUDA graph capture must pass False, a fixed ``num_splits`` (or ``max_seq_len``)
+    and a workspace.
     """
     shape = check_inputs(q, kv_cache, block_table, seq_lens)
     if not math.isfinite(softmax_scale) or not math.isfinite(kv_scale):
         raise ValueError(f"scales must be finite, got {softmax_scale}, {kv_scale}")
+    check_dcp(dcp, totals)
+    totals = seq_lens if totals is None else totals
+    if totals.dtype != torch.int32 or totals.shape != seq_lens.shape:
+        raise ValueError(f"totals must be int32 [{shape.batch}], got {totals.dtype} {totals.shape}")
+    if check_lengths:
+        longest = check_block_table(shape.q_len, kv_cache.shape[0], block_table, seq_lens, totals)
+        max_seq_len = max_seq_len or longest
     config = choose_config(shape.kv_dtype, shape.rows)
     if num_splits is None:
         if max_seq_len is None:
@@ -208,10 +252,11 @@ def mla_decode(  # noqa: PLR0917 (the reference's positional signature)
     combine_fn = compile_combine(arch)
 
     dev = q.device
-    o_part = torch.empty(
-        shape.batch, num_splits, shape.rows, V_DIM, dtype=torch.float32, device=dev
-    )
-    lse_part = torch.empty(shape.batch, num_splits, shape.rows, dtype=torch.float32, device=dev)
+    if workspace is None:
+        workspace = torch.empty(
+            workspace_floats(shape.batch, shape.rows, num_splits), dtype=torch.float32, device=dev
+        )
+    o_part, lse_part = partition_workspace(workspace, shape.batch, shape.rows, num_splits)
     out = torch.empty(
         shape.batch, shape.q_len, shape.heads, V_DIM, dtype=torch.bfloat16, device=dev
     )
@@ -222,10 +267,12 @@ def mla_decode(  # noqa: PLR0917 (the reference's positional signature)
         to_cute(kv_cache),
         to_cute(block_table),
         to_cute(seq_lens),
+        to_cute(totals),
         to_cute(o_part),
         to_cute(lse_part),
         cutlass.Float32(softmax_scale),
         cutlass.Float32(kv_scale),
+        *(cutlass.Int32(x) for x in dcp),
         stream,
     )
     combine_fn(to_cute(o_part), to_cute(lse_part), to_cute(out), to_cute(lse), stream)

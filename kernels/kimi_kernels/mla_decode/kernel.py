@@ -8,7 +8,9 @@ Data (vLLM's layout, see ``reference.py``): ``q`` ``[B, Lq, H, 576]`` bf16; ``kv
 ``[num_blocks, 64, 576]`` FP8 e4m3 (or bf16) with a per-tensor scale; K is the whole row, V its
 first 512 values; ``block_table`` ``[B, max_blocks]`` int32 in any page order; ``seq_lens``
 ``[B]``. Query row ``r`` of request ``b`` is token ``j = r // H``, head ``h = r % H``; it sees cache
-positions ``0 .. seq_len - Lq + j`` (the causal draft-token mask).
+positions ``0 .. seq_len - Lq + j`` (the causal draft-token mask). Under decode context
+parallelism the cache is this rank's shard, ``seq_lens`` the local lengths, and the mask is in
+global positions (``totals`` and ``dcp = (world, rank, interleave)``, as vLLM passes them).
 
 Split kernel (``MLADecodeSplitKV``), grid ``(num_splits, row_groups, B)``: a CTA owns ``M`` query
 rows (``num_warps * rows_per_warp``) of one request and one contiguous range of its context.
@@ -71,9 +73,27 @@ def split_range(seq_len: Int32, num_splits: Int32, split: Int32) -> tuple[Int32,
 
 
 @cute.jit
-def causal_limit(seq_len: Int32, q_len: Int32, heads: Int32, row: Int32) -> Int32:
-    """The last cache position query row ``row`` (token ``row // heads``) may see."""
-    return seq_len - q_len + row // heads
+def local_count(global_len: Int32, world: Int32, rank: Int32, interleave: Int32) -> Int32:
+    """How many of this DCP rank's positions hold global positions ``< global_len``.
+    Host twin: ``config.local_count`` (vLLM's ``get_dcp_local_seq_lens``)."""
+    base = global_len // interleave // world * interleave
+    rest = global_len - base * world - rank * interleave
+    return base + cutlass.min(cutlass.max(rest, Int32(0)), interleave)
+
+
+@cute.jit
+def causal_limit(  # noqa: PLR0917 (inlined into the kernel)
+    total: Int32,
+    q_len: Int32,
+    heads: Int32,
+    row: Int32,
+    world: Int32,
+    rank: Int32,
+    interleave: Int32,
+) -> Int32:
+    """The last local cache position query row ``row`` (token ``row // heads``) may see: token
+    ``j`` sees global positions ``<= total - q_len + j`` (``total``: the global length)."""
+    return local_count(total - q_len + row // heads + 1, world, rank, interleave) - 1
 
 
 class MLADecodeSplitKV:
@@ -110,11 +130,15 @@ class MLADecodeSplitKV:
         g_q: cute.Tensor,  # [B, Lq, H, 576] bf16
         g_kv: cute.Tensor,  # [num_blocks, 64, 576] fp8 e4m3 / bf16
         g_table: cute.Tensor,  # [B, max_blocks] int32
-        g_seq_lens: cute.Tensor,  # [B] int32
+        g_seq_lens: cute.Tensor,  # [B] int32, this rank's lengths
+        g_totals: cute.Tensor,  # [B] int32, the global lengths (= g_seq_lens without DCP)
         g_o_part: cute.Tensor,  # [B, splits, Lq*H, 512] f32
         g_lse_part: cute.Tensor,  # [B, splits, Lq*H] f32, log2 domain
         softmax_scale: Float32,
         kv_scale: Float32,
+        cp_world: Int32,  # DCP world, rank, interleave: 1, 0, 1 without DCP
+        cp_rank: Int32,
+        cp_interleave: Int32,
         stream: cuda.CUstream,
     ) -> None:
         batch = g_q.shape[0]
@@ -122,7 +146,18 @@ class MLADecodeSplitKV:
         num_splits = g_lse_part.shape[1]
         row_groups = (rows + self.rows_per_cta - 1) // self.rows_per_cta
         self.kernel(
-            g_q, g_kv, g_table, g_seq_lens, g_o_part, g_lse_part, softmax_scale * LOG2E, kv_scale
+            g_q,
+            g_kv,
+            g_table,
+            g_seq_lens,
+            g_totals,
+            g_o_part,
+            g_lse_part,
+            softmax_scale * LOG2E,
+            kv_scale,
+            cp_world,
+            cp_rank,
+            cp_interleave,
         ).launch(
             grid=[num_splits, row_groups, batch],
             block=[self.num_threads, 1, 1],
@@ -137,10 +172,14 @@ class MLADecodeSplitKV:
         g_kv: cute.Tensor,
         g_table: cute.Tensor,
         g_seq_lens: cute.Tensor,
+        g_totals: cute.Tensor,
         g_o_part: cute.Tensor,
         g_lse_part: cute.Tensor,
         scale_log2: Float32,
         kv_scale: Float32,
+        cp_world: Int32,
+        cp_rank: Int32,
+        cp_interleave: Int32,
     ) -> None:
         tidx, _, _ = cute.arch.thread_idx()
         split, group, b = cute.arch.block_idx()
@@ -187,7 +226,9 @@ class MLADecodeSplitKV:
             row_max[r] = Float32(NEG_INF)
             row_sum[r] = Float32(0.0)
             row = row0 + warp * self.rows_per_warp + r
-            limit[r] = causal_limit(seq_len, q_len, heads, row)
+            limit[r] = causal_limit(
+                g_totals[b], q_len, heads, row, cp_world, cp_rank, cp_interleave
+            )
             if row >= rows:
                 limit[r] = Int32(-1)
             for i in cutlass.range_constexpr(COLS_PER_LANE):
@@ -242,7 +283,9 @@ class MLADecodeSplitKV:
                 for i in cutlass.range_constexpr(COLS_PER_LANE):
                     acc[r, i] = acc[r, i] * corr
 
-            # P.V: lane owns columns lane + 32 i; probabilities broadcast by shuffle.
+            # P.V: lane owns columns lane + 32 i; probabilities broadcast by shuffle. A row
+            # skips the positions it may not see (warp-uniform test) rather than multiplying
+            # their V by 0: the cache row of a masked position may hold NaN, and 0 x NaN is NaN.
             for t in cutlass.range(TILE_N, unroll=4):
                 pt = cute.make_rmem_tensor((self.rows_per_warp,), Float32)
                 for r in cutlass.range_constexpr(self.rows_per_warp):
@@ -250,7 +293,8 @@ class MLADecodeSplitKV:
                 for i in cutlass.range_constexpr(COLS_PER_LANE):
                     v = s_kv[t, lane + i * WARP]
                     for r in cutlass.range_constexpr(self.rows_per_warp):
-                        acc[r, i] += pt[r] * v
+                        if t0 + t <= limit[r]:
+                            acc[r, i] += pt[r] * v
 
         # Normalized partial output and its log2-sum-exp (-inf and zeros when nothing was seen).
         for r in cutlass.range_constexpr(self.rows_per_warp):

@@ -1,8 +1,11 @@
 """Node preflight: ``python -m kimi_kernels.preflight`` (the operator's init container).
 
-Checks, before tens of minutes of weight loading, what vLLM's latency-specialized Kimi K3 decode
-path needs from the node: an SM100/SM103-family GPU, a driver new enough for the image's CUDA,
-the IMEX channel device when a ComputeDomain claim is expected, multicast memory, a working CuTe
-DSL (compile and run a small kernel) and ``mla_decode`` agreeing with the reference.
-``checks`` holds the decisions as pure functions; ``probe`` gathers the facts.
+Checks, before tens of minutes of weight loading, what vLLM 0.33.0's latency-specialized Kimi K3
+decode needs from the node and the image: an SM100/SM103-family GPU, a driver new enough for the
+image's CUDA, the IMEX channel device when a ComputeDomain claim is expected, multicast memory,
+every module and lazily imported backend of the fast path importable (``imports``), a working CuTe
+DSL (compile and run a small kernel: ``kernels``) and one tiny FP8 decode through each MLA attention
+core vLLM serves with, against the reference (``attention``). ``checks`` holds the decisions as
+pure functions; ``probe`` gathers the facts. Our own ``kimi_kernels.mla_decode`` is no part of it:
+vLLM does not run it.
 """

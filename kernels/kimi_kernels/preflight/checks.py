@@ -19,6 +19,15 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class CoreResult:
+    """One of vLLM's MLA attention cores run on the tiny case (attention.py)."""
+
+    core: str
+    error: float | None  # worst per-row relative L2 error; None when the core did not run
+    problem: str | None
+
+
+@dataclass(frozen=True)
 class Facts:
     """What ``probe.gather`` found. ``probe_error`` set means nothing else could be gathered."""
 
@@ -29,9 +38,11 @@ class Facts:
     runtime_cuda: str | None = None  # the CUDA torch was built with, e.g. "13.0"
     expect_imex: bool = False
     imex_channels: tuple[str, ...] = ()
+    fast_path_checks_ran: bool = False  # off for decode.backend auto (--no-kernels)
+    imports_tried: int = 0
+    import_errors: tuple[str, ...] = ()  # the fast path's modules and lazy imports (imports.py)
     dsl_error: str | None = None  # None: the CuTe DSL smoke kernel compiled, ran and was right
-    mla_error: str | None = None  # None: mla_decode matched the reference
-    kernel_checks_ran: bool = False
+    attention: tuple[CoreResult, ...] = ()  # vLLM's MLA attention cores against the reference
 
 
 def _cuda_str(v: int) -> str:
@@ -88,30 +99,38 @@ def imex_problems(facts: Facts) -> list[str]:
     return []
 
 
-def kernel_problems(facts: Facts) -> list[str]:
-    problems = []
+def fast_path_problems(facts: Facts) -> list[str]:
+    problems = [f"the fast path would fail to import: {line}" for line in facts.import_errors]
     if facts.dsl_error is not None:
         problems.append(f"CuTe DSL smoke kernel failed: {facts.dsl_error}")
-    if facts.mla_error is not None:
-        problems.append(f"mla_decode check failed: {facts.mla_error}")
+    problems.extend(
+        f"vLLM's MLA attention core {r.problem}" for r in facts.attention if r.problem is not None
+    )
     return problems
 
 
 def evaluate(facts: Facts) -> list[str]:
     """Every problem, one line each; empty means the node is ready."""
     if facts.probe_error is not None:
-        return [facts.probe_error]
+        return [facts.probe_error, *fast_path_problems(facts)]
     return [
         *gpu_problems(facts),
         *driver_problems(facts),
         *imex_problems(facts),
-        *kernel_problems(facts),
+        *fast_path_problems(facts),
     ]
 
 
 def should_run_kernel_checks(facts: Facts) -> bool:
     """Kernels are only tried on a GPU whose driver can run the image's CUDA."""
     return bool(facts.gpus) and facts.probe_error is None and not driver_problems(facts)
+
+
+def should_run_attention(facts: Facts) -> bool:
+    """vLLM's attention cores run on SM100/SM103 only (tokenspeed_mla refuses other GPUs): on
+    another GPU the family problem says it all."""
+    supported = all(gpu.capability in SUPPORTED_CAPABILITIES for gpu in facts.gpus)
+    return should_run_kernel_checks(facts) and supported and not facts.import_errors
 
 
 def report(facts: Facts, problems: list[str]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Gathers the preflight facts from the node (cuda-bindings, /proc, /dev, torch, the CuTe DSL)."""
+"""Gathers the preflight facts from the node (cuda-bindings, /proc, /dev, torch), the image (vLLM's
+fast path imports) and the GPU (the CuTe DSL, vLLM's MLA attention cores)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kimi_kernels.preflight.checks import Facts, Gpu, should_run_kernel_checks
+from kimi_kernels.preflight import imports
+from kimi_kernels.preflight.checks import (
+    Facts,
+    Gpu,
+    should_run_attention,
+    should_run_kernel_checks,
+)
 
 IMEX_CHANNELS = "/dev/nvidia-caps-imex-channels/channel*"
 DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
@@ -54,11 +61,14 @@ def _gpus(driver: Any) -> tuple[Gpu, ...] | str:
     return tuple(gpus)
 
 
-def gather(*, expect_imex: bool, run_kernels: bool) -> Facts:
+def _node(expect_imex: bool) -> Facts:
     try:
         from cuda.bindings import driver  # noqa: PLC0415
     except ImportError as exc:
-        return Facts(probe_error=f"no NVIDIA GPU found (cuda-bindings not importable: {exc})")
+        return Facts(
+            probe_error=f"no NVIDIA GPU found (cuda-bindings not importable: {exc})",
+            expect_imex=expect_imex,
+        )
     gpus = _gpus(driver)
     if isinstance(gpus, str):
         return Facts(probe_error=gpus, expect_imex=expect_imex)
@@ -70,7 +80,7 @@ def gather(*, expect_imex: bool, run_kernels: bool) -> Facts:
         runtime_cuda = torch.version.cuda
     except ImportError:
         pass
-    facts = Facts(
+    return Facts(
         gpus=gpus,
         driver_version=_driver_version(),
         driver_cuda=driver_cuda if err == driver.CUresult.CUDA_SUCCESS else None,
@@ -78,10 +88,25 @@ def gather(*, expect_imex: bool, run_kernels: bool) -> Facts:
         expect_imex=expect_imex,
         imex_channels=tuple(sorted(glob.glob(IMEX_CHANNELS))),
     )
-    if not (run_kernels and should_run_kernel_checks(facts)):
-        return facts
-    from kimi_kernels.preflight.kernels import check_dsl, check_mla_decode  # noqa: PLC0415
 
-    return dataclasses.replace(
-        facts, dsl_error=check_dsl(), mla_error=check_mla_decode(), kernel_checks_ran=True
+
+def gather(*, expect_imex: bool, fast_path: bool) -> Facts:
+    """The node's facts; with ``fast_path``, also what vLLM's latency-specialized decode needs of
+    the image (its imports, with or without a GPU) and of the GPU (the CuTe DSL, the attention
+    cores)."""
+    facts = _node(expect_imex)
+    if not fast_path:
+        return facts
+    tried, errors = imports.check()
+    facts = dataclasses.replace(
+        facts, fast_path_checks_ran=True, imports_tried=len(tried), import_errors=tuple(errors)
     )
+    if should_run_kernel_checks(facts):
+        from kimi_kernels.preflight.kernels import check_dsl  # noqa: PLC0415
+
+        facts = dataclasses.replace(facts, dsl_error=check_dsl())
+    if should_run_attention(facts):
+        from kimi_kernels.preflight.attention import check_cores  # noqa: PLC0415
+
+        facts = dataclasses.replace(facts, attention=check_cores("cuda"))
+    return facts

@@ -35,6 +35,7 @@ MAX_ENGINE_ARG_LENGTH: Final = 512
 MAX_ENV: Final = 64
 MAX_TOLERATIONS: Final = 32
 MAX_NODE_SELECTOR: Final = 64
+MAX_PULL_SECRETS: Final = 8
 
 # Bounds on a whole document, checked before any validation (hostile or broken input: huge files,
 # deep nesting, YAML alias bombs). The API server refuses request bodies over 3 MiB.

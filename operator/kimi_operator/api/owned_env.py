@@ -34,10 +34,11 @@ OWNED_ENV: Final = (
     ),
     OwnedEnv(
         "NCCL_MNNVL_ENABLE",
-        "1",
-        "NCCL uses multi-node NVLink across the GB300 trays",
-        r"^1$",
-        "1",
+        "1",  # 0 where no ComputeDomain gives the pods an IMEX channel (builders/pod.py)
+        "1 (NCCL over multi-node NVLink) where a ComputeDomain gives the pods an IMEX channel, "
+        "else 0",
+        "",
+        "",
     ),
     OwnedEnv(
         "NCCL_CUMEM_ENABLE",

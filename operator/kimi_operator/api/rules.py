@@ -175,6 +175,104 @@ def _ref_count(source: Mapping[str, Json]) -> int:
     return sum(k in source for k in ("secretKeyRef", "configMapKeyRef", "fieldRef"))
 
 
+# Pod label and annotation keys the operator sets or that LeaderWorkerSet acts on: a user's would
+# break the Service and PodMonitor selectors or change placement behind the spec's back.
+OPERATOR_LABEL_KEYS = tuple(
+    f"app.kubernetes.io/{k}" for k in ("name", "instance", "managed-by", "component")
+)
+RESERVED_PREFIXES = ("kimi-operator.io/", "leaderworkerset.sigs.k8s.io/")
+POD_METADATA_RESERVED = {"labels": OPERATOR_LABEL_KEYS, "annotations": ()}
+MAX_KEY_LENGTH = 317  # a qualified name: 253 for the prefix, 1 for the slash, 63 for the name
+
+
+def _bad_keys(keys: Sequence[str], reserved: Sequence[str]) -> list[str]:
+    return [
+        k
+        for k in keys
+        if len(k) > MAX_KEY_LENGTH or k in reserved or k.startswith(RESERVED_PREFIXES)
+    ]
+
+
+def _metadata_key_rule(field: str, reserved: Sequence[str]) -> Rule:
+    """Only size() and startsWith() on the keys: a map's keys have no maxLength, so the API server
+    would estimate anything that reads a whole key (`matches`, `==`) at the size of a request and
+    refuse the CRD for its CEL cost. An exact key is its size plus a prefix."""
+    taken = [f"(size(k) == {len(r)} && k.startsWith('{r}'))" for r in reserved]
+    taken += [f"k.startsWith('{prefix}')" for prefix in RESERVED_PREFIXES]
+    return Rule(
+        scope=("podMetadata",),
+        reads=((field,),),
+        field=field,
+        cel=f"self.{field}.all(k, size(k) <= {MAX_KEY_LENGTH} && !({' || '.join(taken)}))",
+        check=lambda m: not _bad_keys(list(m[field]), reserved),
+        problem=f"keys must be at most {MAX_KEY_LENGTH} characters and not ones the operator or "
+        "LeaderWorkerSet sets",
+        allowed="any other key; not "
+        + ", ".join([*reserved, *(f"{p}*" for p in RESERVED_PREFIXES)]),
+        got=lambda m: _bad_keys(list(m[field]), reserved),
+    )
+
+
+def _requirement_ok(r: Mapping[str, Json]) -> bool:
+    """Values as Kubernetes wants them for the operator: some, none, or one integer."""
+    if r["operator"] in ("In", "NotIn"):
+        return len(r["values"]) > 0
+    if r["operator"] in ("Exists", "DoesNotExist"):
+        return not r["values"]
+    return len(r["values"]) == 1 and bool(re.fullmatch(r"-?[0-9]+", r["values"][0]))
+
+
+CEL_REQUIREMENT_OK = (
+    "(r.operator in ['In', 'NotIn'] ? size(r.values) > 0 : "
+    "(r.operator in ['Exists', 'DoesNotExist'] ? size(r.values) == 0 : "
+    "size(r.values) == 1 && r.values[0].matches('^-?[0-9]+$')))"
+)
+REQUIRED, PREFERRED = (
+    "requiredDuringSchedulingIgnoredDuringExecution",
+    "preferredDuringSchedulingIgnoredDuringExecution",
+)
+
+
+def _requirements(kind: str, affinity: Mapping[str, Json]) -> list[Mapping[str, Json]]:
+    """Every selector requirement of one kind of affinity (defaulted, camelCase)."""
+    if kind == "nodeAffinity":
+        terms = [*affinity.get(REQUIRED, {}).get("nodeSelectorTerms", [])]
+        terms += [p["preference"] for p in affinity[PREFERRED]]
+        return [r for t in terms for r in (*t["matchExpressions"], *t["matchFields"])]
+    selectors = [t["labelSelector"] for t in affinity[REQUIRED]]
+    selectors += [w["podAffinityTerm"]["labelSelector"] for w in affinity[PREFERRED]]
+    return [r for s in selectors for r in s["matchExpressions"]]
+
+
+def _cel_requirements(kind: str) -> str:
+    ok = f"all(r, {CEL_REQUIREMENT_OK})"
+    if kind == "nodeAffinity":
+        term = f"t.matchExpressions.{ok} && t.matchFields.{ok}"
+        preferred = f"p.preference.matchExpressions.{ok} && p.preference.matchFields.{ok}"
+        return (
+            f"(!has(self.{REQUIRED}) || self.{REQUIRED}.nodeSelectorTerms.all(t, {term})) && "
+            f"self.{PREFERRED}.all(p, {preferred})"
+        )
+    return (
+        f"self.{REQUIRED}.all(t, t.labelSelector.matchExpressions.{ok}) && "
+        f"self.{PREFERRED}.all(w, w.podAffinityTerm.labelSelector.matchExpressions.{ok})"
+    )
+
+
+def _affinity_rule(kind: str) -> Rule:
+    return Rule(
+        scope=("scheduling", "affinity", kind),
+        reads=((),),
+        field="",
+        cel=_cel_requirements(kind),
+        check=lambda a: all(_requirement_ok(r) for r in _requirements(kind, a)),
+        problem="a selector requirement's values do not fit its operator",
+        allowed="values with In and NotIn, none with Exists and DoesNotExist, one integer with "
+        "Gt and Lt",
+        got=lambda a: [r for r in _requirements(kind, a) if not _requirement_ok(r)],
+    )
+
+
 RULES: tuple[Rule, ...] = (
     # Both enums' values divide each other, so every group fills whole nodes; what can still go
     # wrong is a TP group split across 8-GPU (HGX) nodes, which share no NVLink domain.
@@ -193,6 +291,25 @@ RULES: tuple[Rule, ...] = (
         "multicast memory across the whole TP group",
         allowed="4 (GB300 NVL72 trays); or 8 with spec.gpus 8; or decode.backend auto",
         got=lambda s: s["gpusPerNode"],
+    ),
+    # A TP group across trays reaches the other trays' GPU memory only through an IMEX channel,
+    # which only a ComputeDomain hands out; the fast path needs multicast memory across the group.
+    Rule(
+        scope=(),
+        reads=(("gpus",), ("gpusPerNode",), ("decode", "backend"), ("computeDomain",)),
+        field="computeDomain",
+        cel="self.decode.backend != 'latency_specialized' || self.gpus == self.gpusPerNode || "
+        "self.computeDomain != 'Disabled'",
+        check=lambda s: (
+            s["decode"]["backend"] != "latency_specialized"
+            or s["gpus"] == s["gpusPerNode"]
+            or s["computeDomain"] != "Disabled"
+        ),
+        problem="a latency_specialized TP group spanning several nodes needs multicast memory "
+        "across them, which only a ComputeDomain's IMEX channel provides",
+        allowed="Auto or Required; or Disabled with one node per group (gpus equal to "
+        "gpusPerNode) or decode.backend auto",
+        got=lambda s: s["computeDomain"],
     ),
     Rule(
         scope=(),
@@ -296,6 +413,8 @@ RULES: tuple[Rule, ...] = (
         allowed="operator Equal with a value, or Exists without one",
         got=lambda s: [t for t in s["tolerations"] if t["operator"] == "Exists" and t["value"]],
     ),
+    *(_metadata_key_rule(field, reserved) for field, reserved in POD_METADATA_RESERVED.items()),
+    *(_affinity_rule(kind) for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity")),
     *(_engine_arg_rule(group) for group in ENGINE_ARG_REFUSALS),
     *(_known_option_rule(group) for group in KNOWN_OPTIONS),
     PARSE_RULE,

@@ -7,12 +7,18 @@ Field-level rules (types, enums, ranges, patterns) live on the fields; cross-fie
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from kimi_operator.api import constants as c
+from kimi_operator.api.base import DNS_SUBDOMAIN, ApiModel, nested_default
+from kimi_operator.api.pod_options import (
+    QUANTITY,
+    Affinity,
+    LocalObjectReference,
+    PodMetadata,
+    ResourcesSpec,
+)
 
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 DURATION = r"^[0-9]+(ms|s|m|h)$"
 
@@ -26,29 +32,6 @@ def _exact_int(value: Any) -> Any:
 
 GpuCount = Annotated[Literal[8, 16], BeforeValidator(_exact_int)]
 GpusPerNode = Annotated[Literal[4, 8], BeforeValidator(_exact_int)]
-
-
-class ApiModel(BaseModel):
-    """Strict like the API server: no coercion ("8" is not 8), unknown fields are errors."""
-
-    model_config = ConfigDict(
-        strict=True,
-        extra="forbid",
-        alias_generator=to_camel,
-        validate_by_name=False,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        frozen=True,
-    )
-
-
-def nested_default() -> dict[str, Any]:
-    """Schema extra for an optional object whose own fields all have defaults.
-
-    `default: {}` makes the API server create the object and then fill in its defaults, exactly as
-    pydantic's `default_factory` does.
-    """
-    return {"default": {}}
 
 
 class PvcSource(ApiModel):
@@ -205,6 +188,16 @@ class SchedulingSpec(ApiModel):
         default=[], max_length=c.MAX_TOLERATIONS, description="Tolerations for the pods."
     )
     priority_class_name: str = Field("", max_length=253, description="PriorityClass of the pods.")
+    exclusive_clique: bool = Field(
+        False,
+        description="Give each TP group an NVLink clique (NVL72 rack) of its own; false: groups "
+        "share cliques, each group inside one.",
+    )
+    affinity: Affinity = Field(
+        default_factory=Affinity,
+        json_schema_extra=nested_default(),
+        description="Extra affinity, added to the operator's (each group inside one clique).",
+    )
 
 
 class ServiceSpec(ApiModel):
@@ -255,6 +248,22 @@ class KimiDeploymentSpec(ApiModel):
     )
     image: str = Field(
         "", max_length=512, description="Serving image; empty: the operator's configured default."
+    )
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default=[], max_length=c.MAX_PULL_SECRETS, description="Secrets to pull the image with."
+    )
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec,
+        json_schema_extra=nested_default(),
+        description="CPU, memory and local disk per pod (defaults sized for a GB300 tray).",
+    )
+    shared_memory: Annotated[str, Field(min_length=1, max_length=32, pattern=QUANTITY)] = Field(
+        "64Gi", description="Size of the memory-backed /dev/shm; counts against resources.memory."
+    )
+    pod_metadata: PodMetadata = Field(
+        default_factory=PodMetadata,
+        json_schema_extra=nested_default(),
+        description="Extra labels and annotations for every pod.",
     )
     compute_domain: Literal["Auto", "Required", "Disabled"] = Field(
         "Auto",

@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 from kimi_operator.bench import BenchError
 
 if TYPE_CHECKING:
+    from kimi_operator.bench.profiles import PlannedRequest
+    from kimi_operator.bench.results import Replay
     from kimi_operator.bench.runner import RunOptions
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -61,6 +63,7 @@ PASSED_TO_JOB = (
     ("--gpu-hour-price", "gpu_hour_price"),
     ("--timeout", "timeout"),
     ("--metrics-url", "metrics_url"),
+    ("--replay", "replay"),
 )
 
 
@@ -91,6 +94,12 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--prompt-tokens", type=_positive_int, help="prompt length (not agentic)")
     bench.add_argument("--output-tokens", type=_positive_int, help="output length (not agentic)")
     bench.add_argument("--trace", metavar="FILE", help="agent trace (JSONL) for --profile agentic")
+    bench.add_argument(
+        "--replay",
+        choices=("open", "closed"),
+        help="open: each request at its trace time; closed: a turn waits for the answer it "
+        "depends on (default: closed when the trace has dependencies)",
+    )
     bench.add_argument("--seed", type=int, default=0, help="prompt text and synthetic trace seed")
     bench.add_argument(
         "--warmup", type=_non_negative_int, default=1, help="unmeasured requests first (default 1)"
@@ -130,6 +139,11 @@ def add_bench_parser(sub: Any) -> None:
     compare.add_argument("b", metavar="B", help="results directory (or results.json) of run B")
     compare.add_argument(
         "--strict", action="store_true", help="exit 1 when the runs are not comparable"
+    )
+    compare.add_argument(
+        "--hardware",
+        action="store_true",
+        help="runs on different GPU counts, as a capacity decision (not a software A/B)",
     )
     compare.add_argument("--output", metavar="DIR", help="also write compare.md and plots here")
     compare.set_defaults(run=cmd_compare)
@@ -193,7 +207,7 @@ def _compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from kimi_operator.bench.report import load_results  # noqa: PLC0415
 
     a, b = load_results(args.a), load_results(args.b)
-    text, problems = render(a, b, args.a, args.b)
+    text, problems = render(a, b, args.a, args.b, args.hardware)
     if args.output:
         write_comparison(a, b, (args.a, args.b), text, Path(args.output))
     out.write(text)
@@ -259,8 +273,8 @@ def _render_job(args: argparse.Namespace, out: TextIO) -> int:
 def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not (args.endpoint or args.deployment):
         raise BenchError("bench needs --endpoint URL or --deployment NAMESPACE/NAME")
-    if args.trace and args.profile != "agentic":
-        raise BenchError("--trace goes with --profile agentic")
+    if (args.trace or args.replay) and args.profile != "agentic":
+        raise BenchError("--trace and --replay go with --profile agentic")
     if args.profile == "agentic" and (args.prompt_tokens or args.output_tokens):
         raise BenchError("--prompt-tokens/--output-tokens do not apply to --profile agentic")
     if args.render_job:
@@ -301,6 +315,7 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
     from kimi_operator.bench.runner import RunOptions  # noqa: PLC0415
     from kimi_operator.bench.traces import (  # noqa: PLC0415
         generate_trace,
+        has_dependencies,
         load_trace,
         plan_trace,
         trace_digest,
@@ -315,6 +330,8 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
     endpoint = parse_endpoint(target.endpoint if target else args.endpoint)
     defaults = PROFILE_DEFAULTS[args.profile]
     trace = None
+    replay: Replay | None = None
+    tasks_cut = 0
     if args.profile == "agentic":
         entries = load_trace(args.trace) if args.trace else generate_trace(seed=args.seed)
         trace = TraceInfo(
@@ -324,6 +341,9 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
             seed=None if args.trace else args.seed,
         )
         plan = plan_trace(entries, args.requests)
+        replay = args.replay or ("closed" if has_dependencies(entries) else "open")
+        if args.requests is not None:
+            tasks_cut = _tasks_cut(plan, plan_trace(entries, None))
     else:
         plan = fixed_plan(
             args.requests or defaults.requests or 1,
@@ -349,4 +369,15 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
         api_key=args.api_key or os.environ.get("OPENAI_API_KEY") or None,
         timeout_s=args.timeout,
         metrics_url=args.metrics_url or f"{endpoint.root}/metrics",
+        replay=replay,
+        tasks_cut=tasks_cut,
     )
+
+
+def _tasks_cut(kept: "list[PlannedRequest]", whole: "list[PlannedRequest]") -> int:
+    """Tasks of which `kept` holds some requests but not all."""
+    from collections import Counter  # noqa: PLC0415
+
+    planned = Counter(request.task for request in whole)
+    sent = Counter(request.task for request in kept)
+    return sum(count < planned[task] for task, count in sent.items())

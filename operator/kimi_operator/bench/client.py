@@ -263,37 +263,3 @@ def to_record(plan: PlannedRequest, outcome: Outcome, run_start: float) -> Reque
         token_counts=counts,
         error=outcome.error,
     )
-
-
-async def run_plan(
-    *,
-    session: aiohttp.ClientSession,
-    url: str,
-    plan: list[PlannedRequest],
-    payloads: list[bytes],
-    concurrency: int | None,
-    progress: Progress,
-) -> tuple[list[RequestRecord], float]:
-    """Send every planned request at its start time, at most `concurrency` in flight.
-
-    Returns the records (in plan order) and the run's duration: first send to last completion.
-    """
-    limit = asyncio.Semaphore(concurrency) if concurrency else None
-    run_start = perf_counter()
-
-    async def one(request: PlannedRequest, payload: bytes) -> RequestRecord:
-        delay = run_start + request.start_s - perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if limit is None:
-            outcome = await stream_request(session, url, payload, progress)
-        else:
-            async with limit:
-                outcome = await stream_request(session, url, payload, progress)
-        record = to_record(request, outcome, run_start)
-        progress.done += 1
-        progress.failed += record.error is not None
-        return record
-
-    records = await asyncio.gather(*map(one, plan, payloads))
-    return list(records), perf_counter() - run_start

@@ -1,4 +1,9 @@
-"""`bench compare A/ B/`: two runs side by side, B/A ratios, and loud words when they differ."""
+"""`bench compare A/ B/`: two runs side by side, B/A ratios, and loud words when they differ.
+
+`--hardware` sets runs on different GPU counts side by side as a capacity decision (latencies as
+measured, cost per task and per token, throughput per GPU) under a banner saying what such a
+comparison cannot show: what the software gains on the same hardware.
+"""
 
 from pathlib import Path
 
@@ -30,8 +35,11 @@ def _differs(a: float | None, b: float | None) -> bool:
     return abs(a - b) > LENGTH_TOLERANCE * max(abs(a), abs(b), 1.0)
 
 
-def problems(a: Results, b: Results) -> list[str]:
-    """Why the two runs do not measure the same thing (empty: comparable)."""
+def problems(a: Results, b: Results, hardware: bool = False) -> list[str]:
+    """Why the two runs do not measure the same thing (empty: comparable).
+
+    With `hardware`, the GPU counts are meant to differ, and it is a problem when they do not.
+    """
     ca, cb = a.config, b.config
     found = []
 
@@ -39,7 +47,13 @@ def problems(a: Results, b: Results) -> list[str]:
         if value_a != value_b:
             found.append(f"{what} differs: A={value_a}, B={value_b}")
 
-    check("GPU count", ca.gpus, cb.gpus)
+    if not hardware and ca.gpus != cb.gpus:
+        found.append(
+            f"GPU count differs: A={ca.gpus}, B={cb.gpus} (`bench compare --hardware` sets such "
+            "runs side by side as a capacity decision)"
+        )
+    if hardware and ca.gpus == cb.gpus:
+        found.append(f"both runs used {ca.gpus} GPUs: not a hardware comparison (drop --hardware)")
     check("model", ca.model, cb.model)
     check("profile", ca.profile, cb.profile)
     check("API", ca.api, cb.api)
@@ -60,6 +74,7 @@ def problems(a: Results, b: Results) -> list[str]:
         )
     check("ignore_eos", ca.ignore_eos, cb.ignore_eos)
     check("trace", _trace(ca), _trace(cb))
+    check("replay", ca.replay, cb.replay)
     if ca.trace is None and cb.trace is None:
         check("prompt seed", ca.seed, cb.seed)
     for label, results in (("A", a), ("B", b)):
@@ -81,14 +96,23 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{b / a:.2f}x"
 
 
-def _rows(a: Results, b: Results) -> list[list[str]]:
+def _seconds(value: float | None) -> str:
+    return num(value, 2)
+
+
+def _per_gpu(value: float | None, results: Results) -> float | None:
+    gpus = results.config.gpus
+    return value / gpus if value is not None and gpus else None
+
+
+def _rows(a: Results, b: Results, hardware: bool) -> list[list[str]]:
     rows: list[list[str]] = []
 
     def dist(label: str, da: Distribution | None, db: Distribution | None, unit: str) -> None:
         for key in ("p50", "p90", "p99", "mean"):
             va = getattr(da, key) if da else None
             vb = getattr(db, key) if db else None
-            text = ms if unit == "ms" else num
+            text = {"ms": ms, "num": num, "s": _seconds}[unit]
             rows.append([f"{label} {key}", text(va), text(vb), _ratio(va, vb)])
 
     def value(label: str, va: float | None, vb: float | None, text: str = "num") -> None:
@@ -102,6 +126,12 @@ def _rows(a: Results, b: Results) -> list[list[str]]:
     dist("ITL/chunk (ms)", sa.itl_chunk_s, sb.itl_chunk_s, "ms")
     dist("E2E (ms)", sa.e2e_s, sb.e2e_s, "ms")
     value("output tok/s (all requests)", sa.output_tokens_per_s, sb.output_tokens_per_s)
+    if hardware:
+        value(
+            "output tok/s per GPU",
+            _per_gpu(sa.output_tokens_per_s, a),
+            _per_gpu(sb.output_tokens_per_s, b),
+        )
     value("tokens per chunk", sa.tokens_per_chunk, sb.tokens_per_chunk)
     value(
         "$ per 1M output tokens",
@@ -110,6 +140,33 @@ def _rows(a: Results, b: Results) -> list[list[str]]:
         "usd",
     )
     value("$ per completed request", sa.cost_per_request_usd, sb.cost_per_request_usd, "usd")
+    ta, tb = sa.tasks, sb.tasks
+    if ta is not None or tb is not None:
+        dist(
+            "task completion (s)",
+            ta.completion_s if ta else None,
+            tb.completion_s if tb else None,
+            "s",
+        )
+        per_hour_a = ta.tasks_per_hour if ta else None
+        per_hour_b = tb.tasks_per_hour if tb else None
+        value("tasks per hour", per_hour_a, per_hour_b)
+        if hardware:
+            value("tasks per hour per GPU", _per_gpu(per_hour_a, a), _per_gpu(per_hour_b, b))
+        value(
+            "$ per completed task",
+            ta.cost_per_task_usd if ta else None,
+            tb.cost_per_task_usd if tb else None,
+            "usd",
+        )
+        rows.append(
+            [
+                "tasks completed / failed",
+                f"{ta.completed} / {ta.failed}" if ta else "-",
+                f"{tb.completed} / {tb.failed}" if tb else "-",
+                "",
+            ]
+        )
     ma, mb = sa.server_metrics, sb.server_metrics
     value(
         "acceptance length",
@@ -128,9 +185,32 @@ def _rows(a: Results, b: Results) -> list[list[str]]:
     return rows
 
 
-def render(a: Results, b: Results, label_a: str, label_b: str) -> tuple[str, list[str]]:
+def _hardware_banner(a: Results, b: Results) -> str:
+    bar = "=" * 78
+    return "\n".join(
+        [
+            bar,
+            f"== HARDWARE COMPARISON: A on {a.config.gpus} GPUs, B on {b.config.gpus} GPUs",
+            "== A capacity decision, not a software speedup: latencies as measured on each, cost",
+            "== per completed task and per 1M tokens, throughput per GPU. It cannot show what the",
+            "== software gains on the same hardware: compare runs on equal GPU counts for that.",
+            bar,
+        ]
+    )
+
+
+def render(
+    a: Results, b: Results, label_a: str, label_b: str, hardware: bool = False
+) -> tuple[str, list[str]]:
     """The comparison text and the reasons the runs are not comparable."""
-    found = problems(a, b)
+    if hardware:
+        for label, results in (("A", a), ("B", b)):
+            if results.config.gpus is None:
+                raise BenchError(
+                    f"--hardware needs both runs' GPU counts: run {label} has none "
+                    "(bench --gpus N or --deployment)"
+                )
+    found = problems(a, b, hardware)
     header = [
         [
             "run",
@@ -147,7 +227,9 @@ def render(a: Results, b: Results, label_a: str, label_b: str) -> tuple[str, lis
         ["profile", a.config.profile, b.config.profile],
         ["concurrency", str(a.config.concurrency or "trace"), str(b.config.concurrency or "trace")],
     ]
-    parts = []
+    if a.config.replay or b.config.replay:
+        header.append(["replay", a.config.replay or "-", b.config.replay or "-"])
+    parts = [_hardware_banner(a, b)] if hardware else []
     if found:
         bar = "!" * 78
         parts.append(
@@ -161,7 +243,7 @@ def render(a: Results, b: Results, label_a: str, label_b: str) -> tuple[str, lis
             )
         )
     parts.append(text_table(header[1:], header[0]))
-    parts.append(text_table(_rows(a, b), ["", "A", "B", "B/A"]))
+    parts.append(text_table(_rows(a, b, hardware), ["", "A", "B", "B/A"]))
     return "\n\n".join(parts) + "\n", found
 
 

@@ -52,6 +52,9 @@ class PlannedRequest:
     output_tokens: int
     group: str | None = None
     shared_prefix_tokens: int = 0
+    task: str | None = None  # the agent session it belongs to (traces only)
+    after: tuple[int, ...] = ()  # indexes of the requests whose answers it waits for
+    think_s: float = 0.0  # the agent's time between those answers and this request
 
 
 def fixed_plan(requests: int, prompt_tokens: int, output_tokens: int) -> list[PlannedRequest]:

@@ -66,6 +66,30 @@ def total_rows(results: Results) -> list[list[str]]:
     ]
 
 
+def task_rows(results: Results) -> list[list[str]]:
+    """Task figures of a trace replay (empty for the other profiles)."""
+    tasks = results.summary.tasks
+    if tasks is None:
+        return []
+    rows = [
+        ["replay", results.config.replay or "-"],
+        ["tasks completed / failed", f"{tasks.completed} / {tasks.failed}"],
+        ["requests not sent (a request they waited for failed)", str(tasks.requests_not_sent)],
+    ]
+    for key in ("p50", "p90", "p99"):
+        value = getattr(tasks.completion_s, key) if tasks.completion_s else None
+        rows.append([f"task completion {key} (s)", num(value, 2)])
+    ttft = tasks.ttft_sum_s.p50 if tasks.ttft_sum_s else None
+    output = tasks.output_tokens.p50 if tasks.output_tokens else None
+    rows += [
+        ["TTFT summed over a task, p50 (s)", num(ttft, 2)],
+        ["output tokens per task, p50", num(output, 0)],
+        ["tasks per hour", num(tasks.tasks_per_hour)],
+        ["$ per completed task", usd(tasks.cost_per_task_usd)],
+    ]
+    return rows
+
+
 def text_table(rows: list[list[str]], header: list[str] | None = None) -> str:
     """Aligned columns: the first left-aligned, the others right-aligned."""
     table = [header, *rows] if header else rows
@@ -116,6 +140,8 @@ def describe(results: Results) -> list[list[str]]:
 def summary_text(results: Results) -> str:
     header = ["", "p50", "p90", "p99", "mean"]
     parts = [text_table(distribution_rows(results), header), text_table(total_rows(results))]
+    if tasks := task_rows(results):
+        parts.append(text_table(tasks))
     parts += [f"warning: {w}" for w in results.summary.warnings]
     return "\n\n".join(parts) + "\n"
 
@@ -136,6 +162,17 @@ def report_markdown(results: Results, plots: bool) -> str:
         "",
         markdown_table(total_rows(results), ["", ""]),
     ]
+    if tasks := task_rows(results):
+        out += [
+            "",
+            "## Tasks",
+            "",
+            "A task is an agent session's requests (a trace request without a session is one of "
+            "its own); it completes when all of them do, and its completion time runs from its "
+            "first send to the last token of its last request. One failed request fails its task.",
+            "",
+            markdown_table(tasks, ["", ""]),
+        ]
     if s.warnings:
         out += ["", "## Warnings", "", *[f"- {w}" for w in s.warnings]]
     if s.errors:

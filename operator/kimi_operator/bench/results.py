@@ -8,6 +8,8 @@ SCHEMA_VERSION = 1
 
 Profile = Literal["headline", "long-context", "agentic"]
 Api = Literal["completions", "chat"]
+# Open: every request at its trace time. Closed: a request waits for the answers it depends on.
+Replay = Literal["open", "closed"]
 # How a request's token counts were obtained: usage in every chunk (exact per chunk), usage only
 # at the end (exact total, spread evenly over chunks), or no usage at all (chunks counted, which
 # undercounts when a chunk carries several tokens, as with speculative decoding).
@@ -57,6 +59,7 @@ class RunConfig(Model):
     server: ServerInfo
     started_at: str
     tool_version: str
+    replay: Replay | None = Field(default=None, description="How a trace was replayed.")
 
 
 class RequestRecord(Model):
@@ -86,6 +89,32 @@ class ServerMetrics(Model):
     fallback_reasons: dict[str, float] = Field(default_factory=dict)
 
 
+class TaskRecord(Model):
+    task: str = Field(description="The trace's session, or request-N for a request of its own.")
+    requests: list[int] = Field(description="Indexes of its planned requests.")
+    requests_failed: int = Field(description="Sent and failed.")
+    requests_not_sent: int = Field(description="Closed replay: a request it waited for failed.")
+    completed: bool = Field(description="Every request of it was sent and completed.")
+    start_s: float | None = Field(description="Its first send, from run start.")
+    completion_s: float | None = Field(
+        description="First send to the last token of its last request (completed tasks)."
+    )
+    prompt_tokens: int = Field(description="Server-counted, over its completed requests.")
+    output_tokens: int
+    ttft_sum_s: float = Field(description="Sum of its completed requests' TTFTs.")
+
+
+class TaskSummary(Model):
+    completed: int
+    failed: int
+    requests_not_sent: int
+    completion_s: Distribution | None
+    ttft_sum_s: Distribution | None
+    output_tokens: Distribution | None
+    tasks_per_hour: float
+    cost_per_task_usd: float | None = Field(description="Run cost / completed tasks.")
+
+
 class Summary(Model):
     requests_ok: int
     requests_failed: int
@@ -104,10 +133,12 @@ class Summary(Model):
     server_metrics: ServerMetrics
     errors: dict[str, int] = Field(description="Failed requests by error message.")
     warnings: list[str]
+    tasks: TaskSummary | None = Field(default=None, description="Trace replays only.")
 
 
 class Results(Model):
     schema_version: int = SCHEMA_VERSION
     config: RunConfig
     summary: Summary
-    requests: list[RequestRecord]
+    requests: list[RequestRecord] = Field(description="The requests sent, in plan order.")
+    tasks: list[TaskRecord] = Field(default_factory=list)

@@ -11,7 +11,7 @@ from typing import TextIO
 
 import aiohttp
 
-from kimi_operator.bench.client import Progress, request_body, run_plan, stamping_connector
+from kimi_operator.bench.client import Progress, request_body, stamping_connector
 from kimi_operator.bench.endpoint import (
     Endpoint,
     choose_model,
@@ -21,9 +21,11 @@ from kimi_operator.bench.endpoint import (
 )
 from kimi_operator.bench.metrics import Snapshot, delta, parse
 from kimi_operator.bench.profiles import PlannedRequest, Prompts, fixed_plan
+from kimi_operator.bench.replay import run_plan
 from kimi_operator.bench.results import (
     Api,
     Profile,
+    Replay,
     RequestRecord,
     Results,
     RunConfig,
@@ -32,6 +34,7 @@ from kimi_operator.bench.results import (
     TraceInfo,
 )
 from kimi_operator.bench.stats import summarize
+from kimi_operator.bench.tasks import summarize_tasks, task_records
 
 WARMUP_OUTPUT_TOKENS = 16
 PROMPT_TOLERANCE = 0.10  # warn when prompts come out this far from the asked-for length
@@ -58,6 +61,8 @@ class RunOptions:
     api_key: str | None
     timeout_s: float
     metrics_url: str
+    replay: Replay | None = None  # trace replays only
+    tasks_cut: int = 0  # tasks that --requests left incomplete
 
 
 def tool_version() -> str:
@@ -86,21 +91,14 @@ def _warnings(
             "the server reported no usage: output tokens are counted as chunks, an undercount "
             "when chunks carry several tokens (speculative decoding)"
         )
-    measured = [
-        r.prompt_tokens / p.prompt_tokens
-        for r, p in zip(records, options.plan, strict=True)
-        if r.error is None and r.prompt_tokens
-    ]
+    planned = {p.index: p for p in options.plan}
+    measured = [r.prompt_tokens / planned[r.index].prompt_tokens for r in ok if r.prompt_tokens]
     if measured and abs(statistics.median(measured) - 1) > PROMPT_TOLERANCE:
         notes.append(
             f"prompts came out at {statistics.median(measured):.2f}x the asked-for length in "
             "tokens (the server's tokenizer or chat template)"
         )
-    short = sum(
-        r.output_tokens < p.output_tokens
-        for r, p in zip(records, options.plan, strict=True)
-        if r.error is None
-    )
+    short = sum(r.output_tokens < planned[r.index].output_tokens for r in ok)
     if short:
         notes.append(
             f"{short} request(s) stopped before their output length: "
@@ -108,7 +106,13 @@ def _warnings(
         )
     late = sum(r.start_s - r.scheduled_start_s > LATE_START_S for r in records)
     if options.trace is not None and late:
-        notes.append(f"{late} request(s) started over {LATE_START_S:.0f}s after their trace time")
+        due = "their trace time" if options.replay == "open" else "they were due"
+        notes.append(f"{late} request(s) started over {LATE_START_S:.0f}s after {due}")
+    if options.tasks_cut:
+        notes.append(
+            f"--requests cut {options.tasks_cut} task(s) short: their figures cover only the "
+            "requests kept"
+        )
     if not metrics.reachable:
         notes.append(
             f"no /metrics at {options.metrics_url}: acceptance length and fast-path fraction "
@@ -179,6 +183,7 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
                 payloads=payloads,
                 concurrency=options.concurrency,
                 progress=progress,
+                closed=options.replay == "closed",
             )
         finally:
             if ticker is not None:
@@ -217,6 +222,7 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
         server=info,
         started_at=started_at,
         tool_version=tool_version(),
+        replay=options.replay,
     )
     summary = summarize(
         records=records,
@@ -226,4 +232,10 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
         server_metrics=metrics,
         warnings=warnings,
     )
-    return Results(config=config, summary=summary, requests=records)
+    if options.replay is None:
+        return Results(config=config, summary=summary, requests=records)
+    tasks = task_records(plan, records)
+    summary.tasks = summarize_tasks(
+        tasks, duration_s=duration, gpus=options.gpus, gpu_hour_price_usd=options.gpu_hour_price_usd
+    )
+    return Results(config=config, summary=summary, requests=records, tasks=tasks)

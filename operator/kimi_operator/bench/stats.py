@@ -61,6 +61,15 @@ def decode_rate(times: list[float], tokens: list[int] | None, output_tokens: int
     return decoded / elapsed
 
 
+def run_cost_usd(
+    gpus: int | None, gpu_hour_price_usd: float | None, duration_s: float
+) -> float | None:
+    """GPUs x price per GPU-hour x the run's duration; None without a GPU count and price."""
+    if gpus is None or gpu_hour_price_usd is None:
+        return None
+    return gpus * gpu_hour_price_usd * duration_s / 3600
+
+
 def summarize(
     *,
     records: list[RequestRecord],
@@ -78,8 +87,8 @@ def summarize(
         if record.error is not None:
             errors[record.error] = errors.get(record.error, 0) + 1
     cost_per_million = cost_per_request = None
-    if gpus is not None and gpu_hour_price_usd is not None:
-        run_cost = gpus * gpu_hour_price_usd * duration_s / 3600
+    run_cost = run_cost_usd(gpus, gpu_hour_price_usd, duration_s)
+    if run_cost is not None:
         if output_total:
             cost_per_million = run_cost / output_total * 1e6
         if ok:

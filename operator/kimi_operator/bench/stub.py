@@ -28,6 +28,7 @@ HOST = "127.0.0.1"
 class Schedule:
     ttft_s: float = 0.15
     step_s: float = 0.005
+    ttft_script: tuple[float, ...] = ()  # TTFT of the 1st, 2nd, ... request to arrive; then ttft_s
     tokens_per_chunk: int = 1
     fail_every: int = 0  # every Nth request gets HTTP 500 (0: never)
     break_every: int = 0  # every Nth stream sends an error event halfway (0: never)
@@ -110,8 +111,9 @@ class StubApp:
         sends = state.sends.setdefault(request_id, []) if s.record_sends else None
         total, sent, step = int(body["max_tokens"]), 0, 0
         loop = asyncio.get_running_loop()
+        ttft = s.ttft_script[number - 1] if number <= len(s.ttft_script) else s.ttft_s
         while sent < total:
-            delay = arrived + s.ttft_s + step * s.step_s - loop.time()
+            delay = arrived + ttft + step * s.step_s - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
             if s.break_every and number % s.break_every == 0 and sent >= total // 2:

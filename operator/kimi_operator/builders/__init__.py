@@ -61,6 +61,12 @@ def custom_all_reduce_disabled(kd: KimiDeployment, defaults: OperatorDefaults) -
     return kd.spec.nodes_per_group > 1 and not fixed
 
 
+def needs_compute_domain(kd: KimiDeployment) -> bool:
+    """A latency_specialized group across nodes: its multicast memory needs the IMEX channel that
+    only a ComputeDomain provides (a rule refuses `Disabled` for it)."""
+    return kd.spec.decode.backend == "latency_specialized" and kd.spec.nodes_per_group > 1
+
+
 def uses_compute_domain(kd: KimiDeployment, defaults: OperatorDefaults) -> bool:
     mode = kd.spec.compute_domain
     return mode == "Required" or (mode == "Auto" and defaults.compute_domain_available)

@@ -6,7 +6,6 @@ from kimi_operator.api.spec import KimiDeployment
 
 APP_NAME = "kimi-k3"
 MANAGER = "kimi-operator"
-GROUP_LABEL = "kimi-operator.io/tp-group"
 # Set by LeaderWorkerSet on its pods; "0" is the leader (node rank 0, serves HTTP).
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 

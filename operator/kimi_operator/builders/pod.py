@@ -38,7 +38,8 @@ def _weight_volume(name: str, source: WeightSource, mount_dir: str) -> tuple[dic
 
 def _volumes(kd: KimiDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     spec = kd.spec
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    shm = {"medium": "Memory", "sizeLimit": spec.shared_memory}
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     sources = [("weights", spec.model.source, MODEL_DIR)]
     if spec.speculative is not None:
@@ -64,10 +65,19 @@ def _set(*names: str) -> list[dict[str, Any]]:
     return [{"name": name, "value": owned(name).value} for name in names]
 
 
-def _env(kd: KimiDeployment) -> list[dict[str, Any]]:
+def _fast_path_env(with_domain: bool) -> list[dict[str, Any]]:
+    """FAST_PATH_ENV, with NCCL's multi-node NVLink on only where a ComputeDomain gives the pods
+    an IMEX channel (without one NCCL's MNNVL setup fails)."""
+    env = _set(*FAST_PATH_ENV)
+    if not with_domain:
+        env = [e | {"value": "0"} if e["name"] == "NCCL_MNNVL_ENABLE" else e for e in env]
+    return env
+
+
+def _env(kd: KimiDeployment, with_domain: bool) -> list[dict[str, Any]]:
     """The operator's variables (api/owned_env.py), then the user's: an operator-owned name the
     user also lists (with a value the rules accept as the same) is rendered once."""
-    env = _set(*FAST_PATH_ENV, "KIMI_METRICS_PORT")
+    env = _fast_path_env(with_domain) + _set("KIMI_METRICS_PORT")
     hf = _hf_sources(kd)
     if hf:
         env += _set("HF_HOME")
@@ -79,6 +89,21 @@ def _env(kd: KimiDeployment) -> list[dict[str, Any]]:
     return env + [e.model_dump(exclude_none=True) for e in kd.spec.env if e.name not in rendered]
 
 
+def _resources(kd: KimiDeployment) -> dict[str, Any]:
+    """Real requests (Burstable; Guaranteed with `guaranteed`), memory bounded. Quantities as
+    strings: the API server returns them so, and drift checks compare equal."""
+    wanted = kd.spec.resources
+    requests = {
+        "cpu": wanted.cpu,
+        "memory": wanted.memory,
+        "ephemeral-storage": wanted.ephemeral_storage,
+    }
+    limits = {"nvidia.com/gpu": str(kd.spec.gpus_per_node), "memory": wanted.memory}
+    if wanted.guaranteed:
+        limits["cpu"] = wanted.cpu
+    return {"requests": requests, "limits": limits}
+
+
 def _health_probe(**timing: int) -> dict[str, Any]:
     return {"httpGet": {"path": "/health", "port": "http"}, **timing}
 
@@ -87,17 +112,18 @@ def preflight(
     kd: KimiDeployment, image: str, resources: dict[str, Any], *, expect_imex: bool
 ) -> dict[str, Any]:
     """The node preflight of kimi_kernels, before tens of minutes of weight loading: the GPU
-    family, driver, IMEX channel, multicast memory and (for the latency-specialized path) the
-    CuTe DSL kernels. Same GPUs and claim as the serving container."""
+    family, driver, IMEX channel, multicast memory and (for the latency-specialized path) what
+    vLLM's fast path needs of the image and GPU: its lazy imports, the CuTe DSL, its MLA attention
+    cores (docs/preflight.md). Same GPUs and claim as the serving container."""
     args = ["--expect-imex"] if expect_imex else []
     if kd.spec.decode.backend != "latency_specialized":
-        args.append("--no-kernels")  # stock decode does not run our kernels
+        args.append("--no-kernels")  # stock decode never enters the fast path
     return {
         "name": "preflight",
         "image": image,
         "command": ["python3", "-m", "kimi_kernels.preflight"],
         "args": args,
-        "env": _set(*FAST_PATH_ENV),
+        "env": _fast_path_env(expect_imex),
         "resources": resources,
         "securityContext": dict(CONTAINER_SECURITY),
     }
@@ -113,8 +139,7 @@ def pod_template(
 ) -> dict[str, Any]:
     spec = kd.spec
     volumes, mounts = _volumes(kd)
-    # Quantities as strings: the API server returns them so, and drift checks compare equal.
-    resources: dict[str, Any] = {"limits": {"nvidia.com/gpu": str(spec.gpus_per_node)}}
+    resources = _resources(kd)
     args = (leader_args if role == "leader" else worker_args)(spec, no_custom_all_reduce)
     ports = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
     container: dict[str, Any] = {
@@ -122,7 +147,7 @@ def pod_template(
         "image": image,
         "command": ["vllm", "serve"],
         "args": args,
-        "env": _env(kd),
+        "env": _env(kd, channel_claim is not None),
         "ports": ports,
         "resources": resources,
         "volumeMounts": mounts,
@@ -141,6 +166,8 @@ def pod_template(
         "containers": [container],
         "volumes": volumes,
     }
+    if spec.image_pull_secrets:
+        pod["imagePullSecrets"] = [s.model_dump() for s in spec.image_pull_secrets]
     if channel_claim is not None:
         resources["claims"] = [{"name": CHANNEL_CLAIM}]
         pod["resourceClaims"] = [
@@ -160,4 +187,8 @@ def pod_template(
         ]
     if scheduling.priority_class_name:
         pod["priorityClassName"] = scheduling.priority_class_name
-    return {"metadata": {"labels": labels(kd, role)}, "spec": pod}
+    extra = spec.pod_metadata
+    meta: dict[str, Any] = {"labels": dict(extra.labels) | labels(kd, role)}
+    if extra.annotations:
+        meta["annotations"] = dict(extra.annotations)
+    return {"metadata": meta, "spec": pod}

@@ -1,4 +1,4 @@
-"""The `vllm serve` command line of leader and worker pods (DESIGN §1 flags)."""
+"""The `vllm serve` command line of leader and worker pods."""
 
 import json
 
@@ -55,7 +55,7 @@ def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
 
 
 def _workarounds(spec: KimiDeploymentSpec, no_custom_all_reduce: bool) -> list[str]:
-    """Known-bad combinations (DESIGN §1): cross-node custom all-reduce on MNNVL."""
+    """Known-bad combinations: cross-node custom all-reduce on MNNVL."""
     if no_custom_all_reduce and DISABLE_CUSTOM_ALL_REDUCE not in spec.engine_args:
         return [DISABLE_CUSTOM_ALL_REDUCE]
     return []

@@ -1,14 +1,11 @@
 """Per TP group: a LeaderWorkerSet and the ComputeDomain that gives its pods multi-node NVLink."""
 
-import functools
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.meta import group_name, metadata
-from kimi_operator.builders.pod import pod_template
-
-# LWS places each group's pods on nodes sharing this label: one NVLink domain (GB300 NVL72 rack).
-EXCLUSIVE_TOPOLOGY = {"leaderworkerset.sigs.k8s.io/exclusive-topology": "nvidia.com/gpu.clique"}
+from kimi_operator.builders.placement import GROUP_LABEL, group_affinity, group_annotations
+from kimi_operator.builders.pod import Role, pod_template
 
 
 def channel_claim_name(kd: KimiDeployment, group: int) -> str:
@@ -31,17 +28,25 @@ def compute_domain(kd: KimiDeployment, group: int) -> dict[str, Any]:
 def leader_worker_set(
     kd: KimiDeployment, group: int, image: str, with_domain: bool, no_custom_all_reduce: bool
 ) -> dict[str, Any]:
-    pod = functools.partial(
-        pod_template,
-        kd,
-        image=image,
-        channel_claim=channel_claim_name(kd, group) if with_domain else None,
-        no_custom_all_reduce=no_custom_all_reduce,
-    )
+    name = group_name(kd, group)
+    channel = channel_claim_name(kd, group) if with_domain else None
+
+    def pod(role: Role) -> dict[str, Any]:
+        built = pod_template(
+            kd, role, image=image, channel_claim=channel, no_custom_all_reduce=no_custom_all_reduce
+        )
+        built["metadata"]["labels"][GROUP_LABEL] = name
+        affinity = group_affinity(kd, name)
+        if affinity:
+            built["spec"]["affinity"] = affinity
+        return built
+
+    annotations = group_annotations(kd)
+    extra = {"annotations": annotations} if annotations else {}
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
-        "metadata": metadata(kd, group_name(kd, group), "serving", annotations=EXCLUSIVE_TOPOLOGY),
+        "metadata": metadata(kd, name, "serving", **extra),
         "spec": {
             "replicas": 1,
             "startupPolicy": "LeaderCreated",

@@ -16,15 +16,14 @@ import yaml
 from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
 from kimi_operator.embedded.kubelet import mark_ready
-from kimi_operator.embedded.server import UPSTREAM_CRD_FILES, EmbeddedApiServer, stand_in_crd
+from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
-    COMPUTE_DOMAIN,
     EVENT,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
-    POD_MONITOR,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
 
@@ -139,16 +138,10 @@ def _all_ready(client: Client) -> bool:
     )
 
 
-def run_demo(samples: Path, schemas: Path, out: TextIO) -> None:
+def run_demo(samples: Path, out: TextIO) -> None:
     started = time.monotonic()
     docs = _load_samples(samples, out)
-    missing = [name for name in UPSTREAM_CRD_FILES if not (schemas / name).is_file()]
-    if missing:
-        # The embedded server checks no schemas: CRDs that only name the APIs serve as well.
-        print(f"upstream CRDs not in {schemas}: installing stand-ins that only name them", file=out)
-        upstream = [stand_in_crd(r) for r in (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR)]
-    else:
-        upstream = [yaml.safe_load((schemas / name).read_text()) for name in UPSTREAM_CRD_FILES]
+    upstream = child_crds()
     with EmbeddedApiServer() as api:
         print(f"embedded API server (kmock emulator) listening on {api.url}", file=out)
         api.install_crds([crd(), *upstream])

@@ -26,48 +26,11 @@ import jsonpatch
 import kmock
 from kmock import action
 
-from kimi_operator.k8s.resources import Resource
-
 T = TypeVar("T")
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 TIMELINE_PATH = "/_kimi/timeline"
 DIRECT = frozenset({action.FETCH, action.CREATE, action.UPDATE, action.DELETE})
-# The upstream CRDs the operator's children need, as named in the shared schemas folder.
-UPSTREAM_CRD_FILES = (
-    "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
-    "resource.nvidia.com_computedomains.yaml",
-    "monitoring.coreos.com_podmonitors.yaml",
-)
 CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
-
-
-def stand_in_crd(resource: Resource) -> dict[str, Any]:
-    """A CRD that only names an API (any content, a status subresource): enough for this server."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{resource.plural}.{resource.group}"},
-        "spec": {
-            "group": resource.group,
-            "names": {"kind": resource.kind, "plural": resource.plural},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": resource.version,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
 
 BUILT_IN = {
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False),
@@ -646,19 +609,15 @@ class EmbeddedApiServer:
 
 
 def main() -> None:
-    """`python -m kimi_operator.embedded.server SCHEMAS_DIR`: serve on 127.0.0.1 with the
-    KimiDeployment CRD and the upstream CRDs in SCHEMAS_DIR installed; print the URL; run until
-    SIGTERM or SIGINT. The benchmark runs it in a process of its own."""
+    """`python -m kimi_operator.embedded.server`: serve on 127.0.0.1 with the KimiDeployment CRD
+    and the vendored CRDs of its children installed; print the URL; run until SIGTERM or SIGINT.
+    The benchmark runs it in a process of its own."""
     import signal  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
-
-    import yaml  # noqa: PLC0415
 
     from kimi_operator.api.crd import crd  # noqa: PLC0415
+    from kimi_operator.embedded.upstream import child_crds  # noqa: PLC0415
 
-    schemas = Path(sys.argv[1])
-    crds = [yaml.safe_load((schemas / name).read_text()) for name in UPSTREAM_CRD_FILES]
+    crds = child_crds()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

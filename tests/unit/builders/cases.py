@@ -41,11 +41,13 @@ CASES: dict[str, tuple[dict[str, Any], OperatorDefaults]] = {
             "k3-tp8-dspark.yaml",
             model={"name": "moonshotai/Kimi-K3", "source": HF},
             replicas=2,
-            computeDomain="Disabled",
+            computeDomain="Disabled",  # allowed across trays with stock decode only
+            decode={"backend": "auto", "maxNumSeqs": 8},
             scheduling={
                 "nodeSelector": {"pool": "gb300"},
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
                 "priorityClassName": "inference",
+                "exclusiveClique": True,
             },
             monitoring={"podMonitor": False},
         ),
@@ -56,7 +58,7 @@ CASES: dict[str, tuple[dict[str, Any], OperatorDefaults]] = {
         OperatorDefaults(),
     ),
     "compute-domain-api-missing": (
-        _sample("k3-tp8-dspark.yaml"),
+        _edited("k3-tp8-dspark.yaml", decode={"backend": "auto", "maxNumSeqs": 8}),
         OperatorDefaults(
             compute_domain_available=False,
             serving_image="example.com/vllm:1",

@@ -2,7 +2,6 @@
 (LeaderWorkerSet, ComputeDomain, PodMonitor) by their OpenAPI v3 schema with unknown fields
 refused, built-in kinds by `kubernetes-validate`'s schemas."""
 
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -11,26 +10,21 @@ import yaml
 from jsonschema import Draft4Validator
 
 from kimi_operator.builders import build_children
+from kimi_operator.embedded.upstream import CHILD_KINDS, upstream_crd
 from tests.apiserver import strict_schema
-from tests.unit.builders.cases import CASES, ROOT, deployment
+from tests.unit.builders.cases import CASES, deployment
 
-SCHEMAS = ROOT.parent / "shared" / "schemas"
-CRD_FILES = {
-    "LeaderWorkerSet": "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
-    "ComputeDomain": "resource.nvidia.com_computedomains.yaml",
-    "PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
-}
 BUILT_IN = {"Service", "PodDisruptionBudget"}
 KUBERNETES_VERSION = "1.34"
 
 
-def _validator(path: Path, api_version: str) -> Draft4Validator:
-    crd = yaml.safe_load(path.read_text())
+def _validator(kind: str, api_version: str) -> Draft4Validator:
+    crd = upstream_crd(kind)
     group = crd["spec"]["group"]
     for version in crd["spec"]["versions"]:
         if f"{group}/{version['name']}" == api_version:
             return Draft4Validator(strict_schema(version["schema"]["openAPIV3Schema"]))
-    raise AssertionError(f"{path.name} does not define {api_version}")
+    raise AssertionError(f"the vendored {kind} CRD does not define {api_version}")
 
 
 VALIDATORS: dict[tuple[str, str], Draft4Validator] = {}
@@ -39,7 +33,7 @@ VALIDATORS: dict[tuple[str, str], Draft4Validator] = {}
 def crd_errors(child: dict[str, Any]) -> list[str]:
     key = (child["kind"], child["apiVersion"])
     if key not in VALIDATORS:
-        VALIDATORS[key] = _validator(SCHEMAS / CRD_FILES[child["kind"]], child["apiVersion"])
+        VALIDATORS[key] = _validator(child["kind"], child["apiVersion"])
     return [
         f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
         for e in VALIDATORS[key].iter_errors(child)
@@ -58,7 +52,7 @@ ALL = children()
 
 
 def test_every_kind_is_covered() -> None:
-    assert {child["kind"] for _, child in ALL} == set(CRD_FILES) | BUILT_IN
+    assert {child["kind"] for _, child in ALL} == set(CHILD_KINDS) | BUILT_IN
 
 
 @pytest.mark.parametrize(("label", "child"), ALL, ids=[label for label, _ in ALL])
@@ -80,3 +74,37 @@ def test_a_wrong_child_is_refused() -> None:
     bad_service = {**service, "spec": {**service["spec"], "ports": [{"port": "http"}]}}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad_service, KUBERNETES_VERSION, strict=True)
+
+
+TEMPLATES = [
+    (f"{label}:{role}", child["spec"]["leaderWorkerTemplate"][role])
+    for label, child in ALL
+    if child["kind"] == "LeaderWorkerSet"
+    for role in ("leaderTemplate", "workerTemplate")
+]
+
+
+def pod_template(template: dict[str, Any]) -> dict[str, Any]:
+    """A pod template as the built-in PodTemplate kind, so that Kubernetes' own Pod schema (not
+    only the LeaderWorkerSet CRD's copy of it) checks resources, affinity, pull secrets, shm."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": "t"},
+        "template": template,
+    }
+
+
+@pytest.mark.parametrize("template", [t for _, t in TEMPLATES], ids=[lbl for lbl, _ in TEMPLATES])
+def test_pod_templates_are_valid_kubernetes_pods(template: dict[str, Any]) -> None:
+    kubernetes_validate.validate(pod_template(template), KUBERNETES_VERSION, strict=True)
+
+
+def test_a_wrong_pod_template_is_refused() -> None:
+    _, template = TEMPLATES[0]
+    broken = yaml.safe_load(yaml.safe_dump(template))
+    broken["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0][
+        "topologyKeys"
+    ] = "x"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(pod_template(broken), KUBERNETES_VERSION, strict=True)

@@ -1,0 +1,51 @@
+"""Where a TP group's pods may run: inside one NVLink clique, sharing it with other groups.
+
+GPU Feature Discovery labels every GB300 node with `nvidia.com/gpu.clique`; the nodes of one clique
+(normally one NVL72 rack, 18 trays) share an NVLink domain. A group's pods must all be in one.
+Each group is its own LeaderWorkerSet, so a required pod affinity on the clique among the pods of
+that group keeps the group together without repelling other groups: four TP16 groups or nine TP8
+groups share a rack. LeaderWorkerSet's `exclusive-topology` annotation (opt-in:
+`scheduling.exclusiveClique`) adds, in its pod webhook, an anti-affinity against every other
+group's pods in that clique as well: one group per rack (docs/scheduling.md).
+"""
+
+from typing import Any
+
+from kimi_operator.api.spec import KimiDeployment
+
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+# Set on a group's pods; its value is the group's name (LeaderWorkerSet and ComputeDomain).
+GROUP_LABEL = "kimi-operator.io/tp-group"
+EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _pruned(value: Any) -> Any:
+    """Empty lists, maps and objects left out, as the API server omits them on read."""
+    if isinstance(value, dict):
+        kept = {k: _pruned(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in ({}, [])}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
+def clique_term(group: str) -> dict[str, Any]:
+    """The pods of group `group` in one clique; the first of them may go to any clique."""
+    return {"labelSelector": {"matchLabels": {GROUP_LABEL: group}}, "topologyKey": CLIQUE_LABEL}
+
+
+def group_annotations(kd: KimiDeployment) -> dict[str, str]:
+    """LeaderWorkerSet annotations: exclusive cliques only when asked for."""
+    return {EXCLUSIVE_TOPOLOGY: CLIQUE_LABEL} if kd.spec.scheduling.exclusive_clique else {}
+
+
+def group_affinity(kd: KimiDeployment, group: str) -> dict[str, Any]:
+    """The pods' affinity: the spec's own terms, plus the clique term unless LeaderWorkerSet adds
+    its exclusive terms instead."""
+    affinity: dict[str, Any] = _pruned(kd.spec.scheduling.affinity.model_dump(exclude_none=True))
+    if not kd.spec.scheduling.exclusive_clique:
+        pod_affinity = affinity.setdefault("podAffinity", {})
+        pod_affinity[REQUIRED] = [*pod_affinity.get(REQUIRED, []), clique_term(group)]
+    return {kind: affinity[kind] for kind in KINDS if kind in affinity}

@@ -1,0 +1,45 @@
+"""The upstream CRDs (and vLLM's metric catalog) vendored in the repository's third_party/ folder:
+the one place the demo, the embedded API server, the tests and the benchmarks find them. Their
+sources, versions and licenses are in third_party/README.md."""
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+THIRD_PARTY = Path(__file__).resolve().parents[3] / "third_party"
+CRD_FILES = {
+    "LeaderWorkerSet": "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+    "ComputeDomain": "resource.nvidia.com_computedomains.yaml",
+    "PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
+    "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
+    "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml",
+    "ScaledObject": "keda.sh_scaledobjects.yaml",
+}
+# The kinds of the operator's custom children: an API server needs their CRDs before it runs.
+CHILD_KINDS = ("LeaderWorkerSet", "ComputeDomain", "PodMonitor")
+VLLM_METRICS = "vllm-0.33.0-metrics.tsv"
+
+
+def upstream_file(name: str) -> Path:
+    """The path of a vendored file; a clear error where this is not a clone of the repository."""
+    path = THIRD_PARTY / name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: the upstream CRDs come with a clone of the kimi-operator "
+            "repository (third_party/), not with an installed wheel"
+        )
+    return path
+
+
+def upstream_crd(kind: str) -> dict[str, Any]:
+    """The vendored CRD of `kind` (one of CRD_FILES), parsed."""
+    if kind not in CRD_FILES:
+        raise KeyError(f"no vendored CRD for kind {kind!r}; vendored: {', '.join(CRD_FILES)}")
+    loaded: dict[str, Any] = yaml.safe_load(upstream_file(CRD_FILES[kind]).read_text())
+    return loaded
+
+
+def child_crds() -> list[dict[str, Any]]:
+    """The CRDs of the operator's custom children (CHILD_KINDS), in that order."""
+    return [upstream_crd(kind) for kind in CHILD_KINDS]
