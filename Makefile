@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml requirements/vllm-interfaces.txt
 tools:
 	@bash scripts/install-helm.sh >/dev/null
 
-demo: $(STAMP)
+demo: $(STAMP) tools
 	@bash scripts/demo.sh $(BIN)/kimi-operator
 
 test: lint typecheck unit
@@ -44,7 +44,7 @@ crd: $(STAMP)
 	$(BIN)/kimi-operator crd > crds/kimi-operator.io_kimideployments.yaml
 	cp crds/kimi-operator.io_kimideployments.yaml charts/kimi-operator/files/
 
-bench: $(STAMP)
+bench: $(STAMP) tools
 	$(BIN)/python benchmarks/validate.py
 	$(BIN)/python -P benchmarks/bench_client.py
 	$(BIN)/python benchmarks/operator_scale.py
@@ -54,7 +54,7 @@ bench: $(STAMP)
 # Faults, SIGKILL restarts, hand edits, CRD removal, churn with a 30 s soak (tests/reliability,
 # marked `reliability`, which `make test` leaves out; a few minutes). The full figures:
 # python benchmarks/reliability.py [--soak-seconds 600].
-test-reliability: $(STAMP)
+test-reliability: $(STAMP) tools
 	$(BIN)/pytest -m reliability tests/reliability
 
 # The operator and serving images (linux/amd64 + linux/arm64): docker buildx, else buildah.

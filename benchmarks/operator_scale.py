@@ -71,9 +71,11 @@ def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
     operator = None
     try:
         assert server.stdout is not None
-        url = server.stdout.readline().strip()
+        url, token = server.stdout.readline().strip(), server.stdout.readline().strip()
         operator = OperatorProcess(
-            url, [f"--resync-interval={args.resync_interval}", f"--workers={args.workers}"]
+            url,
+            [f"--resync-interval={args.resync_interval}", f"--workers={args.workers}"],
+            token=token,
         )
         operator.start()
         cpus = sorted(os.sched_getaffinity(0))

@@ -21,6 +21,7 @@ from typing import Any
 
 from fuzz_inputs import run_fuzz
 from kimi_operator.api.crd import crd
+from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.processes import OperatorProcess, metric_total
 from kimi_operator.embedded.reliability import (
     run_by_hand,
@@ -61,7 +62,7 @@ def main() -> None:
         api.install_crds([crd(), *crds.values()])
         client = Client(load_configuration(api.url), pool_size=args.clients + 4)
         args_ = ["--resync-interval=5", "--workers=16"]
-        with OperatorProcess(api.url, args_) as op:
+        with OperatorProcess(api.url, args_, token=operator_identity(api)) as op:
             faults = run_faults(
                 api,
                 client,

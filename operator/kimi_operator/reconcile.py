@@ -28,6 +28,7 @@ from kimi_operator.builders.serving import endpoint
 from kimi_operator.k8s.apply import Applied, apply_child, owned_by, with_owner
 from kimi_operator.k8s.client import APIError, ApiUnavailable, Client, retry_delay
 from kimi_operator.k8s.resources import (
+    CHILD_RESOURCES,
     COMPUTE_DOMAIN,
     LEADER_WORKER_SET,
     POD_MONITOR,
@@ -169,7 +170,7 @@ def _reconcile_valid(
             desired = with_owner(child, body)
             apply_child(client, desired, uid, outcome.applied, likely_missing=first)
         if not first:  # nothing to scale down yet
-            _prune_groups(client, kd, uid=uid, plan=plan, into=outcome.applied)
+            _prune(client, kd, uid=uid, plan=plan, into=outcome.applied)
     except ApiUnavailable as error:  # retried soon: the status says so meanwhile
         outcome.error, outcome.result = error, "error"
         retrying = cond.api_failure(error.code, str(error), retry_delay(error, failures))
@@ -232,7 +233,7 @@ def _group_ready(group: Mapping[str, Any]) -> bool:
     return int((group.get("status") or {}).get("readyReplicas", 0)) >= wanted
 
 
-def _prune_groups(
+def _prune(
     client: Client,
     kd: KimiDeployment,
     *,
@@ -240,15 +241,16 @@ def _prune_groups(
     plan: Plan,
     into: Applied,
 ) -> None:
-    """Delete this deployment's LeaderWorkerSets and ComputeDomains that the plan no longer has
-    (a scale-down; every ComputeDomain once none is used). They are listed by the deployment's
-    labels rather than probed by index, so that none is missed whatever was cut short before: a
-    group deleted by hand, or an operator killed half-way through a scale-down."""
+    """Delete this deployment's children, of every kind, that the plan no longer has: groups and
+    domains after a scale-down, every ComputeDomain once none is used, the PodMonitor once
+    monitoring is off. They are listed by the deployment's labels rather than looked up by the
+    names the plan would have given them, so that none is missed whatever was cut short before:
+    a group deleted by hand, or an operator killed half-way through a scale-down."""
     namespace = kd.metadata.namespace
     planned = {(child["kind"], child["metadata"]["name"]) for child in plan.children}
     mine = {**selector_labels(kd), "app.kubernetes.io/managed-by": MANAGER}
     selector = ",".join(f"{key}={value}" for key, value in mine.items())
-    for resource in (LEADER_WORKER_SET, COMPUTE_DOMAIN):
+    for resource in CHILD_RESOURCES:
         if resource.kind in plan.skip:
             continue
         for obj in client.list(resource, namespace, label_selector=selector):

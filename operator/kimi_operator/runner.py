@@ -25,6 +25,7 @@ PREFIX = "kimi-operator.io"
 @dataclass(frozen=True)
 class RunConfig:
     server: str | None = None  # plain-HTTP API server URL; None: in-cluster config or KUBECONFIG
+    token: str | None = None  # with `server`: the bearer token (a ServiceAccount's) to send
     namespaces: Sequence[str] = ()  # empty: all namespaces
     defaults: OperatorDefaults = field(default_factory=OperatorDefaults)
     resync_interval_s: float = 60.0
@@ -62,7 +63,7 @@ def _split(address: str) -> tuple[str, int]:
 
 def context(config: RunConfig) -> OperatorContext:
     metrics = Metrics()
-    configuration = load_configuration(config.server)
+    configuration = load_configuration(config.server, config.token)
     client = Client(
         configuration,
         timeout_s=config.api_timeout_s,

@@ -9,11 +9,10 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from jsonschema import Draft4Validator
 
 from kimi_operator.cli import build_parser
+from kimi_operator.embedded.admission import CustomResource
 from kimi_operator.embedded.upstream import upstream_crd
-from tests.apiserver import strict_schema
 
 from .helm import CHART, ROOT, helm, of_kind, template, write_values
 
@@ -37,29 +36,24 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _crd_validators() -> dict[str, Draft4Validator]:
-    """Kind -> validator of its v1 schema, for the custom kinds the chart renders: the upstream
-    Prometheus Operator CRDs and kopf's peering CRDs (which the chart ships)."""
+def _custom_resources() -> dict[str, CustomResource]:
+    """Kind -> its v1 as the API server admits it, for the custom kinds the chart renders: the
+    upstream Prometheus Operator CRDs and kopf's peering CRDs (which the chart ships)."""
     crds = [upstream_crd("ServiceMonitor"), upstream_crd("PrometheusRule")]
     crds += yaml.safe_load_all((CHART / "files" / "kopf-peering-crds.yaml").read_text())
-    validators = {}
-    for crd in crds:
-        (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-        schema = strict_schema(version["schema"]["openAPIV3Schema"])
-        validators[crd["spec"]["names"]["kind"]] = Draft4Validator(schema)
-    return validators
+    return {
+        crd["spec"]["names"]["kind"]: CustomResource.of(crd, f"{crd['spec']['group']}/v1")
+        for crd in crds
+    }
 
 
-CRD_VALIDATORS = _crd_validators()
+CUSTOM = _custom_resources()
 
 
 def validate(obj: dict[str, Any]) -> None:
     """Raise unless `obj` is what the API server accepts for its kind."""
-    if obj["kind"] in CRD_VALIDATORS:
-        errors = [
-            f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in CRD_VALIDATORS[obj["kind"]].iter_errors(obj)
-        ]
+    if obj["kind"] in CUSTOM:
+        errors = CUSTOM[obj["kind"]].refusals(obj)
         assert not errors, f"{obj['kind']} {obj['metadata']['name']}: {errors}"
     else:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)

@@ -1,11 +1,13 @@
 """The chart's RBAC allows exactly what the operator does: no more, no less, no wildcards.
 
 What the operator does is observed, not declared: the real operator (kopf included) runs against the
-embedded API server through a scenario that reaches every call of the Kubernetes client in the
-operator's in-cluster code (found by reading that code: a call added later that the scenario does
-not reach fails `test_scenario_reaches_every_client_call`). Every request the API server saw is then
-turned into RBAC attributes (API group, resource[/subresource], verb) the way kube-apiserver does,
-and compared with the rules `helm template` renders.
+embedded API server, as the chart's ServiceAccount, through a scenario that reaches every call of
+the Kubernetes client in the operator's in-cluster code (found by reading that code: a call added
+later that the scenario does not reach fails `test_scenario_reaches_every_client_call`). The server
+authorizes every request by the chart's rendered RBAC, as kube-apiserver does, including the
+owner-reference check of the OwnerReferencesPermissionEnforcement admission plugin, and records
+each decision (API group, resource[/subresource], verb); those are compared with the rules
+`helm template` renders: a permission missing is refused, one too many is unused.
 """
 
 import ast
@@ -26,17 +28,21 @@ import pytest
 import yaml
 
 from kimi_operator.api.crd import crd
-from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
+from kimi_operator.embedded.chart import operator_identity
+from kimi_operator.embedded.rbac import Attributes, request_attributes
+from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
     LEADER_WORKER_SET,
+    POD_MONITOR,
     SERVICE,
     Resource,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
+from tests.operator.conftest import older_crd
 
 from .helm import ROOT, of_kind, template
 
@@ -47,7 +53,6 @@ CLIENT_MODULE = PACKAGE / "k8s" / "client.py"
 NOT_IN_CLUSTER = ("embedded", "bench")
 SAMPLES = ROOT / "crds" / "samples"
 NAMESPACE = "inference"
-TEST_AGENT = "kimi-operator-rbac-test"
 PEERING = "kimi-operator"
 PEERING_CRDS = ROOT / "charts" / "kimi-operator" / "files" / "kopf-peering-crds.yaml"
 
@@ -57,50 +62,24 @@ Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb)
 # --- what a request needs: kube-apiserver's RequestInfo, for resource requests ---------------
 
 
-def permission(method: str, path: str, query: dict[str, str]) -> tuple[Permission, bool] | None:
-    """(the permission a request needs, whether it is namespaced); None for non-resource URLs
-    (discovery), which every authenticated client may read."""
-    parts = [p for p in path.split("/") if p]
-    if parts[:1] == ["api"] and len(parts) >= 3:
-        group, rest = "", parts[2:]
-    elif parts[:1] == ["apis"] and len(parts) >= 4:
-        group, rest = parts[1], parts[3:]
-    else:
-        return None
-    namespaced = False
-    if rest[0] == "namespaces" and len(rest) >= 3:
-        namespaced, rest = True, rest[2:]
-    resource = rest[0] if len(rest) < 3 else f"{rest[0]}/{rest[2]}"
-    named = len(rest) >= 2
-    if method == "GET":
-        watching = query.get("watch", "").lower() in {"true", "1"}
-        verb = "watch" if watching else ("get" if named else "list")
-    else:
-        verbs = {"POST": "create", "PUT": "update", "PATCH": "patch"}
-        verb = verbs.get(method) or ("delete" if named else "deletecollection")
-    return (group, resource, verb), namespaced
-
-
-def test_permission_of_requests() -> None:
-    assert permission("GET", "/apis", {}) is None
-    assert permission("GET", "/apis/kimi-operator.io/v1alpha1", {}) is None
-    assert permission("GET", "/apis/x.io/v1/things", {"watch": "true"}) == (
-        ("x.io", "things", "watch"),
-        False,
+def test_attributes_of_requests() -> None:
+    assert request_attributes("GET", "/apis", {}) is None
+    assert request_attributes("GET", "/apis/kimi-operator.io/v1alpha1", {}) is None
+    assert request_attributes("GET", "/apis/x.io/v1/things", {"watch": "true"}) == Attributes(
+        "watch", "x.io", "things", ""
     )
-    assert permission("GET", "/api/v1/namespaces/ns/services/s", {}) == (
-        ("", "services", "get"),
-        True,
+    assert request_attributes("GET", "/api/v1/namespaces/ns/services/s", {}) == Attributes(
+        "get", "", "services", "ns", "s"
     )
-    assert permission("PATCH", "/apis/x.io/v1/namespaces/ns/things/t/status", {}) == (
-        ("x.io", "things/status", "patch"),
-        True,
+    assert request_attributes(
+        "PATCH", "/apis/x.io/v1/namespaces/ns/things/t/status", {}
+    ) == Attributes("patch", "x.io", "things/status", "ns", "t")
+    assert request_attributes("DELETE", "/api/v1/namespaces/ns/events", {}) == Attributes(
+        "deletecollection", "", "events", "ns"
     )
-    assert permission("DELETE", "/api/v1/namespaces/ns/events", {}) == (
-        ("", "events", "deletecollection"),
-        True,
+    assert request_attributes("GET", "/api/v1/namespaces", {}) == Attributes(
+        "list", "", "namespaces", ""
     )
-    assert permission("GET", "/api/v1/namespaces", {}) == (("", "namespaces", "list"), False)
 
 
 # --- the calls of the Kubernetes client in the operator's in-cluster code --------------------
@@ -196,8 +175,8 @@ def _record_call_sites(monkeypatch: pytest.MonkeyPatch, reached: set[tuple[str, 
 
 
 def _send(url: str, method: str, path: str, body: Any = None, *, merge: bool = False) -> Any:
-    """A request of the test itself, marked so that it is not taken for the operator's."""
-    headers = {"User-Agent": TEST_AGENT, "Accept": "application/json"}
+    """A request of the test itself: without a token, the cluster admin's."""
+    headers = {"Accept": "application/json"}
     if body is not None:
         headers["Content-Type"] = "application/merge-patch+json" if merge else "application/json"
     data = json.dumps(body).encode() if body is not None else None
@@ -219,10 +198,11 @@ def _wait(probe: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-def _scenario(url: str, reached: set[tuple[str, int]], sites: list[CallSite]) -> None:
-    """Create a two-group multi-node deployment, edit a child of every kind by hand, delete one,
-    scale it down, drop its ComputeDomains and PodMonitor, create an invalid one and delete it;
-    then let resyncs run until every client call was made."""
+def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list[CallSite]) -> None:
+    """Create a two-group multi-node deployment, edit and disown a child of every kind by hand,
+    delete one, scale it down, drop its ComputeDomains and PodMonitor, create an invalid one and
+    delete it; then let resyncs run until every client call was made."""
+    url = api.url
     kimi = "/apis/kimi-operator.io/v1alpha1/namespaces/" + NAMESPACE + "/kimideployments"
     good = _sample("k3-tp16-latency")
     good["metadata"] = {"name": "k3", "namespace": NAMESPACE}
@@ -250,6 +230,19 @@ def _scenario(url: str, reached: set[tuple[str, int]], sites: list[CallSite]) ->
         return all(found.get(label) != "edited-by-hand" for found in labels)
 
     _wait(repaired, "every edited child repaired")
+    # Every kind of child disowned by hand: the operator adopts each (changing an object's
+    # ownerReferences needs delete on it, by the owner-reference admission check).
+    for resource in CHILD_RESOURCES:
+        name = children(resource)[0]["metadata"]["name"]
+        disowned = {"metadata": {"ownerReferences": None}}
+        _send(url, "PATCH", resource.item(NAMESPACE, name), disowned, merge=True)
+
+    def adopted() -> bool:
+        return all(
+            c["metadata"].get("ownerReferences") for r in CHILD_RESOURCES for c in children(r)
+        )
+
+    _wait(adopted, "every disowned child adopted")
     _send(url, "PATCH", f"{kimi}/k3", {"spec": {"replicas": 1}}, merge=True)
     _wait(lambda: len(children(LEADER_WORKER_SET)) == 1, "the scale-down to one group")
     # Children the spec no longer asks for: whatever the operator does about them is observed.
@@ -262,10 +255,14 @@ def _scenario(url: str, reached: set[tuple[str, int]], sites: list[CallSite]) ->
     }
     _send(url, "PATCH", f"{kimi}/k3", dropped, merge=True)
     _wait(lambda: not children(COMPUTE_DOMAIN), "the ComputeDomains gone")
+    _wait(lambda: not children(POD_MONITOR), "the PodMonitor gone")
     bad = _sample("k3-tp16-latency")
     bad["metadata"] = {"name": "bad", "namespace": NAMESPACE}
     bad["spec"]["gpus"] = 12
+    # Refused by the API server: created under an older CRD without the rules, kept after.
+    api.install_crds([older_crd()])
     _send(url, "POST", kimi, bad)
+    api.install_crds([crd()])
     _wait(lambda: bool(_send(url, "GET", f"{kimi}/bad").get("status")), "the invalid one's status")
     _send(url, "DELETE", f"{kimi}/bad")
 
@@ -276,21 +273,6 @@ def _scenario(url: str, reached: set[tuple[str, int]], sites: list[CallSite]) ->
         )
 
     _wait(all_reached, "every client call of the operator", timeout=30.0)
-
-
-def _record_requests(
-    monkeypatch: pytest.MonkeyPatch, into: list[tuple[str, str, dict[str, str]]]
-) -> None:
-    """Every HTTP request the API server receives from the operator (kopf's too), as it arrives:
-    whatever the emulator then does with it."""
-    original = ApiServer.__call__
-
-    async def recorded(self: ApiServer, raw: Any) -> Any:
-        if raw.headers.get("User-Agent") != TEST_AGENT:
-            into.append((raw.method, raw.path, dict(raw.query)))
-        return await original(self, raw)
-
-    monkeypatch.setattr(ApiServer, "__call__", recorded)
 
 
 def _peering_objects(namespaces: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
@@ -314,9 +296,10 @@ def _observe(
 ) -> Observed:
     observed = Observed()
     _record_call_sites(monkeypatch, observed.reached)
-    requests: list[tuple[str, str, dict[str, str]]] = []
-    _record_requests(monkeypatch, requests)
     sites = client_call_sites()
+    values: dict[str, Any] = {"watchNamespaces": list(namespaces)}
+    if peering:
+        values |= {"replicaCount": 2, "peering": {"enabled": True, "name": PEERING}}
     with EmbeddedApiServer() as api:
         upstream = child_crds()
         kopf_crds = list(yaml.safe_load_all(PEERING_CRDS.read_text())) if peering else []
@@ -325,6 +308,7 @@ def _observe(
             _send(api.url, "POST", path, body)
         config = RunConfig(
             server=api.url,
+            token=operator_identity(api, values),
             namespaces=namespaces,
             resync_interval_s=0.3,
             workers=2,
@@ -332,12 +316,10 @@ def _observe(
         )
         # A timeout is reported by test_scenario_reaches_every_client_call.
         with OperatorThread(config), contextlib.suppress(AssertionError):
-            _scenario(api.url, observed.reached, sites)
-    for method, path, query in requests:
-        found = permission(method, path, query)
-        if found is not None:
-            needed, namespaced = found
-            (observed.namespaced if namespaced else observed.cluster).add(needed)
+            _scenario(api, observed.reached, sites)
+        for check in api.checks():
+            needed = (check.group, check.resource, check.verb)
+            (observed.namespaced if check.namespaced else observed.cluster).add(needed)
     return observed
 
 

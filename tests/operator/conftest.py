@@ -1,4 +1,5 @@
-"""kopf running in-process against the embedded API server (kmock's emulator) on 127.0.0.1."""
+"""kopf running in-process against the embedded API server (kmock's emulator) on 127.0.0.1, as
+the chart's ServiceAccount: every request it makes is allowed or refused by the chart's RBAC."""
 
 import copy
 from collections.abc import Callable, Iterator
@@ -9,6 +10,7 @@ import pytest
 import yaml
 
 from kimi_operator.api.crd import crd
+from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.processes import wait
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import CHILD_KINDS, upstream_crd
@@ -22,6 +24,16 @@ T = TypeVar("T")
 
 
 UPSTREAM_CRDS = {kind: upstream_crd(kind) for kind in CHILD_KINDS}
+
+
+def older_crd() -> dict[str, Any]:
+    """The KimiDeployment CRD as an older one without today's schema and rules (any spec): how an
+    object the current CRD refuses gets stored, and is kept when the current one is installed."""
+    older = crd()
+    for version in older["spec"]["versions"]:
+        schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        version["schema"] = {"openAPIV3Schema": schema}
+    return older
 
 
 def sample(name: str = "k3-tp8-dspark") -> dict[str, Any]:
@@ -51,6 +63,12 @@ def api(installed: list[str]) -> Iterator[EmbeddedApiServer]:
 
 
 @pytest.fixture
+def token(api: EmbeddedApiServer) -> str:
+    """The bearer token of the chart's ServiceAccount, its RBAC stored in `api`."""
+    return operator_identity(api)
+
+
+@pytest.fixture
 def client(api: EmbeddedApiServer) -> Iterator[Client]:
     c = Client(load_configuration(api.url))
     yield c
@@ -58,8 +76,9 @@ def client(api: EmbeddedApiServer) -> Iterator[Client]:
 
 
 @pytest.fixture
-def operator(api: EmbeddedApiServer) -> Iterator[OperatorThread]:
-    with OperatorThread(RunConfig(server=api.url, resync_interval_s=RESYNC_S, workers=4)) as op:
+def operator(api: EmbeddedApiServer, token: str) -> Iterator[OperatorThread]:
+    config = RunConfig(server=api.url, token=token, resync_interval_s=RESYNC_S, workers=4)
+    with OperatorThread(config) as op:
         yield op
 
 

@@ -113,6 +113,14 @@ def test_demo_runs_the_samples_live() -> None:
     text = out.getvalue()
     assert "listening on http://127.0.0.1:" in text
     assert "installed CRD leaderworkersets.leaderworkerset.x-k8s.io" in text  # the vendored one
+    # A bad spec refused by the server, as kubectl shows it, with the CEL rule's message.
+    assert (
+        'The KimiDeployment "k3-tp16-dcp" is invalid: spec.kvCache.dtype: Invalid value: '
+        '"object": spec.kvCache.dtype: decode.backend latency_specialized reads FP8 e4m3 KV '
+        "cache rows only (allowed: fp8, fp8_e4m3; or decode.backend auto)\n"
+    ) in text
+    assert 'The KimiDeployment "k3-bad" is invalid: \n* spec.gpus: Unsupported value: 12' in text
+    assert "operator running as the chart's ServiceAccount, its RBAC enforced" in text
     assert "kubelet stand-in" in text
     assert "marked LeaderWorkerSet inference/k3-tp8-dspark-g0 ready" in text
     assert "http://k3-tp8-dspark.inference.svc:8000/v1" in text

@@ -175,6 +175,17 @@ def test_switching_compute_domain_off_removes_the_domains(client: Client) -> Non
     assert condition(status, "MNNVLReady")["reason"] == "ComputeDomainDisabled"
 
 
+def test_turning_monitoring_off_removes_the_pod_monitor(client: Client) -> None:
+    """As the chart's ServiceAccount: its RBAC lets the operator find and delete it."""
+    create(client, sample())
+    assert "PodMonitor/k3-tp8-dspark" in children(client)
+    edit(client, {"monitoring": {"podMonitor": False}}, 2)
+    assert wait_for(
+        lambda: "PodMonitor/k3-tp8-dspark" not in children(client), what="the PodMonitor gone"
+    )
+    assert len(children(client)) == 4
+
+
 def test_delete_takes_the_children_with_it(client: Client, api: EmbeddedApiServer) -> None:
     create(client, sample())
     assert children(client)

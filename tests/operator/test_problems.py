@@ -3,14 +3,23 @@
 import time
 from typing import Any
 
+import kopf
 import pytest
 
+from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
 from kimi_operator.embedded.server import EmbeddedApiServer, Fault
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import EVENT, KIMI_DEPLOYMENT, SERVICE
 from kimi_operator.runner import OperatorThread
-from tests.operator.conftest import RESYNC_S, condition, sample, status_of, wait_for
+from tests.operator.conftest import (
+    RESYNC_S,
+    condition,
+    older_crd,
+    sample,
+    status_of,
+    wait_for,
+)
 from tests.operator.test_lifecycle import NAME, NS, children, create, reconciled
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -96,9 +105,14 @@ def test_invalid_spec_leaves_children_alone(client: Client, api: EmbeddedApiServ
     create(client, sample())
     before = children(client)
     since = api.mark()
-    # The embedded server has no CEL: the spec reaches the operator as an older CRD would let it.
+    # The API server refuses it; it reaches the operator as an older CRD would let it (written
+    # under that CRD, kept when the current one is installed again).
     bad = {"gpus": 12, "engineArgs": ["--enable-lora"]}
+    with pytest.raises(kopf.PermanentError, match="HTTP 422"):
+        client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": bad})
+    api.install_crds([older_crd()])
     client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": bad})
+    api.install_crds([crd()])
     status = wait_for(lambda: reconciled(client, 2), what="generation 2 acted on")
     kd = client.get(KIMI_DEPLOYMENT, NS, NAME)
     assert kd is not None

@@ -1,10 +1,16 @@
-"""A scale-down finds every surplus group, whatever an earlier, interrupted one left behind."""
+"""A scale-down finds every surplus group, whatever an earlier, interrupted one left behind; a
+child of any kind the spec no longer asks for is deleted."""
 
 from typing import Any
 
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.resources import COMPUTE_DOMAIN, KIMI_DEPLOYMENT, LEADER_WORKER_SET
+from kimi_operator.k8s.resources import (
+    COMPUTE_DOMAIN,
+    KIMI_DEPLOYMENT,
+    LEADER_WORKER_SET,
+    POD_MONITOR,
+)
 from kimi_operator.reconcile import reconcile
 from tests.operator.conftest import sample
 
@@ -58,3 +64,15 @@ def test_objects_of_another_deployment_or_owner_are_left_alone(client: Client) -
     assert groups(client) == [
         f"{kind}/other-g{i}" for kind in ("ComputeDomain", "LeaderWorkerSet") for i in range(2)
     ]
+
+
+def test_turning_monitoring_off_deletes_the_pod_monitor(client: Client) -> None:
+    """Issue 19's second bug: the PodMonitor outlived `monitoring: {podMonitor: false}` and kept
+    scraping (only groups and domains were pruned)."""
+    client.create(KIMI_DEPLOYMENT, sample())
+    reconcile_once(client)
+    assert len(client.list(POD_MONITOR, NS)) == 1
+    client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": {"monitoring": {"podMonitor": False}}})
+    reconcile_once(client)
+    assert client.list(POD_MONITOR, NS) == []
+    assert groups(client) == [f"ComputeDomain/{NAME}-g0", f"LeaderWorkerSet/{NAME}-g0"]

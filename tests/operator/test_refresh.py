@@ -14,8 +14,9 @@ from tests.operator.test_lifecycle import NAME, NS, children, create
 
 
 @pytest.fixture
-def slow_resync(api: EmbeddedApiServer) -> Iterator[OperatorThread]:
-    with OperatorThread(RunConfig(server=api.url, resync_interval_s=3600, workers=4)) as op:
+def slow_resync(api: EmbeddedApiServer, token: str) -> Iterator[OperatorThread]:
+    config = RunConfig(server=api.url, token=token, resync_interval_s=3600, workers=4)
+    with OperatorThread(config) as op:
         yield op
 
 

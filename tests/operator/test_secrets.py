@@ -44,6 +44,7 @@ def _deployment() -> dict[str, Any]:
 def test_the_token_is_never_read_logged_or_written(
     api: EmbeddedApiServer,
     client: Client,
+    token: str,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -69,7 +70,8 @@ def test_the_token_is_never_read_logged_or_written(
     monkeypatch.setattr(ApiServer, "__call__", recording)
     caplog.set_level(logging.DEBUG)
     doc = _deployment()
-    with OperatorThread(RunConfig(server=api.url, resync_interval_s=RESYNC_S, workers=4)):
+    config = RunConfig(server=api.url, token=token, resync_interval_s=RESYNC_S, workers=4)
+    with OperatorThread(config):
         client.create(KIMI_DEPLOYMENT, doc)
         name = doc["metadata"]["name"]
         wait_for(lambda: status_of(client, NS, name).get("observedGeneration") == 1, what="status")

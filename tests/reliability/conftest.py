@@ -10,7 +10,7 @@ from kimi_operator.embedded.processes import OperatorProcess
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s import client as client_module
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.operator.conftest import api, client, installed  # noqa: F401 (fixtures)
+from tests.operator.conftest import api, client, installed, token  # noqa: F401 (fixtures)
 
 HERE = Path(__file__).parent
 RESYNC_S = 0.5
@@ -26,6 +26,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def operator(
     api: EmbeddedApiServer,  # noqa: F811
+    token: str,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[OperatorThread]:
     """The operator in-process, its client with a short read timeout (so that an injected slow
@@ -35,6 +36,7 @@ def operator(
     monkeypatch.setattr(client_module, "TIMEOUT_DELAY_S", 0.5)
     config = RunConfig(
         server=api.url,
+        token=token,
         resync_interval_s=RESYNC_S,
         workers=4,
         api_timeout_s=CLIENT_TIMEOUT_S,
@@ -45,7 +47,10 @@ def operator(
 
 
 @pytest.fixture
-def operator_process(api: EmbeddedApiServer) -> Iterator[OperatorProcess]:  # noqa: F811
+def operator_process(
+    api: EmbeddedApiServer,  # noqa: F811
+    token: str,  # noqa: F811
+) -> Iterator[OperatorProcess]:
     """`kimi-operator run` in a process of its own, against the embedded server."""
-    with OperatorProcess(api.url, ["--resync-interval=2", "--workers=4"]) as op:
+    with OperatorProcess(api.url, ["--resync-interval=2", "--workers=4"], token=token) as op:
         yield op

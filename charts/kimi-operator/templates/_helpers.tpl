@@ -77,8 +77,15 @@ operator run makes). No wildcards.
 - apiGroups: ["kimi-operator.io"]
   resources: ["kimideployments/status"]
   verbs: ["patch"]
-# The children of a KimiDeployment; kopf also watches the groups and domains (their status
-# changes refresh the owner's status at once).
+# Children carry ownerReferences with blockOwnerDeletion: true, which the
+# OwnerReferencesPermissionEnforcement admission plugin (OpenShift, hardened clusters) allows only
+# to who may update the owner's finalizers.
+- apiGroups: ["kimi-operator.io"]
+  resources: ["kimideployments/finalizers"]
+  verbs: ["update"]
+# The children of a KimiDeployment: listed by label and deleted once the spec no longer has them
+# (and adopting one whose ownerReference was removed needs delete on it, by the same plugin); kopf
+# also watches the groups and domains (their status changes refresh the owner's status at once).
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
@@ -87,13 +94,13 @@ operator run makes). No wildcards.
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 # Warning Events on KimiDeployments (the operator's and kopf's).
 - apiGroups: [""]
   resources: ["events"]

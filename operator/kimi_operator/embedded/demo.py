@@ -1,12 +1,18 @@
 """`kimi-operator demo`: the operator live on the embedded API server, no cluster needed.
 
 Starts the API server on 127.0.0.1, installs the KimiDeployment CRD and the upstream CRDs it
-needs, runs the operator, applies the sample deployments, plays the kubelet (says so), prints a
-`kubectl get kimi` table and the children, and shuts everything down.
+needs, shows the rejected samples refused by the server as `kubectl apply` shows it, runs the
+operator as the chart's ServiceAccount (its RBAC enforced), applies the sample deployments, plays
+the kubelet (says so), prints a `kubectl get kimi` table and the children, and shuts everything
+down.
 """
 
+import copy
 import datetime
+import json
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -15,6 +21,7 @@ import yaml
 
 from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
+from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
@@ -109,6 +116,42 @@ def summary(client: Client, deployment: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def kubectl_apply(url: str, doc: Mapping[str, Any]) -> str:
+    """What `kubectl apply -f` prints for creating `doc` (strict field validation, as kubectl
+    sends), from the API server's answer."""
+    meta = doc["metadata"]
+    path = KIMI_DEPLOYMENT.collection(meta["namespace"]) + "?fieldValidation=Strict"
+    body = json.dumps(doc).encode()
+    headers = {"Content-Type": "application/json"}
+    request = urllib.request.Request(url + path, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10):
+            return f"kimideployment.kimi-operator.io/{meta['name']} created"
+    except urllib.error.HTTPError as error:
+        status = json.loads(error.read())
+    details = status.get("details") or {}
+    causes = [f"{c['field']}: {c['message']}" for c in details.get("causes", [])]
+    if not causes:
+        return f"Error from server ({status['reason']}): {status['message']}"
+    head = f"The {details['kind']} {json.dumps(details['name'])} is invalid: "
+    return head + (causes[0] if len(causes) == 1 else "\n" + "\n".join(f"* {c}" for c in causes))
+
+
+def _show_refusals(url: str, good: Mapping[str, Any], rejected: Path, out: TextIO) -> None:
+    """`kubectl apply` of a good sample edited to break one CEL rule (the server's message is the
+    rule's, as `validate` words it less the value it got), then of the rejected samples."""
+    edited = copy.deepcopy(dict(good))
+    edited["spec"]["kvCache"] = {"dtype": "bfloat16"}
+    name = edited["metadata"]["name"]
+    print(f"\n$ kubectl apply -f {name}.yaml    # with spec.kvCache.dtype: bfloat16", file=out)
+    print(kubectl_apply(url, edited), file=out)
+    for problem in check_document(edited).problems:
+        print(f"$ kimi-operator validate {name}.yaml\n{name}.yaml: {problem}", file=out)
+    for path in sorted(rejected.glob("*.yaml")):
+        print(f"\n$ kubectl apply -f {path}", file=out)
+        print(kubectl_apply(url, yaml.safe_load(path.read_text())), file=out)
+
+
 def _load_samples(samples: Path, out: TextIO) -> list[dict[str, Any]]:
     docs = []
     for path in sorted(samples.glob("*.yaml")):
@@ -147,10 +190,17 @@ def run_demo(samples: Path, out: TextIO) -> None:
         api.install_crds([crd(), *upstream])
         for installed in [crd(), *upstream]:
             print(f"  installed CRD {installed['metadata']['name']}", file=out)
+        print("the API server applies every CRD's schema and CEL rules at admission:", file=out)
+        _show_refusals(api.url, docs[0], samples / "rejected", out)
         client = Client(load_configuration(api.url))
-        config = RunConfig(server=api.url, resync_interval_s=RESYNC_S, workers=4)
+        try:
+            token: str | None = operator_identity(api)
+            who = "the chart's ServiceAccount, its RBAC enforced by the server"
+        except RuntimeError as error:  # no helm here: `make tools`
+            token, who = None, f"the cluster admin ({error})"
+        config = RunConfig(server=api.url, token=token, resync_interval_s=RESYNC_S, workers=4)
         with OperatorThread(config):
-            print(f"operator running (resync every {RESYNC_S:.0f} s)", file=out)
+            print(f"\noperator running as {who} (resync every {RESYNC_S:.0f} s)", file=out)
             for doc in docs:
                 client.create(KIMI_DEPLOYMENT, doc)
                 meta = doc["metadata"]

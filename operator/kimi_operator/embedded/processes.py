@@ -76,15 +76,15 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def write_kubeconfig(url: str, path: Path) -> Path:
-    """A kubeconfig for a plain-HTTP API server at `url`, without credentials."""
+def write_kubeconfig(url: str, path: Path, token: str | None = None) -> Path:
+    """A kubeconfig for a plain-HTTP API server at `url`, with `token` as the bearer token."""
     path.write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
                 "clusters": [{"name": "embedded", "cluster": {"server": url}}],
-                "users": [{"name": "embedded", "user": {}}],
+                "users": [{"name": "embedded", "user": {"token": token} if token else {}}],
                 "contexts": [
                     {"name": "embedded", "context": {"cluster": "embedded", "user": "embedded"}}
                 ],
@@ -99,8 +99,15 @@ class OperatorProcess:
     """`kimi-operator run ARGS` against `url`; started (and restarted) by `start`, which waits
     for its /healthz. Its metrics are served too. A context manager that stops it at the end."""
 
-    def __init__(self, url: str, args: Sequence[str] = (), stderr: IO[Any] | None = None) -> None:
-        self.kubeconfig = write_kubeconfig(url, Path(tempfile.mkdtemp()) / "kubeconfig")
+    def __init__(
+        self,
+        url: str,
+        args: Sequence[str] = (),
+        stderr: IO[Any] | None = None,
+        *,
+        token: str | None = None,
+    ) -> None:
+        self.kubeconfig = write_kubeconfig(url, Path(tempfile.mkdtemp()) / "kubeconfig", token)
         self.args = list(args)
         self.stderr = stderr
         self.process: subprocess.Popen[bytes] | None = None

@@ -1,22 +1,27 @@
 """An API server on 127.0.0.1 for the demo, the tests and the benchmark: kmock's emulator with the
-bookkeeping a real API server does.
+bookkeeping and the checks a real API server does.
 
 kmock 0.8's `KubernetesEmulator` stores objects as plain dicts. This subclass adds what kopf and the
 operator rely on: `uid`, `resourceVersion`, `generation` (bumped on spec changes only), the status
 subresource (status writes touch only status, object writes never touch it), 404 for resources
 whose CRD is not installed, a garbage collector stand-in (deleting an owner deletes what it
-controls), and injectable faults. It does no schema or CEL validation.
+controls), and injectable faults; and what a real one refuses or rewrites: every installed CRD's
+structural schema and CEL rules (embedded.admission), bearer-token users authorized by the stored
+RBAC objects, and the OwnerReferencesPermissionEnforcement admission plugin (embedded.rbac).
+docs/embedded-api-server.md lists what it reproduces, with the tests, and what it does not.
 """
 
 import asyncio
 import collections
 import contextlib
+import contextvars
+import dataclasses
 import datetime
 import json
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Self, TypeVar
 
@@ -24,13 +29,20 @@ import aiohttp.web
 import attrs
 import jsonpatch
 import kmock
+import multidict
 from kmock import action
+
+from kimi_operator.embedded import rbac
+from kimi_operator.embedded.admission import CustomResource, Refused
 
 T = TypeVar("T")
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 TIMELINE_PATH = "/_kimi/timeline"
 DIRECT = frozenset({action.FETCH, action.CREATE, action.UPDATE, action.DELETE})
 CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
+RBAC_KINDS = ("clusterroles", "clusterrolebindings", "roles", "rolebindings")
+# The user of the request being served (set by `ApiServer.__call__`).
+_USER: contextvars.ContextVar[rbac.User] = contextvars.ContextVar("user", default=rbac.ADMIN_USER)
 
 BUILT_IN = {
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False),
@@ -40,7 +52,16 @@ BUILT_IN = {
     "policy/v1/poddisruptionbudgets": kmock.ResourceInfo(
         kind="PodDisruptionBudget", namespaced=True
     ),
+    "v1/serviceaccounts": kmock.ResourceInfo(kind="ServiceAccount", namespaced=True),
     CRDS: kmock.ResourceInfo(kind="CustomResourceDefinition", namespaced=False),
+    **{
+        f"{rbac.RBAC_GROUP}/v1/{plural}": kmock.ResourceInfo(
+            kind=kind, namespaced=plural.startswith("role")
+        )
+        for plural, kind in zip(
+            RBAC_KINDS, ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"), strict=True
+        )
+    },
 }
 
 
@@ -87,9 +108,25 @@ def key_of(request: kmock.Request, resource: kmock.resource) -> tuple[Any, Any, 
     return resource, request.namespace or meta.get("namespace"), request.name or meta.get("name")
 
 
+def _warned(warnings: list[str]) -> multidict.CIMultiDict[str]:
+    """The Warning headers kube-apiserver sends (RFC 7234 code 299) for unknown fields pruned."""
+    return multidict.CIMultiDict(("Warning", f"299 - {json.dumps(w)}") for w in warnings)
+
+
 def _retrieved(task: "asyncio.Future[Any]") -> None:
     if not task.cancelled():
         task.exception()
+
+
+class Check(NamedTuple):
+    """An authorization decision about a user's request (or about what its object says)."""
+
+    user: str
+    group: str
+    resource: str  # with the subresource: kimideployments/status
+    verb: str
+    namespaced: bool
+    allowed: bool
 
 
 class Write(NamedTuple):
@@ -154,6 +191,12 @@ class ApiServer(kmock.KubernetesEmulator):
     timeline: list[Write] = attrs.field(factory=list, init=False)
     # uids of the objects that exist: added by each create, recomputed by each deletion.
     _uids: set[str] = attrs.field(factory=set, init=False)
+    # The schema and rules of each custom resource, by (group, version, plural).
+    _custom: dict[tuple[str, str, str], CustomResource] = attrs.field(factory=dict, init=False)
+    # The users bearer tokens stand for; every authorization decision made about one.
+    _tokens: dict[str, rbac.User] = attrs.field(factory=dict, init=False)
+    checks: set[Check] = attrs.field(factory=set, init=False)
+    _authorizer: rbac.Authorizer | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -175,7 +218,51 @@ class ApiServer(kmock.KubernetesEmulator):
         """Every namespace an object lives in, and `default`."""
         return sorted({"default"} | {ns for _, ns, _ in self.objects if ns})
 
+    def issue_token(self, namespace: str, name: str) -> str:
+        """A bearer token for the ServiceAccount `namespace/name`."""
+        token = uuid.uuid4().hex
+        self._tokens[token] = rbac.service_account(namespace, name)
+        return token
+
+    def store(self, obj: Mapping[str, Any]) -> None:
+        """Keep `obj` as the cluster admin's `kubectl apply` would, admission aside: the chart's
+        ServiceAccount and RBAC objects."""
+        group, _, version = obj["apiVersion"].rpartition("/")
+        plural = self._plural_of(obj["apiVersion"], obj["kind"])
+        if plural is None:
+            raise ValueError(f"{obj['apiVersion']} {obj['kind']} is not served here")
+        meta = obj["metadata"]
+        key = (kmock.resource(group, version, plural), meta.get("namespace"), meta["name"])
+        self.objects[key] = self._new_object(dict(obj))
+        self._authorizer = None
+
+    def _authorize(self, user: rbac.User, wanted: rbac.Attributes) -> bool:
+        if user.admin:
+            return True
+        if self._authorizer is None:
+            stored = [
+                obj.raw
+                for (resource, _, _), obj in self.objects.items()
+                if resource.group == rbac.RBAC_GROUP and not obj.deleted
+            ]
+            self._authorizer = rbac.Authorizer(stored)
+        allowed = self._authorizer.allowed(user, wanted)
+        namespaced = bool(wanted.namespace)
+        self.checks.add(
+            Check(user.name, wanted.group, wanted.resource, wanted.verb, namespaced, allowed)
+        )
+        return allowed
+
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        scheme, _, token = raw_request.headers.get("Authorization", "").partition(" ")
+        user = self._tokens.get(token) if scheme == "Bearer" else rbac.ADMIN_USER
+        if user is None:
+            return self._status(401, "Unauthorized", "Unauthorized", {})
+        wanted = rbac.request_attributes(raw_request.method, raw_request.path, raw_request.query)
+        if wanted is not None and not self._authorize(user, wanted):
+            why = f'User "{user.name}" cannot {wanted}'
+            return self._status(403, "Forbidden", *rbac.forbidden(wanted, why))
+        _USER.set(user)
         # kmock cannot parse the namespace collection's path: serve it here, list and watch.
         if raw_request.method == "GET" and raw_request.path == "/api/v1/namespaces":
             if raw_request.query.get("watch") == "true":
@@ -216,6 +303,8 @@ class ApiServer(kmock.KubernetesEmulator):
                 subresources=set(version.get("subresources", {})),
                 verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
             )
+            plural = (spec["group"], version["name"], names["plural"])
+            self._custom[plural] = CustomResource(crd, version)
         stored = self._new_object(dict(crd))
         self.objects[kmock.resource(CRDS), None, crd["metadata"]["name"]] = stored
 
@@ -228,6 +317,7 @@ class ApiServer(kmock.KubernetesEmulator):
         spec = self.objects[key].raw["spec"]
         self.objects[key].delete()
         for version in spec["versions"]:
+            self._custom.pop((spec["group"], version["name"], spec["names"]["plural"]), None)
             gone = kmock.resource(f"{spec['group']}/{version['name']}/{spec['names']['plural']}")
             for known in list(self.resources):
                 if gone == known:
@@ -313,8 +403,10 @@ class ApiServer(kmock.KubernetesEmulator):
         )
         return {**data, "metadata": metadata}
 
-    def _updated(self, request: kmock.Request, current: Mapping[str, Any]) -> dict[str, Any]:
-        """What a patch makes of the object, as a merge patch kmock can apply."""
+    def _updated(
+        self, request: kmock.Request, current: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], list[str]]:
+        """What a patch makes of the object, as a merge patch kmock can apply; the warnings."""
         change = request.data
         try:
             if isinstance(change, list):
@@ -330,6 +422,7 @@ class ApiServer(kmock.KubernetesEmulator):
             new["status"] = current.get("status")
         if new.get("status") is None:
             new.pop("status", None)
+        new, warnings = self._admit(request, new, current)
         metadata = dict(new.get("metadata") or {})
         for key in ("uid", "creationTimestamp", "name", "namespace"):
             if key in current.get("metadata", {}):
@@ -338,7 +431,59 @@ class ApiServer(kmock.KubernetesEmulator):
         if new.get("spec") != current.get("spec"):
             metadata["generation"] = int(current.get("metadata", {}).get("generation", 1)) + 1
         new["metadata"] = metadata
-        return merge_diff(current, new)
+        return merge_diff(current, new), warnings
+
+    def _admit(
+        self, request: kmock.Request, new: dict[str, Any], old: Mapping[str, Any] | None
+    ) -> tuple[dict[str, Any], list[str]]:
+        """(the object as stored, warnings): the CRD's schema and rules, then the owner
+        references' permissions; a kmock.KubernetesError when admission refuses it."""
+        resource = request.resource
+        assert resource is not None
+        key = (resource.group or "", resource.version or "", resource.plural or "")
+        custom, warnings = self._custom.get(key), []
+        if custom is not None:
+            strict = request.url.query.get("fieldValidation") == "Strict"
+            try:
+                admitted = custom.admit(new, old=old, strict=strict)
+            except Refused as refused:
+                raise kmock.KubernetesError(
+                    refused.status, refused.reason, refused.message, refused.details
+                ) from None
+            new, warnings = admitted.obj, admitted.warnings
+        self._check_owner_references(request, new, old)
+        return new, warnings
+
+    def _plural_of(self, api_version: str, kind: str) -> str | None:
+        group, _, version = api_version.rpartition("/")
+        for key, info in self.resources.items():
+            known = kmock.resource(key)
+            same_version = (known.group or "", known.version) == (group, version)
+            if same_version and getattr(info, "kind", None) == kind:
+                return known.plural
+        return None
+
+    def _check_owner_references(
+        self, request: kmock.Request, new: Mapping[str, Any], old: Mapping[str, Any] | None
+    ) -> None:
+        """The OwnerReferencesPermissionEnforcement admission plugin (embedded.rbac)."""
+        user = _USER.get()
+        if user.admin:
+            return
+        resource = request.resource
+        assert resource is not None
+        meta = new.get("metadata") or {}
+        namespace, name = request.namespace or meta.get("namespace") or "", meta.get("name", "")
+        this = rbac.Attributes(
+            "delete", resource.group or "", resource.plural or "", namespace, name
+        )
+        why = rbac.owner_references_refusal(
+            new, old, this, lambda wanted: self._authorize(user, wanted), self._plural_of
+        )
+        if why:
+            verb = "create" if old is None else "update"
+            message, details = rbac.forbidden(dataclasses.replace(this, verb=verb), why)
+            raise kmock.KubernetesError(403, "Forbidden", message, details)
 
     async def _handle(self, request: kmock.Request) -> Any:
         try:
@@ -379,6 +524,8 @@ class ApiServer(kmock.KubernetesEmulator):
             raise kmock.KubernetesResourceNotFoundError()
         if request.action in DIRECT and (request.name or request.action == action.CREATE):
             response = await self._direct(request, resource)
+            if resource.group == rbac.RBAC_GROUP:
+                self._authorizer = None  # roles or bindings changed
             if request.action == action.DELETE:
                 await self._collect_garbage()
             elif request.action == action.CREATE:
@@ -425,6 +572,7 @@ class ApiServer(kmock.KubernetesEmulator):
                     new["metadata"]["namespace"] = namespace
                 if self._has_status(resource):
                     new.pop("status", None)
+                new, warnings = self._admit(request, new, None)
                 _replace_data(request, new)
                 if obj is None:
                     self.objects[key] = new
@@ -433,14 +581,15 @@ class ApiServer(kmock.KubernetesEmulator):
                 raw = self.objects[key].raw
                 self._uids.add(new["metadata"]["uid"])
                 await self._buses[resource].put({"type": "ADDED", "object": raw})
-                return aiohttp.web.json_response(raw, status=201)
+                return aiohttp.web.json_response(raw, status=201, headers=_warned(warnings))
             if gone:
                 raise kmock.KubernetesObjectNotFoundError()
             assert obj is not None
             if request.action == action.FETCH:
                 return aiohttp.web.json_response(obj.raw)
             if request.action == action.UPDATE:
-                obj.patch(self._updated(request, obj.raw))
+                change, warnings = self._updated(request, obj.raw)
+                obj.patch(change)
                 raw = obj.raw
                 if request.subresource == "status" and resource.plural == "kimideployments":
                     self.status_log.append((f"{namespace}/{key[2]}", raw.get("status") or {}))
@@ -450,7 +599,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 ):
                     obj.delete()
                     await self._buses[resource].put({"type": "DELETED", "object": raw})
-                return aiohttp.web.json_response(raw)
+                return aiohttp.web.json_response(raw, headers=_warned(warnings))
             if obj.get("metadata", {}).get("finalizers"):  # delete: wait for the finalizers
                 stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 obj.patch({"metadata": {"deletionTimestamp": stamp}})
@@ -461,22 +610,31 @@ class ApiServer(kmock.KubernetesEmulator):
             await self._buses[resource].put({"type": "DELETED", "object": raw})
             return aiohttp.web.json_response(raw)
 
-    async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
-        """Kubernetes' Status object, without kmock's traceback (formatting it is slow)."""
-        if not isinstance(exc, kmock.KubernetesError):
-            return await super()._render_error(exc)
+    @staticmethod
+    def _status(
+        code: int, reason: str, message: str, details: Any, headers: Mapping[str, str] | None = None
+    ) -> aiohttp.web.Response:
+        """Kubernetes' Status object, as an answer."""
         status = {
             "apiVersion": "v1",
             "kind": "Status",
             "metadata": {},
             "status": "Failure",
-            "code": exc.status,
-            "reason": exc.reason or type(exc).__name__,
-            "message": exc.message or repr(exc),
+            "message": message,
+            "reason": reason,
+            **({"details": details} if details else {}),
+            "code": code,
         }
+        return aiohttp.web.json_response(status, status=code, headers=headers)
+
+    async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
+        """Kubernetes' Status object, without kmock's traceback (formatting it is slow)."""
+        if not isinstance(exc, kmock.KubernetesError):
+            return await super()._render_error(exc)
         retry_after = getattr(exc, "retry_after", None)
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-        return aiohttp.web.json_response(status, status=exc.status, headers=headers)
+        reason = exc.reason or type(exc).__name__
+        return self._status(exc.status, reason, exc.message or repr(exc), exc.details, headers)
 
     async def _collect_orphan(self, key: Any) -> None:
         """Delete a just created object whose owner is already gone (a race the real garbage
@@ -571,6 +729,23 @@ class EmbeddedApiServer:
 
         self.call(install)
 
+    def store(self, objects: Sequence[Mapping[str, Any]]) -> None:
+        """Keep these objects (ServiceAccounts, RBAC) as a cluster admin's apply would."""
+
+        def store(handler: ApiServer) -> None:
+            for obj in objects:
+                handler.store(obj)
+
+        self.call(store)
+
+    def issue_token(self, namespace: str, name: str) -> str:
+        """A bearer token for the ServiceAccount `namespace/name`."""
+        return self.call(lambda handler: handler.issue_token(namespace, name))
+
+    def checks(self) -> set[Check]:
+        """Every authorization decision made so far about a user with a token."""
+        return self.call(lambda handler: set(handler.checks))
+
     def inject(self, *faults: Fault) -> None:
         def inject(handler: ApiServer) -> None:
             for fault in faults:
@@ -610,11 +785,13 @@ class EmbeddedApiServer:
 
 def main() -> None:
     """`python -m kimi_operator.embedded.server`: serve on 127.0.0.1 with the KimiDeployment CRD
-    and the vendored CRDs of its children installed; print the URL; run until SIGTERM or SIGINT.
+    and the vendored CRDs of its children installed and the chart's RBAC stored; print the URL,
+    then the operator's ServiceAccount token; run until SIGTERM or SIGINT.
     The benchmark runs it in a process of its own."""
     import signal  # noqa: PLC0415
 
     from kimi_operator.api.crd import crd  # noqa: PLC0415
+    from kimi_operator.embedded.chart import operator_identity  # noqa: PLC0415
     from kimi_operator.embedded.upstream import child_crds  # noqa: PLC0415
 
     crds = child_crds()
@@ -623,7 +800,8 @@ def main() -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     with EmbeddedApiServer() as api:
         api.install_crds([crd(), *crds])
-        print(api.url, flush=True)
+        token = operator_identity(api)
+        print(api.url, token, sep="\n", flush=True)
         stop.wait()
 
 

@@ -33,11 +33,15 @@ RequestHook = Callable[[str, str, int], None]
 APIError = kopf.TemporaryError | kopf.PermanentError
 
 
-def load_configuration(server: str | None = None) -> Any:
-    """`server` (plain HTTP, no auth: the embedded API server), in-cluster config, or KUBECONFIG."""
+def load_configuration(server: str | None = None, token: str | None = None) -> Any:
+    """`server` (plain HTTP: the embedded API server; `token`: the bearer token to send, else
+    none), in-cluster config, or KUBECONFIG."""
     configuration = k8s_client.Configuration()
     if server is not None:
         configuration.host = server
+        if token is not None:
+            configuration.api_key = {"authorization": token}
+            configuration.api_key_prefix = {"authorization": "Bearer"}
         return configuration
     try:
         k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

@@ -1,0 +1,65 @@
+"""The operator's identity in the embedded API server: the chart's ServiceAccount, ClusterRole,
+Role and bindings as `helm template` renders them, stored in the server, and a bearer token for
+that ServiceAccount; so that every request the operator makes is allowed or refused by the
+chart's own RBAC (embedded.rbac)."""
+
+import functools
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kimi_operator.embedded.server import EmbeddedApiServer
+
+ROOT = Path(__file__).resolve().parents[3]
+CHART = ROOT / "charts" / "kimi-operator"
+RELEASE, NAMESPACE = "kimi", "kimi-system"
+IDENTITY_KINDS = frozenset(
+    {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+)
+
+
+def helm_binary() -> str:
+    local = ROOT / ".tools" / "bin" / "helm"
+    found = str(local) if local.exists() else shutil.which("helm")
+    if found is None:
+        raise RuntimeError("helm is not installed: run `make tools` (scripts/install-helm.sh)")
+    return found
+
+
+@functools.lru_cache(maxsize=16)
+def _render(values: str) -> str:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
+        file.write(values)
+        file.flush()
+        command = [helm_binary(), "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+        result = subprocess.run(
+            [*command, "--values", file.name],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    if result.returncode != 0:
+        raise RuntimeError(f"helm template failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def render(values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every object `helm template` renders from the chart with `values` (cached)."""
+    text = _render(json.dumps(dict(values or {}), sort_keys=True))
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def operator_identity(api: EmbeddedApiServer, values: Mapping[str, Any] | None = None) -> str:
+    """Store the chart's ServiceAccount and RBAC (rendered with `values`) in `api`; the bearer
+    token of that ServiceAccount."""
+    objects = [o for o in render(values) if o["kind"] in IDENTITY_KINDS]
+    api.store(objects)
+    (account,) = [o["metadata"] for o in objects if o["kind"] == "ServiceAccount"]
+    return api.issue_token(account.get("namespace", NAMESPACE), account["name"])
