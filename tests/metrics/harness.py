@@ -262,22 +262,16 @@ def wait(condition: Callable[[], bool], seconds: float, what: str) -> None:
 
 
 @contextlib.contextmanager
-def proof(prometheus: str, vllm_config: Any) -> Iterator[Proof]:
-    """Prometheus scraping every target until each has replayed its history, rules evaluated."""
-    targets, end_ms = build_targets(vllm_config)
-    servers = [serve_target(t) for t in targets]
+def prometheus_scraping(
+    prometheus: str, scrape_configs: list[dict[str, Any]]
+) -> Iterator[tuple[str, Callable[[], None]]]:
+    """Debian's Prometheus on 127.0.0.1 with the chart's rules, scraping `scrape_configs`; yields
+    its URL and a check that raises when it has exited."""
     with tempfile.TemporaryDirectory(prefix="kimi-prometheus-") as tmp:
         config = {
             "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": "1s"},
             "rule_files": [str(RULES)],
-            "scrape_configs": [
-                {
-                    "job_name": t.job,
-                    "honor_labels": t.honor_labels,
-                    "static_configs": [{"targets": [f"127.0.0.1:{t.port}"], "labels": t.labels}],
-                }
-                for t in targets
-            ],
+            "scrape_configs": scrape_configs,
         }
         (Path(tmp) / "prometheus.yml").write_text(yaml.safe_dump(config))
         port = free_port()
@@ -292,20 +286,42 @@ def proof(prometheus: str, vllm_config: Any) -> Iterator[Proof]:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
+
+        def alive() -> None:
+            if process.poll() is not None:
+                raise RuntimeError(f"prometheus exited: {process.stderr.read().decode()}")  # type: ignore[union-attr]
+
         try:
-            result = Proof(f"http://127.0.0.1:{port}", end_ms, targets)
+            yield f"http://127.0.0.1:{port}", alive
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def proof(prometheus: str, vllm_config: Any) -> Iterator[Proof]:
+    """Prometheus scraping every target until each has replayed its history, rules evaluated."""
+    targets, end_ms = build_targets(vllm_config)
+    servers = [serve_target(t) for t in targets]
+    scrape_configs = [
+        {
+            "job_name": t.job,
+            "honor_labels": t.honor_labels,
+            "static_configs": [{"targets": [f"127.0.0.1:{t.port}"], "labels": t.labels}],
+        }
+        for t in targets
+    ]
+    try:
+        with prometheus_scraping(prometheus, scrape_configs) as (url, alive):
 
             def ready() -> bool:
-                if process.poll() is not None:
-                    raise RuntimeError(f"prometheus exited: {process.stderr.read().decode()}")  # type: ignore[union-attr]
+                alive()
                 return all(t.done for t in targets)
 
             wait(ready, 60, "every target's history to be scraped")
             time.sleep(2.5)  # two rule evaluations after the last sample
-            yield result
-        finally:
-            process.terminate()
-            process.wait(timeout=10)
-            for server in servers:
-                server.shutdown()
-                server.server_close()
+            yield Proof(url, end_ms, targets)
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()

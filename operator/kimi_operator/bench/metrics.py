@@ -1,4 +1,5 @@
-"""The server's Prometheus counters before and after a run: spec-decode acceptance, fast path."""
+"""The server's Prometheus counters before and after a run: spec-decode acceptance, fast path, and
+the server's own per-request decode rate and inter-token latency (to check the client's timing)."""
 
 import re
 from collections import defaultdict
@@ -16,6 +17,10 @@ DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DECODE_STEPS = "kimi_decode_steps_total"  # kimi_kernels' plugin: labels path, reason
 BUILD_INFO = "kimi_build_info"  # kimi_kernels' plugin: labels vllm_version, decode_backend, ...
+KIMI_DECODE_RATE = "kimi_request_decode_tokens_per_second"  # kimi_kernels: mean of per-request
+DECODE_TIME = "vllm:request_decode_time_seconds"  # vLLM's own, per request: first to last token
+GENERATION_TOKENS = "vllm:request_generation_tokens"
+ITL = "vllm:inter_token_latency_seconds"
 
 
 @dataclass
@@ -55,6 +60,17 @@ def delta(before: Snapshot | None, after: Snapshot | None) -> ServerMetrics:
     def change(name: str) -> float:
         return after.totals.get(name, 0.0) - before.totals.get(name, 0.0)
 
+    def mean(histogram: str) -> float | None:
+        count = change(f"{histogram}_count")
+        return change(f"{histogram}_sum") / count if count > 0 else None
+
+    # The plugin's mean per-request rate (the client's definition); else vLLM's own figures:
+    # tokens after each request's first over the requests' decode time.
+    rate, source = mean(KIMI_DECODE_RATE), KIMI_DECODE_RATE
+    decode_time = change(f"{DECODE_TIME}_sum")
+    if rate is None and decode_time > 0:
+        decoded = change(f"{GENERATION_TOKENS}_sum") - change(f"{GENERATION_TOKENS}_count")
+        rate, source = decoded / decode_time, DECODE_TIME
     drafts, accepted, draft_tokens = change(DRAFTS), change(ACCEPTED), change(DRAFT_TOKENS)
     steps = {key: after.steps[key] - before.steps.get(key, 0.0) for key in after.steps}
     all_steps = sum(steps.values())
@@ -69,4 +85,7 @@ def delta(before: Snapshot | None, after: Snapshot | None) -> ServerMetrics:
         spec_decode_acceptance_rate=accepted / draft_tokens if draft_tokens > 0 else None,
         fast_path_fraction=fast / all_steps if all_steps > 0 else None,
         fallback_reasons=dict(reasons),
+        decode_tokens_per_s=rate,
+        decode_rate_metric=source if rate is not None else None,
+        inter_token_latency_s=mean(ITL),
     )

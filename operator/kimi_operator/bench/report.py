@@ -60,6 +60,7 @@ def total_rows(results: Results) -> list[list[str]]:
         ["tokens per chunk", num(s.tokens_per_chunk, 2)],
         ["$ per 1M output tokens", usd(s.cost_per_million_output_tokens_usd)],
         ["$ per completed request", usd(s.cost_per_request_usd)],
+        ["server decode tok/s per request", num(m.decode_tokens_per_s)],
         ["spec-decode acceptance length", num(m.spec_decode_acceptance_length, 2)],
         ["fast-path fraction of decode steps", pct(m.fast_path_fraction)],
         ["fallback reasons", reasons or "-"],

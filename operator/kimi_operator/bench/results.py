@@ -79,6 +79,12 @@ class RequestRecord(Model):
     chunk_tokens: list[int] | None = Field(description="Tokens per chunk, when the server says.")
     token_counts: TokenCounts
     error: str | None
+    burst: bool = Field(
+        default=False,
+        description="Its chunks arrived together (one read, or far inside the server's own "
+        "inter-token latency): a buffering proxy or a busy client; its TTFT, ITL and decode rate "
+        "are left out of the summary.",
+    )
 
 
 class ServerMetrics(Model):
@@ -87,6 +93,15 @@ class ServerMetrics(Model):
     spec_decode_acceptance_rate: float | None = None
     fast_path_fraction: float | None = None
     fallback_reasons: dict[str, float] = Field(default_factory=dict)
+    decode_tokens_per_s: float | None = Field(
+        default=None, description="The server's own mean per-request decode rate over the run."
+    )
+    decode_rate_metric: str | None = Field(
+        default=None, description="Where decode_tokens_per_s comes from."
+    )
+    inter_token_latency_s: float | None = Field(
+        default=None, description="The server's own mean inter-token latency over the run."
+    )
 
 
 class TaskRecord(Model):

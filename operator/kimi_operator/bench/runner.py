@@ -33,7 +33,7 @@ from kimi_operator.bench.results import (
     ServerMetrics,
     TraceInfo,
 )
-from kimi_operator.bench.stats import summarize
+from kimi_operator.bench.stats import mark_bursts, summarize
 from kimi_operator.bench.tasks import summarize_tasks, task_records
 
 WARMUP_OUTPUT_TOKENS = 16
@@ -194,6 +194,7 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
             progress_out.write(f"\r{progress.line()}\n")
         after = await _scrape(session, options.metrics_url)
     metrics = delta(before, after)
+    records = mark_bursts(records, metrics.inter_token_latency_s)
     info = ServerInfo(
         version=server or (after.info.get("vllm_version") if after else None),
         decode_backend=(after.info.get("decode_backend") if after else None),

@@ -1,9 +1,24 @@
-"""Distributions of per-request and per-token measurements."""
+"""Distributions of per-request and per-token measurements, and whether the timing can be trusted.
+
+A stream whose chunks arrive together (a proxy or ingress that buffers SSE, or a client too busy
+to read: tried here with a busy CPU, whole streams came in one read) gives a TTFT close to its E2E
+and decode rates of tens of thousands of tok/s. Such requests are marked `burst` and left out of
+the TTFT, ITL and decode-rate figures, with a warning; where the server's /metrics is reachable,
+its own decode rate stands beside the client's.
+"""
 
 import itertools
 from collections.abc import Iterable
 
 from kimi_operator.bench.results import Distribution, RequestRecord, ServerMetrics, Summary
+
+# A request is a burst when most of its chunks came together with the one before (a client that
+# merely lags now and then merges a few reads: its decode span, hence its rate, stays right), or
+# when its chunks span far less time than the server's own inter-token latency says they took.
+BURST_SHARE = 0.75
+BURST_ITL_FACTOR = 0.1  # a gap under this fraction of the server's mean ITL came together
+SPAN_FLOOR = 0.5  # of (chunks - 1) x the server's mean ITL
+AGREEMENT = 0.10  # warn when the client's and the server's decode rates differ by more
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -61,6 +76,59 @@ def decode_rate(times: list[float], tokens: list[int] | None, output_tokens: int
     return decoded / elapsed
 
 
+def together(times: list[float], server_itl_s: float | None) -> int:
+    """Chunks that arrived together with the one before: in the same read (the client stamps a
+    read's chunks alike), or far sooner than the server's own inter-token latency allows."""
+    floor = server_itl_s * BURST_ITL_FACTOR if server_itl_s else 0.0
+    return sum(gap <= floor for gap in chunk_gaps(times))
+
+
+def mark_bursts(records: list[RequestRecord], server_itl_s: float | None) -> list[RequestRecord]:
+    """The records, each marked `burst` when its chunks came together too often to be timed."""
+
+    def burst(record: RequestRecord) -> bool:
+        times = record.chunk_times_s
+        gaps = len(times) - 1
+        if gaps <= 0:
+            return False
+        short = server_itl_s is not None and times[-1] - times[0] < SPAN_FLOOR * gaps * server_itl_s
+        return short or together(times, server_itl_s) >= BURST_SHARE * gaps
+
+    return [r.model_copy(update={"burst": r.error is None and burst(r)}) for r in records]
+
+
+def timing_warnings(
+    records: list[RequestRecord], server: ServerMetrics, client_rate: Distribution | None
+) -> list[str]:
+    """Bursts, and a client decode rate that the server's own does not confirm."""
+    notes: list[str] = []
+    ok = [r for r in records if r.error is None]
+    bursts = sum(r.burst for r in ok)
+    if bursts:
+        itl = server.inter_token_latency_s
+        near = (
+            f", or far inside the server's own {itl * 1e3:.1f} ms inter-token latency"
+            if itl
+            else ""
+        )
+        notes.append(
+            f"TIMING UNRELIABLE: {bursts} of {len(ok)} requests received their tokens in bursts "
+            f"(most chunks in one read with the previous one{near}): "
+            "left out of TTFT, ITL and decode-rate figures. A proxy or ingress that buffers "
+            "server-sent events, or a client machine too busy to read, does this"
+        )
+    server_rate = server.decode_tokens_per_s
+    if server_rate and client_rate is not None:
+        ratio = client_rate.mean / server_rate
+        if abs(ratio - 1) > AGREEMENT:
+            notes.append(
+                f"the client measured {client_rate.mean:.1f} decode tok/s per request, the server "
+                f"{server_rate:.1f} ({server.decode_rate_metric}): {ratio:.2f}x, more than "
+                f"{AGREEMENT:.0%} apart; trust the server's figure for what the engine does"
+            )
+    return notes
+
+
 def run_cost_usd(
     gpus: int | None, gpu_hour_price_usd: float | None, duration_s: float
 ) -> float | None:
@@ -80,6 +148,7 @@ def summarize(
     warnings: list[str],
 ) -> Summary:
     ok = [r for r in records if r.error is None]
+    timed = [r for r in ok if not r.burst]
     output_total = sum(r.output_tokens for r in ok)
     chunks_total = sum(len(r.chunk_times_s) for r in ok)
     errors: dict[str, int] = {}
@@ -93,6 +162,7 @@ def summarize(
             cost_per_million = run_cost / output_total * 1e6
         if ok:
             cost_per_request = run_cost / len(ok)
+    decode = distribution(r.decode_tokens_per_s for r in timed if r.decode_tokens_per_s is not None)
     return Summary(
         requests_ok=len(ok),
         requests_failed=len(records) - len(ok),
@@ -100,19 +170,19 @@ def summarize(
         prompt_tokens=distribution(r.prompt_tokens for r in ok if r.prompt_tokens is not None),
         duration_s=duration_s,
         output_tokens_per_s=output_total / duration_s if duration_s > 0 else 0.0,
-        ttft_s=distribution(r.ttft_s for r in ok if r.ttft_s is not None),
-        decode_tokens_per_s=distribution(
-            r.decode_tokens_per_s for r in ok if r.decode_tokens_per_s is not None
-        ),
+        ttft_s=distribution(r.ttft_s for r in timed if r.ttft_s is not None),
+        decode_tokens_per_s=decode,
         itl_s=distribution(
-            itl for r in ok for itl in token_itls(r.chunk_times_s, r.chunk_tokens, r.output_tokens)
+            itl
+            for r in timed
+            for itl in token_itls(r.chunk_times_s, r.chunk_tokens, r.output_tokens)
         ),
-        itl_chunk_s=distribution(gap for r in ok for gap in chunk_gaps(r.chunk_times_s)),
+        itl_chunk_s=distribution(gap for r in timed for gap in chunk_gaps(r.chunk_times_s)),
         e2e_s=distribution(r.e2e_s for r in ok if r.e2e_s is not None),
         tokens_per_chunk=output_total / chunks_total if chunks_total else None,
         cost_per_million_output_tokens_usd=cost_per_million,
         cost_per_request_usd=cost_per_request,
         server_metrics=server_metrics,
         errors=errors,
-        warnings=warnings,
+        warnings=[*timing_warnings(records, server_metrics, decode), *warnings],
     )

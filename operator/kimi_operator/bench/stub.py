@@ -5,8 +5,11 @@ It answers `/v1/completions` and `/v1/chat/completions` on a fixed timetable: th
 `tokens_per_chunk` tokens (as vLLM does with speculative decoding), with deadlines taken from the
 request's arrival so that lateness does not accumulate. It reports usage as vLLM does
 (`stream_options.include_usage` / `continuous_usage_stats`), serves `/v1/models`, `/version` and
-a `/metrics` page with vLLM's spec-decode counters and the kimi_kernels decode-path counters, and
-can fail every Nth request (HTTP 500) or break every Nth stream. It only listens on 127.0.0.1.
+a `/metrics` page with vLLM's spec-decode counters and inter-token latency, the kimi_kernels
+decode-path counters and per-request decode rate (all as its timetable says), and
+can fail every Nth request (HTTP 500) or break every Nth stream. With `burst` N it holds chunks
+back and writes N at a time, as a proxy that buffers SSE (or a client too busy to read) delivers
+them: the timetable still says when each chunk was ready. It only listens on 127.0.0.1.
 """
 
 import asyncio
@@ -38,6 +41,7 @@ class Schedule:
     version: str = "0.33.0"
     decode_backend: str = "latency_specialized"
     record_sends: bool = False  # keep every chunk's send time, served at /stub/sends
+    burst: int = 1  # write chunks N at a time (1: each as soon as it is due)
 
 
 @dataclass
@@ -45,12 +49,26 @@ class _State:
     requests: int = 0
     chunks: int = 0
     tokens: int = 0
+    finished: int = 0  # streams sent to the end
+    gaps: int = 0  # chunk gaps of those streams
     bodies: list[dict[str, Any]] = field(default_factory=list)
     sends: dict[str, list[float]] = field(default_factory=dict)
 
 
 def _sse(event: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _chunk(request_id: str, chat: bool, count: int, usage: dict[str, int] | None) -> bytes:
+    """One SSE chunk of `count` tokens, as vLLM streams completions or chat."""
+    text = " tok" * count
+    choice: dict[str, Any] = (
+        {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+    )
+    event: dict[str, Any] = {"id": request_id, "choices": [choice]}
+    if usage is not None:
+        event["usage"] = usage
+    return _sse(event)
 
 
 class StubApp:
@@ -78,6 +96,7 @@ class StubApp:
         s, state = self.schedule, self.state
         labels = f'model_name="{s.model}",engine="0"'
         accepted = state.tokens - state.chunks
+        rate = s.tokens_per_chunk / s.step_s
         text = (
             f"vllm:spec_decode_num_drafts_total{{{labels}}} {state.chunks}\n"
             f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} "
@@ -87,6 +106,10 @@ class StubApp:
             f'kimi_decode_steps_total{{{labels},path="fallback",reason="prefill"}} '
             f"{state.requests}\n"
             f'kimi_build_info{{vllm_version="{s.version}",decode_backend="{s.decode_backend}"}} 1\n'
+            f"kimi_request_decode_tokens_per_second_sum{{{labels}}} {state.finished * rate}\n"
+            f"kimi_request_decode_tokens_per_second_count{{{labels}}} {state.finished}\n"
+            f"vllm:inter_token_latency_seconds_sum{{{labels}}} {state.gaps * s.step_s}\n"
+            f"vllm:inter_token_latency_seconds_count{{{labels}}} {state.gaps}\n"
         )
         return web.Response(text=text, content_type="text/plain")
 
@@ -111,6 +134,7 @@ class StubApp:
         sends = state.sends.setdefault(request_id, []) if s.record_sends else None
         total, sent, step = int(body["max_tokens"]), 0, 0
         loop = asyncio.get_running_loop()
+        held: list[bytes] = []
         ttft = s.ttft_script[number - 1] if number <= len(s.ttft_script) else s.ttft_s
         while sent < total:
             delay = arrived + ttft + step * s.step_s - loop.time()
@@ -124,16 +148,15 @@ class StubApp:
             step += 1
             state.chunks += 1
             state.tokens += count
-            text = " tok" * count
-            choice: dict[str, Any] = {"index": 0, "text": text}
-            if chat:
-                choice = {"index": 0, "delta": {"content": text}}
-            event: dict[str, Any] = {"id": request_id, "choices": [choice]}
-            if continuous:
-                event["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent}
-            await response.write(_sse(event))
+            so_far = {"prompt_tokens": prompt_tokens, "completion_tokens": sent}
+            held.append(_chunk(request_id, chat, count, so_far if continuous else None))
+            if len(held) >= s.burst or sent >= total:
+                await response.write(b"".join(held))
+                held.clear()
             if sends is not None:
                 sends.append(perf_counter())
+        state.finished += 1
+        state.gaps += step - 1
         if usage:
             final = {"prompt_tokens": prompt_tokens, "completion_tokens": sent}
             await response.write(_sse({"id": request_id, "choices": [], "usage": final}))

@@ -27,6 +27,12 @@ def _rate_sum(metric: str, by: str = BY, selector: str = "") -> str:
     return f"sum by ({by}) (rate({metric}{selector}[{WINDOW}]))"
 
 
+def _per(numerator: str, denominator: str) -> str:
+    """A ratio that is absent, not NaN, while its denominator is 0 (no requests in the window,
+    no drafts, no prefix-cache queries)."""
+    return f"{numerator} / ({denominator} > 0)"
+
+
 def recording_rules() -> list[dict[str, str]]:
     rules: list[dict[str, str]] = []
     decode = "kimi_request_decode_tokens_per_second"
@@ -40,7 +46,7 @@ def recording_rules() -> list[dict[str, str]]:
     rules.append(
         {
             "record": f"kimi:decode_tokens_per_second_per_user:mean_{WINDOW}",
-            "expr": f"{_rate_sum(f'{decode}_sum')} / {_rate_sum(f'{decode}_count')}",
+            "expr": _per(_rate_sum(f"{decode}_sum"), _rate_sum(f"{decode}_count")),
         }
     )
     for metric, stem in (
@@ -64,8 +70,11 @@ def recording_rules() -> list[dict[str, str]]:
         {
             # Mean tokens per verify step: the bonus token plus the accepted drafts.
             "record": f"kimi:spec_decode_acceptance_length:ratio_{WINDOW}",
-            "expr": f"1 + {_rate_sum('vllm:spec_decode_num_accepted_tokens_total')}"
-            f" / {_rate_sum('vllm:spec_decode_num_drafts_total')}",
+            "expr": "1 + "
+            + _per(
+                _rate_sum("vllm:spec_decode_num_accepted_tokens_total"),
+                _rate_sum("vllm:spec_decode_num_drafts_total"),
+            ),
         },
         {
             # Share of verify steps whose draft token at `position` was accepted.
@@ -79,14 +88,15 @@ def recording_rules() -> list[dict[str, str]]:
             # Share of pure decode steps (prefill and mixed batches left out: they never can)
             # that ran the specialized decode.
             "record": f"kimi:decode_fast_path_fraction:ratio_{WINDOW}",
-            "expr": _rate_sum(
-                "kimi_decode_steps_total", f"{BY}, decode_backend", '{path="specialized"}'
-            )
-            + " / "
-            + _rate_sum(
-                "kimi_decode_steps_total",
-                f"{BY}, decode_backend",
-                '{reason!~"prefill|mixed_batch"}',
+            "expr": _per(
+                _rate_sum(
+                    "kimi_decode_steps_total", f"{BY}, decode_backend", '{path="specialized"}'
+                ),
+                _rate_sum(
+                    "kimi_decode_steps_total",
+                    f"{BY}, decode_backend",
+                    '{reason!~"prefill|mixed_batch"}',
+                ),
             ),
         },
         {
@@ -97,8 +107,10 @@ def recording_rules() -> list[dict[str, str]]:
         },
         {
             "record": f"kimi:prefix_cache_hit_ratio:ratio_{WINDOW}",
-            "expr": f"{_rate_sum('vllm:prefix_cache_hits_total')}"
-            f" / {_rate_sum('vllm:prefix_cache_queries_total')}",
+            "expr": _per(
+                _rate_sum("vllm:prefix_cache_hits_total"),
+                _rate_sum("vllm:prefix_cache_queries_total"),
+            ),
         },
     ]
     return rules

