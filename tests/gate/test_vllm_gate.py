@@ -21,6 +21,7 @@ import pytest
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.builders.vllm_args import DRAFT_DIR
+from tests.pods import expand
 from tests.specs import edited
 from tests.unit.test_one_verdict import CORPUS
 
@@ -72,8 +73,8 @@ def _containers(doc: dict[str, Any]) -> list[tuple[list[str], dict[str, str]]]:
         for role, rank in ranks:
             (vllm,) = template[role]["spec"]["containers"]
             assert vllm["command"] == ["vllm", "serve"]
-            refs = {"$(LWS_LEADER_ADDRESS)": LEADER_ADDRESS, "$(LWS_WORKER_INDEX)": str(rank)}
-            args = [refs.get(a, a) for a in vllm["args"]]
+            refs = {"LWS_LEADER_ADDRESS": LEADER_ADDRESS, "LWS_WORKER_INDEX": str(rank)}
+            args = [expand(a, refs) for a in vllm["args"]]
             env = {e["name"]: e["value"] for e in vllm["env"] if "value" in e}
             out.append((args, env))
     return out
