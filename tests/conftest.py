@@ -2,6 +2,10 @@
 
 import pytest
 
+from tests.vllm_cli import vllm_parser
+
+__all__ = ["vllm_parser"]  # vLLM's real serve parser, for every test that asks for it
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(

@@ -28,6 +28,24 @@ def pod_specs(children: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, A
                 yield f"LeaderWorkerSet/{child['metadata']['name']}/{role}", template[role]["spec"]
 
 
+def expand(text: str, env: dict[str, str]) -> str:
+    """A container arg as the kubelet expands it: `$$` is `$`, `$(NAME)` the value of a defined
+    variable (left as written when undefined), any other `$` itself."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i) and (end := text.find(")", i)) != -1:
+            name = text[i + 2 : end]
+            out.append(env.get(name, text[i : end + 1]))
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
 def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
     containers: list[dict[str, Any]] = [*pod.get("initContainers", []), *pod["containers"]]
     return containers
@@ -60,9 +78,11 @@ def shell_problems(children: list[dict[str, Any]], kd: KimiDeployment) -> list[s
             composed = [word for word in command if len(word.split()) > 1]
             if any(text and text in word for text in user_args for word in composed):
                 problems.append(f"{at}: user engineArgs text inside the command")
-            if container["name"] == "vllm" and user_args and args[-len(user_args) :] != user_args:
-                problems.append(f"{at}: spec.engineArgs are not the last argv items, unchanged")
             env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            defined = {name: value or "<from a source>" for name, value in env.items()}
+            tail = [expand(arg, defined) for arg in args[len(args) - len(user_args) :]]
+            if container["name"] == "vllm" and user_args and tail != user_args:
+                problems.append(f"{at}: spec.engineArgs are not the last argv items, unchanged")
             for name, value in user_env.items():
                 if container["name"] == "vllm" and env.get(name) != value:
                     problems.append(f"{at}: spec.env {name} does not reach the pod unchanged")

@@ -76,8 +76,30 @@ def read_documents(name: str, stdin: TextIO) -> list[Document]:
     return [Document(f"{label}[{i}]", body) for i, body in enumerate(bodies, start=1)]
 
 
-def _checked(names: Sequence[str], out: TextIO, err: TextIO) -> Iterator[tuple[Document, Any]]:
-    """Yield (document, report) for every readable document; unreadable ones go to `err`."""
+def _other_object(body: Any) -> str | None:
+    """`apiVersion "v1", kind "Namespace", name "x"` for an object of another API group (kept in
+    the same file as many users do), else None: it is skipped, not refused."""
+    import json  # noqa: PLC0415
+
+    from kimi_operator.api.constants import GROUP  # noqa: PLC0415
+
+    if not isinstance(body, dict):
+        return None
+    api_version, kind, meta = body.get("apiVersion"), body.get("kind"), body.get("metadata")
+    if not (isinstance(api_version, str) and isinstance(kind, str) and kind):
+        return None
+    if api_version.split("/")[0] == GROUP:
+        return None  # ours, misspelled: an error
+    name = meta.get("name") if isinstance(meta, dict) else None
+    fields = [("apiVersion", api_version), ("kind", kind), ("name", name)]
+    return ", ".join(f"{k} {json.dumps(v)[:80]}" for k, v in fields if isinstance(v, str))
+
+
+def _checked(
+    names: Sequence[str], out: TextIO, err: TextIO, notes: TextIO
+) -> Iterator[tuple[Document, Any]]:
+    """Yield (document, report) for every readable KimiDeployment; unreadable ones go to `err`,
+    other Kubernetes objects are skipped with a line to `notes`."""
     from kimi_operator.api.validation import UnreadableDocument, check_document  # noqa: PLC0415
 
     for name in names:
@@ -87,18 +109,28 @@ def _checked(names: Sequence[str], out: TextIO, err: TextIO) -> Iterator[tuple[D
             print(f"error: {error}", file=err)
             yield Document(name, None), None
             continue
+        checked = 0
         for document in documents:
+            other = _other_object(document.body)
+            if other is not None:
+                print(f"{document.label}: skipped ({other}): not a KimiDeployment", file=notes)
+                continue
+            checked += 1
             try:
                 yield document, check_document(document.body)
             except UnreadableDocument as error:
                 print(f"error: {document.label}: {error}", file=err)
                 yield document, None
+        if not checked:
+            label = "<stdin>" if name == "-" else name
+            print(f"error: {label}: no KimiDeployment in it", file=err)
+            yield Document(name, None), None
     out.flush()
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     status = EXIT_OK
-    for document, report in _checked(args.files, out, err):
+    for document, report in _checked(args.files, out, err, notes=out):
         if report is None:
             status = EXIT_UNREADABLE
             continue
@@ -120,7 +152,7 @@ def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     defaults = OperatorDefaults(serving_image=args.image) if args.image else OperatorDefaults()
     status, children = EXIT_OK, []
-    for document, report in _checked([args.file], out, err):
+    for document, report in _checked([args.file], out, err, notes=err):
         if report is None:
             status = EXIT_UNREADABLE
         elif report.deployment is None:
@@ -161,7 +193,7 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
         namespaces=tuple(args.namespace or ()),
         defaults=OperatorDefaults(
             serving_image=args.serving_image,
-            custom_all_reduce_fixed_images=frozenset(args.custom_all_reduce_fixed_image or ()),
+            serving_image_vllm_version=args.serving_image_vllm_version,
         ),
         resync_interval_s=args.resync_interval,
         workers=args.workers,
@@ -196,7 +228,10 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _add_operator_parsers(sub: Any) -> None:
     import os  # noqa: PLC0415
 
-    from kimi_operator.builders import DEFAULT_SERVING_IMAGE  # noqa: PLC0415
+    from kimi_operator.builders import (  # noqa: PLC0415
+        DEFAULT_SERVING_IMAGE,
+        DEFAULT_SERVING_VLLM_VERSION,
+    )
 
     run = sub.add_parser(
         "run",
@@ -217,11 +252,15 @@ def _add_operator_parsers(sub: Any) -> None:
         "(env KIMI_OPERATOR_SERVING_IMAGE; default %(default)s)",
     )
     run.add_argument(
-        "--custom-all-reduce-fixed-image",
-        action="append",
-        metavar="IMAGE",
-        help="an image whose vLLM has the cross-node custom all-reduce fix (vllm issue 52778): "
-        "no --disable-custom-all-reduce for it (repeatable)",
+        "--serving-image-vllm-version",
+        default=os.environ.get(
+            "KIMI_OPERATOR_SERVING_IMAGE_VLLM_VERSION", DEFAULT_SERVING_VLLM_VERSION
+        ),
+        metavar="VERSION",
+        help="the vLLM version --serving-image carries; below 0.33.0, TP groups across nodes get "
+        "--disable-custom-all-reduce (vllm issue 52778). A spec.image declares its own with the "
+        "annotation kimi-operator.io/vllm-version (env KIMI_OPERATOR_SERVING_IMAGE_VLLM_VERSION; "
+        "default %(default)s)",
     )
     run.add_argument(
         "--resync-interval",

@@ -14,12 +14,14 @@ from kimi_operator import conditions as cond
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import (
+    VLLM_VERSION_ANNOTATION,
     OperatorDefaults,
     build_children,
     custom_all_reduce_disabled,
     needs_compute_domain,
     serving_image,
     uses_compute_domain,
+    vllm_version,
 )
 from kimi_operator.builders.meta import MANAGER, selector_labels
 from kimi_operator.builders.serving import endpoint
@@ -213,13 +215,14 @@ def _reconcile_valid(
     if spec_changed:
         outcome.events += [cond.Problem("FastPathExceeded", w) for w in warnings]
         if custom_all_reduce_disabled(kd, defaults):
+            version = vllm_version(kd, defaults) or f"not declared ({VLLM_VERSION_ANNOTATION})"
             outcome.events.append(
                 cond.Problem(
                     "CustomAllReduceDisabled",
                     f"tensor parallelism across {spec.nodes_per_group} nodes with image "
-                    f"{serving_image(kd, defaults)}: vLLM's cross-node custom all-reduce is "
-                    "known bad on GB300 MNNVL (vllm issue 52778), so --disable-custom-all-reduce "
-                    "was added",
+                    f"{serving_image(kd, defaults)}, vLLM version {version}: before vLLM 0.33.0 "
+                    "the custom all-reduce opened CUDA IPC handles across nodes (vllm issue "
+                    "52778), so --disable-custom-all-reduce was added",
                 )
             )
     return outcome

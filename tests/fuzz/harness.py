@@ -27,7 +27,9 @@ _QUOTED = r'\["([^"\\]|\\.)*"\]'
 PATH = re.compile(rf"([A-Za-z0-9_]+|{_QUOTED})(\.[A-Za-z0-9_]+|\[\d+\]|{_QUOTED})*")
 # `LABEL: PATH: what (got ...; allowed: ...)` or `LABEL: PATH: what (allowed: ...)`.
 PROBLEM_LINE = re.compile(rf"<stdin>(\[\d+\])?: (?P<path>{PATH.pattern}): .+\(.*allowed: .*\)")
-OK_LINE = re.compile(r"<stdin>(\[\d+\])?: (valid|warning: spec\.\S+: .+)")
+OK_LINE = re.compile(
+    r"<stdin>(\[\d+\])?: (valid|warning: spec\.\S+: .+|skipped \(.+\): not a KimiDeployment)"
+)
 ERROR_LINE = re.compile(r"error: <stdin>(\[\d+\])?: \S.*")
 
 

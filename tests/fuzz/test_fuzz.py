@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from kimi_operator.api.engine_args import refused_engine_args
 from tests.fuzz.harness import check_text, check_value
 from tests.fuzz.strategies import ENGINE_ARGS, YAML_BYTES, documents, smuggled_flags
-from tests.unit.test_engine_args import FORBIDDEN_DESTS, _parse, vllm_parser
+from tests.unit.test_engine_args import FORBIDDEN_DESTS
+from tests.vllm_cli import parse as _parse
 
-__all__ = ["vllm_parser"]  # the fixture, shared with test_engine_args
 FUZZ = settings(
     deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )

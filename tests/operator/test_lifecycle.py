@@ -253,8 +253,12 @@ def test_removed_fields_are_removed_from_the_child(client: Client) -> None:
     }
 
 
-def test_cross_node_tp_disables_custom_all_reduce_with_a_warning(client: Client) -> None:
-    create(client, sample())
+def test_cross_node_tp_on_an_undeclared_vllm_disables_custom_all_reduce_with_a_warning(
+    client: Client,
+) -> None:
+    doc = sample()
+    doc["spec"]["image"] = "registry.example/vllm:own"  # no kimi-operator.io/vllm-version
+    create(client, doc)
     events = wait_for(
         lambda: [e for e in client.list(EVENT, NS) if e["reason"] == "CustomAllReduceDisabled"],
         what="the CustomAllReduceDisabled event",
@@ -262,7 +266,20 @@ def test_cross_node_tp_disables_custom_all_reduce_with_a_warning(client: Client)
     assert events[0]["type"] == "Warning"
     assert events[0]["involvedObject"]["name"] == NAME
     assert "vllm issue 52778" in events[0]["message"]
+    assert "kimi-operator.io/vllm-version" in events[0]["message"]
     lws = children(client)["LeaderWorkerSet/k3-tp8-dspark-g0"]
     for role in ("leaderTemplate", "workerTemplate"):
         args = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]["args"]
         assert "--disable-custom-all-reduce" in args
+
+
+def test_cross_node_tp_on_vllm_0_33_keeps_custom_all_reduce_without_a_warning(
+    client: Client,
+) -> None:
+    create(client, sample())  # the chart's serving image, vLLM 0.33.0 (waits for the status)
+    lws = children(client)["LeaderWorkerSet/k3-tp8-dspark-g0"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        args = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]["args"]
+        assert "--disable-custom-all-reduce" not in args
+    reasons = {e["reason"] for e in client.list(EVENT, NS)}
+    assert "CustomAllReduceDisabled" not in reasons

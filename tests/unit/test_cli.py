@@ -64,6 +64,74 @@ def test_every_problem_is_one_line_naming_the_field(
     ]
 
 
+def test_every_problem_in_one_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Type errors do not hide the rules on what can still be read: list rules run on the
+    items without errors, a rule on a mistyped enum field runs for each of its allowed values."""
+    doc = edited(
+        {
+            "spec.gpus": "16",
+            "spec.replica": 2,
+            "spec.gpusPerNode": 8,  # fine with gpus 8: not reported while gpus is unreadable
+            "spec.decode": {"contextParallelSize": 2},  # wrong with gpus 8 and with 16
+            "spec.kvCache": {"gpuMemoryUtilizationPercent": 0.9},
+            "spec.engineArgs": ["--port 9000", 8, "--max-num-batch-tokens", "8192"],
+            "spec.env": [{"name": "X", "value": 1}, {"name": "KIMI_METRICS_PORT", "value": "1"}],
+        }
+    )
+    code, out, _ = run(capsys, "validate", write(tmp_path, "bad.yaml", doc))
+    assert code == 1
+    said = [line.split(": ", 2)[1] for line in out]
+    assert sorted(said) == sorted(
+        [
+            "spec.gpus",
+            "spec.replica",
+            "spec.decode.contextParallelSize",
+            "spec.kvCache.gpuMemoryUtilizationPercent",
+            "spec.engineArgs[1]",
+            "spec.engineArgs",
+            "spec.engineArgs",
+            "spec.env[0].value",
+            "spec.env",
+        ]
+    )
+    assert any("spec.replica: is not a field here; did you mean replicas?" in x for x in out)
+    assert any("one flag or value per list item" in line for line in out)
+    assert any("did you mean --max-num-batched-tokens?" in line for line in out)
+
+
+def test_other_objects_in_a_file_are_skipped_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "inference"}}
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    path = write(tmp_path, "all.yaml", namespace, edited({}), config)
+    assert run(capsys, "validate", path) == (
+        0,
+        [
+            f'{path}[1]: skipped (apiVersion "v1", kind "Namespace", name "inference"): not a '
+            "KimiDeployment",
+            f"{path}[2]: valid",
+            f'{path}[3]: skipped (apiVersion "v1", kind "ConfigMap", name "c"): not a '
+            "KimiDeployment",
+        ],
+        [],
+    )
+    code, out, err = run(capsys, "render", path)
+    assert code == 0
+    assert len(err) == 2
+    assert "kind: LeaderWorkerSet" in out
+
+
+def test_a_file_without_a_kimi_deployment_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, "deploy.yaml", {"apiVersion": "apps/v1", "kind": "Deployment"})
+    code, out, err = run(capsys, "validate", path)
+    assert (code, err) == (2, [f"error: {path}: no KimiDeployment in it"])
+    skipped = 'skipped (apiVersion "apps/v1", kind "Deployment"): not a KimiDeployment'
+    assert out == [f"{path}: {skipped}"]
+
+
 def test_missing_and_unknown_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = edited({"spec.gpus": None, "spec.tensorParallelSize": 16})
     path = write(tmp_path, "bad.yaml", doc)
@@ -113,16 +181,12 @@ def test_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
         ("", "no YAML documents"),
         ("- a list\n", "expected a mapping, got list"),
         (
-            "apiVersion: apps/v1\nkind: Deployment\n",
-            'not a KimiDeployment: apiVersion "apps/v1", kind "Deployment"',
-        ),
-        (
             "apiVersion: kimi-operator.io/v1\nkind: KimiDeployment\n",
             "expected apiVersion kimi-operator.io/v1alpha1",
         ),
         ("a: b\na: c\n\x00", "not valid YAML"),
     ],
-    ids=["malformed", "empty", "list", "wrong-kind", "wrong-version", "binary"],
+    ids=["malformed", "empty", "list", "wrong-version", "binary"],
 )
 def test_unreadable_input_exits_2_with_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str

@@ -170,6 +170,13 @@ FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
         _options("enable_sleep_mode"), "the latency-specialized decode rejects sleep mode"
     ),
     ForbiddenFlags(
+        _options("use_replayssm"),
+        "the latency-specialized decode rejects ReplaySSM (its KDA state is updated in place)",
+    ),
+    ForbiddenFlags(
+        _options("help"), "vLLM would print its help and exit, and the pod restart forever"
+    ),
+    ForbiddenFlags(
         _options("enforce_eager"),
         "the fast path needs full decode CUDA graphs (spec.decode.cudaGraphMode)",
     ),
@@ -213,6 +220,14 @@ FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
 )
 
 
+# An option name followed by a space: argparse reads the whole element as a value (a model name).
+SPACED_ARGS = ForbiddenFlags(
+    flags=(),
+    reason='one flag or value per list item: write "--port", "9000" or "--port=9000"',
+    also_matching=r"^-[-A-Za-z0-9_.]* ",
+    shown_as="an option and its value in one item",
+)
+
 # Control characters (C0 but tab and line breaks, which inline chat templates hold; DEL; C1) and
 # invisible ones (soft hyphen, zero-width, bidi controls, word joiners, BOM): literal characters in
 # a class, which both Python and RE2 read.
@@ -224,12 +239,88 @@ MALFORMED_ARGS = ForbiddenFlags(
     flags=(),
     reason="look-alike and invisible characters could hide a flag from review and from these "
     "checks; write values that start otherwise as --flag=value",
-    also_matching=f"[{_HIDDEN}]|^[^!-~]|^[\"'`]|^-[^=]*[^-A-Za-z0-9_.=]",
+    also_matching=f"[{_HIDDEN}]|^[^!-~]|^[\"'`]|^-[^= ]*[^-A-Za-z0-9_.= ]",
     shown_as="elements with control or invisible characters, starting with whitespace, a quote or "
     "a non-ASCII character, or with an option name outside ASCII letters, digits, '-', '_', '.'",
 )
 # Every refusal of engineArgs elements, each one CEL rule in the CRD.
-ENGINE_ARG_REFUSALS: tuple[ForbiddenFlags, ...] = (*FORBIDDEN_FLAG_GROUPS, MALFORMED_ARGS)
+ENGINE_ARG_REFUSALS: tuple[ForbiddenFlags, ...] = (
+    *FORBIDDEN_FLAG_GROUPS,
+    SPACED_ARGS,
+    MALFORMED_ARGS,
+)
+
+
+@dataclass(frozen=True)
+class KnownOptions:
+    """Option-like elements (`guard`) must name a vLLM option (`known`): its exact spelling or a
+    prefix no other option shares, as argparse expands it; refused otherwise (a typo, or an
+    ambiguous abbreviation), as vLLM's parser would. Split by first letter so that each CEL rule
+    stays within the API server's cost budget (tests/unit/test_crd_bounds.py)."""
+
+    guard: str
+    known: str
+    label: str
+
+    @cached_property
+    def _regexes(self) -> tuple[re.Pattern[str], re.Pattern[str]]:
+        return re.compile(self.guard), re.compile(self.known)
+
+    def refused(self, args: Iterable[str]) -> list[str]:
+        guard, known = self._regexes
+        return [a for a in args if guard.search(a) and not known.search(a)]
+
+
+_NAME_CHARS = "[-A-Za-z0-9_.]*(=|$)"
+# Each CEL pattern of known long names stays under this many characters.
+_KNOWN_PATTERN_BUDGET = 6000
+
+
+def _short_known() -> str:
+    """Single-dash options: the exact name (`-tp`, `-tp=8`), a prefix only one has, bare or with
+    a dotted JSON key (argparse splits no `=` off an abbreviated single-dash option), a one-letter
+    option with its value attached (`-qfp8`), and `-O…`, which vLLM rewrites."""
+    names = _names_after("-")
+    shortest = _unique_from("-", names)
+    prefixes = sorted({n[:k] for n in names for k in range(shortest[n], len(n))} - set(names))
+    letters = "".join(n for n in names if len(n) == 1)
+    exact = "|".join(re.escape(n) for n in names)
+    abbreviated = "|".join(re.escape(p) for p in prefixes)
+    return f"(?s)^-({exact})([=.].*)?$|^-({abbreviated})(\\..*)?$|^-[{letters}]|^-O"
+
+
+def _known_option_groups() -> tuple[KnownOptions, ...]:
+    names = _names_after("--")
+    shortest = _unique_from("--", names)
+    chunks: list[list[str]] = [[]]
+    for letter in sorted({n[0] for n in names}):
+        group = [n for n in names if n[0] == letter]
+        if chunks[-1] and len(_prefix_tree(chunks[-1] + group, shortest)) > _KNOWN_PATTERN_BUDGET:
+            chunks.append([])
+        chunks[-1] += group
+    groups = [
+        KnownOptions(
+            guard=f"^-[A-Za-z]{_NAME_CHARS}",
+            known=_short_known(),
+            label="single-dash options",
+        )
+    ]
+    for i, chunk in enumerate(chunks):
+        first, last = chunk[0][0], chunk[-1][0]
+        letters = first if first == last else f"{first}-{last}"
+        # The first group also takes names no option has: `--Port`, `--1`, `--_x`.
+        other = "A-Z0-9_" if i == 0 else ""
+        groups.append(
+            KnownOptions(
+                guard=f"^--[{letters}{other}]{_NAME_CHARS}",
+                known="(?s)^--" + _prefix_tree(chunk, shortest) + _FLAG_END,
+                label=f"options --{first}..." + ("" if first == last else f" to --{last}..."),
+            )
+        )
+    return tuple(groups)
+
+
+KNOWN_OPTIONS = _known_option_groups()
 
 
 def refused_engine_args(args: Iterable[str]) -> list[tuple[str, ForbiddenFlags]]:

@@ -11,13 +11,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kimi_operator.api import vllm_parse
 from kimi_operator.api.constants import FAST_PATH_MAX_DECODE_TOKENS
-from kimi_operator.api.engine_args import ENGINE_ARG_REFUSALS, ForbiddenFlags
+from kimi_operator.api.engine_args import (
+    ENGINE_ARG_REFUSALS,
+    KNOWN_OPTIONS,
+    ForbiddenFlags,
+    KnownOptions,
+)
+from kimi_operator.api.owned_env import OWNED_ENV, OwnedEnv
+from kimi_operator.api.vllm_flags import VLLM_VERSION
 
 Json = Any
 
-# Environment variables the operator sets itself, and why users may not override them.
-OPERATOR_OWNED_ENV = ("VLLM_USE_V2_MODEL_RUNNER", "NCCL_MNNVL_ENABLE", "NCCL_CUMEM_ENABLE")
 AUX_STREAM_ENV = "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM"
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3")
 
@@ -27,11 +33,13 @@ class Rule:
     scope: tuple[str, ...]
     reads: tuple[tuple[str, ...], ...]  # paths below scope the rule looks at; () = all of it
     field: str  # path below scope that the message names; "" = the scope itself
-    cel: str
+    cel: str  # "" for a rule CEL cannot express: the operator and `validate` check it alone
     check: Callable[[Json], bool]
     problem: str
     allowed: str
     got: Callable[[Json], Json]
+    # Words added to the problem from what was got (closest spellings, parser errors).
+    hint: Callable[[Json], str] | None = None
 
     @property
     def path(self) -> str:
@@ -82,8 +90,85 @@ def _engine_arg_rule(group: ForbiddenFlags) -> Rule:
     )
 
 
+def _known_option_rule(group: KnownOptions) -> Rule:
+    return Rule(
+        scope=("engineArgs",),
+        reads=((),),
+        field="",
+        cel=f"self.all(a, !a.matches('{_cel_string(group.guard)}') || "
+        f"a.matches('{_cel_string(group.known)}'))",
+        check=lambda args: not group.refused(args),
+        problem=f"not an option of vLLM {VLLM_VERSION}'s serve ({group.label}), or an "
+        "abbreviation several options share; vLLM would exit at start",
+        allowed="vllm serve's options, or a prefix only one of them has",
+        got=group.refused,
+        hint=lambda got: "".join(
+            f"; {a}{vllm_parse.closest_flag(a.partition('=')[0])}".replace("; did", ": did")
+            for a in got
+        ),
+    )
+
+
+def _by_cel_rules(element: str) -> bool:
+    """Whether a CEL rule of engineArgs already refuses this element."""
+    groups: tuple[ForbiddenFlags | KnownOptions, ...] = (*ENGINE_ARG_REFUSALS, *KNOWN_OPTIONS)
+    return any(group.refused([element]) for group in groups)
+
+
+def _parse_problems(args: Sequence[str]) -> list[str]:
+    return [why for element, why in vllm_parse.problems(args) if not _by_cel_rules(element)]
+
+
+# Values and counts of values vLLM's parser would refuse: CEL sees list items one by one, not an
+# option with the item after it, so only the operator and `validate` check these.
+PARSE_RULE = Rule(
+    scope=("engineArgs",),
+    reads=((),),
+    field="",
+    cel="",
+    check=lambda args: not _parse_problems(args),
+    problem=f"vLLM {VLLM_VERSION}'s serve parser would refuse this, and every pod exit at start",
+    allowed="each option with the values it takes",
+    got=_parse_problems,
+)
+
+
+def _owned_env_rule(owned: OwnedEnv) -> Rule:
+    def same(entry: Mapping[str, Json]) -> bool:
+        value = entry.get("value")
+        return bool(owned.same) and isinstance(value, str) and bool(re.search(owned.same, value))
+
+    def bad(env: Sequence[Mapping[str, Json]]) -> list[Json]:
+        return [
+            e.get("value", e.get("valueFrom"))
+            for e in env
+            if e.get("name") == owned.name and not same(e)
+        ]
+
+    accepted = "false"
+    if owned.same:
+        accepted = f"has(e.value) && e.value.matches('{_cel_string(owned.same)}')"
+    return Rule(
+        scope=("env",),
+        reads=((),),
+        field="",
+        cel=f"self.all(e, e.name != '{owned.name}' || {accepted})",
+        check=lambda env: not bad(env),
+        problem=f"{owned.name} is set by the operator: {owned.why}",
+        allowed=f"{owned.name}={owned.same_words}, or leave it out"
+        if owned.same
+        else "leave it out",
+        got=bad,
+    )
+
+
 def _env_names(env: Sequence[Mapping[str, Json]], names: Sequence[str]) -> list[str]:
     return [e["name"] for e in env if e.get("name") in names]
+
+
+def _twice(env: Sequence[Mapping[str, Json]]) -> list[str]:
+    names = [str(e.get("name")) for e in env]
+    return sorted({n for n in names if names.count(n) > 1})
 
 
 def _ref_count(source: Mapping[str, Json]) -> int:
@@ -281,17 +366,16 @@ RULES: tuple[Rule, ...] = (
         allowed="no speculative, or no such variable",
         got=lambda s: _env_names(s["env"], (AUX_STREAM_ENV,)),
     ),
+    *(_owned_env_rule(owned) for owned in OWNED_ENV),
     Rule(
         scope=("env",),
         reads=((),),
         field="",
-        cel="self.all(e, !(e.name in [{}]))".format(
-            ", ".join(f"'{n}'" for n in OPERATOR_OWNED_ENV)
-        ),
-        check=lambda env: not _env_names(env, OPERATOR_OWNED_ENV),
-        problem="the operator sets these for the fast path (V2 model runner, multi-node NVLink)",
-        allowed=f"any name but {', '.join(OPERATOR_OWNED_ENV)}",
-        got=lambda env: _env_names(env, OPERATOR_OWNED_ENV),
+        cel="self.all(e, self.exists_one(f, f.name == e.name))",
+        check=lambda env: not _twice(env),
+        problem="a variable is listed more than once",
+        allowed="each name once",
+        got=_twice,
     ),
     Rule(
         scope=("env",),
@@ -332,6 +416,8 @@ RULES: tuple[Rule, ...] = (
     *(_metadata_key_rule(field, reserved) for field, reserved in POD_METADATA_RESERVED.items()),
     *(_affinity_rule(kind) for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity")),
     *(_engine_arg_rule(group) for group in ENGINE_ARG_REFUSALS),
+    *(_known_option_rule(group) for group in KNOWN_OPTIONS),
+    PARSE_RULE,
 )
 
 

@@ -5,6 +5,9 @@ running cross-field rules once a field is invalid; to still report *every* probl
 inputs are all valid are then run on the defaulted raw document.
 """
 
+import copy
+import difflib
+import itertools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,7 +19,7 @@ from pydantic_core import ErrorDetails
 
 from kimi_operator.api.constants import API_VERSION, KIND, MAX_DEPTH, MAX_VALUES
 from kimi_operator.api.defaulting import apply_defaults, drop_nulls
-from kimi_operator.api.rules import RULES, Violation, failed_rules, fast_path_warnings
+from kimi_operator.api.rules import RULES, Rule, Violation, failed_rules, fast_path_warnings
 from kimi_operator.api.spec import KimiDeployment
 
 Loc = tuple[str | int, ...]
@@ -139,26 +142,79 @@ def _problems(errors: Sequence[ErrorDetails], raw_spec: Any) -> list[Problem]:
 
 def _rule_problem(violation: Violation) -> Problem:
     rule = violation.rule
-    return Problem(rule.path, rule.problem, rule.allowed, got=violation.got)
+    what = rule.problem + (rule.hint(violation.got) if rule.hint else "")
+    return Problem(rule.path, what, rule.allowed, got=violation.got)
 
 
 def _rules_on_valid_parts(
     raw_spec: Mapping[str, Any], field_errors: Iterable[Loc]
 ) -> list[Violation]:
-    """Rules whose inputs have no field error, run on the spec defaulted as the API server does."""
+    """Rules whose inputs have no field error, run on the spec defaulted as the API server does.
+
+    A rule over a whole list (engineArgs, env) runs on the items that have no error of their own.
+    """
     from kimi_operator.api.crd import schema_at  # noqa: PLC0415 (only on the error path)
 
     bad = [loc[1:] for loc in field_errors if loc[:1] == ("spec",)]
     spec = apply_defaults(schema_at(("spec",)) or {}, raw_spec)
     violations = []
     for rule in RULES:
-        if any(_overlaps(loc, rule.scope + read) for loc in bad for read in rule.reads):
-            continue
+        candidates: list[Mapping[str, Any]] = [spec]
+        if rule.reads == ((),) and isinstance(_get(spec, rule.scope), list):
+            cut = _without_bad_items(spec, rule.scope, bad)
+            candidates = [cut] if cut is not None else []
+        elif any(_overlaps(loc, rule.scope + read) for loc in bad for read in rule.reads):
+            candidates = _with_each_allowed_value(spec, rule, bad)
         try:
-            violations += failed_rules(spec, [rule])
+            found = [failed_rules(candidate, [rule]) for candidate in candidates]
         except (KeyError, TypeError, AttributeError):  # an input shape the field errors cover
             continue
+        if found and all(found):  # broken whatever the unreadable fields hold
+            violations += found[0]
     return violations
+
+
+def _with_each_allowed_value(
+    spec: Mapping[str, Any], rule: Rule, bad: Sequence[Loc]
+) -> list[Mapping[str, Any]]:
+    """The spec with each combination of allowed values in the rule's unreadable inputs, when
+    each is an enum field (`gpus: "16"`); [] when some input cannot be stood in for."""
+    from kimi_operator.api.crd import schema_at  # noqa: PLC0415 (only on the error path)
+
+    reads = [rule.scope + read for read in rule.reads]
+    wrong = [loc for loc in bad if any(_overlaps(loc, read) for read in reads)]
+    enums = [(schema_at(("spec", *loc)) or {}).get("enum") for loc in wrong]
+    if not all(enums) or any(loc not in reads for loc in wrong):
+        return []
+    out: list[Mapping[str, Any]] = []
+    for values in itertools.product(*(e for e in enums if e)):
+        candidate = copy.deepcopy(dict(spec))
+        for loc, value in zip(wrong, values, strict=True):
+            *parents, last = loc
+            node = _get(candidate, tuple(str(p) for p in parents))
+            node[last] = value
+        out.append(candidate)
+    return out
+
+
+def _get(spec: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = spec
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
+def _without_bad_items(
+    spec: Mapping[str, Any], scope: tuple[str, ...], bad: Iterable[Loc]
+) -> dict[str, Any] | None:
+    """The spec with the list at `scope` (one level below spec) cut to its items without field
+    errors; None when the list itself is wrong (too long)."""
+    n = len(scope)
+    if any(loc == scope for loc in bad) or n != 1:
+        return None
+    wrong = {loc[n] for loc in bad if loc[:n] == scope and len(loc) > n}
+    items = [item for i, item in enumerate(spec[scope[0]]) if i not in wrong]
+    return {**spec, scope[0]: items}
 
 
 def _overlaps(a: Loc, b: Loc) -> bool:
@@ -175,9 +231,10 @@ def _field_problem(error: ErrorDetails) -> Problem:
     if kind == "missing":
         return Problem(path_of(loc), "is required", describe(node), missing=True)
     if kind == "extra_forbidden":
-        parent = schema_at(loc[:-1]) or {}
-        known = ", ".join(parent.get("properties", {}))
-        return Problem(path_of(loc), "is not a field here", known, got=error["input"])
+        fields = list((schema_at(loc[:-1]) or {}).get("properties", {}))
+        close = difflib.get_close_matches(str(loc[-1]), fields, n=1, cutoff=0.6)
+        what = "is not a field here" + (f"; did you mean {close[0]}?" if close else "")
+        return Problem(path_of(loc), what, ", ".join(fields), got=error["input"])
     if kind.endswith("_type"):
         expected = _TYPE_NAMES.get((node or {}).get("type", "object"), "another type")
         what = f"must be {expected}, not {_json_type(error['input'])}"

@@ -1,5 +1,6 @@
 """Pure builders: a validated KimiDeployment in, the manifests of its children out."""
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -8,6 +9,19 @@ from kimi_operator.builders.serving import pod_disruption_budget, pod_monitor, s
 from kimi_operator.builders.workloads import compute_domain, leader_worker_set
 
 DEFAULT_SERVING_IMAGE = "ghcr.io/kimi-operator/vllm-kimi:0.33.0"
+DEFAULT_SERVING_VLLM_VERSION = "0.33.0"
+# The vLLM version of a deployment's own spec.image, declared on the KimiDeployment (an operator
+# cannot look inside an image).
+VLLM_VERSION_ANNOTATION = "kimi-operator.io/vllm-version"
+# From vLLM 0.33.0 on, the custom all-reduce keeps a TP group that spans nodes off CUDA IPC
+# (vllm/distributed/device_communicators/custom_all_reduce.py in the 0.33.0 wheel): buffers are
+# allocated per rank, not IPC-shared (lines 294-311), the all-reduce itself never runs across
+# nodes (fully_connected stays False, so should_custom_ar refuses, lines 253-266 and 496-511), and
+# all-gather / reduce-scatter use MNNVL multicast through symmetric memory (lines 357-408,
+# 588-606, 636-645), or the communicator disables itself (lines 231-236, 349-355). Older images
+# opened CUDA IPC handles across nodes (vllm issue 52778): for them the operator adds
+# --disable-custom-all-reduce. docs/custom-all-reduce.md has the derivation.
+FIRST_VLLM_WITHOUT_CROSS_NODE_IPC = (0, 33, 0)
 
 
 @dataclass(frozen=True)
@@ -15,21 +29,36 @@ class OperatorDefaults:
     """What the operator is configured with, rather than what the spec says."""
 
     serving_image: str = DEFAULT_SERVING_IMAGE
+    # The vLLM version serving_image carries (chart value servingImage.vllmVersion).
+    serving_image_vllm_version: str = DEFAULT_SERVING_VLLM_VERSION
     # With `computeDomain: Auto`, whether the cluster serves the ComputeDomain API.
     compute_domain_available: bool = True
-    # Images whose vLLM has the cross-node custom all-reduce fix (vllm issue 52778).
-    custom_all_reduce_fixed_images: frozenset[str] = frozenset()
 
 
 def serving_image(kd: KimiDeployment, defaults: OperatorDefaults) -> str:
     return kd.spec.image or defaults.serving_image
 
 
+def vllm_version(kd: KimiDeployment, defaults: OperatorDefaults) -> str:
+    """The vLLM version the deployment's image carries, "" when not declared."""
+    if not kd.spec.image:
+        return defaults.serving_image_vllm_version
+    annotations = (kd.metadata.model_extra or {}).get("annotations") or {}
+    version = annotations.get(VLLM_VERSION_ANNOTATION, "")
+    return version if isinstance(version, str) else ""
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    match = re.match(r"v?(\d+)\.(\d+)\.(\d+)", version)
+    return tuple(int(x) for x in match.groups()) if match else None
+
+
 def custom_all_reduce_disabled(kd: KimiDeployment, defaults: OperatorDefaults) -> bool:
     """Whether `--disable-custom-all-reduce` is added: TP across nodes (GB300 MNNVL) on an image
-    not known to carry the fix for vllm issue 52778."""
-    image = serving_image(kd, defaults)
-    return kd.spec.nodes_per_group > 1 and image not in defaults.custom_all_reduce_fixed_images
+    whose vLLM is older than 0.33.0 or not declared."""
+    release = _release(vllm_version(kd, defaults))
+    fixed = release is not None and release >= FIRST_VLLM_WITHOUT_CROSS_NODE_IPC
+    return kd.spec.nodes_per_group > 1 and not fixed
 
 
 def needs_compute_domain(kd: KimiDeployment) -> bool:

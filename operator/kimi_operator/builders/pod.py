@@ -3,26 +3,19 @@
 import copy
 from typing import Any, Literal
 
+from kimi_operator.api.constants import HF_CACHE_DIR, METRICS_PORT
+from kimi_operator.api.owned_env import FAST_PATH_ENV, owned
 from kimi_operator.api.spec import KimiDeployment, WeightSource
 from kimi_operator.builders.meta import labels
 from kimi_operator.builders.vllm_args import (
     DRAFT_DIR,
     HTTP_PORT,
-    METRICS_PORT,
     MODEL_DIR,
     leader_args,
     worker_args,
 )
 
 Role = Literal["leader", "worker"]
-FAST_PATH_ENV = {
-    "VLLM_USE_V2_MODEL_RUNNER": "1",
-    "NCCL_MNNVL_ENABLE": "1",
-    "NCCL_CUMEM_ENABLE": "1",
-}
-# Where the kimi_kernels vLLM plugin serves the decode-rate metrics on every pod.
-METRICS_PORT_ENV = "KIMI_METRICS_PORT"
-HF_CACHE_DIR = "/cache/huggingface"
 CHANNEL_CLAIM = "compute-domain-channel"
 # vLLM and the preflight run no setuid programs: no_new_privs costs nothing (docs/security.md).
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False}
@@ -68,24 +61,32 @@ def _hf_sources(kd: KimiDeployment) -> list[Any]:
     return [s.huggingface for s in sources if s.huggingface is not None]
 
 
+def _set(*names: str) -> list[dict[str, Any]]:
+    return [{"name": name, "value": owned(name).value} for name in names]
+
+
 def _fast_path_env(with_domain: bool) -> list[dict[str, Any]]:
     """FAST_PATH_ENV, with NCCL's multi-node NVLink on only where a ComputeDomain gives the pods
     an IMEX channel (without one NCCL's MNNVL setup fails)."""
-    values = FAST_PATH_ENV | {"NCCL_MNNVL_ENABLE": "1" if with_domain else "0"}
-    return [{"name": k, "value": v} for k, v in values.items()]
+    env = _set(*FAST_PATH_ENV)
+    if not with_domain:
+        env = [e | {"value": "0"} if e["name"] == "NCCL_MNNVL_ENABLE" else e for e in env]
+    return env
 
 
 def _env(kd: KimiDeployment, with_domain: bool) -> list[dict[str, Any]]:
-    env = _fast_path_env(with_domain)
-    env.append({"name": METRICS_PORT_ENV, "value": str(METRICS_PORT)})
+    """The operator's variables (api/owned_env.py), then the user's: an operator-owned name the
+    user also lists (with a value the rules accept as the same) is rendered once."""
+    env = _fast_path_env(with_domain) + _set("KIMI_METRICS_PORT")
     hf = _hf_sources(kd)
     if hf:
-        env.append({"name": "HF_HOME", "value": HF_CACHE_DIR})
+        env += _set("HF_HOME")
         token = next((s.token_secret_ref for s in hf if s.token_secret_ref is not None), None)
         if token is not None:
             ref = {"name": token.name, "key": token.key}
             env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
-    return env + [e.model_dump(exclude_none=True) for e in kd.spec.env]
+    rendered = {e["name"] for e in env}
+    return env + [e.model_dump(exclude_none=True) for e in kd.spec.env if e.name not in rendered]
 
 
 def _resources(kd: KimiDeployment) -> dict[str, Any]:

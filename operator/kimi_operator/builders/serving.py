@@ -2,9 +2,9 @@
 
 from typing import Any
 
+from kimi_operator.api.constants import METRICS_PORT
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, metadata, selector_labels
-from kimi_operator.builders.vllm_args import METRICS_PORT
 
 # Prometheus's name for the pod label app.kubernetes.io/instance: the KimiDeployment's name.
 DEPLOYMENT_SOURCE_LABEL = "__meta_kubernetes_pod_label_app_kubernetes_io_instance"

@@ -5,8 +5,6 @@ import json
 from kimi_operator.api.spec import KimiDeploymentSpec, WeightSource
 
 HTTP_PORT = 8000
-# Served on every pod, leaders and headless workers, by the kimi_kernels vLLM plugin.
-METRICS_PORT = 9090
 DISABLE_CUSTOM_ALL_REDUCE = "--disable-custom-all-reduce"
 MODEL_DIR = "/models/weights"
 DRAFT_DIR = "/models/draft"
@@ -56,6 +54,13 @@ def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
     return flags
 
 
+def literal(args: list[str]) -> list[str]:
+    """User text as Kubernetes passes it on unchanged: `$` doubled, so that `$(HF_TOKEN)` in
+    engineArgs reaches vLLM as written instead of being expanded from the container's env (the
+    value checks judged the literal text; docs/security.md)."""
+    return [arg.replace("$", "$$") for arg in args]
+
+
 def _workarounds(spec: KimiDeploymentSpec, no_custom_all_reduce: bool) -> list[str]:
     """Known-bad combinations: cross-node custom all-reduce on MNNVL."""
     if no_custom_all_reduce and DISABLE_CUSTOM_ALL_REDUCE not in spec.engine_args:
@@ -76,7 +81,7 @@ def leader_args(spec: KimiDeploymentSpec, no_custom_all_reduce: bool = False) ->
             "--node-rank", "0",
             "--master-addr", "$(LWS_LEADER_ADDRESS)",
         ]  # fmt: skip
-    return [*args, *spec.engine_args]
+    return [*args, *literal(spec.engine_args)]
 
 
 def worker_args(spec: KimiDeploymentSpec, no_custom_all_reduce: bool = False) -> list[str]:
@@ -87,5 +92,5 @@ def worker_args(spec: KimiDeploymentSpec, no_custom_all_reduce: bool = False) ->
         "--node-rank", "$(LWS_WORKER_INDEX)",
         "--master-addr", "$(LWS_LEADER_ADDRESS)",
         "--headless",
-        *spec.engine_args,
+        *literal(spec.engine_args),
     ]  # fmt: skip

@@ -55,11 +55,15 @@ CASES: dict[str, tuple[dict[str, Any], OperatorDefaults]] = {
     ),
     "single-node-fixed-image": (
         _edited("k3-tp16-stock.yaml", gpus=8, gpusPerNode=8, image="example.com/vllm:fixed"),
-        OperatorDefaults(custom_all_reduce_fixed_images=frozenset({"example.com/vllm:fixed"})),
+        OperatorDefaults(),
     ),
     "compute-domain-api-missing": (
         _edited("k3-tp8-dspark.yaml", decode={"backend": "auto", "maxNumSeqs": 8}),
-        OperatorDefaults(compute_domain_available=False, serving_image="example.com/vllm:1"),
+        OperatorDefaults(
+            compute_domain_available=False,
+            serving_image="example.com/vllm:1",
+            serving_image_vllm_version="0.32.0",  # before the fix: --disable-custom-all-reduce
+        ),
     ),
 }
 

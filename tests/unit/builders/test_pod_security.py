@@ -5,11 +5,15 @@ import copy
 import pytest
 
 from kimi_operator.builders import build_children
-from tests.pods import pod_specs, privilege_problems, shell_problems
+from tests.pods import expand, pod_specs, privilege_problems, shell_problems
 from tests.specs import edited
 from tests.unit.builders.cases import CASES, deployment
 
-HOSTILE_ARGS = ["--chat-template={{ x }}; rm -rf / $(id) `id` | sh", "--seed", "$(HF_TOKEN)"]
+HOSTILE_ARGS = [
+    "--chat-template={{ x }}; rm -rf / $(id) `id` | sh",
+    "--response-role",
+    "$(NCCL_CUMEM_ENABLE)$(HF_TOKEN)$$",  # a variable the container defines, kept as written
+]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -35,7 +39,10 @@ def test_hostile_engine_args_and_env_stay_whole_argv_items_and_env_values() -> N
     for _, pod in pod_specs(children):
         (vllm,) = pod["containers"]
         assert vllm["command"] == ["vllm", "serve"]
-        assert vllm["args"][-len(HOSTILE_ARGS) :] == HOSTILE_ARGS
+        env = {e["name"]: e.get("value", "<secret>") for e in vllm["env"]}
+        assert "NCCL_CUMEM_ENABLE" in env
+        rendered = vllm["args"][-len(HOSTILE_ARGS) :]
+        assert [expand(arg, env) for arg in rendered] == HOSTILE_ARGS
 
 
 def test_the_checks_find_what_they_look_for() -> None:
@@ -50,3 +57,11 @@ def test_the_checks_find_what_they_look_for() -> None:
     pod |= {"hostNetwork": True, "hostPID": True, "automountServiceAccountToken": True}
     assert len(shell_problems(bad, kd)) >= 2  # a shell, and user text inside the command
     assert len(privilege_problems(bad)) == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "expanded"),
+    [("$$", "$"), ("$(A)", "1"), ("$(B)", "$(B)"), ("$$(A)", "$(A)"), ("a$b$(A", "a$b$(A")],
+)
+def test_expand_reads_args_as_the_kubelet_does(text: str, expanded: str) -> None:
+    assert expand(text, {"A": "1"}) == expanded

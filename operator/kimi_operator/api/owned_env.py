@@ -1,0 +1,78 @@
+"""Environment variables the operator sets on the serving containers: the one list that the
+builders render and the spec.env rules check.
+
+A user may list one of them only with a value that means what the operator sets, as its reader
+reads it (the container then gets it once); any other value, or a valueFrom, is refused.
+"""
+
+from dataclasses import dataclass
+from typing import Final
+
+from kimi_operator.api.constants import HF_CACHE_DIR, METRICS_PORT
+
+
+@dataclass(frozen=True)
+class OwnedEnv:
+    name: str
+    value: str  # what the operator renders; "" when it renders a secretKeyRef instead
+    why: str  # how and why the operator sets it
+    # User values that mean the same, as a regex for Python's re and CEL's matches (RE2);
+    # "" when no user value is accepted.
+    same: str
+    same_words: str  # the same, in words for messages ("" when none)
+
+
+OWNED_ENV: Final = (
+    OwnedEnv(
+        "VLLM_USE_V2_MODEL_RUNNER",
+        "1",
+        "the fast path runs on the V2 model runner",
+        # vLLM 0.33.0 reads it as bool(int(value)) (vllm/envs.py:360-363 and 2149-2151): any
+        # nonzero decimal integer means on; "true" makes it raise ValueError at start-up.
+        r"^[+-]?0*[1-9][0-9]*$",
+        "1 (or another nonzero integer)",
+    ),
+    OwnedEnv(
+        "NCCL_MNNVL_ENABLE",
+        "1",  # 0 where no ComputeDomain gives the pods an IMEX channel (builders/pod.py)
+        "1 (NCCL over multi-node NVLink) where a ComputeDomain gives the pods an IMEX channel, "
+        "else 0",
+        "",
+        "",
+    ),
+    OwnedEnv(
+        "NCCL_CUMEM_ENABLE",
+        "1",
+        "NCCL allocates with cuMem, which multi-node NVLink needs",
+        r"^1$",
+        "1",
+    ),
+    OwnedEnv(
+        "KIMI_METRICS_PORT",
+        str(METRICS_PORT),
+        "the decode-path metrics port that the PodMonitor scrapes",
+        f"^{METRICS_PORT}$",
+        str(METRICS_PORT),
+    ),
+    OwnedEnv(
+        "HF_HOME",
+        HF_CACHE_DIR,
+        "the Hugging Face cache volume the operator mounts",
+        f"^{HF_CACHE_DIR}/?$",
+        HF_CACHE_DIR,
+    ),
+    OwnedEnv(
+        "HF_TOKEN",
+        "",
+        "set from spec.model.source.huggingface.tokenSecretRef",
+        "",
+        "",
+    ),
+)
+OWNED_ENV_NAMES: Final = frozenset(e.name for e in OWNED_ENV)
+# The part of the list the preflight init container also gets.
+FAST_PATH_ENV: Final = ("VLLM_USE_V2_MODEL_RUNNER", "NCCL_MNNVL_ENABLE", "NCCL_CUMEM_ENABLE")
+
+
+def owned(name: str) -> OwnedEnv:
+    return next(e for e in OWNED_ENV if e.name == name)

@@ -1,0 +1,91 @@
+"""Run in a fresh process (tests/gate/test_vllm_gate.py starts it): each case's `vllm serve`
+arguments and environment through vLLM 0.33.0's own code, on a simulated GB300 (SM 10.3).
+
+stdin: a JSON list of {"args": [...], "env": {...}}; stdout (last line): a JSON list of verdicts,
+"pass" (vLLM's specialized_decode_config returned a DecodeConfig), "stock" (it returned None: the
+deployment never enters the fast path) or "refused: <vLLM's message>" (it, or vLLM's parser or
+config code before it, raised).
+
+The CUDA platform module cannot be imported without libcuda, so the platform is vLLM's CPU
+platform with what a GB300's CUDA platform says where the config and the gate read it: device
+capability 10.3 and static (CUDA) graphs supported; and CUDA's check_and_update_config
+(vllm/platforms/cuda.py:326-364: worker class, chunked multimodal input, a WSL warning) instead of
+the CPU one, which would turn CUDA graphs and compilation off. It must be installed before the
+rest of vLLM is imported (modules bind `current_platform` at import), hence a process of its own.
+"""
+
+import json
+import os
+import sys
+from typing import Any
+
+os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+os.environ["HF_HUB_OFFLINE"] = "1"  # no download: the model paths are local config folders
+
+import vllm.platforms
+from vllm.platforms.cpu import CpuPlatform
+from vllm.platforms.interface import DeviceCapability
+
+
+class SimulatedGB300(CpuPlatform):
+    @classmethod
+    def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:  # noqa: ARG003
+        return DeviceCapability(10, 3)
+
+    @classmethod
+    def support_static_graph_mode(cls) -> bool:
+        return True
+
+    @classmethod
+    def check_and_update_config(cls, vllm_config: Any) -> None:
+        if vllm_config.parallel_config.worker_cls == "auto":
+            vllm_config.parallel_config.worker_cls = "vllm.v1.worker.gpu_worker.Worker"
+
+
+vllm.platforms._current_platform = SimulatedGB300()
+
+from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: E402
+from vllm.entrypoints.common.cli_args import make_arg_parser  # noqa: E402
+from vllm.models.kimi_k3.nvidia.specialized_decode.runtime import (  # noqa: E402
+    specialized_decode_config,
+)
+from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
+
+PARSER = make_arg_parser(FlexibleArgumentParser())
+
+
+class ParserExit(Exception):
+    pass
+
+
+def _error(message: str) -> None:
+    raise ParserExit(message)
+
+
+PARSER.error = _error  # type: ignore[method-assign]  # argparse would exit the process
+
+
+def verdict(args: list[str], env: dict[str, str], base_env: dict[str, str]) -> str:
+    os.environ.clear()
+    os.environ.update(base_env | env)
+    try:
+        namespace = PARSER.parse_args(args)
+        namespace.model = (
+            namespace.model_tag
+        )  # what `vllm serve` does (entrypoints/cli/serve.py:56-57)
+        config = AsyncEngineArgs.from_cli_args(namespace).create_engine_config()
+        decode = specialized_decode_config(config)
+    except (ParserExit, ValueError, TypeError, AssertionError) as error:
+        return f"refused: {type(error).__name__}: {' | '.join(str(error).splitlines()[:3])[:400]}"
+    return "stock" if decode is None else "pass"
+
+
+def main() -> None:
+    cases = json.load(sys.stdin)
+    base_env = dict(os.environ)
+    verdicts = [verdict(c["args"], c["env"], base_env) for c in cases]
+    print(json.dumps(verdicts))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""Differential test against vLLM 0.33.0's own code: what the serving pods run passes vLLM's gate.
+
+For every corpus spec the project accepts: render it, take every `vllm serve` container (the
+leader and each worker rank of a group, `$(LWS_...)` references resolved as Kubernetes would),
+and in a process of vLLM's own (tests/gate/harness.py: a simulated SM 10.3 platform) parse the
+arguments with its `serve` parser, build the engine config (`AsyncEngineArgs.from_cli_args` ->
+`create_engine_config`, on small local config files standing in for the K3 checkpoint and the
+DSpark draft) and call its gate, `specialized_decode_config`
+(vllm/models/kimi_k3/nvidia/specialized_decode/runtime/__init__.py). Doctored renders show the
+gate, and this test, can fail.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kimi_operator.api.validation import check_document
+from kimi_operator.builders import OperatorDefaults, build_children
+from kimi_operator.builders.vllm_args import DRAFT_DIR
+from tests.pods import expand
+from tests.specs import edited
+from tests.unit.test_one_verdict import CORPUS
+
+pytest.importorskip("vllm", reason="vLLM 0.33.0 is installed by `make setup`")
+
+HARNESS = Path(__file__).with_name("harness.py")
+LEADER_ADDRESS = "10.0.0.1"
+# The parts of Kimi K3's config that vLLM's config code and gate read (MLA with 512 + 64 wide
+# rows, a long context, the one-group sigmoid top-16 SiTU MoE), on a model small enough to build a
+# config for.
+K3_TEXT = {
+    "model_type": "kimi_linear", "hidden_size": 256, "intermediate_size": 512,
+    "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 2,
+    "vocab_size": 1024, "max_position_embeddings": 262144, "torch_dtype": "bfloat16",
+    "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+    "hidden_act": "situ", "activation_situ_beta": 4.0, "activation_situ_linear_beta": 25.0,
+    "num_experts": 896, "num_experts_per_token": 16, "num_expert_group": 1, "topk_group": 1,
+    "moe_router_activation_func": "sigmoid",
+}  # fmt: skip
+K3 = {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3"}
+DRAFT = {"architectures": ["DSparkDraftModel"], **K3_TEXT, "num_hidden_layers": 1}
+
+
+def _write(folder: Path, config: dict[str, Any]) -> str:
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    root = tmp_path_factory.mktemp("checkpoints")
+    k3 = {**K3, "text_config": K3_TEXT, "torch_dtype": "bfloat16"}
+    return _write(root / "k3", k3), _write(root / "draft", DRAFT)
+
+
+def _containers(doc: dict[str, Any]) -> list[tuple[list[str], dict[str, str]]]:
+    """(args, env) of every `vllm serve` container of the first group (groups differ only in
+    names), references resolved as Kubernetes would; none with replicas 0."""
+    report = check_document(doc)
+    assert report.deployment is not None, [str(p) for p in report.problems]
+    children = build_children(report.deployment, OperatorDefaults())
+    groups = [c["spec"]["leaderWorkerTemplate"] for c in children if c["kind"] == "LeaderWorkerSet"]
+    out = []
+    for template in groups[:1]:
+        ranks = [("leaderTemplate", 0)]
+        if "workerTemplate" in template:
+            ranks += [("workerTemplate", rank) for rank in range(1, template["size"])]
+        for role, rank in ranks:
+            (vllm,) = template[role]["spec"]["containers"]
+            assert vllm["command"] == ["vllm", "serve"]
+            refs = {"LWS_LEADER_ADDRESS": LEADER_ADDRESS, "LWS_WORKER_INDEX": str(rank)}
+            args = [expand(a, refs) for a in vllm["args"]]
+            env = {e["name"]: e["value"] for e in vllm["env"] if "value" in e}
+            out.append((args, env))
+    return out
+
+
+def _local(args: list[str], checkpoints: tuple[str, str]) -> list[str]:
+    """The weights (a mounted folder or a Hugging Face repo) as the local config folders."""
+    k3, draft = checkpoints
+    out = [k3, *args[1:]]
+    if "--speculative-config" in out:
+        i = out.index("--speculative-config") + 1
+        speculative = json.loads(out[i])
+        assert speculative["model"] in (DRAFT_DIR, "moonshotai/Kimi-K3")
+        out[i] = json.dumps(speculative | {"model": draft})
+    return out
+
+
+def _verdicts(cases: list[tuple[list[str], dict[str, str]]]) -> list[str]:
+    payload = json.dumps([{"args": a, "env": e} for a, e in cases])
+    done = subprocess.run(
+        [sys.executable, str(HARNESS)], input=payload, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdicts: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return verdicts
+
+
+def test_accepted_specs_pass_vllms_gate_and_doctored_renders_do_not(
+    checkpoints: tuple[str, str],
+) -> None:
+    accepted = [(name, edits) for name, edits, valid in CORPUS if valid]
+    cases, expected, labels = [], [], []
+    for name, edits in accepted:
+        doc = edited(edits)
+        backend = check_document(doc).deployment
+        assert backend is not None
+        for i, (args, env) in enumerate(_containers(doc)):
+            cases.append((_local(args, checkpoints), env))
+            labels.append(f"{name}/rank{i}")
+            expected.append(
+                "pass" if backend.spec.decode.backend == "latency_specialized" else "stock"
+            )
+    doctored = _doctored(
+        _local(_containers(edited(DSPARK))[0][0], checkpoints),
+        _local(_containers(edited({}))[0][0], checkpoints),
+    )
+    verdicts = _verdicts(cases + [(args, env) for _, args, env, _ in doctored])
+    wrong = [
+        (label, verdict)
+        for label, verdict, want in zip(labels, verdicts, expected, strict=False)
+        if verdict != want
+    ]
+    assert len(cases) > 150
+    assert wrong == []
+    for (label, _, _, caught_by), verdict in zip(doctored, verdicts[len(cases) :], strict=True):
+        assert caught_by in verdict, (label, verdict)
+
+
+DSPARK = {"spec.speculative": {"draftSource": {"pvc": {"claimName": "w", "subPath": "draft"}}}}
+V2_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "1", "NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"}
+
+
+def _doctored(
+    args: list[str], plain: list[str]
+) -> list[tuple[str, list[str], dict[str, str], str]]:
+    """(what, args, env, what vLLM's verdict says) for renders the operator never makes, from a
+    leader with DSpark drafts (`args`) and one without (`plain`)."""
+
+    def swap(flag: str, value: str) -> list[str]:
+        i = args.index(flag) + 1
+        return [*args[:i], value, *args[i + 1 :]]
+
+    spec = json.loads(args[args.index("--speculative-config") + 1])
+    gate = "refused: ValueError: Kimi K3 specialized decode does not support"
+    return [
+        ("as rendered", args, V2_ENV, "pass"),
+        (
+            "PIECEWISE graphs",
+            swap("--compilation-config", '{"cudagraph_mode":"PIECEWISE"}'),
+            V2_ENV,
+            f"{gate} deployments without FULL decode CUDA graphs",
+        ),
+        ("V1 runner", plain, V2_ENV | {"VLLM_USE_V2_MODEL_RUNNER": "0"}, f"{gate} the V1 model"),
+        (  # with drafts, vLLM's config code stops it before the gate
+            "V1 runner, DSpark",
+            args,
+            V2_ENV | {"VLLM_USE_V2_MODEL_RUNNER": "0"},
+            "Model Runner V1 does not support: dspark",
+        ),
+        (
+            "9 draft tokens",
+            swap("--speculative-config", json.dumps(spec | {"num_speculative_tokens": 9})),
+            V2_ENV,
+            f"{gate} more than 7 speculative tokens",
+        ),
+        # vLLM checks no KV cache dtype: its fast path's FP8 MLA rows are a fact the operator
+        # adds (the kvCache.dtype rule refuses `auto` with latency_specialized).
+        ("KV auto", swap("--kv-cache-dtype", "auto"), V2_ENV, "pass"),
+        (  # vLLM's config code stops it: K3's attention heads are not divisible by 12
+            "TP 12",
+            swap("--tensor-parallel-size", "12"),
+            V2_ENV,
+            "Total number of attention heads (16) must be divisible by tensor parallel size (12)",
+        ),
+        ("no decode_backend", swap("--additional-config", "{}"), V2_ENV, "stock"),
+    ]
