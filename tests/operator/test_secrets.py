@@ -38,6 +38,9 @@ def _deployment() -> dict[str, Any]:
         "huggingface": {"repo": "moonshotai/Kimi-K3", "tokenSecretRef": REF}
     }
     doc["spec"]["env"] = [{"name": "EXTRA_TOKEN", "valueFrom": {"secretKeyRef": REF}}]
+    # 16 x (1 + 7) tokens exceed the fast path's decode batch: a Warning Event is posted, and
+    # checked below for the token too.
+    doc["spec"]["decode"]["maxNumSeqs"] = 16
     return doc
 
 
