@@ -28,3 +28,21 @@ def bench_argv(url: str, output: Path, *extra: str, requests: int, output_tokens
         "bench", "--endpoint", url, "--requests", str(requests),
         "--output-tokens", str(output_tokens), "--output", str(output), "--warmup", "0", *extra,
     ]  # fmt: skip
+
+
+def closed_chain_task(data: dict[str, Any], thinks: tuple[float, float]) -> tuple[Any, float]:
+    """The task of a closed replay of a three-turn chain (a <- b <- c), checked: each turn became
+    due when the answer it waits for ended plus its think time, and the task's completion is the
+    turns' latencies plus the thinking, within the client's own overhead (send lags + the stream's
+    tail after its last token). Returns the task and the summed send lag."""
+    assert data["config"]["replay"] == "closed"  # the default for a trace with dependencies
+    a, b, c = data["requests"]
+    (task,) = data["tasks"]
+    assert task["completed"]
+    assert abs(b["scheduled_start_s"] - (a["start_s"] + a["e2e_s"] + thinks[0])) < 1e-6
+    assert abs(c["scheduled_start_s"] - (b["start_s"] + b["e2e_s"] + thinks[1])) < 1e-6
+    lags = float(sum(r["start_s"] - r["scheduled_start_s"] for r in (a, b, c)))
+    tail = c["e2e_s"] - c["chunk_times_s"][-1]
+    turns = a["e2e_s"] + b["e2e_s"] + c["e2e_s"]
+    assert abs(task["completion_s"] - (turns + sum(thinks))) <= lags + tail + 1e-6
+    return task, lags
