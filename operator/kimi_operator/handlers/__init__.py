@@ -77,6 +77,13 @@ class OperatorContext:
             self.known[uid] = (namespace, name)
 
     def forget(self, uid: str, namespace: str, name: str) -> None:
+        """A deletion waits for the deployment's reconcile in flight, which would otherwise
+        record its state (`acted`, the gauge) after it was dropped, for good."""
+        with self.exclusive(uid):
+            self.drop(uid, namespace, name)
+
+    def drop(self, uid: str, namespace: str, name: str) -> None:
+        """`forget`, for a caller that holds the uid's lock already."""
         with self._guard:
             self.known.pop(uid, None)
             self._locks.pop(uid, None)
@@ -89,11 +96,15 @@ class OperatorContext:
         """Reconcile `uid` after `delay_s` (or sooner, if already due sooner). A pending retry
         is never brought forward: the API server asked for that wait (429 Retry-After, or our
         backoff after errors), and the retry reads the newest state anyway."""
-        when = time.monotonic() + delay_s
         with self._guard:
-            pending = self._soon.get(uid)
-            if pending is None or (pending[1] != "retry" and pending[0] > when):
-                self._soon[uid] = (when, trigger)
+            self._put(uid, time.monotonic() + delay_s, trigger)
+
+    def _put(self, uid: str, when: float, trigger: str) -> None:
+        """`schedule`, under `_guard`. A new retry replaces whatever was pending, a sooner
+        refresh included (a child created just before the failure asks for one)."""
+        pending = self._soon.get(uid)
+        if trigger == "retry" or pending is None or (pending[1] != "retry" and pending[0] > when):
+            self._soon[uid] = (when, trigger)
 
     def retry_done(self, uid: str) -> None:
         with self._guard:
@@ -103,9 +114,17 @@ class OperatorContext:
 
     def retry_later(self, uid: str, error: kopf.TemporaryError) -> None:
         with self._guard:
+            if uid not in self.known:
+                return  # deleted while its reconcile failed: nothing left to retry
             failures = self.failures.get(uid, 0)
             self.failures[uid] = failures + 1
-        self.schedule(uid, retry_delay(error, failures), "retry")
+            self._put(uid, time.monotonic() + retry_delay(error, failures), "retry")
+
+    def retry_pending(self, uid: str) -> bool:
+        """Whether `uid` waits for a retry not due yet: no other reconcile may cut it short."""
+        with self._guard:
+            when, trigger = self._soon.get(uid, (0.0, ""))
+            return trigger == "retry" and when > time.monotonic()
 
     def backing_off(self, now: float) -> set[str]:
         """The uids whose retry is not due yet: the periodic resync leaves them to it."""
@@ -141,13 +160,15 @@ def handle(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fresh
     meta = body["metadata"]
     uid, namespace, name = meta["uid"], meta["namespace"], meta["name"]
     with ctx.exclusive(uid):
+        if ctx.retry_pending(uid):
+            return False  # it failed meanwhile (this one waited for the lock): the retry waits
         acted = ctx.acted.get(uid)
         if fresh and acted is not None and acted >= (meta.get("generation") or 0):
             return False  # a repeated or late event for a generation already acted on
         if not fresh:
             latest = ctx.client.get(KIMI_DEPLOYMENT, namespace, name)
             if latest is None or latest["metadata"].get("uid") != uid:
-                ctx.forget(uid, namespace, name)  # its DELETED event was missed (a dropped watch)
+                ctx.drop(uid, namespace, name)  # its DELETED event was missed (a dropped watch)
                 return False
             body = latest
         # A spec not yet acted on (whichever path gets to it first): say its warnings once.
@@ -165,11 +186,11 @@ def handle(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fresh
             status = {"status": outcome.status}
             ctx.client.patch(KIMI_DEPLOYMENT, namespace, name, status, subresource="status")
         ctx.acted[uid] = body["metadata"].get("generation")
+        ctx.metrics.set_conditions(namespace, name, outcome.status)  # before a deletion forgets
     if outcome.events:
         ctx.events.submit(post_warnings, ctx.client, body, outcome.events)
     ctx.metrics.reconciles.labels(trigger, outcome.result).inc()
     ctx.metrics.duration.labels(trigger).observe(time.monotonic() - started)
-    ctx.metrics.set_conditions(namespace, name, outcome.status)
     if outcome.error is not None:
         raise outcome.error
     return True
@@ -278,7 +299,7 @@ def make_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         meta = body.metadata
         uid, namespace, name = meta.uid or "", meta.namespace or "", meta.name or ""
         if event.get("type") == "DELETED":
-            ctx.forget(uid, namespace, name)
+            await asyncio.to_thread(ctx.forget, uid, namespace, name)  # waits for a reconcile
             return
         ctx.track(uid, namespace, name)
         trigger = _trigger(event, body)
