@@ -32,8 +32,8 @@ demo: $(STAMP) tools
 test: lint typecheck unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check operator kernels tests benchmarks images
-	$(BIN)/ruff format --check operator kernels tests benchmarks images
+	$(BIN)/ruff check operator kernels tests benchmarks images scripts third_party
+	$(BIN)/ruff format --check operator kernels tests benchmarks images scripts third_party
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -25,14 +25,16 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from tests.metrics.harness import Proof, prometheus_scraping  # noqa: E402
+
 from kimi_operator.cli import main as cli  # noqa: E402
 from kimi_operator.dev.cpu_vllm import CpuServer, missing  # noqa: E402
-from tests.metrics.harness import Proof, prometheus_scraping  # noqa: E402
 
 LABELS = {"namespace": "inference", "deployment": "k3-cpu"}
 VLLM_DECODE = (
     "(sum(rate(vllm:request_generation_tokens_sum[5m])) - sum(rate("
-    "vllm:request_generation_tokens_count[5m]))) / sum(rate(vllm:request_decode_time_seconds_sum[5m]))"
+    "vllm:request_generation_tokens_count[5m])))"
+    " / sum(rate(vllm:request_decode_time_seconds_sum[5m]))"
 )
 PANELS = [
     (

@@ -15,11 +15,12 @@ import json
 from collections import defaultdict
 from typing import Any
 
-import vllm
 from vllm.engine import arg_utils
 from vllm.entrypoints.common.cli_args import make_arg_parser
 from vllm.utils import argparse_utils
 from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+import vllm
 
 HEADER = '''"""Every option of `vllm serve` in vLLM {version}, by destination, and what each takes.
 
