@@ -43,6 +43,8 @@ class Outcome:
     applied: Applied = field(default_factory=Applied)
     error: APIError | None = None  # raised by the handler once the status is written
     result: str = "reconciled"  # reconciled | invalid | error: for metrics
+    # Reconcile again after this many seconds even if nothing is watched to change (a deadline).
+    requeue_after_s: float | None = None
 
 
 def _missing(resource: Resource) -> cond.Problem:

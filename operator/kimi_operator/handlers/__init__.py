@@ -187,6 +187,8 @@ def handle(ctx: OperatorContext, trigger: str, body: Mapping[str, Any], *, fresh
             ctx.client.patch(KIMI_DEPLOYMENT, namespace, name, status, subresource="status")
         ctx.acted[uid] = body["metadata"].get("generation")
         ctx.metrics.set_conditions(namespace, name, outcome.status)  # before a deletion forgets
+        if outcome.requeue_after_s is not None:
+            ctx.schedule(uid, outcome.requeue_after_s, "requeue")
     if outcome.events:
         ctx.events.submit(post_warnings, ctx.client, body, outcome.events)
     ctx.metrics.reconciles.labels(trigger, outcome.result).inc()
