@@ -8,7 +8,6 @@ import tempfile
 
 import pytest
 
-
 # A rootfs, buildah's storage and a venv with torch: below this the tests fail half-way with
 # ENOSPC in a tool's output (a CI run did), so say it first.
 FREE_GIB_NEEDED = 12
