@@ -18,6 +18,7 @@ CONDITION_TYPES: tuple[ConditionType, ...] = (
     "Degraded",
     "SpecValid",
     "MNNVLReady",
+    "WeightsReady",
 )
 
 
@@ -39,11 +40,13 @@ class Observation:
     endpoint: str
     warnings: Sequence[str] = ()
     blockers: Sequence[Problem] = ()  # Ready=False: a missing API, a failed apply
+    waiting: Sequence[Problem] = ()  # Ready=False for now: weights resolving or downloading
     degradations: Sequence[Problem] = ()  # serving, but not as intended
     compute_domain: Literal["Disabled", "NotInstalled", "InUse"] = "InUse"
     domains_wanted: int = 0
     domains_ready: int = 0
     compute_domain_install: str = ""
+    weights: tuple[Status, str, str] = ("True", "ClaimGiven", "")
 
 
 @dataclass
@@ -69,6 +72,13 @@ def valid_conditions(seen: Observation) -> ConditionSet:
         first = seen.blockers[0]
         out.set("Ready", "False", first.reason, "; ".join(b.message for b in seen.blockers))
         out.set("Progressing", "False", first.reason, "blocked until the problem above is fixed")
+    elif seen.waiting:
+        first = seen.waiting[0]
+        message = "; ".join(w.message for w in seen.waiting)
+        out.set(
+            "Ready", "False", first.reason, f"no TP group until the weights are ready: {message}"
+        )
+        out.set("Progressing", "True", first.reason, message)
     elif wanted == 0:
         out.set("Ready", "False", "ScaledToZero", "spec.replicas is 0: no TP group runs")
         out.set("Progressing", "False", "Reconciled", "all children match the spec")
@@ -84,6 +94,7 @@ def valid_conditions(seen: Observation) -> ConditionSet:
     else:
         out.set("Degraded", "False", "AsExpected", "no known problem")
     out.set("MNNVLReady", *_mnnvl(seen))
+    out.set("WeightsReady", *seen.weights)
     return out
 
 
@@ -128,7 +139,8 @@ def retrying_conditions(
     others = [] if seen.entries["Degraded"][0] == "False" else [seen.entries["Degraded"][2]]
     out.set("Degraded", "True", failure.reason, "; ".join([failure.message, *others]))
     out.set("Progressing", "True", "RetryingAfterApiError", failure.message)
-    _carry(out, old, ("Ready", "MNNVLReady"), "RetryingAfterApiError", "not yet observed")
+    carried: tuple[ConditionType, ...] = ("Ready", "MNNVLReady", "WeightsReady")
+    _carry(out, old, carried, "RetryingAfterApiError", "not yet observed")
     return out
 
 
@@ -157,7 +169,8 @@ def invalid_conditions(old: Mapping[str, Any], problems: Sequence[str]) -> Condi
     out.set("SpecValid", "False", "Invalid", message)
     out.set("Degraded", "True", "SpecInvalid", f"children left as they were: {message}")
     out.set("Progressing", "False", "SpecInvalid", "waiting for a valid spec")
-    _carry(out, old, ("Ready", "MNNVLReady"), "SpecInvalid", "not reconciled: the spec is invalid")
+    carried: tuple[ConditionType, ...] = ("Ready", "MNNVLReady", "WeightsReady")
+    _carry(out, old, carried, "SpecInvalid", "not reconciled: the spec is invalid")
     return out
 
 
@@ -169,9 +182,10 @@ def render(
     now: str,
     counts: tuple[int, int] | None = None,
     endpoint: str | None = None,
+    weights: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The status object: transition times kept for conditions whose status did not change;
-    replica counts and endpoint kept from `old` when not given."""
+    replica counts, endpoint and resolved weights kept from `old` when not given."""
     previous = {c.get("type"): c for c in old.get("conditions", [])}
     entries = []
     for kind in CONDITION_TYPES:
@@ -197,6 +211,7 @@ def render(
         replicas=replicas,
         ready_replicas=ready,
         endpoint=endpoint if endpoint is not None else old.get("endpoint", ""),
+        weights=list(weights if weights is not None else old.get("weights", [])),
     )
     return rendered.model_dump(exclude_none=True)
 
@@ -217,4 +232,6 @@ def newly_bad(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:
 
 
 # Not-ready states that are the normal course of things, not worth a Warning.
-QUIET_REASONS = frozenset({"GroupsNotReady", "ScaledToZero", "SpecInvalid"})
+QUIET_REASONS = frozenset(
+    {"GroupsNotReady", "ScaledToZero", "SpecInvalid", "Resolving", "Downloading"}
+)

@@ -10,12 +10,14 @@ from typing import Any
 
 import kopf
 
+from kimi_operator import caches
 from kimi_operator import conditions as cond
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import (
     VLLM_VERSION_ANNOTATION,
     OperatorDefaults,
+    Resolved,
     build_children,
     custom_all_reduce_disabled,
     needs_compute_domain,
@@ -25,11 +27,13 @@ from kimi_operator.builders import (
 )
 from kimi_operator.builders.meta import MANAGER, selector_labels
 from kimi_operator.builders.serving import endpoint
+from kimi_operator.builders.weights import hf_sources
 from kimi_operator.k8s.apply import Applied, apply_child, owned_by, with_owner
 from kimi_operator.k8s.client import APIError, ApiUnavailable, Client, retry_delay
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
+    JOB,
     LEADER_WORKER_SET,
     POD_MONITOR,
     Resource,
@@ -109,13 +113,22 @@ class Plan:
 
 
 def plan_children(
-    kd: KimiDeployment, defaults: OperatorDefaults, served: Mapping[Resource, bool]
+    kd: KimiDeployment,
+    defaults: OperatorDefaults,
+    served: Mapping[Resource, bool],
+    weights: Resolved | None = None,
+    weights_ready: bool = True,
 ) -> Plan:
-    """What a reconcile applies: also what a check of the cluster expects (embedded.audit)."""
+    """What a reconcile applies: also what a check of the cluster expects (embedded.audit).
+    `weights`: how the Hugging Face sources were resolved (builders.build_children); until
+    `weights_ready`, groups and domains are neither created nor pruned (a running group keeps
+    serving the commit it has while a new one downloads)."""
     spec = kd.spec
     defaults = dataclasses.replace(defaults, compute_domain_available=served[COMPUTE_DOMAIN])
     blockers, degradations = [], []
     skip = {r.kind for r, ok in served.items() if not ok}
+    if not weights_ready:
+        skip |= {LEADER_WORKER_SET.kind, COMPUTE_DOMAIN.kind}
     if not served[LEADER_WORKER_SET]:
         blockers.append(_missing(LEADER_WORKER_SET))
     if spec.monitoring.pod_monitor and not served[POD_MONITOR]:
@@ -144,7 +157,7 @@ def plan_children(
                 f"ComputeDomain API is not installed: {COMPUTE_DOMAIN.install}",
             )
         )
-    children = [c for c in build_children(kd, defaults) if c["kind"] not in skip]
+    children = [c for c in build_children(kd, defaults, weights) if c["kind"] not in skip]
     return Plan(defaults, children, skip, blockers, degradations)
 
 
@@ -161,24 +174,36 @@ def _reconcile_valid(
 ) -> Outcome:
     spec, old = kd.spec, dict(body.get("status") or {})
     served = {r: client.served(r) for r in (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR)}
-    plan = plan_children(kd, defaults, served)
-    defaults, blockers, degradations = plan.defaults, plan.blockers, plan.degradations
     outcome = Outcome(status={})
     retrying: cond.Problem | None = None
     uid = body["metadata"]["uid"]
     first = not old  # never reconciled: its children most likely do not exist yet
+    weights = caches.Weights(caches.recorded(kd, old), ready=not any(hf_sources(kd)))
+    failed: list[cond.Problem] = []
+    plan: Plan | None = None
     try:
+        weights, shared = caches.apply_caches(client, kd, body, defaults, outcome.applied)
+        plan = plan_children(kd, defaults, served, weights.resolved, weights.ready)
         for child in plan.children:
             desired = with_owner(child, body)
             apply_child(client, desired, uid, outcome.applied, likely_missing=first)
         if not first:  # nothing to scale down yet
             _prune(client, kd, uid=uid, plan=plan, into=outcome.applied)
+        if not first and weights.ready:  # the caches in use now are ready: let go of the others
+            keep = {(o["kind"], o["metadata"]["name"]) for o in shared}
+            caches.release_unused(client, kd.metadata.namespace, uid, keep, outcome.applied)
     except ApiUnavailable as error:  # retried soon: the status says so meanwhile
         outcome.error, outcome.result = error, "error"
         retrying = cond.api_failure(error.code, str(error), retry_delay(error, failures))
     except (kopf.TemporaryError, kopf.PermanentError) as error:
         outcome.error, outcome.result = error, "error"
-        blockers.append(cond.Problem("ApplyFailed", str(error)))
+        failed.append(cond.Problem("ApplyFailed", str(error)))
+    if plan is None:
+        plan = plan_children(kd, defaults, served, weights.resolved, weights_ready=False)
+    defaults, degradations = plan.defaults, plan.degradations
+    blockers = [*plan.blockers, *weights.failed, *failed]
+    if weights.waiting and not weights.failed:
+        outcome.requeue_after_s = caches.POLL_S
 
     live = outcome.applied.live
     groups = [o for o in live if o["kind"] == LEADER_WORKER_SET.kind]
@@ -192,6 +217,7 @@ def _reconcile_valid(
         endpoint=endpoint(kd),
         warnings=warnings,
         blockers=blockers,
+        waiting=weights.waiting,
         degradations=degradations,
         compute_domain=(
             "Disabled"
@@ -201,6 +227,7 @@ def _reconcile_valid(
         domains_wanted=spec.replicas if uses_compute_domain(kd, defaults) else 0,
         domains_ready=sum(1 for d in domains if (d.get("status") or {}).get("status") == "Ready"),
         compute_domain_install=COMPUTE_DOMAIN.install,
+        weights=weights.condition(),
     )
     conditions = cond.valid_conditions(seen)
     if retrying is not None:  # counts and endpoint as last observed too
@@ -212,6 +239,7 @@ def _reconcile_valid(
         now=now,
         counts=None if retrying else (len(groups), ready),
         endpoint=None if retrying else (seen.endpoint if ready else ""),
+        weights=[w.model_dump() for w in weights.resolved.values()],
     )
     outcome.events = cond.newly_bad(old, outcome.status)
     if spec_changed:
@@ -245,14 +273,16 @@ def _prune(
 ) -> None:
     """Delete this deployment's children, of every kind, that the plan no longer has: groups and
     domains after a scale-down, every ComputeDomain once none is used, the PodMonitor once
-    monitoring is off. They are listed by the deployment's labels rather than looked up by the
-    names the plan would have given them, so that none is missed whatever was cut short before:
-    a group deleted by hand, or an operator killed half-way through a scale-down."""
+    monitoring is off, a resolve Job once its answer is in the status (the shared weights caches
+    are let go of by caches.release_unused). They are listed by the deployment's labels rather
+    than looked up by the names the plan would have given them, so that none is missed whatever
+    was cut short before: a group deleted by hand, or an operator killed half-way through a
+    scale-down."""
     namespace = kd.metadata.namespace
     planned = {(child["kind"], child["metadata"]["name"]) for child in plan.children}
     mine = {**selector_labels(kd), "app.kubernetes.io/managed-by": MANAGER}
     selector = ",".join(f"{key}={value}" for key, value in mine.items())
-    for resource in CHILD_RESOURCES:
+    for resource in (*CHILD_RESOURCES, JOB):  # Jobs: the resolve Jobs, once resolved
         if resource.kind in plan.skip:
             continue
         for obj in client.list(resource, namespace, label_selector=selector):

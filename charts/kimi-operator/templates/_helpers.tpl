@@ -101,6 +101,20 @@ operator run makes). No wildcards.
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
   verbs: ["get", "list", "create", "patch", "delete"]
+# The weights caches of Hugging Face sources (docs/weights.md): resolve and download Jobs and
+# the claims they fill, watched (their status refreshes the deployments using them), listed by
+# label and deleted or released when no longer used (ownerReferences are changed, hence delete).
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# A weights Job's result (commit, size, progress, failure) is its pod's termination message: the
+# Job itself gets no API access.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
 # Warning Events on KimiDeployments (the operator's and kopf's).
 - apiGroups: [""]
   resources: ["events"]

@@ -36,6 +36,7 @@ MAX_ENV: Final = 64
 MAX_TOLERATIONS: Final = 32
 MAX_NODE_SELECTOR: Final = 64
 MAX_PULL_SECRETS: Final = 8
+MAX_CACHE_FILE_PATTERNS: Final = 32
 
 # Bounds on a whole document, checked before any validation (hostile or broken input: huge files,
 # deep nesting, YAML alias bombs). The API server refuses request bodies over 3 MiB.

@@ -69,6 +69,21 @@ def _cel_one_source(field: str) -> str:
     return f"has(self.{field}.pvc) != has(self.{field}.huggingface)"
 
 
+def _cache_access_rule(scope: tuple[str, ...]) -> Rule:
+    """The weights cache must be shared across nodes and writable by its download Job."""
+    return Rule(
+        scope=(*scope, "huggingface", "cache"),
+        reads=(("accessMode",),),
+        field="accessMode",
+        cel="self.accessMode == 'ReadWriteMany'",
+        check=lambda cache: cache["accessMode"] == "ReadWriteMany",
+        problem="the weights cache is written by a download Job and read by pods on several "
+        "nodes (a TP group spans trays), which a single-node or read-only claim cannot serve",
+        allowed="ReadWriteMany",
+        got=lambda cache: cache["accessMode"],
+    )
+
+
 def _cel_string(text: str) -> str:
     """`text` inside a single-quoted CEL string literal, non-ASCII as `\\uXXXX` escapes (so the
     CRD stays ASCII; CEL decodes them before `matches` sees the pattern)."""
@@ -355,6 +370,8 @@ RULES: tuple[Rule, ...] = (
         allowed="pvc or huggingface",
         got=lambda s: _source_keys(s["draftSource"]),
     ),
+    _cache_access_rule(("model", "source")),
+    _cache_access_rule(("speculative", "draftSource")),
     Rule(
         scope=(),
         reads=(("env",),),

@@ -16,6 +16,7 @@ from kimi_operator.api.pod_options import (
     Affinity,
     LocalObjectReference,
     PodMetadata,
+    Quantity,
     ResourcesSpec,
 )
 
@@ -53,6 +54,38 @@ class SecretKeyRef(ApiModel):
     )
 
 
+class WeightsCacheSpec(ApiModel):
+    """The claim a Hugging Face source is downloaded into once, shared by every pod (and by other
+    deployments of the same repository and commit in the namespace): docs/weights.md."""
+
+    storage_class_name: str = Field(
+        "", max_length=253, description="StorageClass of the claim; empty: the cluster's default."
+    )
+    size: Quantity | None = Field(
+        None,
+        description="Size of the claim, e.g. `2Ti`; omitted: the files' total from the hub's "
+        "listing plus 5% and 1Gi headroom.",
+    )
+    access_mode: Literal["ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod", "ReadOnlyMany"] = (
+        Field(
+            "ReadWriteMany",
+            description="Access mode of the claim: ReadWriteMany only (a group's pods and the "
+            "download Job sit on several nodes, and the Job writes).",
+        )
+    )
+    files: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default=[],
+        max_length=c.MAX_CACHE_FILE_PATTERNS,
+        description="File patterns to fetch (fnmatch, e.g. `*.safetensors`); empty: what vLLM "
+        "loads (`*.safetensors`, `*.json`, `*.py`, `*.jinja`, tokenizer files), not `original/`.",
+    )
+    retain: bool = Field(
+        False,
+        description="Keep the claim when the last deployment using it is deleted (it is then "
+        "deleted by hand).",
+    )
+
+
 class HuggingFaceSource(ApiModel):
     repo: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[\w.-]+/[\w.-]+$")] = Field(
         description="Hugging Face repository, `owner/name`."
@@ -62,7 +95,13 @@ class HuggingFaceSource(ApiModel):
     )
     token_secret_ref: SecretKeyRef | None = Field(
         None,
-        description="Secret key holding an access token; it reaches pods only as a secretKeyRef.",
+        description="Secret key holding an access token; only the download Jobs get it (as a "
+        "secretKeyRef), never the serving pods.",
+    )
+    cache: WeightsCacheSpec = Field(
+        default_factory=WeightsCacheSpec,
+        json_schema_extra=nested_default(),
+        description="The claim the weights are downloaded into once.",
     )
 
 
@@ -71,7 +110,9 @@ class WeightSource(ApiModel):
 
     pvc: PvcSource | None = Field(None, description="Weights on a PersistentVolumeClaim.")
     huggingface: HuggingFaceSource | None = Field(
-        None, description="Weights downloaded from Hugging Face into a cache volume at start."
+        None,
+        description="Weights downloaded once from Hugging Face into a shared cache claim that the "
+        "pods mount read-only.",
     )
 
 

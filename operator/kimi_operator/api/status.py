@@ -5,7 +5,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-ConditionType = Literal["Ready", "Progressing", "Degraded", "SpecValid", "MNNVLReady"]
+ConditionType = Literal[
+    "Ready", "Progressing", "Degraded", "SpecValid", "MNNVLReady", "WeightsReady"
+]
 
 
 class StatusModel(BaseModel):
@@ -29,6 +31,17 @@ class Condition(StatusModel):
     )
 
 
+class WeightsStatus(StatusModel):
+    """A Hugging Face source's revision resolved to a commit, once: every group serves it."""
+
+    role: Literal["model", "draft"] = Field(description="spec.model or spec.speculative's draft.")
+    repo: str = Field(max_length=256, description="The repository.")
+    revision: str = Field(max_length=256, description="The revision the spec names.")
+    commit: str = Field(max_length=64, description="The commit it named when resolved.")
+    bytes: Annotated[int, Field(ge=0)] = Field(description="Size of the files to fetch.")
+    claim_name: str = Field(max_length=253, description="The cache claim holding that commit.")
+
+
 class KimiDeploymentStatus(StatusModel):
     observed_generation: Annotated[int, Field(ge=0)] | None = Field(
         None, description="The most recent spec generation the operator has acted on."
@@ -36,7 +49,7 @@ class KimiDeploymentStatus(StatusModel):
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=8,  # one per condition type
-        description="Ready, Progressing, Degraded, SpecValid, MNNVLReady.",
+        description="Ready, Progressing, Degraded, SpecValid, MNNVLReady, WeightsReady.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     replicas: Annotated[int, Field(ge=0)] = Field(0, description="TP groups that exist.")
@@ -45,4 +58,9 @@ class KimiDeploymentStatus(StatusModel):
         "",
         max_length=1024,
         description="In-cluster URL of the OpenAI-compatible API, once a group is ready.",
+    )
+    weights: list[WeightsStatus] = Field(
+        default_factory=list,
+        max_length=2,
+        description="The commit each Hugging Face source resolved to, and its cache claim.",
     )

@@ -1,12 +1,24 @@
 """Pure builders: a validated KimiDeployment in, the manifests of its children out."""
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.status import WeightsStatus
 from kimi_operator.builders.serving import pod_disruption_budget, pod_monitor, service
+from kimi_operator.builders.weights import (
+    cache_claim,
+    cache_name,
+    download_job,
+    hf_sources,
+    resolve_job,
+)
 from kimi_operator.builders.workloads import compute_domain, leader_worker_set
+
+# Role (model, draft) -> how that Hugging Face source was resolved.
+Resolved = Mapping[str, WeightsStatus]
 
 DEFAULT_SERVING_IMAGE = "ghcr.io/kimi-operator/vllm-kimi:0.33.0"
 DEFAULT_SERVING_VLLM_VERSION = "0.33.0"
@@ -72,17 +84,71 @@ def uses_compute_domain(kd: KimiDeployment, defaults: OperatorDefaults) -> bool:
     return mode == "Required" or (mode == "Auto" and defaults.compute_domain_available)
 
 
-def build_children(kd: KimiDeployment, defaults: OperatorDefaults) -> list[dict[str, Any]]:
+def preview_weights(kd: KimiDeployment) -> dict[str, WeightsStatus]:
+    """For `render`: each Hugging Face revision as if it were the commit (the operator resolves
+    it first, in a Job), sized by `cache.size` or as if empty."""
+    return {
+        role: WeightsStatus(
+            role=role,
+            repo=source.repo,
+            revision=source.revision,
+            commit=source.revision,
+            bytes=0,
+            claim_name=cache_name(source, source.revision),
+        )
+        for role, source in hf_sources(kd)
+    }
+
+
+def build_children(
+    kd: KimiDeployment, defaults: OperatorDefaults, weights: Resolved | None = None
+) -> list[dict[str, Any]]:
+    """The children the deployment controls. `weights`: how its Hugging Face sources were
+    resolved (None: `preview_weights`); one not resolved yet gets a resolve Job, and no group is
+    built until all are (the pods mount their cache claims)."""
     spec = kd.spec
+    weights = preview_weights(kd) if weights is None else weights
     image = serving_image(kd, defaults)
-    with_domain = uses_compute_domain(kd, defaults)
-    no_custom_all_reduce = custom_all_reduce_disabled(kd, defaults)
-    children: list[dict[str, Any]] = []
-    for group in range(spec.replicas):
-        if with_domain:
-            children.append(compute_domain(kd, group))
-        children.append(leader_worker_set(kd, group, image, with_domain, no_custom_all_reduce))
+    children: list[dict[str, Any]] = [
+        resolve_job(kd, role, source, image)
+        for role, source in hf_sources(kd)
+        if role not in weights
+    ]
+    if not children:
+        children += _groups(kd, defaults, {role: w.claim_name for role, w in weights.items()})
     children += [service(kd), pod_disruption_budget(kd)]
     if spec.monitoring.pod_monitor:
         children.append(pod_monitor(kd))
     return children
+
+
+def _groups(
+    kd: KimiDeployment, defaults: OperatorDefaults, caches: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    image = serving_image(kd, defaults)
+    with_domain = uses_compute_domain(kd, defaults)
+    no_custom_all_reduce = custom_all_reduce_disabled(kd, defaults)
+    children: list[dict[str, Any]] = []
+    for group in range(kd.spec.replicas):
+        if with_domain:
+            children.append(compute_domain(kd, group))
+        children.append(
+            leader_worker_set(kd, group, image, with_domain, no_custom_all_reduce, caches=caches)
+        )
+    return children
+
+
+def build_caches(
+    kd: KimiDeployment, defaults: OperatorDefaults, weights: Resolved
+) -> list[dict[str, Any]]:
+    """The weights caches of the resolved Hugging Face sources: a claim and its download Job
+    each, shared with other deployments of the same key (not controlled by this one)."""
+    image = serving_image(kd, defaults)
+    out = []
+    for role, source in hf_sources(kd):
+        if role in weights:
+            out += [
+                cache_claim(kd, source, weights[role]),
+                download_job(kd, source, weights[role], image),
+            ]
+    return out

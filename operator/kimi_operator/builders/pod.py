@@ -1,9 +1,10 @@
 """Pod templates for the leader (node rank 0, serves HTTP) and the workers of one TP group."""
 
 import copy
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from kimi_operator.api.constants import HF_CACHE_DIR, METRICS_PORT
+from kimi_operator.api.constants import METRICS_PORT
 from kimi_operator.api.owned_env import FAST_PATH_ENV, owned
 from kimi_operator.api.spec import KimiDeployment, WeightSource
 from kimi_operator.builders.meta import labels
@@ -23,42 +24,36 @@ CONTAINER_SECURITY = {"allowPrivilegeEscalation": False}
 STARTUP_PERIOD_S, STARTUP_FAILURES = 30, 180
 
 
-def _weight_volume(name: str, source: WeightSource, mount_dir: str) -> tuple[dict[str, Any], ...]:
-    if source.pvc is None:
-        return ()
-    volume = {
-        "name": name,
-        "persistentVolumeClaim": {"claimName": source.pvc.claim_name, "readOnly": True},
-    }
+def _weight_volume(
+    name: str, source: WeightSource, mount_dir: str, cache: str | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A read-only mount of the source's claim: the spec's own, or the weights cache (`cache`)
+    that the download Job filled."""
+    claim = source.pvc.claim_name if source.pvc is not None else cache
+    if claim is None:
+        raise ValueError(f"{name}: a Hugging Face source needs its cache claim, not yet resolved")
+    volume = {"name": name, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
     mount: dict[str, Any] = {"name": name, "mountPath": mount_dir, "readOnly": True}
-    if source.pvc.sub_path:
+    if source.pvc is not None and source.pvc.sub_path:
         mount["subPath"] = source.pvc.sub_path
     return volume, mount
 
 
-def _volumes(kd: KimiDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(
+    kd: KimiDeployment, caches: Mapping[str, str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     spec = kd.spec
     shm = {"medium": "Memory", "sizeLimit": spec.shared_memory}
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    sources = [("weights", spec.model.source, MODEL_DIR)]
+    sources = [("weights", "model", spec.model.source, MODEL_DIR)]
     if spec.speculative is not None:
-        sources.append(("draft-weights", spec.speculative.draft_source, DRAFT_DIR))
-    for name, source, mount_dir in sources:
-        pair = _weight_volume(name, source, mount_dir)
-        if pair:
-            volumes.append(pair[0])
-            mounts.append(pair[1])
-    if _hf_sources(kd):
-        volumes.append({"name": "hf-cache", "emptyDir": {}})
-        mounts.append({"name": "hf-cache", "mountPath": HF_CACHE_DIR})
+        sources.append(("draft-weights", "draft", spec.speculative.draft_source, DRAFT_DIR))
+    for name, role, source, mount_dir in sources:
+        volume, mount = _weight_volume(name, source, mount_dir, caches.get(role))
+        volumes.append(volume)
+        mounts.append(mount)
     return volumes, mounts
-
-
-def _hf_sources(kd: KimiDeployment) -> list[Any]:
-    spec = kd.spec
-    sources = [spec.model.source] + ([spec.speculative.draft_source] if spec.speculative else [])
-    return [s.huggingface for s in sources if s.huggingface is not None]
 
 
 def _set(*names: str) -> list[dict[str, Any]]:
@@ -76,15 +71,9 @@ def _fast_path_env(with_domain: bool) -> list[dict[str, Any]]:
 
 def _env(kd: KimiDeployment, with_domain: bool) -> list[dict[str, Any]]:
     """The operator's variables (api/owned_env.py), then the user's: an operator-owned name the
-    user also lists (with a value the rules accept as the same) is rendered once."""
+    user also lists (with a value the rules accept as the same) is rendered once. No Hugging Face
+    token: the weights come from a claim (the download Job alone gets the token)."""
     env = _fast_path_env(with_domain) + _set("KIMI_METRICS_PORT")
-    hf = _hf_sources(kd)
-    if hf:
-        env += _set("HF_HOME")
-        token = next((s.token_secret_ref for s in hf if s.token_secret_ref is not None), None)
-        if token is not None:
-            ref = {"name": token.name, "key": token.key}
-            env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
     rendered = {e["name"] for e in env}
     return env + [e.model_dump(exclude_none=True) for e in kd.spec.env if e.name not in rendered]
 
@@ -136,9 +125,11 @@ def pod_template(
     image: str,
     channel_claim: str | None,
     no_custom_all_reduce: bool,
+    caches: Mapping[str, str],
 ) -> dict[str, Any]:
+    """`caches`: the weights cache claim of each Hugging Face source, by role (model, draft)."""
     spec = kd.spec
-    volumes, mounts = _volumes(kd)
+    volumes, mounts = _volumes(kd, caches)
     resources = _resources(kd)
     args = (leader_args if role == "leader" else worker_args)(spec, no_custom_all_reduce)
     ports = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]

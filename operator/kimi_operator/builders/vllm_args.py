@@ -2,19 +2,12 @@
 
 import json
 
-from kimi_operator.api.spec import KimiDeploymentSpec, WeightSource
+from kimi_operator.api.spec import KimiDeploymentSpec
 
 HTTP_PORT = 8000
 DISABLE_CUSTOM_ALL_REDUCE = "--disable-custom-all-reduce"
 MODEL_DIR = "/models/weights"
 DRAFT_DIR = "/models/draft"
-
-
-def weights_path(source: WeightSource, mount_dir: str) -> str:
-    """What vLLM is given as the model: a mounted folder, or a Hugging Face repo id."""
-    if source.huggingface is not None:
-        return source.huggingface.repo
-    return mount_dir
 
 
 def _json(value: object) -> str:
@@ -25,7 +18,7 @@ def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
     """Flags common to leader and workers: everything but node rank and role."""
     kv = spec.kv_cache
     flags = [
-        weights_path(spec.model.source, MODEL_DIR),
+        MODEL_DIR,  # a claim (the spec's or the weights cache), mounted read-only
         "--served-model-name", spec.model.name,
         "--tensor-parallel-size", str(spec.gpus),
         "--additional-config", _json({"decode_backend": spec.decode.backend}),
@@ -36,8 +29,6 @@ def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
         "--gpu-memory-utilization", f"{kv.gpu_memory_utilization_percent / 100:.2f}",
         "--enable-prefix-caching" if kv.enable_prefix_caching else "--disable-prefix-caching",
     ]  # fmt: skip
-    if spec.model.source.huggingface is not None:
-        flags += ["--revision", spec.model.source.huggingface.revision]
     if kv.max_model_len is not None:
         flags += ["--max-model-len", str(kv.max_model_len)]
     if kv.mamba_cache_dtype != "auto":
@@ -47,7 +38,7 @@ def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
     if spec.speculative is not None:
         draft = {
             "method": spec.speculative.method,
-            "model": weights_path(spec.speculative.draft_source, DRAFT_DIR),
+            "model": DRAFT_DIR,
             "num_speculative_tokens": spec.speculative.num_speculative_tokens,
         }
         flags += ["--speculative-config", _json(draft)]

@@ -1,5 +1,6 @@
 """Per TP group: a LeaderWorkerSet and the ComputeDomain that gives its pods multi-node NVLink."""
 
+from collections.abc import Mapping
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
@@ -26,14 +27,25 @@ def compute_domain(kd: KimiDeployment, group: int) -> dict[str, Any]:
 
 
 def leader_worker_set(
-    kd: KimiDeployment, group: int, image: str, with_domain: bool, no_custom_all_reduce: bool
+    kd: KimiDeployment,
+    group: int,
+    image: str,
+    with_domain: bool,
+    no_custom_all_reduce: bool,
+    *,
+    caches: Mapping[str, str],
 ) -> dict[str, Any]:
     name = group_name(kd, group)
     channel = channel_claim_name(kd, group) if with_domain else None
 
     def pod(role: Role) -> dict[str, Any]:
         built = pod_template(
-            kd, role, image=image, channel_claim=channel, no_custom_all_reduce=no_custom_all_reduce
+            kd,
+            role,
+            image=image,
+            channel_claim=channel,
+            no_custom_all_reduce=no_custom_all_reduce,
+            caches=caches,
         )
         built["metadata"]["labels"][GROUP_LABEL] = name
         affinity = group_affinity(kd, name)

@@ -53,6 +53,12 @@ BUILT_IN = {
         kind="PodDisruptionBudget", namespaced=True
     ),
     "v1/serviceaccounts": kmock.ResourceInfo(kind="ServiceAccount", namespaced=True),
+    "v1/secrets": kmock.ResourceInfo(kind="Secret", namespaced=True),
+    "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True, subresources={"status"}),
+    "v1/persistentvolumeclaims": kmock.ResourceInfo(
+        kind="PersistentVolumeClaim", namespaced=True, subresources={"status"}
+    ),
+    "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True, subresources={"status"}),
     CRDS: kmock.ResourceInfo(kind="CustomResourceDefinition", namespaced=False),
     **{
         f"{rbac.RBAC_GROUP}/v1/{plural}": kmock.ResourceInfo(
@@ -643,7 +649,7 @@ class ApiServer(kmock.KubernetesEmulator):
             return
         raw = self.objects[key].raw
         owners = {ref.get("uid") for ref in raw["metadata"].get("ownerReferences") or []}
-        if owners and not owners <= self._uids:
+        if owners and not owners & self._uids:
             self.objects[key].delete()
             await self._buses[key[0]].put({"type": "DELETED", "object": raw})
 
@@ -654,7 +660,8 @@ class ApiServer(kmock.KubernetesEmulator):
         return self._uids
 
     async def _collect_garbage(self) -> None:
-        """Delete every object whose owner is gone, until none is left."""
+        """Delete every object whose owners are all gone, until none is left; an object that
+        keeps some owner loses its references to the others (as Kubernetes' collector does)."""
         while True:
             alive = self._live_uids()
             orphans = []
@@ -663,8 +670,13 @@ class ApiServer(kmock.KubernetesEmulator):
                     continue
                 raw = obj.raw
                 refs = raw["metadata"].get("ownerReferences") or []
-                if any(ref.get("uid") not in alive for ref in refs):
+                kept = [ref for ref in refs if ref.get("uid") in alive]
+                if refs and not kept:
                     orphans.append((key, raw))
+                elif len(kept) < len(refs):
+                    change = {"ownerReferences": kept, "resourceVersion": self._next_version()}
+                    obj.patch({"metadata": change})
+                    await self._buses[key[0]].put({"type": "MODIFIED", "object": obj.raw})
             if not orphans:
                 return
             for key, raw in orphans:

@@ -7,7 +7,8 @@ acted on"), so kopf keeps no bookkeeping of its own on the objects: no annotatio
 (which would block deleting a KimiDeployment whenever the operator is not running), and no write
 beyond the children and the status. The operator's own loop retries failures with backoff and
 resyncs every deployment periodically, restoring children edited or deleted by hand. Events of
-the LeaderWorkerSets and ComputeDomains it manages (`child_watches`, not kopf: see k8s/watch.py)
+the LeaderWorkerSets, ComputeDomains and weights Jobs and claims it manages (`child_watches`, not
+kopf: see k8s/watch.py)
 refresh their owner at once: readiness shows without waiting for the resync.
 """
 
@@ -30,7 +31,13 @@ from kimi_operator.builders.meta import MANAGER
 from kimi_operator.conditions import Problem
 from kimi_operator.k8s.client import Client, connection_info, retry_delay
 from kimi_operator.k8s.events import post_warning
-from kimi_operator.k8s.resources import COMPUTE_DOMAIN, KIMI_DEPLOYMENT, LEADER_WORKER_SET
+from kimi_operator.k8s.resources import (
+    COMPUTE_DOMAIN,
+    JOB,
+    KIMI_DEPLOYMENT,
+    LEADER_WORKER_SET,
+    PERSISTENT_VOLUME_CLAIM,
+)
 from kimi_operator.k8s.watch import ChildWatch
 from kimi_operator.metrics import Metrics
 from kimi_operator.reconcile import reconcile
@@ -283,7 +290,7 @@ def child_watches(ctx: OperatorContext, namespaces: Sequence[str]) -> list[Child
             refresh,
             label_selector=f"app.kubernetes.io/managed-by={MANAGER}",
         )
-        for resource in (LEADER_WORKER_SET, COMPUTE_DOMAIN)
+        for resource in (LEADER_WORKER_SET, COMPUTE_DOMAIN, JOB, PERSISTENT_VOLUME_CLAIM)
         for namespace in ([*namespaces] if namespaces else [None])
     ]
 

@@ -251,6 +251,11 @@ class Client:
         return patched
 
     def delete(self, resource: Resource, namespace: str, name: str) -> bool:
-        """False when it was already gone."""
+        """False when it was already gone. What it owns goes too, in the background (a Job's
+        default for a plain DELETE is to orphan its pods)."""
         path = resource.item(namespace, name)
-        return self._request("delete", resource.kind, "DELETE", path, missing_ok=True) is not None
+        query = {"propagationPolicy": "Background"}
+        answer = self._request(
+            "delete", resource.kind, "DELETE", path, query=query, missing_ok=True
+        )
+        return answer is not None

@@ -61,8 +61,14 @@ POD_MONITOR = Resource(
 SERVICE = Resource("", "v1", "services", "Service")
 EVENT = Resource("", "v1", "events", "Event")
 POD_DISRUPTION_BUDGET = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+JOB = Resource("batch", "v1", "jobs", "Job")
+PERSISTENT_VOLUME_CLAIM = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
+POD = Resource("", "v1", "pods", "Pod")  # read only: a weights Job's termination messages
 
 CHILD_RESOURCES = (COMPUTE_DOMAIN, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET, POD_MONITOR)
-BY_KIND = {r.kind: r for r in (KIMI_DEPLOYMENT, *CHILD_RESOURCES)}
+# The weights cache (builders/weights.py): a deployment's resolve Jobs, and the claims and
+# download Jobs it shares with other deployments.
+CACHE_RESOURCES = (PERSISTENT_VOLUME_CLAIM, JOB)
+BY_KIND = {r.kind: r for r in (KIMI_DEPLOYMENT, *CHILD_RESOURCES, *CACHE_RESOURCES)}
 # Served by every cluster: never looked up.
-BUILT_IN = frozenset({SERVICE, POD_DISRUPTION_BUDGET})
+BUILT_IN = frozenset({SERVICE, POD_DISRUPTION_BUDGET, JOB, PERSISTENT_VOLUME_CLAIM, POD})

@@ -11,7 +11,7 @@ import pytest
 
 from kimi_operator.k8s.client import load_configuration
 from kimi_operator.k8s.resources import LEADER_WORKER_SET
-from kimi_operator.k8s.watch import ChildWatch, owner_to_refresh
+from kimi_operator.k8s.watch import ChildWatch, owners_to_refresh
 
 OWNER = {"kind": "KimiDeployment", "uid": "u-1", "controller": True}
 
@@ -26,23 +26,35 @@ def child(owner: dict[str, Any] | None = None, status: Any = None, version: str 
     return obj
 
 
+SHARED = {**OWNER, "controller": False}
+
+
 @pytest.mark.parametrize(
     ("event", "expected"),
     [
-        ({"type": "ADDED", "object": child(OWNER)}, None),  # just created: no status yet
-        ({"type": "MODIFIED", "object": child(OWNER, {"readyReplicas": 1})}, "u-1"),
-        ({"type": "ADDED", "object": child(OWNER, {"readyReplicas": 0})}, "u-1"),
-        ({"type": "DELETED", "object": child(OWNER)}, "u-1"),
-        ({"type": "BOOKMARK", "object": child(OWNER, {"x": 1})}, None),
-        ({"type": "MODIFIED", "object": child({**OWNER, "controller": False}, {"x": 1})}, None),
-        ({"type": "MODIFIED", "object": child({**OWNER, "kind": "Deployment"}, {"x": 1})}, None),
-        ({"type": "MODIFIED", "object": child(None, {"x": 1})}, None),
+        ({"type": "ADDED", "object": child(OWNER)}, []),  # just created: no status yet
+        ({"type": "MODIFIED", "object": child(OWNER, {"readyReplicas": 1})}, ["u-1"]),
+        ({"type": "ADDED", "object": child(OWNER, {"readyReplicas": 0})}, ["u-1"]),
+        ({"type": "DELETED", "object": child(OWNER)}, ["u-1"]),
+        ({"type": "BOOKMARK", "object": child(OWNER, {"x": 1})}, []),
+        ({"type": "MODIFIED", "object": child({**OWNER, "kind": "Deployment"}, {"x": 1})}, []),
+        ({"type": "MODIFIED", "object": child(None, {"x": 1})}, []),
+        # A shared weights cache: every deployment using it.
+        ({"type": "MODIFIED", "object": child(SHARED, {"x": 1})}, ["u-1"]),
     ],
 )
 def test_only_status_changes_and_deletions_of_controlled_children_refresh(
-    event: dict[str, Any], expected: str | None
+    event: dict[str, Any], expected: list[str]
 ) -> None:
-    assert owner_to_refresh(event) == expected
+    assert owners_to_refresh(event) == expected
+
+
+def test_a_shared_cache_refreshes_all_its_users_and_a_controlled_child_only_its_owner() -> None:
+    obj = child(SHARED, {"succeeded": 1})
+    obj["metadata"]["ownerReferences"].append({**SHARED, "uid": "u-2"})
+    assert owners_to_refresh({"type": "MODIFIED", "object": obj}) == ["u-1", "u-2"]
+    obj["metadata"]["ownerReferences"].append({**OWNER, "uid": "u-3"})
+    assert owners_to_refresh({"type": "MODIFIED", "object": obj}) == ["u-3"]
 
 
 Script = Callable[[aiohttp.web.Request], Awaitable[aiohttp.web.StreamResponse]]

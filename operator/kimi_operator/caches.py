@@ -1,0 +1,253 @@
+"""The weights caches of one reconcile (docs/weights.md): each Hugging Face revision resolved to a
+commit once (by a Job; recorded in status), the shared claims and download Jobs applied, and
+whether the weights are ready, reported as the `WeightsReady` condition.
+
+Sharing is done with ownerReferences: each deployment using a cache adds a non-controller
+reference to its claim and download Job, so Kubernetes' garbage collector deletes them when the
+last of those deployments is deleted. A deployment that stops using a cache (its source changed)
+removes its reference, and deletes the object if it was the last. `retain` marks the claim and
+takes every reference off it: nobody deletes it from then on but a person.
+"""
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimi_operator import conditions as cond
+from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.status import WeightsStatus
+from kimi_operator.builders import OperatorDefaults, build_caches
+from kimi_operator.builders.meta import MANAGER
+from kimi_operator.builders.weights import (
+    CACHE_COMPONENT,
+    JOB_NAME_LABEL,
+    RETAIN_ANNOTATION,
+    cache_name,
+    hf_sources,
+    resolve_job_name,
+)
+from kimi_operator.k8s.apply import Applied, owner_reference
+from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.resources import BY_KIND, CACHE_RESOURCES, JOB, POD
+
+CACHE_SELECTOR = (
+    f"app.kubernetes.io/managed-by={MANAGER},app.kubernetes.io/component={CACHE_COMPONENT}"
+)
+# While a Job runs, look again this often: a running pod's progress shows nowhere that is watched.
+POLL_S = 30.0
+
+
+def recorded(kd: KimiDeployment, status: Mapping[str, Any]) -> dict[str, WeightsStatus]:
+    """The resolutions in `status` that still match the spec's repository and revision (a spec
+    change elsewhere never resolves, nor downloads, again). The claim follows the files too."""
+    by_role = {w.get("role"): w for w in status.get("weights") or []}
+    out: dict[str, WeightsStatus] = {}
+    for role, source in hf_sources(kd):
+        was = by_role.get(role)
+        if was and (was.get("repo"), was.get("revision")) == (source.repo, source.revision):
+            commit = was["commit"]
+            out[role] = WeightsStatus.model_validate(
+                {**was, "claimName": cache_name(source, commit)}
+            )
+    return out
+
+
+def _conditions(job: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return {c.get("type", ""): c for c in conditions if c.get("status") == "True"}
+
+
+def termination_message(client: Client, job: Mapping[str, Any]) -> dict[str, Any]:
+    """What the Job's newest pod with a termination message said (the downloader's progress and
+    outcome as JSON); {} when none has one yet."""
+    meta = job["metadata"]
+    pods = client.list(POD, meta["namespace"], label_selector=f"{JOB_NAME_LABEL}={meta['name']}")
+    pods.sort(key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
+    for pod in reversed(pods):
+        for container in (pod.get("status") or {}).get("containerStatuses") or []:
+            state = container.get("state") or {}
+            text = (state.get("terminated") or {}).get("message")
+            if text:
+                try:
+                    message = json.loads(text)
+                except ValueError:
+                    return {"reason": text}
+                return message if isinstance(message, dict) else {}
+    return {}
+
+
+@dataclass
+class Weights:
+    """What a reconcile found of the deployment's weights caches."""
+
+    resolved: dict[str, WeightsStatus]
+    ready: bool = True
+    # Downloading or resolving: not ready yet, not a failure.
+    waiting: list[cond.Problem] = field(default_factory=list)
+    failed: list[cond.Problem] = field(default_factory=list)
+
+    def condition(self) -> tuple[cond.Status, str, str]:
+        if self.failed:
+            return "False", self.failed[0].reason, "; ".join(p.message for p in self.failed)
+        if self.waiting:
+            return "False", self.waiting[0].reason, "; ".join(p.message for p in self.waiting)
+        if not self.ready:  # the reconcile stopped before it could look
+            return "Unknown", "NotObserved", "the weights caches could not be read"
+        if not self.resolved:
+            return "True", "ClaimGiven", "the weights are on the claims the spec names"
+        held = ", ".join(f"{w.repo}@{w.commit} in {w.claim_name}" for w in self.resolved.values())
+        return "True", "Downloaded", f"downloaded and verified: {held}"
+
+
+def _failure(job: Mapping[str, Any], message: Mapping[str, Any]) -> str:
+    why = _conditions(job)["Failed"]
+    reason = message.get("reason") or "no termination message"
+    return f"Job {job['metadata']['name']} failed ({why.get('reason', 'Failed')}): {reason}"
+
+
+def resolve(client: Client, kd: KimiDeployment, status: Mapping[str, Any]) -> Weights:
+    """The resolutions recorded, plus those a finished resolve Job now gives."""
+    weights = Weights(recorded(kd, status))
+    for role, source in hf_sources(kd):
+        if role in weights.resolved:
+            continue
+        weights.ready = False
+        name = resolve_job_name(kd, role, source)
+        job = client.get(JOB, kd.metadata.namespace, name)
+        done = _conditions(job) if job is not None else {}
+        if job is None or not done:
+            where = f"{source.repo}@{source.revision}"
+            weights.waiting.append(cond.Problem("Resolving", f"Job {name} resolves {where}"))
+            continue
+        message = termination_message(client, job)
+        if "Failed" in done:
+            weights.failed.append(cond.Problem("ResolveFailed", _failure(job, message)))
+        elif "Complete" in done and message.get("commit"):
+            commit = str(message["commit"])
+            weights.resolved[role] = WeightsStatus(
+                role=role,
+                repo=source.repo,
+                revision=source.revision,
+                commit=commit,
+                bytes=int(message.get("bytesTotal", 0)),
+                claim_name=cache_name(source, commit),
+            )
+        else:
+            why = f"Job {name} completed without a commit in its termination message"
+            weights.failed.append(cond.Problem("ResolveFailed", why))
+    return weights
+
+
+def _progress(message: Mapping[str, Any]) -> str:
+    if "filesTotal" not in message:
+        return "running"
+    return (
+        f"{message.get('filesDone', 0)} of {message['filesTotal']} files, "
+        f"{message.get('bytesDone', 0)} of {message.get('bytesTotal', 0)} bytes "
+        f"(as its last attempt ended: {message.get('phase', '')})"
+    )
+
+
+def observe_downloads(client: Client, weights: Weights, jobs: Sequence[Mapping[str, Any]]) -> None:
+    """Ready once every download Job completed; a failed one fails the weights."""
+    for job in jobs:
+        done = _conditions(job)
+        if "Complete" in done:
+            continue
+        weights.ready = False
+        message = termination_message(client, job)
+        if "Failed" in done:
+            weights.failed.append(cond.Problem("DownloadFailed", _failure(job, message)))
+        else:
+            name = job["metadata"]["name"]
+            weights.waiting.append(cond.Problem("Downloading", f"Job {name}: {_progress(message)}"))
+
+
+def _users(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    refs: list[dict[str, Any]] = obj["metadata"].get("ownerReferences") or []
+    return refs
+
+
+def apply_shared(
+    client: Client,
+    desired: Mapping[str, Any],
+    owner: Mapping[str, Any],
+    retain: bool,
+    into: Applied,
+) -> dict[str, Any]:
+    """Create a cache object, or add this deployment to the users of the one there; never patch
+    its spec (a claim's and a Job's are mostly immutable, and other users share it)."""
+    resource = BY_KIND[desired["kind"]]
+    meta = desired["metadata"]
+    mine = {**owner_reference(owner), "controller": False}
+    kept = retain and resource.kind == "PersistentVolumeClaim"
+    new = {**desired, "metadata": {**meta, "ownerReferences": [] if kept else [mine]}}
+    if kept:
+        new["metadata"]["annotations"] = {**meta.get("annotations", {}), RETAIN_ANNOTATION: "true"}
+    actual = client.get(resource, meta["namespace"], meta["name"])
+    if actual is None:
+        into.created.append(f"{resource.kind}/{meta['name']}")
+        return client.create(resource, new)
+    annotations = actual["metadata"].get("annotations") or {}
+    refs = _users(actual)
+    if kept and (refs or RETAIN_ANNOTATION not in annotations):
+        change: dict[str, Any] = {
+            "annotations": {RETAIN_ANNOTATION: "true"},
+            "ownerReferences": None,
+        }
+    elif not kept and RETAIN_ANNOTATION not in annotations and mine["uid"] not in _uids(refs):
+        change = {"ownerReferences": [*refs, mine]}
+    else:
+        return actual
+    change["resourceVersion"] = actual["metadata"].get("resourceVersion")
+    into.patched.append(f"{resource.kind}/{meta['name']}")
+    return client.patch(resource, meta["namespace"], meta["name"], {"metadata": change})
+
+
+def apply_caches(
+    client: Client,
+    kd: KimiDeployment,
+    body: Mapping[str, Any],
+    defaults: OperatorDefaults,
+    into: Applied,
+) -> tuple[Weights, list[dict[str, Any]]]:
+    """Resolve, apply the claims and download Jobs, observe them: (the weights, the caches)."""
+    weights = resolve(client, kd, body.get("status") or {})
+    shared = build_caches(kd, defaults, weights.resolved)
+    retained = {
+        weights.resolved[role].claim_name
+        for role, source in hf_sources(kd)
+        if source.cache.retain and role in weights.resolved
+    }
+    live = [
+        apply_shared(client, obj, body, obj["metadata"]["name"] in retained, into) for obj in shared
+    ]
+    observe_downloads(client, weights, [obj for obj in live if obj["kind"] == JOB.kind])
+    return weights, shared
+
+
+def _uids(refs: Sequence[Mapping[str, Any]]) -> set[str]:
+    return {ref.get("uid", "") for ref in refs}
+
+
+def release_unused(
+    client: Client, namespace: str, uid: str, keep: set[tuple[str, str]], into: Applied
+) -> None:
+    """Stop using the caches (listed by label) this deployment uses but no longer wants: take its
+    reference off, and delete the object when it was the last user."""
+    for resource in CACHE_RESOURCES:
+        for obj in client.list(resource, namespace, label_selector=CACHE_SELECTOR):
+            name, refs = obj["metadata"]["name"], _users(obj)
+            if (resource.kind, name) in keep or uid not in _uids(refs):
+                continue
+            others = [ref for ref in refs if ref.get("uid") != uid]
+            if others:
+                change = {
+                    "ownerReferences": others,
+                    "resourceVersion": obj["metadata"].get("resourceVersion"),
+                }
+                client.patch(resource, namespace, name, {"metadata": change})
+                into.patched.append(f"{resource.kind}/{name}")
+            elif client.delete(resource, namespace, name):
+                into.deleted.append(f"{resource.kind}/{name}")
