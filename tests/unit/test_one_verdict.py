@@ -54,6 +54,61 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     ("model-both-sources", {"spec.model.source": PVC | HF}, False),
     ("model-hf", {"spec.model.source": HF}, True),
     (
+        "model-hf-cache",
+        {
+            "spec.model.source": {
+                "huggingface": HF["huggingface"]
+                | {
+                    "cache": {
+                        "storageClassName": "cephfs",
+                        "size": "2Ti",
+                        "accessMode": "ReadWriteMany",
+                        "files": ["*.safetensors", "*.json"],
+                        "retain": True,
+                    }
+                }
+            }
+        },
+        True,
+    ),
+    *(
+        (
+            f"model-hf-cache-{mode.lower()}",
+            {
+                "spec.model.source": {
+                    "huggingface": HF["huggingface"] | {"cache": {"accessMode": mode}}
+                }
+            },
+            False,
+        )
+        for mode in ("ReadWriteOnce", "ReadWriteOncePod", "ReadOnlyMany", "Rwx")
+    ),
+    (
+        "draft-hf-cache-rwo",
+        {
+            "spec.speculative": {
+                "draftSource": HF
+                | {"huggingface": HF["huggingface"] | {"cache": {"accessMode": "ReadWriteOnce"}}}
+            }
+        },
+        False,
+    ),
+    (
+        "model-hf-cache-size",
+        {"spec.model.source": {"huggingface": HF["huggingface"] | {"cache": {"size": "lots"}}}},
+        False,
+    ),
+    (
+        "model-hf-cache-files-empty",
+        {"spec.model.source": {"huggingface": HF["huggingface"] | {"cache": {"files": [""]}}}},
+        False,
+    ),
+    (
+        "model-hf-cache-unknown",
+        {"spec.model.source": {"huggingface": HF["huggingface"] | {"cache": {"sizeGi": 2}}}},
+        False,
+    ),
+    (
         "model-hf-token",
         {
             "spec.model.source": {
@@ -144,7 +199,7 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     ("env-cumem-off", {"spec.env": [{"name": "NCCL_CUMEM_ENABLE", "value": "0"}]}, False),
     ("env-metrics-port", {"spec.env": [{"name": "KIMI_METRICS_PORT", "value": "9091"}]}, False),
     ("env-metrics-port-same", {"spec.env": [{"name": "KIMI_METRICS_PORT", "value": "9090"}]}, True),
-    ("env-hf-home", {"spec.env": [{"name": "HF_HOME", "value": "/tmp/hf"}]}, False),
+    ("env-hf-home", {"spec.env": [{"name": "HF_HOME", "value": "/tmp/hf"}]}, True),
     ("env-hf-token", {"spec.env": [{"name": "HF_TOKEN", "value": "hf_x"}]}, False),
     ("env-twice", {"spec.env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}, False),
     ("env-mnnvl", {"spec.env": [{"name": "NCCL_MNNVL_ENABLE", "value": "0"}]}, False),

@@ -19,9 +19,8 @@ FAST_PATH_MAX_DECODE_TOKENS: Final = 64
 MAX_SPECULATIVE_TOKENS: Final = 7
 
 # Where the kimi_kernels vLLM plugin serves the decode-rate metrics on every pod (and the
-# PodMonitor scrapes), and where Hugging Face downloads go.
+# PodMonitor scrapes).
 METRICS_PORT: Final = 9090
-HF_CACHE_DIR: Final = "/cache/huggingface"
 
 # A KimiDeployment's name ends up in LeaderWorkerSet, Service and pod names (`<name>-g<i>-<n>-<m>`),
 # which must be DNS-1035 labels of at most 63 characters.

@@ -8,7 +8,7 @@ reads it (the container then gets it once); any other value, or a valueFrom, is 
 from dataclasses import dataclass
 from typing import Final
 
-from kimi_operator.api.constants import HF_CACHE_DIR, METRICS_PORT
+from kimi_operator.api.constants import METRICS_PORT
 
 
 @dataclass(frozen=True)
@@ -55,16 +55,10 @@ OWNED_ENV: Final = (
         str(METRICS_PORT),
     ),
     OwnedEnv(
-        "HF_HOME",
-        HF_CACHE_DIR,
-        "the Hugging Face cache volume the operator mounts",
-        f"^{HF_CACHE_DIR}/?$",
-        HF_CACHE_DIR,
-    ),
-    OwnedEnv(
         "HF_TOKEN",
         "",
-        "set from spec.model.source.huggingface.tokenSecretRef",
+        "the Hugging Face token goes to the weights download Jobs only (tokenSecretRef of a "
+        "huggingface source), never to serving pods",
         "",
         "",
     ),

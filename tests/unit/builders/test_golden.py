@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kimi_operator.builders import build_children
+from kimi_operator.builders import build_caches, build_children, preview_weights
 from tests.unit.builders.cases import CASES, SAMPLES, deployment
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -18,9 +18,9 @@ GOLDEN = Path(__file__).parent / "golden"
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_children_match_golden(case: str, request: pytest.FixtureRequest) -> None:
     doc, defaults = CASES[case]
-    rendered = yaml.safe_dump_all(
-        build_children(deployment(doc), defaults), sort_keys=False, width=100
-    )
+    kd = deployment(doc)
+    children = build_children(kd, defaults) + build_caches(kd, defaults, preview_weights(kd))
+    rendered = yaml.safe_dump_all(children, sort_keys=False, width=100)
     path = GOLDEN / f"{case}.yaml"
     if request.config.getoption("--update-golden"):
         path.write_text(rendered)

@@ -1,7 +1,7 @@
 """Every child of every case is valid for the API server that will receive it: the upstream CRDs
 (LeaderWorkerSet, ComputeDomain, PodMonitor) as the embedded API server admits them (structural
 schema, CEL rules) with unknown fields refused, built-in kinds by `kubernetes-validate`'s
-schemas."""
+schemas (the weights caches' Jobs and claims included)."""
 
 from typing import Any
 
@@ -9,12 +9,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kimi_operator.builders import build_children
+from kimi_operator.builders import build_caches, build_children, preview_weights
 from kimi_operator.embedded.admission import CustomResource
 from kimi_operator.embedded.upstream import CHILD_KINDS, upstream_crd
 from tests.unit.builders.cases import CASES, deployment
 
-BUILT_IN = {"Service", "PodDisruptionBudget"}
+BUILT_IN = {"Service", "PodDisruptionBudget", "Job", "PersistentVolumeClaim"}
 KUBERNETES_VERSION = "1.34"
 
 
@@ -31,7 +31,11 @@ def crd_errors(child: dict[str, Any]) -> list[str]:
 def children() -> list[tuple[str, dict[str, Any]]]:
     out = []
     for case, (doc, defaults) in sorted(CASES.items()):
-        for child in build_children(deployment(doc), defaults):
+        kd = deployment(doc)
+        # With the weights caches, and the resolve Jobs a deployment starts with.
+        resolving = [c for c in build_children(kd, defaults, {}) if c["kind"] == "Job"]
+        caches = build_caches(kd, defaults, preview_weights(kd))
+        for child in build_children(kd, defaults) + caches + resolving:
             out.append((f"{case}:{child['kind']}/{child['metadata']['name']}", child))
     return out
 

@@ -115,6 +115,7 @@ def test_transition_time_moves_only_when_the_status_changes() -> None:
         "Degraded": "T1",
         "SpecValid": "T1",
         "MNNVLReady": "T1",
+        "WeightsReady": "T1",
     }
 
 
