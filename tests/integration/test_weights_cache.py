@@ -7,7 +7,6 @@ kubelet as before.
 """
 
 import base64
-import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,9 +54,7 @@ def hub() -> Iterator[FakeHub]:
 
 
 @pytest.fixture
-def jobs(
-    api: EmbeddedApiServer, client: Client, hub: FakeHub, tmp_path: Path
-) -> Iterator[JobRunner]:
+def jobs(client: Client, hub: FakeHub, tmp_path: Path) -> Iterator[JobRunner]:
     with running(JobRunner(client, hub.url, tmp_path / "volumes")) as runner:
         yield runner
 
@@ -98,8 +95,9 @@ def caches(client: Client) -> list[tuple[str, str]]:
     )
 
 
+@pytest.mark.usefixtures("operator")
 def test_resolved_once_downloaded_then_served_from_the_claim_read_only(
-    api: EmbeddedApiServer, client: Client, operator: object, hub: FakeHub, jobs: JobRunner
+    api: EmbeddedApiServer, client: Client, hub: FakeHub, jobs: JobRunner
 ) -> None:
     commit = hub.repos[REPO].refs["main"]
     client.create(KIMI_DEPLOYMENT, deployment("k3"))
@@ -135,7 +133,8 @@ def test_resolved_once_downloaded_then_served_from_the_claim_read_only(
         for c in s.get("conditions", [])
         if c["type"] == "WeightsReady"
     ]
-    assert reasons[0] == "Resolving" and reasons[-1] == "Downloaded"
+    assert reasons[0] == "Resolving"
+    assert reasons[-1] == "Downloaded"
     assert "Downloading" in reasons
 
     # The pods mount the claim read-only and load it from there; nothing to download.
@@ -159,8 +158,9 @@ def test_resolved_once_downloaded_then_served_from_the_claim_read_only(
     assert len(jobs.attempts) == 2  # the resolve and the download, of the first generation
 
 
+@pytest.mark.usefixtures("operator")
 def test_two_deployments_share_one_cache_deleted_with_the_last(
-    client: Client, operator: object, jobs: JobRunner
+    client: Client, jobs: JobRunner
 ) -> None:
     for name in ("a", "b"):
         client.create(KIMI_DEPLOYMENT, deployment(name))
@@ -170,8 +170,8 @@ def test_two_deployments_share_one_cache_deleted_with_the_last(
     assert [a.job for a in jobs.attempts].count(claim) == 1
 
     def users() -> list[str]:
-        obj = client.get(PERSISTENT_VOLUME_CLAIM, NS, claim)
-        return sorted(ref["name"] for ref in (obj or {}).get("metadata", {}).get("ownerReferences", []))
+        obj = client.get(PERSISTENT_VOLUME_CLAIM, NS, claim) or {"metadata": {}}
+        return sorted(ref["name"] for ref in obj["metadata"].get("ownerReferences", []))
 
     wait_for(lambda: users() == ["a", "b"], TIMEOUT_S, "both deployments using the claim")
     client.delete(KIMI_DEPLOYMENT, NS, "a")
@@ -181,7 +181,8 @@ def test_two_deployments_share_one_cache_deleted_with_the_last(
     wait_for(lambda: caches(client) == [], TIMEOUT_S, "the cache deleted with the last user")
 
 
-def test_retain_keeps_the_claim(client: Client, operator: object, jobs: JobRunner) -> None:
+@pytest.mark.usefixtures("operator", "jobs")
+def test_retain_keeps_the_claim(client: Client) -> None:
     client.create(KIMI_DEPLOYMENT, deployment("kept", retain=True))
     claim = serving(client, "kept")["weights"][0]["claimName"]
     client.delete(KIMI_DEPLOYMENT, NS, "kept")
@@ -212,27 +213,30 @@ def no_groups_and_failed(client: Client, name: str, reason: str) -> dict[str, An
     return found
 
 
-def test_a_failed_resolve_says_why_and_creates_nothing_more(
-    client: Client, operator: object, jobs: JobRunner
-) -> None:
+@pytest.mark.usefixtures("operator", "jobs")
+def test_a_failed_resolve_says_why_and_creates_nothing_more(client: Client) -> None:
     client.create(KIMI_DEPLOYMENT, deployment("private", repo=PRIVATE))  # no token
     found = no_groups_and_failed(client, "private", "ResolveFailed")
-    assert "BackoffLimitExceeded" in found["message"] and "401" in found["message"]
+    assert "BackoffLimitExceeded" in found["message"]
+    assert "401" in found["message"]
     assert caches(client) == []
 
 
+@pytest.mark.usefixtures("operator")
 def test_a_failed_download_says_why_and_creates_no_group(
-    client: Client, operator: object, hub: FakeHub, jobs: JobRunner
+    client: Client, hub: FakeHub, jobs: JobRunner
 ) -> None:
     hub.faults.append(Fault("model-00002-of-00002.safetensors", times=100, status=404))
     client.create(KIMI_DEPLOYMENT, deployment("broken"))
     found = no_groups_and_failed(client, "broken", "DownloadFailed")
-    assert "BackoffLimitExceeded" in found["message"] and "404" in found["message"]
+    assert "BackoffLimitExceeded" in found["message"]
+    assert "404" in found["message"]
     (claim,) = {name for _, name in caches(client)}
     assert not (jobs.claim_dir(NS, claim) / MANIFEST).exists()
 
 
-def test_the_token_reaches_the_jobs_only(client: Client, operator: object, jobs: JobRunner) -> None:
+@pytest.mark.usefixtures("operator")
+def test_the_token_reaches_the_jobs_only(client: Client, jobs: JobRunner) -> None:
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -245,12 +249,13 @@ def test_the_token_reaches_the_jobs_only(client: Client, operator: object, jobs:
     client.create(KIMI_DEPLOYMENT, doc)
     claim = serving(client, "private")["weights"][0]["claimName"]
     (group,) = client.list(LEADER_WORKER_SET, NS)
-    assert "HF_TOKEN" not in json.dumps(group) and '"hf"' not in json.dumps(group)
+    assert "HF_TOKEN" not in json.dumps(group)
+    assert '"hf"' not in json.dumps(group)  # nor the Secret, by any name
     job = client.get(JOB, NS, claim)
     assert job is not None
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["env"] == [
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
     ]
+    assert [a.exit_code for a in jobs.attempts] == [0, 0]  # resolved and downloaded with it
     assert all(TOKEN not in a.output for a in jobs.attempts)
-    assert copy.deepcopy(jobs.attempts[-1].exit_code) == 0

@@ -1,33 +1,38 @@
-"""The operator never reads a Secret: the Hugging Face token reaches pods only as a secretKeyRef.
+"""The operator never reads a Secret: the Hugging Face token reaches the weights Jobs only, as a
+secretKeyRef, and no serving pod.
 
-A run with a token set: the token value appears in no log line (DEBUG included), no Event and no
-object in the namespace, and the operator sends no request at all to the secrets API.
+A run with a token set, its weights Jobs run for real against the fake hub (embedded.jobs, which
+reads the Secret as a kubelet would): the token value appears in no log line (DEBUG included), no
+Event and no object in the namespace, and the operator sends no request at all to the secrets API.
 """
 
+import base64
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
-import kmock
 import pytest
 
+from kimi_operator.embedded.hub import FakeHub
+from kimi_operator.embedded.jobs import SECRET, JobRunner, running
+from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
     EVENT,
+    JOB,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
     POD_DISRUPTION_BUDGET,
     POD_MONITOR,
     SERVICE,
-    Resource,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
 from tests.operator.conftest import RESYNC_S, sample, status_of, wait_for
 
 NS = "inference"
-SECRET = Resource("", "v1", "secrets", "Secret")
 TOKEN = "hf_kimiSecurityProbe_7Qz2xW9vL4mN8bR3"
 REF = {"name": "hf-token", "key": "token"}
 
@@ -48,37 +53,48 @@ def test_the_token_is_never_read_logged_or_written(
     api: EmbeddedApiServer,
     client: Client,
     token: str,
+    *,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
-    api.call(
-        lambda h: h.resources.__setitem__(
-            "v1/secrets", kmock.ResourceInfo(kind="Secret", namespaced=True)
-        )
-    )
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": REF["name"], "namespace": NS},
     }
-    client.create(SECRET, {**secret, "stringData": {REF["key"]: TOKEN}, "data": {}})
+    client.create(
+        SECRET, {**secret, "data": {REF["key"]: base64.b64encode(TOKEN.encode()).decode()}}
+    )
+    hub = FakeHub()
+    hub.push(
+        "moonshotai/Kimi-K3", {"config.json": b"{}", "model.safetensors": b"w" * 1000}, token=TOKEN
+    )
 
-    requests: list[tuple[str, str]] = []
+    requests: list[tuple[str, str]] = []  # the operator's (its ServiceAccount's)
     serve = ApiServer.__call__
 
     async def recording(self: ApiServer, raw: Any) -> Any:
-        requests.append((raw.method, raw.path_qs))
+        if raw.headers.get("Authorization") == f"Bearer {token}":
+            requests.append((raw.method, raw.path_qs))
         return await serve(self, raw)
 
     monkeypatch.setattr(ApiServer, "__call__", recording)
     caplog.set_level(logging.DEBUG)
     doc = _deployment()
     config = RunConfig(server=api.url, token=token, resync_interval_s=RESYNC_S, workers=4)
-    with OperatorThread(config):
-        client.create(KIMI_DEPLOYMENT, doc)
-        name = doc["metadata"]["name"]
-        wait_for(lambda: status_of(client, NS, name).get("observedGeneration") == 1, what="status")
-        wait_for(lambda: len(requests) > 50, what="a few resyncs")  # several passes, not one
+    with hub.running():
+        runner = JobRunner(client, hub.url, tmp_path)
+        with OperatorThread(config), running(runner):
+            client.create(KIMI_DEPLOYMENT, doc)
+            name = doc["metadata"]["name"]
+
+            def serving() -> bool:
+                mark_ready(client, NS)
+                return status_of(client, NS, name).get("readyReplicas") == 1
+
+            wait_for(serving, 60, "serving")
+            wait_for(lambda: len(requests) > 50, what="a few resyncs")  # several passes
 
     written = [
         obj
@@ -90,6 +106,7 @@ def test_the_token_is_never_read_logged_or_written(
             POD_DISRUPTION_BUDGET,
             POD_MONITOR,
             EVENT,
+            JOB,
         )
         for obj in client.list(resource, NS)
     ]
@@ -97,8 +114,14 @@ def test_the_token_is_never_read_logged_or_written(
     for role in ("leaderTemplate", "workerTemplate"):
         pod = lws["spec"]["leaderWorkerTemplate"][role]["spec"]
         env = {e["name"]: e for e in pod["containers"][0]["env"]}
-        assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": REF}}
+        assert "HF_TOKEN" not in env  # the weights come from the cache claim
         assert env["EXTRA_TOKEN"]["valueFrom"]["secretKeyRef"].items() >= REF.items()
+    (job,) = [
+        o for o in written if o["kind"] == "Job"
+    ]  # the download Job (resolved: no resolve Job)
+    (download,) = job["spec"]["template"]["spec"]["containers"]
+    assert download["env"] == [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": REF}}]
+    assert all(TOKEN not in attempt.output for attempt in runner.attempts)
     assert any(o["kind"] == "Event" for o in written)
     assert TOKEN not in json.dumps(written)
     assert caplog.records  # the scan below looked at something
