@@ -15,7 +15,9 @@ import contextlib
 import copy
 import functools
 import json
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -29,13 +31,17 @@ import yaml
 
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.chart import operator_identity
+from kimi_operator.embedded.hub import FakeHub
+from kimi_operator.embedded.jobs import JobRunner, running
+from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.rbac import Attributes, request_attributes
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
-from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
+    JOB,
     LEADER_WORKER_SET,
     POD_MONITOR,
     SERVICE,
@@ -56,6 +62,7 @@ NAMESPACE = "inference"
 PEERING = "kimi-operator"
 PEERING_CRDS = ROOT / "charts" / "kimi-operator" / "files" / "kopf-peering-crds.yaml"
 
+CACHES = "labelSelector=app.kubernetes.io/component%3Dweights-cache"
 Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb)
 
 
@@ -266,6 +273,8 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
     _wait(lambda: bool(_send(url, "GET", f"{kimi}/bad").get("status")), "the invalid one's status")
     _send(url, "DELETE", f"{kimi}/bad")
 
+    _weights_scenario(api, kimi)
+
     def all_reached() -> bool:
         return all(
             any(str(s.path) == f and s.first_line <= line <= s.last_line for f, line in reached)
@@ -273,6 +282,46 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
         )
 
     _wait(all_reached, "every client call of the operator", timeout=30.0)
+
+
+def _weights_scenario(api: EmbeddedApiServer, kimi: str) -> None:
+    """Two deployments of one Hugging Face repository share a weights cache (its Jobs run for
+    real: embedded.jobs); both move to another branch one after the other: the first lets go of
+    the old cache, the second, its last user, deletes it."""
+    hub = FakeHub()
+    hub.push("moonshotai/Kimi-K3", {"config.json": b"{}", "model.safetensors": b"1" * 1000})
+    hub.push("moonshotai/Kimi-K3", {"config.json": b"{}", "model.safetensors": b"2" * 1000}, "v2")
+    admin = Client(load_configuration(api.url))
+    with hub.running(), running(JobRunner(admin, hub.url, Path(tempfile.mkdtemp()))) as jobs:
+        for name in ("w1", "w2"):
+            doc = _sample("k3-tp16-latency")
+            doc["metadata"] = {"name": name, "namespace": NAMESPACE}
+            doc["spec"]["model"]["source"] = {"huggingface": {"repo": "moonshotai/Kimi-K3"}}
+            _send(api.url, "POST", kimi, doc)
+
+        def serving(names: tuple[str, ...]) -> Callable[[], bool]:
+            def probe() -> bool:
+                mark_ready(admin, NAMESPACE)
+                return all(
+                    _send(api.url, "GET", f"{kimi}/{n}").get("status", {}).get("readyReplicas")
+                    for n in names
+                )
+
+            return probe
+
+        def caches() -> set[str]:
+            listed = _send(api.url, "GET", JOB.collection(NAMESPACE) + "?" + CACHES)["items"]
+            return {job["metadata"]["name"] for job in listed}
+
+        _wait(serving(("w1", "w2")), "both deployments serving from one cache", timeout=60.0)
+        (old,) = caches()
+        for name in ("w1", "w2"):
+            moved = {"spec": {"model": {"source": {"huggingface": {"revision": "v2"}}}}}
+            _send(api.url, "PATCH", f"{kimi}/{name}", moved, merge=True)
+            _wait(lambda: len(caches() - {old}) == 1, "the new cache", timeout=60.0)
+        _wait(lambda: old not in caches(), "the old cache deleted with its last user", 60.0)
+        shutil.rmtree(jobs.volumes)
+    admin.close()
 
 
 def _peering_objects(namespaces: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
