@@ -148,7 +148,12 @@ def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import yaml  # noqa: PLC0415
 
-    from kimi_operator.builders import OperatorDefaults, build_children  # noqa: PLC0415
+    from kimi_operator.builders import (  # noqa: PLC0415
+        OperatorDefaults,
+        build_caches,
+        build_children,
+        preview_weights,
+    )
 
     defaults = OperatorDefaults(serving_image=args.image) if args.image else OperatorDefaults()
     status, children = EXIT_OK, []
@@ -162,7 +167,12 @@ def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         else:
             for warning in report.warnings:
                 print(f"{document.label}: warning: {warning}", file=err)
-            children += build_children(report.deployment, defaults)
+            kd = report.deployment
+            # A Hugging Face source: the resolve Job it starts with, then its weights cache and
+            # the groups as they will be once resolved (the revision shown as if the commit).
+            weights = preview_weights(kd)
+            children += [c for c in build_children(kd, defaults, {}) if c["kind"] == "Job"]
+            children += build_caches(kd, defaults, weights) + build_children(kd, defaults, weights)
     if status != EXIT_OK:
         return status
     out.write(yaml.safe_dump_all(children, sort_keys=False, width=100))
@@ -350,7 +360,11 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("files", nargs="+", metavar="FILE", help="YAML file, or - for stdin")
     validate.set_defaults(run=cmd_validate)
 
-    render = sub.add_parser("render", help="print the children the operator creates for a spec")
+    render = sub.add_parser(
+        "render",
+        help="print the children the operator creates for a spec (a Hugging Face source: its "
+        "resolve Job and weights cache too, the revision shown as if it were the commit)",
+    )
     render.add_argument("file", metavar="FILE", help="YAML file, or - for stdin")
     render.add_argument("--image", help="serving image when the spec leaves spec.image empty")
     render.set_defaults(run=cmd_render)

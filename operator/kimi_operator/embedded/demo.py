@@ -2,14 +2,17 @@
 
 Starts the API server on 127.0.0.1, installs the KimiDeployment CRD and the upstream CRDs it
 needs, shows the rejected samples refused by the server as `kubectl apply` shows it, runs the
-operator as the chart's ServiceAccount (its RBAC enforced), applies the sample deployments, plays
-the kubelet (says so), prints a `kubectl get kimi` table and the children, and shuts everything
-down.
+operator as the chart's ServiceAccount (its RBAC enforced), applies the sample deployments, runs
+the weights Jobs of Hugging Face sources for real against a fake hub serving a tiny generated
+repository (embedded.jobs), plays the kubelet (says so), prints a `kubectl get kimi` table and the
+children, and shuts everything down.
 """
 
+import base64
 import copy
 import datetime
 import json
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +25,8 @@ import yaml
 from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
 from kimi_operator.embedded.chart import operator_identity
+from kimi_operator.embedded.hub import FakeHub
+from kimi_operator.embedded.jobs import SECRET, JobRunner
 from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
@@ -36,6 +41,13 @@ from kimi_operator.runner import OperatorThread, RunConfig
 
 RESYNC_S = 1.0
 TIMEOUT_S = 20.0
+DEMO_TOKEN = "hf_demoToken"  # the fake hub's, for the samples' token Secrets
+# The tiny repository the fake hub serves for every Hugging Face source of the samples.
+DEMO_FILES = {
+    "config.json": b'{"model_type": "kimi_k3"}',
+    "model-00001-of-00001.safetensors": bytes(range(256)) * 64,
+    "tokenizer_config.json": b"{}",
+}
 
 
 class DemoError(Exception):
@@ -108,6 +120,11 @@ def summary(client: Client, deployment: Mapping[str, Any]) -> list[str]:
                 == meta["name"]
             ):
                 lines.append(f"  {_child_line(child)}")
+    for weights in (deployment.get("status") or {}).get("weights", []):
+        lines.append(
+            f"  PersistentVolumeClaim/{weights['claimName']} and Job/{weights['claimName']}  "
+            f"(weights cache, shared: {weights['repo']}@{weights['commit'][:12]})"
+        )
     for condition in (deployment.get("status") or {}).get("conditions", []):
         lines.append(
             f"  condition {condition['type']}={condition['status']} "
@@ -175,6 +192,38 @@ def _all_reconciled(client: Client) -> bool:
     )
 
 
+def _sources(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    spec = doc["spec"]
+    sources = [spec["model"]["source"], (spec.get("speculative") or {}).get("draftSource") or {}]
+    return [s["huggingface"] for s in sources if "huggingface" in s]
+
+
+def fake_hub(client: Client, docs: list[dict[str, Any]]) -> FakeHub:
+    """A hub serving DEMO_FILES for every Hugging Face repository of `docs` (private where a
+    token is referenced, its Secret created holding DEMO_TOKEN)."""
+    hub = FakeHub()
+    for doc in docs:
+        for source in _sources(doc):
+            ref = source.get("tokenSecretRef")
+            hub.push(source["repo"], DEMO_FILES, source.get("revision", "main"), ref and DEMO_TOKEN)
+            if ref is not None:
+                secret = {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": ref["name"], "namespace": doc["metadata"]["namespace"]},
+                    "data": {ref["key"]: base64.b64encode(DEMO_TOKEN.encode()).decode()},
+                }
+                client.create(SECRET, secret)
+    return hub
+
+
+def _weights_ready(client: Client) -> bool:
+    return all(
+        _condition(kd, "WeightsReady").get("status") == "True"
+        for kd in client.list(KIMI_DEPLOYMENT)
+    )
+
+
 def _all_ready(client: Client) -> bool:
     return all(
         _condition(kd, "Ready").get("status") == "True" for kd in client.list(KIMI_DEPLOYMENT)
@@ -199,6 +248,7 @@ def run_demo(samples: Path, out: TextIO) -> None:
         except RuntimeError as error:  # no helm here: `make tools`
             token, who = None, f"the cluster admin ({error})"
         config = RunConfig(server=api.url, token=token, resync_interval_s=RESYNC_S, workers=4)
+        hub = fake_hub(client, docs)
         with OperatorThread(config):
             print(f"\noperator running as {who} (resync every {RESYNC_S:.0f} s)", file=out)
             for doc in docs:
@@ -210,14 +260,33 @@ def run_demo(samples: Path, out: TextIO) -> None:
             print(table(client.list(KIMI_DEPLOYMENT)), file=out)
 
             print(
+                "\nweights Jobs: the demo runs each resolve and download Job of a Hugging Face "
+                "source for real (python -m kimi_kernels.weights against a fake hub on 127.0.0.1 "
+                "serving a tiny generated repository; each claim a temporary directory):",
+                file=out,
+            )
+            with hub.running(), tempfile.TemporaryDirectory(prefix="kimi-demo-") as volumes:
+                runner = JobRunner(client, hub.url, Path(volumes))
+
+                def weights() -> bool:
+                    for job in runner.run_pending():
+                        print(f"  ran Job {job}", file=out)
+                    return _weights_ready(client)
+
+                _wait(weights, "every deployment's weights")
+            print(
                 "\nkubelet stand-in: there are no GPUs, nodes or pods behind this API server, so "
                 "the demo now writes the status the LeaderWorkerSet controller and the NVIDIA DRA "
                 "driver would write once the groups are up:",
                 file=out,
             )
-            for marked in mark_ready(client):
-                print(f"  marked {marked} ready", file=out)
-            _wait(lambda: _all_ready(client), "every deployment to report Ready")
+
+            def ready() -> bool:
+                for marked in mark_ready(client):
+                    print(f"  marked {marked} ready", file=out)
+                return _all_ready(client)
+
+            _wait(ready, "every deployment to report Ready")
             print("\n$ kubectl get kimi -A", file=out)
             print(table(client.list(KIMI_DEPLOYMENT)), file=out)
 
