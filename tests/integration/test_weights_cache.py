@@ -259,3 +259,42 @@ def test_the_token_reaches_the_jobs_only(client: Client, jobs: JobRunner) -> Non
     ]
     assert [a.exit_code for a in jobs.attempts] == [0, 0]  # resolved and downloaded with it
     assert all(TOKEN not in a.output for a in jobs.attempts)
+
+
+@pytest.mark.usefixtures("operator")
+@pytest.mark.usefixtures("jobs")
+def test_a_new_revision_downloads_a_new_cache_then_lets_go_of_the_old(
+    api: EmbeddedApiServer, client: Client, hub: FakeHub
+) -> None:
+    client.create(KIMI_DEPLOYMENT, deployment("k3"))
+    old = serving(client, "k3")["weights"][0]["claimName"]
+    v2 = hub.push(REPO, {**FILES, "config.json": b'{"model_type": "kimi_k3", "v": 2}'}, "v2")
+    mark = api.mark()
+    moved = {"spec": {"model": {"source": {"huggingface": {"revision": "v2"}}}}}
+    client.patch(KIMI_DEPLOYMENT, NS, "k3", moved)
+
+    def moved_over() -> dict[str, Any] | None:
+        mark_ready(client, NS)
+        status = status_of(client, NS, "k3")
+        weights = status.get("weights") or [{}]
+        names = {name for _, name in caches(client)}
+        if weights[0].get("commit") != v2 or names != {weights[0]["claimName"]}:
+            return None
+        return status
+
+    status = wait_for(moved_over, TIMEOUT_S, "the new cache alone")
+    new = status["weights"][0]["claimName"]
+    assert new != old
+    assert caches(client) == [("Job", new), ("PersistentVolumeClaim", new)]
+    (group,) = client.list(LEADER_WORKER_SET, NS)
+    volumes = group["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["volumes"]
+    assert {"name": "weights", "persistentVolumeClaim": {"claimName": new, "readOnly": True}} in (
+        volumes
+    )
+    # The group was switched to the new claim only after its download completed.
+    writes = api.writes(mark)
+    job_done = max(w.time for w in writes if w.path.endswith(f"/jobs/{new}/status"))
+    switched = min(
+        w.time for w in writes if w.method == "PATCH" and w.name == group["metadata"]["name"]
+    )
+    assert switched > job_done
