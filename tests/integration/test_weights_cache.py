@@ -17,6 +17,7 @@ import pytest
 
 from kimi_kernels.weights import MANIFEST
 from kimi_operator.builders.weights import RETAIN_ANNOTATION
+from kimi_operator.embedded.audit import audit
 from kimi_operator.embedded.hub import FakeHub, Fault
 from kimi_operator.embedded.jobs import SECRET, JobRunner, running
 from kimi_operator.embedded.kubelet import mark_ready
@@ -174,11 +175,14 @@ def test_two_deployments_share_one_cache_deleted_with_the_last(
         return sorted(ref["name"] for ref in obj["metadata"].get("ownerReferences", []))
 
     wait_for(lambda: users() == ["a", "b"], TIMEOUT_S, "both deployments using the claim")
+    assert audit(client).exact, audit(client).summary()
     client.delete(KIMI_DEPLOYMENT, NS, "a")
     wait_for(lambda: users() == ["b"], TIMEOUT_S, "the claim kept for b")
     assert caches(client) == [("Job", claim), ("PersistentVolumeClaim", claim)]
+    assert audit(client).exact, audit(client).summary()
     client.delete(KIMI_DEPLOYMENT, NS, "b")
     wait_for(lambda: caches(client) == [], TIMEOUT_S, "the cache deleted with the last user")
+    assert audit(client).orphans == []
 
 
 @pytest.mark.usefixtures("operator", "jobs")
@@ -191,6 +195,11 @@ def test_retain_keeps_the_claim(client: Client) -> None:
     assert pvc is not None
     assert pvc["metadata"]["annotations"][RETAIN_ANNOTATION] == "true"
     assert not pvc["metadata"].get("ownerReferences")
+    assert audit(client).orphans == []
+    # Unmarked, nobody's claim would be an orphan: the audit of the reliability tests says so.
+    unmarked = {"metadata": {"annotations": {RETAIN_ANNOTATION: None}}}
+    client.patch(PERSISTENT_VOLUME_CLAIM, NS, claim, unmarked)
+    assert audit(client).orphans == [f"PersistentVolumeClaim {NS}/{claim}"]
 
 
 def test_read_write_once_is_refused_naming_the_field(client: Client) -> None:

@@ -3,7 +3,8 @@
 Each valid KimiDeployment should have exactly the children a reconcile plans for it (kind, name,
 one controller ownerReference to it); no child may exist twice over (a group beyond
 spec.replicas, an object owned by two deployments) and none may outlive its owner (checked after
-the embedded server's garbage collection has run).
+the embedded server's garbage collection has run). A shared weights cache (claim, download Job)
+may not outlive the last deployment using it, unless its claim is retained.
 """
 
 from collections import defaultdict
@@ -14,12 +15,16 @@ from typing import Any
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import MANAGER
+from kimi_operator.builders.weights import RETAIN_ANNOTATION
+from kimi_operator.caches import CACHE_SELECTOR
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
+    CACHE_RESOURCES,
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
+    PERSISTENT_VOLUME_CLAIM,
     POD_MONITOR,
 )
 from kimi_operator.reconcile import plan_children
@@ -84,6 +89,13 @@ def audit(client: Client, defaults: OperatorDefaults | None = None) -> Audit:
             ):
                 result.drifted.append(_label(child))
             by_owner[live[0]["uid"]][_label(child)] = child
+    for resource in CACHE_RESOURCES:
+        for obj in client.list(resource, label_selector=CACHE_SELECTOR):
+            meta = obj["metadata"]
+            users = [r for r in meta.get("ownerReferences") or [] if r.get("uid") in owners]
+            kept = RETAIN_ANNOTATION in (meta.get("annotations") or {})
+            if not users and not (kept and resource == PERSISTENT_VOLUME_CLAIM):
+                result.orphans.append(_label({**obj, "kind": resource.kind}))
     for uid, kd in owners.items():
         try:
             report = check_document(kd)
