@@ -187,9 +187,12 @@ def _reconcile_valid(
         for child in plan.children:
             desired = with_owner(child, body)
             apply_child(client, desired, uid, outcome.applied, likely_missing=first)
+        # Weights Jobs and caches are looked for only where there can be some: most deployments
+        # (PVC sources) never had any, and every list costs the API server.
+        weighted = bool(shared) or _had_weights(old)
         if not first:  # nothing to scale down yet
-            _prune(client, kd, uid=uid, plan=plan, into=outcome.applied)
-        if not first and weights.ready:  # the caches in use now are ready: let go of the others
+            _prune(client, kd, uid=uid, plan=plan, into=outcome.applied, jobs=weighted)
+        if not first and weighted and weights.ready:  # the caches in use are ready: release others
             keep = {(o["kind"], o["metadata"]["name"]) for o in shared}
             caches.release_unused(client, kd.metadata.namespace, uid, keep, outcome.applied)
     except ApiUnavailable as error:  # retried soon: the status says so meanwhile
@@ -239,7 +242,13 @@ def _reconcile_valid(
         now=now,
         counts=None if retrying else (len(groups), ready),
         endpoint=None if retrying else (seen.endpoint if ready else ""),
-        weights=[w.model_dump() for w in weights.resolved.values()],
+        # Kept as they were after an error without a resolution: the caches were maybe not
+        # released yet, and the next reconcile must know to.
+        weights=(
+            [w.model_dump() for w in weights.resolved.values()]
+            if weights.resolved or outcome.error is None
+            else None
+        ),
     )
     outcome.events = cond.newly_bad(old, outcome.status)
     if spec_changed:
@@ -258,6 +267,13 @@ def _reconcile_valid(
     return outcome
 
 
+def _had_weights(status: Mapping[str, Any]) -> bool:
+    """Whether the last status saw a Hugging Face source: resolve Jobs or caches may be left."""
+    conditions = status.get("conditions") or []
+    seen: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "WeightsReady"), {})
+    return bool(status.get("weights")) or seen.get("reason", "ClaimGiven") != "ClaimGiven"
+
+
 def _group_ready(group: Mapping[str, Any]) -> bool:
     wanted = int(group.get("spec", {}).get("replicas", 1))
     return int((group.get("status") or {}).get("readyReplicas", 0)) >= wanted
@@ -270,19 +286,20 @@ def _prune(
     uid: str,
     plan: Plan,
     into: Applied,
+    jobs: bool,
 ) -> None:
     """Delete this deployment's children, of every kind, that the plan no longer has: groups and
     domains after a scale-down, every ComputeDomain once none is used, the PodMonitor once
-    monitoring is off, a resolve Job once its answer is in the status (the shared weights caches
-    are let go of by caches.release_unused). They are listed by the deployment's labels rather
-    than looked up by the names the plan would have given them, so that none is missed whatever
-    was cut short before: a group deleted by hand, or an operator killed half-way through a
-    scale-down."""
+    monitoring is off, a resolve Job once its answer is in the status (with `jobs`; the shared
+    weights caches are let go of by caches.release_unused). They are listed by the deployment's
+    labels rather than looked up by the names the plan would have given them, so that none is
+    missed whatever was cut short before: a group deleted by hand, or an operator killed half-way
+    through a scale-down."""
     namespace = kd.metadata.namespace
     planned = {(child["kind"], child["metadata"]["name"]) for child in plan.children}
     mine = {**selector_labels(kd), "app.kubernetes.io/managed-by": MANAGER}
     selector = ",".join(f"{key}={value}" for key, value in mine.items())
-    for resource in (*CHILD_RESOURCES, JOB):  # Jobs: the resolve Jobs, once resolved
+    for resource in (*CHILD_RESOURCES, JOB) if jobs else CHILD_RESOURCES:
         if resource.kind in plan.skip:
             continue
         for obj in client.list(resource, namespace, label_selector=selector):
