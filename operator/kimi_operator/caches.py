@@ -149,18 +149,30 @@ def _progress(message: Mapping[str, Any]) -> str:
     )
 
 
-def observe_downloads(client: Client, weights: Weights, jobs: Sequence[Mapping[str, Any]]) -> None:
-    """Ready once every download Job completed; a failed one fails the weights."""
-    for job in jobs:
+def observe_downloads(client: Client, weights: Weights, live: Sequence[Mapping[str, Any]]) -> None:
+    """Ready once every download Job completed; a failed one fails the weights. `live`: the
+    claims and Jobs as applied (same name per cache)."""
+    phases = {
+        obj["metadata"]["name"]: (obj.get("status") or {}).get("phase", "Pending")
+        for obj in live
+        if obj["kind"] == "PersistentVolumeClaim"
+    }
+    for job in (obj for obj in live if obj["kind"] == JOB.kind):
         done = _conditions(job)
         if "Complete" in done:
             continue
         weights.ready = False
+        name = job["metadata"]["name"]
         message = termination_message(client, job)
         if "Failed" in done:
             weights.failed.append(cond.Problem("DownloadFailed", _failure(job, message)))
+        elif phases.get(name) == "Pending" and not message:
+            why = (
+                f"claim {name} is Pending: no volume bound yet (its StorageClass provisions none, "
+                f"or waits for the Job's pod); kubectl describe pvc {name}"
+            )
+            weights.waiting.append(cond.Problem("ClaimPending", why))
         else:
-            name = job["metadata"]["name"]
             weights.waiting.append(cond.Problem("Downloading", f"Job {name}: {_progress(message)}"))
 
 
@@ -223,7 +235,7 @@ def apply_caches(
     live = [
         apply_shared(client, obj, body, obj["metadata"]["name"] in retained, into) for obj in shared
     ]
-    observe_downloads(client, weights, [obj for obj in live if obj["kind"] == JOB.kind])
+    observe_downloads(client, weights, live)
     return weights, shared
 
 

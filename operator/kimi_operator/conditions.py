@@ -233,5 +233,5 @@ def newly_bad(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:
 
 # Not-ready states that are the normal course of things, not worth a Warning.
 QUIET_REASONS = frozenset(
-    {"GroupsNotReady", "ScaledToZero", "SpecInvalid", "Resolving", "Downloading"}
+    {"GroupsNotReady", "ScaledToZero", "SpecInvalid", "Resolving", "Downloading", "ClaimPending"}
 )

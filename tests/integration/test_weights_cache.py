@@ -307,3 +307,22 @@ def test_a_new_revision_downloads_a_new_cache_then_lets_go_of_the_old(
         w.time for w in writes if w.method == "PATCH" and w.name == group["metadata"]["name"]
     )
     assert switched > job_done
+
+
+@pytest.mark.usefixtures("operator")
+def test_a_claim_left_pending_is_said_and_nothing_runs(
+    client: Client, hub: FakeHub, tmp_path: Path
+) -> None:
+    with running(JobRunner(client, hub.url, tmp_path, provision=False)) as runner:
+        client.create(KIMI_DEPLOYMENT, deployment("pending"))
+
+        def pending() -> dict[str, Any] | None:
+            found = weights_condition(client, "pending")
+            return found if found.get("reason") == "ClaimPending" else None
+
+        found = wait_for(pending, TIMEOUT_S, "WeightsReady ClaimPending")
+        assert found["status"] == "False"
+        assert "is Pending: no volume bound yet" in found["message"]
+        # The resolve Job ran (it needs no claim); the download Job's pod is not scheduled.
+        assert [a.exit_code for a in runner.attempts] == [0]
+        assert client.list(LEADER_WORKER_SET, NS) == []

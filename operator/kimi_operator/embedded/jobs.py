@@ -43,16 +43,23 @@ class JobRunner:
     client: Client
     endpoint: str  # HF_ENDPOINT of every Job: the fake hub
     volumes: Path  # claim <namespace>/<name> is the directory volumes/<namespace>/<name>
+    # False: no storage provisioner (claims stay Pending, and so do the pods of their Jobs).
+    provision: bool = True
     attempts: list[Attempt] = field(default_factory=list)
 
     def claim_dir(self, namespace: str, name: str) -> Path:
         return self.volumes / namespace / name
 
-    def bind_claims(self) -> None:
+    def bind_claims(self) -> set[tuple[str, str]]:
+        """Bind every claim (when provisioning); (namespace, name) of the bound ones."""
+        bound = set()
         for claim in self.client.list(PERSISTENT_VOLUME_CLAIM):
-            if (claim.get("status") or {}).get("phase") == "Bound":
+            meta = claim["metadata"]
+            if self.provision:
+                bound.add((meta["namespace"], meta["name"]))
+            if not self.provision or (claim.get("status") or {}).get("phase") == "Bound":
                 continue
-            meta, spec = claim["metadata"], claim["spec"]
+            spec = claim["spec"]
             self.claim_dir(meta["namespace"], meta["name"]).mkdir(parents=True, exist_ok=True)
             status = {
                 "phase": "Bound",
@@ -66,14 +73,22 @@ class JobRunner:
                 {"status": status},
                 subresource="status",
             )
+        return bound
 
     def run_pending(self) -> list[str]:
-        """Bind the claims, run every Job not finished yet; `namespace/name` of each run."""
-        self.bind_claims()
+        """Bind the claims, run every Job not finished yet whose claims are bound (a pod with an
+        unbound claim is not scheduled); `namespace/name` of each run."""
+        bound = self.bind_claims()
         ran = []
         for job in self.client.list(JOB):
             conditions = (job.get("status") or {}).get("conditions") or []
-            if not any(c.get("type") in ("Complete", "Failed") for c in conditions):
+            namespace = job["metadata"]["namespace"]
+            claims = {
+                (namespace, v["persistentVolumeClaim"]["claimName"])
+                for v in job["spec"]["template"]["spec"].get("volumes") or []
+            }
+            finished = any(c.get("type") in ("Complete", "Failed") for c in conditions)
+            if not finished and claims <= bound:
                 self._run(job)
                 ran.append(f"{job['metadata']['namespace']}/{job['metadata']['name']}")
         return ran
