@@ -15,8 +15,8 @@ from kimi_operator.builders import (
     preview_weights,
 )
 from kimi_operator.builders.weights import cache_name, claim_size, resolve_job_name
-from tests.pods import pod_specs
-from tests.specs import edited
+from tests.support.pods import pod_specs
+from tests.support.specs import edited
 
 TOKEN_REF = {"name": "hf", "key": "token"}
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
