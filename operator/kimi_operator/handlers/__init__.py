@@ -8,8 +8,8 @@ acted on"), so kopf keeps no bookkeeping of its own on the objects: no annotatio
 beyond the children and the status. The operator's own loop retries failures with backoff and
 resyncs every deployment periodically, restoring children edited or deleted by hand. Events of
 the LeaderWorkerSets, ComputeDomains and weights Jobs and claims it manages (`child_watches`, not
-kopf: see k8s/watch.py)
-refresh their owner at once: readiness shows without waiting for the resync.
+kopf: see k8s/watch.py) refresh the deployments they belong to at once: readiness shows without
+waiting for the resync.
 """
 
 import asyncio
