@@ -41,6 +41,23 @@ class KimiDeploymentStatus(StatusModel):
     )
     replicas: Annotated[int, Field(ge=0)] = Field(0, description="TP groups that exist.")
     ready_replicas: Annotated[int, Field(ge=0)] = Field(0, description="TP groups serving.")
+    updated_replicas: Annotated[int, Field(ge=0)] = Field(
+        0, description="TP groups (of spec.replicas) that run the current pod template."
+    )
+    image: str = Field(
+        "", max_length=512, description="The serving image the TP groups are rolled to."
+    )
+    image_source: Literal["", "Spec", "OperatorDefault", "Pinned"] = Field(
+        "",
+        description="Where `image` comes from: spec.image, the operator's default image, or "
+        "an earlier default kept by spec.imagePolicy Pinned.",
+    )
+    pending_image: str = Field(
+        "",
+        max_length=512,
+        description="The operator's default image when the deployment does not run it yet: "
+        "pinned, or waiting for its turn (one deployment moves at a time).",
+    )
     endpoint: str = Field(
         "",
         max_length=1024,
