@@ -1,14 +1,19 @@
 """A pod template change rolls through the TP groups one at a time (docs/rollout.md), checked
-after every write the embedded API server takes."""
+after every write the embedded API server takes; also with `kimi-operator run` killed (SIGKILL)
+in the middle of it and started again."""
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 
+from kimi_operator.embedded.processes import OperatorProcess
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET
+from kimi_operator.rollout import leader_image
 from kimi_operator.runner import OperatorThread, RunConfig
 from tests.operator.conftest import (  # noqa: F401 (fixtures)
     api,
@@ -25,6 +30,7 @@ from tests.support.groups import Audit, audited, images, kubelet
 NS, NAME = "inference", "k3-tp8-dspark"
 GROUPS = [f"{NAME}-g{i}" for i in range(3)]
 TIMEOUT_S = 60.0
+NEW = "registry/vllm-kimi:2"
 
 
 @pytest.fixture
@@ -86,7 +92,7 @@ def test_an_image_change_rolls_one_group_at_a_time(
     audit = audited(api, NAME)
     create(client)
     with kubelet(api, NS):
-        written = roll(api, client, audit, "registry/vllm-kimi:2")
+        written = roll(api, client, audit, NEW)
     assert sorted(written) == GROUPS  # each group rewritten once
     assert audit.least_ready(NAME) == 2  # replicas - maxUnavailable, never fewer
     assert all(step.groups[NAME] == set(GROUPS) for step in audit.steps)
@@ -100,7 +106,7 @@ def test_with_a_surge_group_every_group_keeps_serving(
     audit = audited(api, NAME)
     create(client, {"maxSurge": 1, "maxUnavailable": 0})
     with kubelet(api, NS):
-        written = roll(api, client, audit, "registry/vllm-kimi:2")
+        written = roll(api, client, audit, NEW)
     spare = f"{NAME}-g3"
     assert sorted(written) == sorted([*GROUPS, spare])
     assert audit.least_ready(NAME) == 3
@@ -160,3 +166,33 @@ def test_a_change_outside_the_pod_template_touches_no_group(
         )
     assert template_writes(api, mark) == []
     assert any(w.path.endswith(f"/podmonitors/{NAME}") for w in api.writes(mark))
+
+
+def test_killed_mid_rollout_resumes_without_a_duplicate(
+    api: EmbeddedApiServer,  # noqa: F811
+    client: Client,  # noqa: F811
+    token: str,  # noqa: F811
+) -> None:
+    audit = audited(api, NAME)
+    started = threading.Event()  # the new template's groups may get Ready
+
+    def hold(group: Mapping[str, Any]) -> bool:
+        return leader_image(group) == NEW and not started.is_set()
+
+    operator = OperatorProcess(api.url, ["--resync-interval=1", "--workers=4"], token=token)
+    create(client)
+    with operator, kubelet(api, NS, hold=hold):
+        wait_for(lambda: settled(client, "registry/vllm-kimi:1"), TIMEOUT_S, "first groups")
+        mark = api.mark()
+        audit.armed = True
+        client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": {"image": NEW}})
+        wait_for(lambda: images(client, NS)[GROUPS[0]] == NEW, TIMEOUT_S, "g0 rewritten")
+        operator.kill()
+        operator.start()
+        time.sleep(3)  # resyncs of the restarted operator, with g0 still starting
+        assert images(client, NS)[GROUPS[1]] == images(client, NS)[GROUPS[2]] != NEW
+        started.set()
+        wait_for(lambda: settled(client, NEW), TIMEOUT_S, "rolled out after the restart")
+    assert sorted(template_writes(api, mark)) == GROUPS
+    assert audit.least_ready(NAME) == 2
+    assert all(step.groups[NAME] == set(GROUPS) for step in audit.steps)

@@ -57,7 +57,7 @@ def test_pinned_stays() -> None:
 
 def test_a_status_from_before_images_were_recorded_reads_the_group() -> None:
     """An operator upgrade that brings a new default: the running groups' image is kept."""
-    old_status = {"conditions": []}
+    old_status: dict[str, Any] = {"conditions": []}
     assert choose(deployment(), old_status, OLD, NEW, ask_turn=lambda: "x/y").image == OLD
 
 
