@@ -128,16 +128,6 @@ def _mnnvl(seen: Observation) -> tuple[Status, str, str]:
     return "False", "ComputeDomainNotReady", f"{ready} of {wanted} ComputeDomains ready"
 
 
-# Progressing reasons of a deployment in the middle of a rollout (what its status remembers).
-ROLLING_REASONS = frozenset({"RollingOut", "RolloutStalled"})
-
-
-def progressing_reason(status: Mapping[str, Any]) -> str:
-    """The reason of a status's Progressing condition ("" if it has none)."""
-    found = [c for c in status.get("conditions", []) if c.get("type") == "Progressing"]
-    return str(found[0].get("reason", "")) if found else ""
-
-
 # HTTP status of a temporary API failure -> the reason the status gives (0: no answer in time).
 API_FAILURE_REASONS = {0: "ApiTimeout", 409: "ApiConflict", 429: "ApiThrottled"}
 

@@ -13,6 +13,7 @@ import kopf
 from kimi_operator import conditions as cond
 from kimi_operator import rollout
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import (
     VLLM_VERSION_ANNOTATION,
@@ -24,9 +25,9 @@ from kimi_operator.builders import (
     uses_compute_domain,
     vllm_version,
 )
+from kimi_operator.builders.images import ImageChoice, choose
 from kimi_operator.builders.meta import MANAGER, group_name, selector_labels
 from kimi_operator.builders.serving import endpoint
-from kimi_operator.default_image import ImageChoice, choose
 from kimi_operator.k8s.apply import Applied, apply_child, owned_by, with_owner
 from kimi_operator.k8s.client import APIError, ApiUnavailable, Client, retry_delay
 from kimi_operator.k8s.resources import (
@@ -185,7 +186,7 @@ def _reconcile_valid(
             [with_owner(c, body) for c in plan.children],
             live,
             now=now,
-            was_rolling=cond.progressing_reason(old) in cond.ROLLING_REASONS,
+            was_rolling=progressing_reason(old) in ROLLING_REASONS,
         )
         steps, plan.children = decision.steps, decision.planned
         _take_turn(defaults, kd, uid, image, steps)
@@ -282,7 +283,7 @@ def _image(
     client: Client,
     defaults: OperatorDefaults,
 ) -> ImageChoice:
-    """The serving image to roll to (default_image.choose), asking for the operator-wide turn
+    """The serving image to roll to (builders.images.choose), asking for the operator-wide turn
     when a new default image is due."""
     namespace, name = kd.metadata.namespace, kd.metadata.name
     running = next((rollout.leader_image(g) for g in live.values()), "")

@@ -1,6 +1,7 @@
 """What the operator observes, per the Kubernetes API conventions: conditions, never a phase."""
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -63,3 +64,13 @@ class KimiDeploymentStatus(StatusModel):
         max_length=1024,
         description="In-cluster URL of the OpenAI-compatible API, once a group is ready.",
     )
+
+
+# Progressing reasons of a deployment in the middle of a rollout (what its status remembers).
+ROLLING_REASONS = frozenset({"RollingOut", "RolloutStalled"})
+
+
+def progressing_reason(status: Mapping[str, Any]) -> str:
+    """The reason of a status's Progressing condition ("" if it has none)."""
+    found = [c for c in status.get("conditions", []) if c.get("type") == "Progressing"]
+    return str(found[0].get("reason", "")) if found else ""

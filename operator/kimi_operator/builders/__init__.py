@@ -5,9 +5,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.builders.images import DefaultImageGate
 from kimi_operator.builders.serving import pod_disruption_budget, pod_monitor, service
 from kimi_operator.builders.workloads import compute_domain, leader_worker_set
-from kimi_operator.default_image import DefaultImageGate
 
 DEFAULT_SERVING_IMAGE = "ghcr.io/kimi-operator/vllm-kimi:0.33.0"
 DEFAULT_SERVING_VLLM_VERSION = "0.33.0"

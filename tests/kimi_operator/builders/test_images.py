@@ -4,7 +4,7 @@ operator default."""
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
-from kimi_operator.default_image import DefaultImageGate, ImageChoice, choose, moving
+from kimi_operator.builders.images import DefaultImageGate, ImageChoice, choose, moving
 
 OLD, NEW = "registry/vllm-kimi:0.33.0", "registry/vllm-kimi:0.33.1"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kimi_operator.api.spec import KimiDeployment
-from kimi_operator.conditions import ROLLING_REASONS, progressing_reason
+from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
 
 Source = Literal["Spec", "OperatorDefault", "Pinned"]
 
