@@ -186,7 +186,7 @@ def _reconcile_valid(
             [with_owner(c, body) for c in plan.children],
             live,
             now=now,
-            was_rolling=progressing_reason(old) in ROLLING_REASONS,
+            was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
         )
         steps, plan.children = decision.steps, decision.planned
         _take_turn(defaults, kd, uid, image, steps)
