@@ -238,9 +238,10 @@ def _reconcile_valid(
         now=now,
         counts=None if retrying else (len(groups), ready),
         endpoint=None if retrying else (seen.endpoint if ready else ""),
-        rollout=None if retrying or image is None or steps is None else _rollout(image, steps),
+        # After a failed apply, what the groups run is as last observed.
+        rollout=None if outcome.error or not (image and steps) else _rollout(image, steps),
     )
-    outcome.requeue_after_s = steps.requeue_after_s if steps else None
+    outcome.requeue_after_s = steps.requeue_after_s if steps and not outcome.error else None
     outcome.events = cond.newly_bad(old, outcome.status)
     if spec_changed:
         outcome.events += [cond.Problem("FastPathExceeded", w) for w in warnings]

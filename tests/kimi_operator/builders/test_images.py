@@ -5,23 +5,13 @@ from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.images import DefaultImageGate, ImageChoice, choose, moving
+from tests.specs import edited
 
 OLD, NEW = "registry/vllm-kimi:0.33.0", "registry/vllm-kimi:0.33.1"
 
 
 def deployment(**spec: Any) -> KimiDeployment:
-    return KimiDeployment.model_validate(
-        {
-            "apiVersion": "kimi-operator.io/v1alpha1",
-            "kind": "KimiDeployment",
-            "metadata": {"name": "k3", "namespace": "inference"},
-            "spec": {
-                "model": {"name": "m", "source": {"pvc": {"claimName": "w"}}},
-                "gpus": 16,
-                **spec,
-            },
-        }
-    )
+    return KimiDeployment.model_validate(edited({f"spec.{k}": v for k, v in spec.items()}))
 
 
 def on(image: str, source: str = "OperatorDefault") -> dict[str, Any]:
