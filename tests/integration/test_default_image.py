@@ -9,16 +9,7 @@ from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.operator.conftest import (  # noqa: F401 (fixtures)
-    api,
-    client,
-    condition,
-    installed,
-    sample,
-    status_of,
-    token,
-    wait_for,
-)
+from tests.integration.conftest import condition, sample, status_of, wait_for
 from tests.support.groups import Step, audited, kubelet
 
 NS = "inference"
@@ -27,7 +18,7 @@ FOLLOWING = ("a", "b", "c")
 TIMEOUT_S = 90.0
 
 
-def operator(api: EmbeddedApiServer, token: str, image: str) -> OperatorThread:  # noqa: F811
+def operator(api: EmbeddedApiServer, token: str, image: str) -> OperatorThread:
     defaults = OperatorDefaults(serving_image=image)
     config = RunConfig(
         server=api.url, token=token, resync_interval_s=0.5, workers=4, defaults=defaults
@@ -35,7 +26,7 @@ def operator(api: EmbeddedApiServer, token: str, image: str) -> OperatorThread: 
     return OperatorThread(config)
 
 
-def on(client: Client, name: str, image: str) -> dict[str, Any] | None:  # noqa: F811
+def on(client: Client, name: str, image: str) -> dict[str, Any] | None:
     status = status_of(client, NS, name)
     done = (
         status.get("image") == image
@@ -55,9 +46,9 @@ def moving(step: Step) -> list[str]:
 
 
 def test_a_new_default_image_moves_one_deployment_at_a_time(
-    api: EmbeddedApiServer,  # noqa: F811
-    client: Client,  # noqa: F811
-    token: str,  # noqa: F811
+    api: EmbeddedApiServer,
+    client: Client,
+    token: str,
 ) -> None:
     for name in (*FOLLOWING, "pinned"):
         doc = sample()

@@ -4,7 +4,7 @@ in the middle of it and started again."""
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -14,17 +14,7 @@ from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET
 from kimi_operator.rollout import leader_image
-from kimi_operator.runner import OperatorThread, RunConfig
-from tests.operator.conftest import (  # noqa: F401 (fixtures)
-    api,
-    client,
-    condition,
-    installed,
-    sample,
-    status_of,
-    token,
-    wait_for,
-)
+from tests.integration.conftest import condition, sample, status_of, wait_for
 from tests.support.groups import Audit, audited, images, kubelet
 
 NS, NAME = "inference", "k3-tp8-dspark"
@@ -33,14 +23,7 @@ TIMEOUT_S = 60.0
 NEW = "registry/vllm-kimi:2"
 
 
-@pytest.fixture
-def operator(api: EmbeddedApiServer, token: str) -> Iterator[OperatorThread]:  # noqa: F811
-    config = RunConfig(server=api.url, token=token, resync_interval_s=0.5, workers=4)
-    with OperatorThread(config) as op:
-        yield op
-
-
-def create(client: Client, rollout: dict[str, Any] | None = None) -> None:  # noqa: F811
+def create(client: Client, rollout: dict[str, Any] | None = None) -> None:
     doc = sample()
     doc["spec"].update(replicas=3, image="registry/vllm-kimi:1")
     if rollout:
@@ -48,7 +31,7 @@ def create(client: Client, rollout: dict[str, Any] | None = None) -> None:  # no
     client.create(KIMI_DEPLOYMENT, doc)
 
 
-def settled(client: Client, image: str) -> dict[str, Any] | None:  # noqa: F811
+def settled(client: Client, image: str) -> dict[str, Any] | None:
     status = status_of(client, NS, NAME)
     done = (
         images(client, NS) == dict.fromkeys(GROUPS, image)
@@ -67,7 +50,7 @@ def template_writes(server: EmbeddedApiServer, since: int) -> list[str]:
     ]
 
 
-def roll(api: EmbeddedApiServer, client: Client, audit: Audit, image: str) -> list[str]:  # noqa: F811
+def roll(api: EmbeddedApiServer, client: Client, audit: Audit, image: str) -> list[str]:
     """Change the image once all groups are Ready; the template writes until it settled."""
     wait_for(lambda: settled(client, "registry/vllm-kimi:1"), TIMEOUT_S, "first groups ready")
     mark, status_mark = api.mark(), api.status_mark()
@@ -86,8 +69,8 @@ def roll(api: EmbeddedApiServer, client: Client, audit: Audit, image: str) -> li
 
 @pytest.mark.usefixtures("operator")
 def test_an_image_change_rolls_one_group_at_a_time(
-    api: EmbeddedApiServer,  # noqa: F811
-    client: Client,  # noqa: F811
+    api: EmbeddedApiServer,
+    client: Client,
 ) -> None:
     audit = audited(api, NAME)
     create(client)
@@ -100,8 +83,8 @@ def test_an_image_change_rolls_one_group_at_a_time(
 
 @pytest.mark.usefixtures("operator")
 def test_with_a_surge_group_every_group_keeps_serving(
-    api: EmbeddedApiServer,  # noqa: F811
-    client: Client,  # noqa: F811
+    api: EmbeddedApiServer,
+    client: Client,
 ) -> None:
     audit = audited(api, NAME)
     create(client, {"maxSurge": 1, "maxUnavailable": 0})
@@ -116,8 +99,8 @@ def test_with_a_surge_group_every_group_keeps_serving(
 
 @pytest.mark.usefixtures("operator")
 def test_a_group_never_ready_stops_the_rollout(
-    api: EmbeddedApiServer,  # noqa: F811
-    client: Client,  # noqa: F811
+    api: EmbeddedApiServer,
+    client: Client,
 ) -> None:
     create(client, {"progressDeadlineSeconds": 2})
     bad = "registry/vllm-kimi:broken"
@@ -150,8 +133,8 @@ def test_a_group_never_ready_stops_the_rollout(
 
 @pytest.mark.usefixtures("operator")
 def test_a_change_outside_the_pod_template_touches_no_group(
-    api: EmbeddedApiServer,  # noqa: F811
-    client: Client,  # noqa: F811
+    api: EmbeddedApiServer,
+    client: Client,
 ) -> None:
     create(client)
     with kubelet(api, NS):
@@ -169,9 +152,9 @@ def test_a_change_outside_the_pod_template_touches_no_group(
 
 
 def test_killed_mid_rollout_resumes_without_a_duplicate(
-    api: EmbeddedApiServer,  # noqa: F811
-    client: Client,  # noqa: F811
-    token: str,  # noqa: F811
+    api: EmbeddedApiServer,
+    client: Client,
+    token: str,
 ) -> None:
     audit = audited(api, NAME)
     started = threading.Event()  # the new template's groups may get Ready

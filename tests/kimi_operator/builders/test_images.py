@@ -5,7 +5,7 @@ from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.images import DefaultImageGate, ImageChoice, choose, moving
-from tests.specs import edited
+from tests.support.specs import edited
 
 OLD, NEW = "registry/vllm-kimi:0.33.0", "registry/vllm-kimi:0.33.1"
 
