@@ -171,8 +171,10 @@ def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             # A Hugging Face source: the resolve Job it starts with, then its weights cache and
             # the groups as they will be once resolved (the revision shown as if the commit).
             weights = preview_weights(kd)
-            children += [c for c in build_children(kd, defaults, {}) if c["kind"] == "Job"]
-            children += build_caches(kd, defaults, weights) + build_children(kd, defaults, weights)
+            children += [c for c in build_children(kd, defaults, weights={}) if c["kind"] == "Job"]
+            children += build_caches(kd, defaults, weights) + build_children(
+                kd, defaults, weights=weights
+            )
     if status != EXIT_OK:
         return status
     out.write(yaml.safe_dump_all(children, sort_keys=False, width=100))

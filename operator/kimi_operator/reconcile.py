@@ -10,9 +10,10 @@ from typing import Any
 
 import kopf
 
-from kimi_operator import caches
+from kimi_operator import caches, rollout
 from kimi_operator import conditions as cond
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import (
     VLLM_VERSION_ANNOTATION,
@@ -25,7 +26,8 @@ from kimi_operator.builders import (
     uses_compute_domain,
     vllm_version,
 )
-from kimi_operator.builders.meta import MANAGER, selector_labels
+from kimi_operator.builders.images import ImageChoice, choose
+from kimi_operator.builders.meta import MANAGER, group_name, selector_labels
 from kimi_operator.builders.serving import endpoint
 from kimi_operator.builders.weights import hf_sources
 from kimi_operator.k8s.apply import Applied, apply_child, owned_by, with_owner
@@ -34,10 +36,12 @@ from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
     JOB,
+    KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
     POD_MONITOR,
     Resource,
 )
+from kimi_operator.rollout import Steps
 
 
 @dataclass
@@ -116,10 +120,13 @@ def plan_children(
     kd: KimiDeployment,
     defaults: OperatorDefaults,
     served: Mapping[Resource, bool],
+    spares: int = 0,
+    *,
     weights: Resolved | None = None,
     weights_ready: bool = True,
 ) -> Plan:
     """What a reconcile applies: also what a check of the cluster expects (embedded.audit).
+    `spares`: surge groups a rollout may keep (rollout.decide drops those it does not).
     `weights`: how the Hugging Face sources were resolved (builders.build_children); until
     `weights_ready`, groups and domains are neither created nor pruned (a running group keeps
     serving the commit it has while a new one downloads)."""
@@ -157,7 +164,8 @@ def plan_children(
                 f"ComputeDomain API is not installed: {COMPUTE_DOMAIN.install}",
             )
         )
-    children = [c for c in build_children(kd, defaults, weights) if c["kind"] not in skip]
+    built = build_children(kd, defaults, spares, weights=weights)
+    children = [c for c in built if c["kind"] not in skip]
     return Plan(defaults, children, skip, blockers, degradations)
 
 
@@ -179,39 +187,45 @@ def _reconcile_valid(
     uid = body["metadata"]["uid"]
     first = not old  # never reconciled: its children most likely do not exist yet
     weights = caches.Weights(caches.recorded(kd, old), ready=not any(hf_sources(kd)))
-    failed: list[cond.Problem] = []
-    plan: Plan | None = None
+    plan = _planned(kd, defaults, served, weights)
+    image: ImageChoice | None = None
+    steps: Steps | None = None
     try:
         weights, shared = caches.apply_caches(client, kd, body, defaults, outcome.applied)
-        plan = plan_children(kd, defaults, served, weights.resolved, weights.ready)
-        for child in plan.children:
-            desired = with_owner(child, body)
+        plan = _planned(kd, defaults, served, weights)
+        skip_groups = first or LEADER_WORKER_SET.kind in plan.skip
+        live = {} if skip_groups else _live_groups(client, kd, uid)
+        image = _image(kd, uid, old, live, client=client, defaults=defaults)
+        if image.image != serving_image(kd, defaults):
+            chosen = dataclasses.replace(defaults, serving_image=image.image)
+            plan = _planned(kd, chosen, served, weights)
+        decision = rollout.decide(
+            kd,
+            [with_owner(c, body) for c in plan.children],
+            live,
+            now=now,
+            was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
+        )
+        steps, plan.children = decision.steps, decision.planned
+        _take_turn(defaults, kd, uid, image, steps)
+        for desired in decision.write:
             apply_child(client, desired, uid, outcome.applied, likely_missing=first)
-        # Weights Jobs and caches are looked for only where there can be some: most deployments
-        # (PVC sources) never had any, and every list costs the API server.
-        weighted = bool(shared) or _had_weights(old)
+        outcome.applied.live += decision.held
         if not first:  # nothing to scale down yet
-            _prune(client, kd, uid=uid, plan=plan, into=outcome.applied, jobs=weighted)
-        if not first and weighted and weights.ready:  # the caches in use are ready: release others
-            keep = {(o["kind"], o["metadata"]["name"]) for o in shared}
-            caches.release_unused(client, kd.metadata.namespace, uid, keep, outcome.applied)
+            _let_go(
+                client, kd, uid, plan, old=old, weights=weights, shared=shared, into=outcome.applied
+            )
     except ApiUnavailable as error:  # retried soon: the status says so meanwhile
         outcome.error, outcome.result = error, "error"
         retrying = cond.api_failure(error.code, str(error), retry_delay(error, failures))
     except (kopf.TemporaryError, kopf.PermanentError) as error:
         outcome.error, outcome.result = error, "error"
-        failed.append(cond.Problem("ApplyFailed", str(error)))
-    if plan is None:
-        plan = plan_children(kd, defaults, served, weights.resolved, weights_ready=False)
-    defaults, degradations = plan.defaults, plan.degradations
-    blockers = [*plan.blockers, *weights.failed, *failed]
-    if weights.waiting and not weights.failed:
-        outcome.requeue_after_s = caches.POLL_S
+        plan.blockers.append(cond.Problem("ApplyFailed", str(error)))
 
-    live = outcome.applied.live
-    groups = [o for o in live if o["kind"] == LEADER_WORKER_SET.kind]
-    domains = [o for o in live if o["kind"] == COMPUTE_DOMAIN.kind]
-    ready = sum(1 for g in groups if _group_ready(g))
+    defaults, blockers = plan.defaults, [*plan.blockers, *weights.failed]
+    groups = [o for o in outcome.applied.live if o["kind"] == LEADER_WORKER_SET.kind]
+    domains = [o for o in outcome.applied.live if o["kind"] == COMPUTE_DOMAIN.kind]
+    ready = sum(1 for g in groups if rollout.group_ready(g))
     mode = spec.compute_domain
     seen = cond.Observation(
         groups_wanted=spec.replicas,
@@ -220,8 +234,8 @@ def _reconcile_valid(
         endpoint=endpoint(kd),
         warnings=warnings,
         blockers=blockers,
-        waiting=weights.waiting,
-        degradations=degradations,
+        weights_pending=weights.waiting,
+        degradations=plan.degradations,
         compute_domain=(
             "Disabled"
             if mode == "Disabled"
@@ -230,6 +244,10 @@ def _reconcile_valid(
         domains_wanted=spec.replicas if uses_compute_domain(kd, defaults) else 0,
         domains_ready=sum(1 for d in domains if (d.get("status") or {}).get("status") == "Ready"),
         compute_domain_install=COMPUTE_DOMAIN.install,
+        groups_updated=steps.updated if steps else 0,
+        rolling=bool(steps and steps.rolling),
+        stalled=_stalled(kd, steps),
+        waiting=_waiting(image),
         weights=weights.condition(),
     )
     conditions = cond.valid_conditions(seen)
@@ -242,6 +260,8 @@ def _reconcile_valid(
         now=now,
         counts=None if retrying else (len(groups), ready),
         endpoint=None if retrying else (seen.endpoint if ready else ""),
+        # After a failed apply, what the groups run is as last observed.
+        rollout=None if outcome.error or not (image and steps) else _rollout(image, steps),
         # Kept as they were after an error without a resolution: the caches were maybe not
         # released yet, and the next reconcile must know to.
         weights=(
@@ -250,6 +270,7 @@ def _reconcile_valid(
             else None
         ),
     )
+    outcome.requeue_after_s = _requeue_after(steps if not outcome.error else None, weights)
     outcome.events = cond.newly_bad(old, outcome.status)
     if spec_changed:
         outcome.events += [cond.Problem("FastPathExceeded", w) for w in warnings]
@@ -267,6 +288,53 @@ def _reconcile_valid(
     return outcome
 
 
+def _planned(
+    kd: KimiDeployment,
+    defaults: OperatorDefaults,
+    served: Mapping[Resource, bool],
+    weights: caches.Weights,
+) -> Plan:
+    """The plan with the rollout's spare groups and the weights as found."""
+    return plan_children(
+        kd,
+        defaults,
+        served,
+        spares=kd.spec.rollout.max_surge,
+        weights=weights.resolved,
+        weights_ready=weights.ready,
+    )
+
+
+def _requeue_after(steps: Steps | None, weights: caches.Weights) -> float | None:
+    """The soonest a rollout's deadline or a running weights Job (whose progress is watched
+    nowhere) needs a look."""
+    deadlines = [steps.requeue_after_s if steps else None]
+    if weights.waiting and not weights.failed:
+        deadlines.append(caches.POLL_S)
+    return min((d for d in deadlines if d is not None), default=None)
+
+
+def _let_go(
+    client: Client,
+    kd: KimiDeployment,
+    uid: str,
+    plan: Plan,
+    *,
+    old: Mapping[str, Any],
+    weights: caches.Weights,
+    shared: list[dict[str, Any]],
+    into: Applied,
+) -> None:
+    """Prune what the plan no longer has; once the caches in use are ready, release the others.
+    Weights Jobs and caches are looked for only where there can be some: most deployments (PVC
+    sources) never had any, and every list costs the API server."""
+    weighted = bool(shared) or _had_weights(old)
+    _prune(client, kd, uid=uid, plan=plan, into=into, jobs=weighted)
+    if weighted and weights.ready:
+        keep = {(o["kind"], o["metadata"]["name"]) for o in shared}
+        caches.release_unused(client, kd.metadata.namespace, uid, keep, into)
+
+
 def _had_weights(status: Mapping[str, Any]) -> bool:
     """Whether the last status saw a Hugging Face source: resolve Jobs or caches may be left."""
     conditions = status.get("conditions") or []
@@ -274,9 +342,87 @@ def _had_weights(status: Mapping[str, Any]) -> bool:
     return bool(status.get("weights")) or seen.get("reason", "ClaimGiven") != "ClaimGiven"
 
 
-def _group_ready(group: Mapping[str, Any]) -> bool:
-    wanted = int(group.get("spec", {}).get("replicas", 1))
-    return int((group.get("status") or {}).get("readyReplicas", 0)) >= wanted
+def _selector(kd: KimiDeployment) -> str:
+    """The label selector of every child of this deployment."""
+    mine = {**selector_labels(kd), "app.kubernetes.io/managed-by": MANAGER}
+    return ",".join(f"{key}={value}" for key, value in mine.items())
+
+
+def _live_groups(client: Client, kd: KimiDeployment, uid: str) -> dict[str, dict[str, Any]]:
+    """The deployment's LeaderWorkerSets by name: what a rollout decides from."""
+    found = client.list(LEADER_WORKER_SET, kd.metadata.namespace, label_selector=_selector(kd))
+    return {
+        g["metadata"]["name"]: {**g, "kind": LEADER_WORKER_SET.kind}
+        for g in found
+        if owned_by(g, uid)
+    }
+
+
+def _image(
+    kd: KimiDeployment,
+    uid: str,
+    old: Mapping[str, Any],
+    live: Mapping[str, Mapping[str, Any]],
+    *,
+    client: Client,
+    defaults: OperatorDefaults,
+) -> ImageChoice:
+    """The serving image to roll to (builders.images.choose), asking for the operator-wide turn
+    when a new default image is due."""
+    namespace, name = kd.metadata.namespace, kd.metadata.name
+    running = next((rollout.leader_image(g) for g in live.values()), "")
+
+    def ask_turn() -> str:
+        return defaults.image_gate.claim(
+            uid,
+            f"{namespace}/{name}",
+            defaults.serving_image,
+            lambda ns: client.list(KIMI_DEPLOYMENT, ns),
+        )
+
+    return choose(kd, old, running, defaults.serving_image, ask_turn=ask_turn)
+
+
+def _take_turn(
+    defaults: OperatorDefaults, kd: KimiDeployment, uid: str, image: ImageChoice, steps: Steps
+) -> None:
+    """Hold the operator-wide turn while rolling onto the default image; give it back after."""
+    gate, label = defaults.image_gate, f"{kd.metadata.namespace}/{kd.metadata.name}"
+    following = image.source == "OperatorDefault" and image.image == defaults.serving_image
+    if following and steps.rolling:
+        gate.hold(uid, label)
+    else:
+        gate.release(uid)
+
+
+def _stalled(kd: KimiDeployment, steps: Steps | None) -> str:
+    if steps is None or not steps.stalled:
+        return ""
+    names = ", ".join(group_name(kd, i) for i in steps.stalled)
+    deadline = kd.spec.rollout.progress_deadline_seconds
+    return (
+        f"{names} not Ready within spec.rollout.progressDeadlineSeconds ({deadline} s): the "
+        f"rollout stopped; the {len(steps.hold)} groups not yet updated keep serving"
+    )
+
+
+def _waiting(image: ImageChoice | None) -> str:
+    if image is None or not image.waiting_for:
+        return ""
+    return (
+        f"the operator's default image {image.pending} waits for {image.waiting_for} to finish "
+        f"moving to it (one deployment at a time); running {image.image}"
+    )
+
+
+def _rollout(image: ImageChoice, steps: Steps) -> dict[str, Any]:
+    """The status fields of the rollout and the image."""
+    return {
+        "updatedReplicas": steps.updated,
+        "image": image.image,
+        "imageSource": image.source,
+        "pendingImage": image.pending,
+    }
 
 
 def _prune(
@@ -297,8 +443,7 @@ def _prune(
     through a scale-down."""
     namespace = kd.metadata.namespace
     planned = {(child["kind"], child["metadata"]["name"]) for child in plan.children}
-    mine = {**selector_labels(kd), "app.kubernetes.io/managed-by": MANAGER}
-    selector = ",".join(f"{key}={value}" for key, value in mine.items())
+    selector = _selector(kd)
     for resource in (*CHILD_RESOURCES, JOB) if jobs else CHILD_RESOURCES:
         if resource.kind in plan.skip:
             continue

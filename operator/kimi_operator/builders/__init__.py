@@ -2,11 +2,12 @@
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import WeightsStatus
+from kimi_operator.builders.images import DefaultImageGate
 from kimi_operator.builders.serving import pod_disruption_budget, pod_monitor, service
 from kimi_operator.builders.weights import (
     cache_claim,
@@ -45,6 +46,8 @@ class OperatorDefaults:
     serving_image_vllm_version: str = DEFAULT_SERVING_VLLM_VERSION
     # With `computeDomain: Auto`, whether the cluster serves the ComputeDomain API.
     compute_domain_available: bool = True
+    # Operator-wide: whose turn it is to move to serving_image (shared by copies of this object).
+    image_gate: DefaultImageGate = field(default_factory=DefaultImageGate, compare=False)
 
 
 def serving_image(kd: KimiDeployment, defaults: OperatorDefaults) -> str:
@@ -101,9 +104,14 @@ def preview_weights(kd: KimiDeployment) -> dict[str, WeightsStatus]:
 
 
 def build_children(
-    kd: KimiDeployment, defaults: OperatorDefaults, weights: Resolved | None = None
+    kd: KimiDeployment,
+    defaults: OperatorDefaults,
+    spares: int = 0,
+    *,
+    weights: Resolved | None = None,
 ) -> list[dict[str, Any]]:
-    """The children the deployment controls. `weights`: how its Hugging Face sources were
+    """The children the deployment controls. `spares`: surge groups to build beyond
+    spec.replicas (a rollout's, see rollout.py). `weights`: how its Hugging Face sources were
     resolved (None: `preview_weights`); one not resolved yet gets a resolve Job, and no group is
     built until all are (the pods mount their cache claims)."""
     spec = kd.spec
@@ -115,7 +123,8 @@ def build_children(
         if role not in weights
     ]
     if not children:
-        children += _groups(kd, defaults, {role: w.claim_name for role, w in weights.items()})
+        caches = {role: w.claim_name for role, w in weights.items()}
+        children += _groups(kd, defaults, spares, caches)
     children += [service(kd), pod_disruption_budget(kd)]
     if spec.monitoring.pod_monitor:
         children.append(pod_monitor(kd))
@@ -123,13 +132,14 @@ def build_children(
 
 
 def _groups(
-    kd: KimiDeployment, defaults: OperatorDefaults, caches: Mapping[str, str]
+    kd: KimiDeployment, defaults: OperatorDefaults, spares: int, caches: Mapping[str, str]
 ) -> list[dict[str, Any]]:
     image = serving_image(kd, defaults)
     with_domain = uses_compute_domain(kd, defaults)
     no_custom_all_reduce = custom_all_reduce_disabled(kd, defaults)
     children: list[dict[str, Any]] = []
-    for group in range(kd.spec.replicas):
+    replicas = kd.spec.replicas
+    for group in range(replicas + spares if replicas else 0):
         if with_domain:
             children.append(compute_domain(kd, group))
         children.append(

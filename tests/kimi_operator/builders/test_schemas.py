@@ -33,7 +33,7 @@ def children() -> list[tuple[str, dict[str, Any]]]:
     for case, (doc, defaults) in sorted(CASES.items()):
         kd = deployment(doc)
         # With the weights caches, and the resolve Jobs a deployment starts with.
-        resolving = [c for c in build_children(kd, defaults, {}) if c["kind"] == "Job"]
+        resolving = [c for c in build_children(kd, defaults, weights={}) if c["kind"] == "Job"]
         caches = build_caches(kd, defaults, preview_weights(kd))
         for child in build_children(kd, defaults) + caches + resolving:
             out.append((f"{case}:{child['kind']}/{child['metadata']['name']}", child))

@@ -50,7 +50,7 @@ def of_kind(children: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 def test_unresolved_a_resolve_job_and_no_group() -> None:
     kd = deployment(revision="v1", tokenSecretRef=TOKEN_REF)
-    children = build_children(kd, OperatorDefaults(), {})
+    children = build_children(kd, OperatorDefaults(), weights={})
     assert of_kind(children, "LeaderWorkerSet") == []
     assert of_kind(children, "ComputeDomain") == []
     (job,) = of_kind(children, "Job")
@@ -98,7 +98,7 @@ def test_resolved_claim_and_download_job_of_exactly_that_commit() -> None:
 def test_serving_pods_mount_the_claim_read_only_and_get_no_token() -> None:
     kd = deployment(tokenSecretRef=TOKEN_REF)
     weights = resolved(kd)
-    children = build_children(kd, OperatorDefaults(), weights)
+    children = build_children(kd, OperatorDefaults(), weights=weights)
     assert of_kind(children, "Job") == []  # resolved: no resolve Job
     specs = list(pod_specs(children))
     assert specs
@@ -154,12 +154,12 @@ def test_draft_from_hugging_face_gets_its_own_cache_and_mount() -> None:
     report = check_document(doc)
     assert report.deployment is not None
     kd = report.deployment
-    assert [c["kind"] for c in build_children(kd, OperatorDefaults(), {})].count("Job") == 1
+    assert [c["kind"] for c in build_children(kd, OperatorDefaults(), weights={})].count("Job") == 1
     weights = preview_weights(kd)
     assert list(weights) == ["draft"]
     caches = build_caches(kd, OperatorDefaults(), weights)
     assert [c["kind"] for c in caches] == ["PersistentVolumeClaim", "Job"]
-    (_, pod), *_ = pod_specs(build_children(kd, OperatorDefaults(), weights))
+    (_, pod), *_ = pod_specs(build_children(kd, OperatorDefaults(), weights=weights))
     volume = next(v for v in pod["volumes"] if v["name"] == "draft-weights")
     assert volume["persistentVolumeClaim"]["claimName"] == weights["draft"].claim_name
 
@@ -170,4 +170,4 @@ def test_a_pvc_source_has_no_cache() -> None:
     kd = report.deployment
     assert preview_weights(kd) == {}
     assert build_caches(kd, OperatorDefaults(), {}) == []
-    assert of_kind(build_children(kd, OperatorDefaults(), {}), "LeaderWorkerSet")
+    assert of_kind(build_children(kd, OperatorDefaults(), weights={}), "LeaderWorkerSet")
