@@ -15,7 +15,6 @@ import contextlib
 import copy
 import functools
 import json
-import shutil
 import sys
 import tempfile
 import threading
@@ -298,7 +297,11 @@ def _weights_scenario(api: EmbeddedApiServer, kimi: str) -> None:
     hub.push("moonshotai/Kimi-K3", {"config.json": b"{}", "model.safetensors": b"1" * 1000})
     hub.push("moonshotai/Kimi-K3", {"config.json": b"{}", "model.safetensors": b"2" * 1000}, "v2")
     admin = Client(load_configuration(api.url))
-    with hub.running(), running(JobRunner(admin, hub.url, Path(tempfile.mkdtemp()))) as jobs:
+    with (
+        hub.running(),
+        tempfile.TemporaryDirectory(prefix="kimi-rbac-") as volumes,
+        running(JobRunner(admin, hub.url, Path(volumes))),
+    ):
         for name in ("w1", "w2"):
             doc = _sample("k3-tp16-latency")
             doc["metadata"] = {"name": name, "namespace": NAMESPACE}
@@ -326,7 +329,6 @@ def _weights_scenario(api: EmbeddedApiServer, kimi: str) -> None:
             _send(api.url, "PATCH", f"{kimi}/{name}", moved, merge=True)
             _wait(lambda: len(caches() - {old}) == 1, "the new cache", timeout=60.0)
         _wait(lambda: old not in caches(), "the old cache deleted with its last user", 60.0)
-        shutil.rmtree(jobs.volumes)
     admin.close()
 
 
