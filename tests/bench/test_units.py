@@ -10,7 +10,7 @@ import pytest
 from bench_helpers import Cli
 
 from kimi_operator.bench.client import Progress
-from kimi_operator.bench.metrics import delta, parse
+from kimi_operator.bench.server_metrics import delta, parse
 from kimi_operator.bench.stats import decode_rate, distribution, percentile, token_itls
 
 

@@ -31,7 +31,7 @@ def main() -> None:
     import vllm  # noqa: PLC0415
 
     load_general_plugins()
-    from kimi_kernels.metrics import decode_path  # noqa: PLC0415
+    from kimi_kernels.decode_metrics import decode_path  # noqa: PLC0415
 
     modules = (*HEAVY, decode_path.DECODE_MODULE, decode_path.RUNNER_MODULE)
     report = {

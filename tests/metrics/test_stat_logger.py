@@ -15,8 +15,8 @@ from vllm.v1.metrics.loggers import (
 )
 from vllm.v1.metrics.stats import SchedulerStats
 
-from kimi_kernels.metrics import names, stat_logger
-from kimi_kernels.metrics.stat_logger import KimiStatLogger
+from kimi_kernels.decode_metrics import names, stat_logger
+from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
 from tests.metrics.conftest import MODEL_NAME, TENSOR_PARALLEL
 from tests.metrics.feed import finished
 

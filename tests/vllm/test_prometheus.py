@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kimi_kernels.metrics import names
+from kimi_kernels.decode_metrics import names
 from tests.metrics.harness import Proof, prometheus_scraping, wait
 from tests.observability.catalog import (
     VARIABLES,
