@@ -40,7 +40,9 @@ $(STAMP): pyproject.toml kernels/pyproject.toml requirements/vllm-interfaces.txt
 tools:
 	@bash scripts/install-helm.sh >/dev/null
 
-demo: $(DEMO_STAMP) tools
+# The install and helm's download side by side (both mostly wait on the network).
+demo:
+	@$(MAKE) --no-print-directory -j2 $(DEMO_STAMP) tools
 	@bash scripts/demo.sh $(BIN)/kimi-operator
 
 test: lint typecheck unit
