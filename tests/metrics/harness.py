@@ -36,7 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from kimi_kernels.metrics import names
 from kimi_kernels.metrics.decode_path import DecodePathRecorder
 from kimi_kernels.metrics.stat_logger import KimiStatLogger
-from kimi_operator.metrics import Metrics
+from kimi_operator.controller.metrics import Metrics
 from tests.metrics.feed import finished
 
 ROOT = Path(__file__).resolve().parents[2]

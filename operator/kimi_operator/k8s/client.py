@@ -1,7 +1,7 @@
 """The one place that talks to the API server.
 
-Every failure becomes a kopf error: `kopf.TemporaryError` (retried with backoff) for conflicts,
-throttling, server errors and timeouts; `kopf.PermanentError` for everything else. A 404 on a read
+Every failure becomes an `ApiError` (k8s/errors.py) with the HTTP status (0: no answer) and the
+server's Retry-After; the controller decides what to retry (controller/retry.py). A 404 on a read
 or a delete is an answer ("not there"), not an error.
 """
 
@@ -9,28 +9,21 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-import kopf
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import Resource
 
-# Seconds before the first retry after a temporary failure; each further failure in a row doubles
-# it, up to MAX_RETRY_DELAY_S (as client-go's workqueue backs off). A Retry-After from the server
-# (429, 503) is obeyed as given.
-RETRY_DELAY_S = {409: 0.5, 429: 5.0}
-SERVER_ERROR_DELAY_S = 1.0
-TIMEOUT_DELAY_S = 1.0
-MAX_RETRY_DELAY_S = 60.0
 MERGE_PATCH = "application/merge-patch+json"
 
 # (verb, kind, HTTP status or 0 for no answer): observed after every request, for metrics.
 RequestHook = Callable[[str, str, int], None]
-APIError = kopf.TemporaryError | kopf.PermanentError
 
 
 def load_configuration(server: str | None = None, token: str | None = None) -> Any:
@@ -50,13 +43,28 @@ def load_configuration(server: str | None = None, token: str | None = None) -> A
     return configuration
 
 
-def connection_info(configuration: Any) -> kopf.ConnectionInfo:
-    """The same credentials for kopf's own watching and patching."""
+@dataclass(frozen=True)
+class Credentials:
+    """How to reach and authenticate to the API server, from a `kubernetes` Configuration."""
+
+    server: str
+    ca_path: str | None
+    insecure: bool
+    username: str | None
+    password: str | None
+    scheme: str | None  # "Bearer" with `token`
+    token: str | None
+    certificate_path: str | None
+    private_key_path: str | None
+
+
+def credentials(configuration: Any) -> Credentials:
+    """Read afresh on every call: in-cluster tokens rotate."""
     scheme, token = None, None
     bearer = configuration.get_api_key_with_prefix("authorization") or ""
     if bearer:
         scheme, _, token = bearer.partition(" ")
-    return kopf.ConnectionInfo(
+    return Credentials(
         server=configuration.host,
         ca_path=configuration.ssl_ca_cert,
         insecure=not configuration.verify_ssl,
@@ -69,41 +77,16 @@ def connection_info(configuration: Any) -> kopf.ConnectionInfo:
     )
 
 
-class ApiUnavailable(kopf.TemporaryError):
-    """A temporary failure, with the HTTP status that said so (0: no answer in time, or no
-    connection): the status reports which. `server_delay`: the delay is the server's
-    Retry-After, not ours to back off from."""
-
-    def __init__(
-        self, message: str, *, code: int, delay: float, server_delay: bool = False
-    ) -> None:
-        super().__init__(message, delay=delay)
-        self.code = code
-        self.server_delay = server_delay
-
-
-def retry_delay(error: kopf.TemporaryError, failures_before: int) -> float:
-    """Seconds until retrying a reconcile that failed with `error` after `failures_before`
-    failures in a row."""
-    delay = float(error.delay or SERVER_ERROR_DELAY_S)
-    if isinstance(error, ApiUnavailable) and error.server_delay:
-        return delay
-    return float(min(delay * 2**failures_before, MAX_RETRY_DELAY_S))
-
-
-def classify(verb: str, what: str, status: int, body: bytes, retry_after: str | None) -> APIError:
-    """Map an HTTP failure to the kopf error that says whether retrying can help."""
+def classify(verb: str, what: str, status: int, body: bytes, retry_after: str | None) -> ApiError:
+    """The error for an HTTP failure, with the server's message and Retry-After."""
     try:
         details = json.loads(body)
         message = details.get("message") or details.get("reason") or ""
     except (ValueError, AttributeError):
         message = body.decode("utf-8", "replace")[:200]
     text = f"{verb} {what}: HTTP {status}: {message}".rstrip(": ")
-    if status not in RETRY_DELAY_S and status < 500:
-        return kopf.PermanentError(text)
-    if status in (429, 503) and retry_after and retry_after.isdigit():
-        return ApiUnavailable(text, code=status, delay=float(retry_after), server_delay=True)
-    return ApiUnavailable(text, code=status, delay=RETRY_DELAY_S.get(status, SERVER_ERROR_DELAY_S))
+    delay = float(retry_after) if retry_after and retry_after.isdigit() else None
+    return ApiError(text, code=status, retry_after_s=delay)
 
 
 class Client:
@@ -168,7 +151,7 @@ class Client:
         except (urllib3.exceptions.HTTPError, OSError) as error:
             self._observe(verb, kind, 0)
             message = f"{verb} {what}: {error}"
-            raise ApiUnavailable(message, code=0, delay=TIMEOUT_DELAY_S) from None
+            raise ApiError(message, code=0) from None
         status: int = response.status
         self._observe(verb, kind, status)
         if (status == 404 and missing_ok) or (status == 409 and exists_ok):

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from kimi_operator.api import constants as c
-from kimi_operator.k8s.client import connection_info
+from kimi_operator.k8s.client import credentials
 from kimi_operator.k8s.resources import Resource
 
 log = logging.getLogger("kimi_operator.watch")
@@ -91,7 +91,7 @@ class ChildWatch:
 
     def _session(self) -> aiohttp.ClientSession:
         """A session with the operator's credentials, read afresh (in-cluster tokens rotate)."""
-        info = connection_info(self.configuration)
+        info = credentials(self.configuration)
         headers = {"Accept": "application/json"}
         if info.scheme and info.token:
             headers["Authorization"] = f"{info.scheme} {info.token}"
