@@ -2,7 +2,7 @@
 a reconcile leaves nothing behind, nothing cuts a Retry-After short, a reconcile's requeue is
 honoured, and children are pruned exactly when some can be there to prune."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -52,8 +52,8 @@ class Harness:
     def __init__(self, client: Client) -> None:
         self.clock = VirtualClock()
         self.reasons: list[str] = []
-        self.before = lambda: None
-        self.after = lambda outcome: outcome
+        self.before: Callable[[], None] = lambda: None
+        self.after: Callable[[Outcome], Outcome] = lambda outcome: outcome
         self.controller = Controller(
             client, OperatorDefaults(), Metrics(), clock=self.clock, reconcile_fn=self._reconcile
         )
