@@ -109,14 +109,12 @@ def registry(loop: Controller, configuration: Any) -> kopf.OperatorRegistry:
     return registry
 
 
-def child_watches(
-    loop: Controller, configuration: Any, namespaces: Sequence[str]
-) -> list[ChildWatch]:
+def child_watches(loop: Controller, namespaces: Sequence[str]) -> list[ChildWatch]:
     """A watch per resource whose status feeds a deployment's, per namespace (or cluster-wide):
     a change refreshes its owner now rather than at the next resync."""
     return [
         ChildWatch(
-            configuration,
+            loop.client,
             resource,
             namespace,
             loop.child_changed,
@@ -144,10 +142,13 @@ async def operate(
         host, port = _split(config.health)
         liveness = f"http://{host}:{port}/healthz"
     loop.start()
-    watches = [
-        asyncio.create_task(watch.run(), name=f"kimi-operator-watch-{watch.resource.plural}")
-        for watch in child_watches(loop, configuration, config.namespaces)
+    watches = child_watches(loop, config.namespaces)
+    threads = [
+        threading.Thread(target=w.run, name=f"kimi-watch-{w.resource.plural}", daemon=True)
+        for w in watches
     ]
+    for thread in threads:
+        thread.start()
     try:
         await kopf.operator(
             registry=registry(loop, configuration),
@@ -161,14 +162,19 @@ async def operate(
             ready_flag=ready,
         )
     finally:
-        for task in watches:
-            task.cancel()
-        await asyncio.gather(*watches, return_exceptions=True)
+        for watch in watches:
+            watch.stop()
+        await asyncio.to_thread(_join, threads)
         await asyncio.to_thread(loop.stop)
         if metrics_server is not None:
             metrics_server.shutdown()
             metrics_server.server_close()
         loop.client.close()
+
+
+def _join(threads: Sequence[threading.Thread], timeout_s: float = 30.0) -> None:
+    for thread in threads:
+        thread.join(timeout_s)
 
 
 def run_operator(config: RunConfig) -> None:

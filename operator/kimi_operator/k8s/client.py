@@ -5,12 +5,13 @@ server's Retry-After; the controller decides what to retry (controller/retry.py)
 or a delete is an answer ("not there"), not an error.
 """
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlencode
 
 import urllib3
@@ -21,7 +22,10 @@ from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import Resource
 
 MERGE_PATCH = "application/merge-patch+json"
+WATCH_TIMEOUT_S = 300  # the server ends each watch after this; it is resumed from the last version
 
+# A request's body (encoded), query and content type.
+Request = tuple[bytes | None, Mapping[str, str] | None, str]
 # (verb, kind, HTTP status or 0 for no answer): observed after every request, for metrics.
 RequestHook = Callable[[str, str, int], None]
 
@@ -106,6 +110,8 @@ class Client:
         self.host: str = configuration.host
         self._pool: urllib3.PoolManager = self._api.rest_client.pool_manager
         self._timeout = urllib3.Timeout(connect=5.0, read=timeout_s)
+        # A watch is quiet for long stretches; the server ends it after WATCH_TIMEOUT_S.
+        self._watch_timeout = urllib3.Timeout(connect=5.0, read=WATCH_TIMEOUT_S + 30)
         self._discovery_ttl_s = discovery_ttl_s
         self._discovered: dict[str, tuple[float, frozenset[str]]] = {}
         self._lock = threading.Lock()
@@ -113,6 +119,35 @@ class Client:
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
+
+    def _send(
+        self, what: tuple[str, str], method: str, path: str, request: Request, stream: bool
+    ) -> urllib3.BaseHTTPResponse:
+        """The response to one request; `what` is (verb, kind), for metrics and messages;
+        `stream`: its body not read yet."""
+        (verb, kind), (body, query, content_type) = what, request
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        self._api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        url = self.host + path + (f"?{urlencode(query)}" if query else "")
+        # Straight to the connection pool the kubernetes package configured (TLS, proxy): its
+        # request layers walk and re-encode every body once more.
+        try:
+            response = self._pool.request(
+                method,
+                url,
+                body=body,
+                headers=headers,
+                timeout=self._watch_timeout if stream else self._timeout,
+                # No retrying inside urllib3: it would sleep out a 429's or 503's Retry-After on
+                # GET and DELETE in the reconcile thread, unseen by the status and the metrics.
+                retries=False,
+                preload_content=not stream,
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            self._observe(verb, kind, 0)
+            raise ApiError(f"{verb} {kind} {path}: {error}", code=0) from None
+        self._observe(verb, kind, response.status)
+        return response
 
     def _request(
         self,
@@ -130,35 +165,14 @@ class Client:
     ) -> Any:
         """The decoded JSON answer ({} unless `decode`); None for a 404 when `missing_ok`, a 409
         when `exists_ok`."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        self._api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
-        url = self.host + path + (f"?{urlencode(query)}" if query else "")
-        what = f"{kind} {path}"
-        # Straight to the connection pool the kubernetes package configured (TLS, proxy): its
-        # request layers walk and re-encode every body once more.
-        try:
-            response = self._pool.request(
-                method,
-                url,
-                body=None if body is None else json.dumps(body).encode(),
-                headers=headers,
-                timeout=self._timeout,
-                # No retrying inside urllib3: it would sleep out a 429's or 503's Retry-After on
-                # GET and DELETE in the reconcile thread, unseen by the status and the metrics.
-                retries=False,
-            )
-            data: bytes = response.data
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            self._observe(verb, kind, 0)
-            message = f"{verb} {what}: {error}"
-            raise ApiError(message, code=0) from None
-        status: int = response.status
-        self._observe(verb, kind, status)
+        encoded = None if body is None else json.dumps(body).encode()
+        response = self._send((verb, kind), method, path, (encoded, query, content_type), False)
+        status, data = response.status, response.data
         if (status == 404 and missing_ok) or (status == 409 and exists_ok):
             return None
         if status >= 300:
             retry_after = response.headers.get("Retry-After")
-            raise classify(verb, what, status, data, retry_after)
+            raise classify(verb, f"{kind} {path}", status, data, retry_after)
         return json.loads(data) if data and decode else {}
 
     def _observe(self, verb: str, kind: str, status: int) -> None:
@@ -192,11 +206,7 @@ class Client:
         self, resource: Resource, namespace: str | None = None, *, label_selector: str = ""
     ) -> list[dict[str, Any]]:
         """Every object of `resource` in `namespace` (or in all namespaces) with the labels."""
-        path = (
-            resource.collection(namespace)
-            if namespace
-            else f"{resource.group_version_path}/{resource.plural}"
-        )
+        path = _collection_path(resource, namespace)
         query = {"labelSelector": label_selector} if label_selector else None
         answer = self._request("list", resource.kind, "GET", path, query=query)
         items: list[dict[str, Any]] = answer.get("items", [])
@@ -237,3 +247,69 @@ class Client:
         """False when it was already gone."""
         path = resource.item(namespace, name)
         return self._request("delete", resource.kind, "DELETE", path, missing_ok=True) is not None
+
+    def list_version(
+        self, resource: Resource, namespace: str | None = None, *, label_selector: str = ""
+    ) -> str | None:
+        """The collection's resourceVersion, where a watch starts; None when `resource` is not
+        served (its CRD not installed)."""
+        query = {"limit": "1", **({"labelSelector": label_selector} if label_selector else {})}
+        path = _collection_path(resource, namespace)
+        answer = self._request("list", resource.kind, "GET", path, query=query, missing_ok=True)
+        if answer is None:
+            return None
+        return str((answer.get("metadata") or {}).get("resourceVersion", ""))
+
+    def watch(
+        self, resource: Resource, namespace: str | None, *, version: str, label_selector: str = ""
+    ) -> "WatchStream":
+        """The collection's changes from `version`, with bookmarks, until the server ends the
+        watch (WATCH_TIMEOUT_S). A 410 (`version` too old: list again) is an `ApiError`."""
+        query = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(WATCH_TIMEOUT_S),
+            **({"labelSelector": label_selector} if label_selector else {}),
+            **({"resourceVersion": version} if version else {}),
+        }
+        path = _collection_path(resource, namespace)
+        what = f"watch {resource.kind} {path}"
+        request = (None, query, "application/json")
+        response = self._send(("watch", resource.kind), "GET", path, request, True)
+        if response.status >= 300:
+            data = response.read()
+            response.release_conn()
+            retry_after = response.headers.get("Retry-After")
+            raise classify("watch", f"{resource.kind} {path}", response.status, data, retry_after)
+        return WatchStream(response, what)
+
+
+def _collection_path(resource: Resource, namespace: str | None) -> str:
+    if namespace:
+        return resource.collection(namespace)
+    return f"{resource.group_version_path}/{resource.plural}"
+
+
+class WatchStream:
+    """A watch's answer: its body in chunks as they arrive. `interrupt`, from another thread,
+    ends a read that waits for the next one."""
+
+    def __init__(self, response: urllib3.BaseHTTPResponse, what: str) -> None:
+        self._response = response
+        self._what = what
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._response.close()
+
+    def chunks(self) -> Iterator[bytes]:
+        try:
+            yield from self._response.stream(64 * 1024)
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise ApiError(f"{self._what}: {error}", code=0) from None
+
+    def interrupt(self) -> None:
+        with contextlib.suppress(ValueError, RuntimeError, OSError):  # closed or released already
+            self._response.shutdown()
