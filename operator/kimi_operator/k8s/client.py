@@ -114,7 +114,7 @@ class Client:
         self._watch_timeout = urllib3.Timeout(connect=5.0, read=WATCH_TIMEOUT_S + 30)
         self._discovery_ttl_s = discovery_ttl_s
         self._discovered: dict[str, tuple[float, frozenset[str]]] = {}
-        self._lock = threading.Lock()
+        self._discovering = threading.Lock()
         self._on_request = on_request
 
     def close(self) -> None:
@@ -181,18 +181,16 @@ class Client:
 
     def served(self, resource: Resource) -> bool:
         """Whether the cluster serves `resource` (its CRD is installed); cached for a while so that
-        installing a CRD later is noticed."""
-        now = time.monotonic()
-        with self._lock:
-            cached = self._discovered.get(resource.group_version_path)
-        if cached is None or cached[0] < now:
-            answer = self._request(
-                "discover", resource.kind, "GET", resource.group_version_path, missing_ok=True
-            )
-            plurals = frozenset(r.get("name", "") for r in (answer or {}).get("resources", []))
-            cached = (now + self._discovery_ttl_s, plurals)
-            with self._lock:
-                self._discovered[resource.group_version_path] = cached
+        installing a CRD later is noticed. One thread asks at a time: a burst of reconciles
+        finding the cache stale waits for one answer rather than asking once each."""
+        path = resource.group_version_path
+        with self._discovering:
+            cached = self._discovered.get(path)
+            now = time.monotonic()
+            if cached is None or cached[0] < now:
+                answer = self._request("discover", resource.kind, "GET", path, missing_ok=True)
+                plurals = frozenset(r.get("name", "") for r in (answer or {}).get("resources", []))
+                cached = self._discovered[path] = (now + self._discovery_ttl_s, plurals)
         return resource.plural in cached[1]
 
     def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:

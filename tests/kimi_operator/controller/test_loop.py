@@ -16,9 +16,12 @@ from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.errors import ApiError
-from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, Resource
+from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, Resource
 from kimi_operator.reconcile import Outcome, reconcile
 from tests.kimi_operator.controller.clock import VirtualClock
+
+
+INSTANCE = "app.kubernetes.io/instance="
 
 
 class CountingClient(Client):
@@ -201,6 +204,8 @@ def test_children_are_pruned_only_when_some_can_be_there(client: CountingClient)
 
     assert lists_when(scale_down) > 0
     assert controller.deployments[uid].pruned == 2
+    groups = client.list(LEADER_WORKER_SET, NAMESPACE, label_selector=INSTANCE + "prune")
+    assert [g["metadata"]["name"] for g in groups] == ["prune-g0"]
 
     def fail_once(outcome: Outcome) -> Outcome:
         outcome.error = ApiError("create Service: HTTP 500", code=500)
