@@ -206,7 +206,7 @@ class Controller:
         state.acted = generation
         if prune and outcome.error is None:
             state.pruned = generation
-        self.metrics.set_conditions(state.namespace, state.name, outcome.status)
+        self.metrics.set_conditions(uid, outcome.status)
         if outcome.requeue_after_s is not None:
             self.queue.add_after(uid, outcome.requeue_after_s, "requeue")
         if outcome.events:
@@ -228,10 +228,9 @@ class Controller:
 
     def _drop(self, uid: str) -> None:
         with self._guard:
-            state = self.deployments.pop(uid, None)
+            self.deployments.pop(uid, None)
         self.queue.remove(uid)
-        if state is not None:
-            self.metrics.forget(state.namespace, state.name)
+        self.metrics.forget(uid)
 
     # Running.
 

@@ -20,7 +20,6 @@ from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, Reso
 from kimi_operator.reconcile import Outcome, reconcile
 from tests.kimi_operator.controller.clock import VirtualClock
 
-
 INSTANCE = "app.kubernetes.io/instance="
 
 
@@ -242,3 +241,18 @@ def test_a_deployment_found_gone_is_forgotten(client: CountingClient) -> None:
     harness.controller.resync()
     assert harness.run_due() == 1
     assert_forgotten(harness.controller, uid)
+
+
+def test_a_deployment_created_again_under_its_name_stays_counted(client: CountingClient) -> None:
+    """The new object's reconcile comes before the old one's deletion is processed: the gauge
+    still counts the new one."""
+    harness = Harness(client)
+    old = created(client, harness, "again")["metadata"]["uid"]
+    assert harness.run_due() == 1
+    client.delete(KIMI_DEPLOYMENT, NAMESPACE, "again")
+    new = created(client, harness, "again")["metadata"]["uid"]
+    assert harness.run_due() == 1
+    harness.controller.deleted(old)
+    assert harness.run_due() == 1
+    assert list(harness.controller.deployments) == [new]
+    assert set(harness.controller.metrics.deployments_by_condition().values()) == {1}
