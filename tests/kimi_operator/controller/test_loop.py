@@ -16,7 +16,7 @@ from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.errors import ApiError
-from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, Resource
+from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, SERVICE, Resource
 from kimi_operator.reconcile import Outcome, reconcile
 from tests.kimi_operator.controller.clock import VirtualClock
 
@@ -24,14 +24,15 @@ INSTANCE = "app.kubernetes.io/instance="
 
 
 class CountingClient(Client):
-    """Counts the lists (pruning lists every child kind)."""
+    """Counts the lists of Services: pruning lists every child kind, and only pruning lists
+    Services (a rollout lists the deployment's LeaderWorkerSets on every reconcile)."""
 
     lists = 0
 
     def list(
         self, resource: Resource, namespace: str | None = None, *, label_selector: str = ""
     ) -> list[dict[str, Any]]:
-        self.lists += 1
+        self.lists += resource == SERVICE
         return super().list(resource, namespace, label_selector=label_selector)
 
 
