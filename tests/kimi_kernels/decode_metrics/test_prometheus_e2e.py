@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.kimi_kernels.metrics.conftest import TENSOR_PARALLEL
-from tests.kimi_kernels.metrics.harness import GPU_HOUR_PRICE, Proof, expected, proof
+from tests.kimi_kernels.decode_metrics.conftest import TENSOR_PARALLEL
+from tests.kimi_kernels.decode_metrics.harness import GPU_HOUR_PRICE, Proof, expected, proof
 from tests.observability.catalog import (
     VARIABLES,
     panel_queries,
