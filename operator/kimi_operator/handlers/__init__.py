@@ -25,9 +25,9 @@ from typing import Any
 import kopf
 
 from kimi_operator.api import constants as c
+from kimi_operator.api.problem import Problem
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import MANAGER
-from kimi_operator.conditions import Problem
 from kimi_operator.k8s.client import Client, connection_info, retry_delay
 from kimi_operator.k8s.events import post_warning
 from kimi_operator.k8s.resources import COMPUTE_DOMAIN, KIMI_DEPLOYMENT, LEADER_WORKER_SET

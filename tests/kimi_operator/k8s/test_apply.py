@@ -4,6 +4,7 @@ import copy
 from typing import Any
 
 from kimi_operator import conditions as cond
+from kimi_operator.api.problem import Problem
 from kimi_operator.embedded.server import merge_diff, merge_patch
 from kimi_operator.k8s.apply import APPLIED_ANNOTATION, covers, drift_patch, removals, with_owner
 
@@ -119,7 +120,7 @@ def test_transition_time_moves_only_when_the_status_changes() -> None:
 
 
 def test_new_problems_are_worth_one_event_each() -> None:
-    missing = cond.Problem("LeaderWorkerSetNotInstalled", "install it")
+    missing = Problem("LeaderWorkerSetNotInstalled", "install it")
     first = cond.render({}, cond.valid_conditions(seen()), generation=1, now="T")
     broken = cond.render(
         first, cond.valid_conditions(seen(blockers=[missing])), generation=1, now="T"
@@ -132,16 +133,15 @@ def test_invalid_spec_keeps_what_was_observed() -> None:
     ready = cond.render(
         {}, cond.valid_conditions(seen(groups_ready=2)), generation=1, now="T1", counts=(2, 2)
     )
-    invalid = cond.render(
-        ready, cond.invalid_conditions(ready, ["spec.gpus: no"]), generation=2, now="T2"
-    )
+    problem = Problem.in_field("spec.gpus", "is not one of the allowed values", "8, 16", got=4)
+    invalid = cond.render(ready, cond.invalid_conditions(ready, [problem]), generation=2, now="T2")
     by_type = {c["type"]: c for c in invalid["conditions"]}
     assert by_type["Ready"]["status"] == "True"
     assert by_type["SpecValid"] | {"lastTransitionTime": ""} == {
         "type": "SpecValid",
         "status": "False",
         "reason": "Invalid",
-        "message": "spec.gpus: no",
+        "message": "spec.gpus: is not one of the allowed values (got 4; allowed: 8, 16)",
         "lastTransitionTime": "",
         "observedGeneration": 2,
     }
