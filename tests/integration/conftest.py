@@ -3,7 +3,6 @@ the chart's ServiceAccount: every request it makes is allowed or refused by the 
 
 import copy
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -17,8 +16,8 @@ from kimi_operator.embedded.upstream import CHILD_KINDS, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 from kimi_operator.runner import OperatorThread, RunConfig
+from tests.support.repo import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 RESYNC_S = 0.5
 T = TypeVar("T")
 

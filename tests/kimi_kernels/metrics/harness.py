@@ -38,8 +38,8 @@ from kimi_kernels.metrics.decode_path import DecodePathRecorder
 from kimi_kernels.metrics.stat_logger import KimiStatLogger
 from kimi_operator.metrics import Metrics
 from tests.kimi_kernels.metrics.feed import finished
+from tests.support.repo import ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "charts" / "kimi-operator" / "rules" / "kimi-k3.rules.yaml"
 STEP = 30  # seconds of history between snapshots
 SNAPSHOTS = 24

@@ -3,20 +3,19 @@ it derives from vLLM 0.33.0's own tables, and its table."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "vllm_compile_cost.py"
+from tests.support.repo import load_script
+
+SCRIPT = Path("benchmarks/vllm_compile_cost.py")
 
 
 @pytest.fixture(scope="module")
-def script():
-    spec = importlib.util.spec_from_file_location("vllm_compile_cost", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def script() -> ModuleType:
+    return load_script(SCRIPT)
 
 
 def test_batches_add_whole_verify_requests(script):

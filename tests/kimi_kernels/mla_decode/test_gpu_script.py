@@ -4,25 +4,23 @@ the one verdict, its table renders, and without a GPU it stops with one clear li
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 
 from kimi_kernels.mla_decode.config import SUPPORTED_HEADS
+from tests.support.repo import load_script
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "mla_decode_gpu.py"
+SCRIPT = Path("benchmarks/mla_decode_gpu.py")
 
 
 @pytest.fixture(scope="module")
-def script():
-    spec = importlib.util.spec_from_file_location("mla_decode_gpu", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def script() -> ModuleType:
+    return load_script(SCRIPT)
 
 
 def test_correctness_cases_cover_every_shape(script):

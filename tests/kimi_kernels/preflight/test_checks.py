@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ from kimi_kernels.preflight.checks import (
     should_run_attention,
     should_run_kernel_checks,
 )
+from tests.support.repo import ROOT
 
 GB300 = Gpu(0, "NVIDIA GB300", (10, 3), multicast=True)
 B200 = Gpu(1, "NVIDIA B200", (10, 0), multicast=True)
@@ -35,7 +35,6 @@ GOOD = Facts(
     imports_tried=60,
     attention=(CoreResult("tokenspeed", 2e-3, None), CoreResult("trtllm", 3e-3, None)),
 )
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def _with(**changes: object) -> Facts:
