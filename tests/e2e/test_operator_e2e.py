@@ -26,7 +26,8 @@ from kimi_operator.k8s.resources import (
     SERVICE,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.integration.conftest import ROOT, wait_for
+from tests.integration.conftest import wait_for
+from tests.support.repo import ROOT
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("KUBECONFIG"), reason="needs a real cluster: set KUBECONFIG"

@@ -12,7 +12,9 @@ import venv
 from pathlib import Path
 from typing import Any
 
-from .dockerfiles import CHECK, ROOT
+from tests.support.repo import ROOT
+
+from .dockerfiles import CHECK
 from .slow import require_image_tests
 
 KERNELS = ROOT / "kernels"

@@ -22,8 +22,9 @@ from kimi_operator.k8s.resources import (
     LEADER_WORKER_SET,
     SERVICE,
 )
-from tests.integration.conftest import ROOT, older_crd, sample
+from tests.integration.conftest import older_crd, sample
 from tests.integration.test_lifecycle import NAME, NS, children, create
+from tests.support.repo import ROOT
 
 KDS = KIMI_DEPLOYMENT.collection(NS)
 NOT_CHECKED = (
