@@ -57,7 +57,7 @@ def namespace() -> Iterator[str]:
 
     name = f"kimi-e2e-{uuid.uuid4().hex[:6]}"
     core = k8s.CoreV1Api(k8s.ApiClient(load_configuration()))
-    core.create_namespace({"metadata": {"name": name}})
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
     yield name
     core.delete_namespace(name)
 

@@ -142,7 +142,7 @@ def test_server_errors_are_retried(
     api.inject(Fault("POST", "/services", 409))
     create(client, sample())
     found = wait_for(
-        lambda: (f := children(client)) and len(f) == 5 and f,
+        lambda: f if len(f := children(client)) == 5 else None,
         timeout=20,
         what="every child after the retries",
     )

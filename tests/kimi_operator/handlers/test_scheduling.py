@@ -17,6 +17,7 @@ from kimi_operator.handlers import OperatorContext, attempt
 from kimi_operator.k8s.client import ApiUnavailable, Client, load_configuration
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, Resource
 from kimi_operator.metrics import Metrics
+from kimi_operator.reconcile import reconcile
 
 THROTTLED = ApiUnavailable("throttled", code=429, delay=2.0, server_delay=True)
 
@@ -116,12 +117,12 @@ def test_a_deletion_during_a_reconcile_leaves_nothing_behind(
     """The DELETED event arrives while a resync of the deployment is in flight: once both are
     done, neither `acted` nor the deployments gauge holds it (nothing would ever remove it)."""
     started, release = threading.Event(), threading.Event()
-    reconcile = handlers.reconcile
+    real = reconcile
 
     def held(*args: Any, **kwargs: Any) -> Any:
         started.set()
         assert release.wait(10)
-        return reconcile(*args, **kwargs)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(handlers, "reconcile", held)
     with EmbeddedApiServer() as api:

@@ -8,12 +8,12 @@ from kimi_operator.api.problem import Problem
 from kimi_operator.embedded.server import merge_diff, merge_patch
 from kimi_operator.k8s.apply import APPLIED_ANNOTATION, covers, drift_patch, removals, with_owner
 
-OWNER = {
+OWNER: dict[str, Any] = {
     "apiVersion": "kimi-operator.io/v1alpha1",
     "kind": "KimiDeployment",
     "metadata": {"name": "k3", "uid": "u-1"},
 }
-CHILD = {
+CHILD: dict[str, Any] = {
     "apiVersion": "v1",
     "kind": "Service",
     "metadata": {"name": "k3", "namespace": "ns", "labels": {"a": "1"}},
