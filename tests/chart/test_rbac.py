@@ -42,7 +42,7 @@ from kimi_operator.k8s.resources import (
     Resource,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.integration.conftest import older_crd
+from tests.support.cluster import older_crd
 from tests.support.repo import ROOT
 
 from .helm import of_kind, template

@@ -26,7 +26,7 @@ from kimi_operator.k8s.resources import (
     SERVICE,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.integration.conftest import wait_for
+from tests.support.cluster import wait_for
 from tests.support.repo import ROOT
 
 pytestmark = pytest.mark.skipif(

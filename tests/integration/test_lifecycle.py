@@ -18,7 +18,8 @@ from kimi_operator.k8s.resources import (
     SERVICE,
 )
 from kimi_operator.runner import OperatorThread
-from tests.integration.conftest import RESYNC_S, condition, sample, status_of, wait_for
+from tests.integration.conftest import RESYNC_S
+from tests.support.cluster import condition, sample, status_of, wait_for
 
 NS, NAME = "inference", "k3-tp8-dspark"
 pytestmark = pytest.mark.usefixtures("operator")

@@ -13,8 +13,8 @@ import yaml
 from kimi_operator.embedded.upstream import upstream_crd
 from kimi_operator.observability import generate
 from kimi_operator.observability.rules import DEFAULT_DECODE_FLOOR, FLOOR_MARKER
-from tests.observability.catalog import CHART, RULES
-from tests.observability.tools import require_tool
+from tests.support.catalog import CHART, RULES
+from tests.support.tools import require_tool
 
 HERE = Path(__file__).parent
 

@@ -23,6 +23,7 @@ from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.vllm_flags import SERVE_FLAGS, SERVE_OPTIONS
 from kimi_operator.builders.vllm_args import leader_args, worker_args
 from tests.support.specs import edited
+from tests.support.vllm_cli import FORBIDDEN_DESTS
 from tests.support.vllm_cli import parse as _parse
 
 REFUSED = [
@@ -139,12 +140,6 @@ def _deployment(sample: str) -> KimiDeployment:
 
 
 # --- against vLLM 0.33.0's real parser (the vllm_parser fixture: tests/support/vllm_cli.py) ---
-
-
-# vLLM destinations (parsed settings) that some refused flag sets.
-FORBIDDEN_DESTS = {
-    d for g in FORBIDDEN_FLAG_GROUPS for d, fs in SERVE_OPTIONS.items() if set(fs) & set(g.flags)
-}
 
 
 def test_snapshot_is_the_real_parser(vllm_parser: Any) -> None:

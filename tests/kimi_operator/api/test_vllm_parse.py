@@ -10,7 +10,7 @@ import pytest
 
 from kimi_operator.api import vllm_flags, vllm_parse
 from kimi_operator.api.validation import check_document
-from tests.kimi_operator.api.test_one_verdict import CORPUS, PARSER_ONLY
+from tests.support.corpus import CORPUS, PARSER_ONLY
 from tests.support.repo import load_script
 from tests.support.specs import edited
 from tests.support.vllm_cli import parse

@@ -37,7 +37,7 @@ from kimi_kernels.metrics import names
 from kimi_kernels.metrics.decode_path import DecodePathRecorder
 from kimi_kernels.metrics.stat_logger import KimiStatLogger
 from kimi_operator.metrics import Metrics
-from tests.kimi_kernels.metrics.feed import finished
+from tests.support.feed import finished
 from tests.support.repo import ROOT
 
 RULES = ROOT / "charts" / "kimi-operator" / "rules" / "kimi-k3.rules.yaml"
