@@ -1,5 +1,5 @@
 """Helpers of the bench tests (tests/kimi_operator/bench, tests/vllm): CLI results, arguments,
-the closed-chain task; the `cli` and `stub` fixtures live in tests/kimi_operator/bench/conftest.py."""
+the closed-chain task. The `cli` and `stub` fixtures live in that folder's conftest.py."""
 
 import json
 from collections.abc import Callable
