@@ -13,8 +13,18 @@ from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import EVENT, KIMI_DEPLOYMENT, SERVICE
 from kimi_operator.runner import OperatorThread
 from tests.integration.conftest import RESYNC_S
-from tests.integration.test_lifecycle import NAME, NS, children, create, reconciled
-from tests.support.cluster import condition, older_crd, sample, status_of, wait_for
+from tests.support.cluster import (
+    NAME,
+    NS,
+    children,
+    condition,
+    create,
+    older_crd,
+    reconciled,
+    sample,
+    status_of,
+    wait_for,
+)
 
 pytestmark = pytest.mark.usefixtures("operator")
 WITHOUT_LWS = ["ComputeDomain", "PodMonitor"]

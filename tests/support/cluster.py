@@ -10,10 +10,18 @@ import yaml
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.processes import wait
 from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
+from kimi_operator.k8s.resources import (
+    COMPUTE_DOMAIN,
+    KIMI_DEPLOYMENT,
+    LEADER_WORKER_SET,
+    POD_DISRUPTION_BUDGET,
+    POD_MONITOR,
+    SERVICE,
+)
 from tests.support.repo import ROOT
 
 T = TypeVar("T")
+NS, NAME = "inference", "k3-tp8-dspark"  # the namespace and name of the default sample
 
 
 def older_crd() -> dict[str, Any]:
@@ -47,3 +55,36 @@ def status_of(client: Client, namespace: str, name: str) -> dict[str, Any]:
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
     found: dict[str, Any] = next(c for c in status.get("conditions", []) if c["type"] == kind)
     return found
+
+
+def children(client: Client, name: str = NAME, namespace: str = NS) -> dict[str, dict[str, Any]]:
+    """`Kind/name` -> object, for every child the deployment `name` has."""
+    found = {}
+    for resource in (
+        COMPUTE_DOMAIN,
+        LEADER_WORKER_SET,
+        SERVICE,
+        POD_DISRUPTION_BUDGET,
+        POD_MONITOR,
+    ):
+        if not client.served(resource):
+            continue
+        for obj in client.list(resource, namespace):
+            if obj["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == name:
+                found[f"{resource.kind}/{obj['metadata']['name']}"] = obj
+    return found
+
+
+def reconciled(
+    client: Client, generation: int, name: str = NAME, namespace: str = NS
+) -> dict[str, Any] | None:
+    """The status once the operator has seen `generation`, else None (for `wait_for`)."""
+    status = status_of(client, namespace, name)
+    return status if status.get("observedGeneration") == generation else None
+
+
+def create(client: Client, doc: dict[str, Any]) -> dict[str, Any]:
+    client.create(KIMI_DEPLOYMENT, doc)
+    name = doc["metadata"]["name"]
+    status: dict[str, Any] = wait_for(lambda: reconciled(client, 1, name), what="first status")
+    return status
