@@ -1,13 +1,69 @@
 """The status a reconcile computes (kimi_operator/conditions.py): transition times, Warning
-Events for new problems only, an invalid spec keeping what was observed."""
+Events for new problems only, an invalid spec keeping what was observed, and what the status says
+during a rollout (docs/rollout.md)."""
 
+import dataclasses
 from typing import Any
 
 from kimi_operator import conditions as cond
 from kimi_operator.api.problem import Problem
 
+ROLLING = cond.Observation(
+    groups_wanted=3,
+    groups_present=3,
+    groups_ready=2,
+    endpoint="http://k3.inference.svc:8000/v1",
+    groups_updated=2,
+    rolling=True,
+)
+
 
 def seen(**changes: Any) -> cond.Observation:
+    return dataclasses.replace(ROLLING, **changes)
+
+
+def entries(observation: cond.Observation) -> dict[str, tuple[str, str, str]]:
+    return {kind: entry for kind, entry in cond.valid_conditions(observation).entries.items()}
+
+
+def test_rolling_out_says_how_many_groups_are_updated() -> None:
+    now = entries(seen())
+    assert now["Progressing"] == ("True", "RollingOut", "2 of 3 groups updated")
+    assert now["Ready"] == ("False", "GroupsNotReady", "2 of 3 TP groups ready")
+    assert now["Degraded"][:2] == ("False", "AsExpected")
+    # A surge group ready in place of the one restarting: every group's worth is serving.
+    assert entries(seen(groups_ready=3, groups_present=4))["Ready"][:2] == (
+        "True",
+        "AllGroupsReady",
+    )
+
+
+def test_a_stalled_rollout_is_degraded_and_no_longer_progressing() -> None:
+    why = "k3-g0 not Ready within spec.rollout.progressDeadlineSeconds (60 s)"
+    now = entries(seen(groups_updated=1, stalled=why))
+    assert now["Degraded"] == ("True", "RolloutStalled", why)
+    assert now["Progressing"] == ("False", "RolloutStalled", f"1 of 3 groups updated; {why}")
+    status = cond.render({}, cond.valid_conditions(seen(stalled=why)), generation=2, now="t")
+    assert [p.reason for p in cond.newly_bad({}, status)] == ["RolloutStalled"]
+
+
+def test_waiting_for_the_default_image_turn_is_progress_not_a_problem() -> None:
+    waiting = "the operator's default image x:2 waits for inference/a to finish moving to it"
+    now = entries(seen(groups_ready=3, groups_updated=3, rolling=False, waiting=waiting))
+    assert now["Progressing"] == ("True", "WaitingForTurn", waiting)
+    assert now["Ready"][0] == "True"
+
+
+def test_rollout_fields_are_kept_when_not_given() -> None:
+    old = {"updatedReplicas": 2, "image": "x:1", "imageSource": "Pinned", "pendingImage": "x:2"}
+    status = cond.render(old, cond.valid_conditions(seen()), generation=1, now="t")
+    assert {k: status[k] for k in old} == old
+    given = {"updatedReplicas": 3, "image": "x:2", "imageSource": "OperatorDefault"}
+    status = cond.render(old, cond.valid_conditions(seen()), generation=1, now="t", rollout=given)
+    assert (status["image"], status["pendingImage"]) == ("x:2", "")
+
+
+def steady(**changes: Any) -> cond.Observation:
     base: dict[str, Any] = {
         "groups_wanted": 2,
         "groups_present": 2,
@@ -20,10 +76,12 @@ def seen(**changes: Any) -> cond.Observation:
 
 
 def test_transition_time_moves_only_when_the_status_changes() -> None:
-    first = cond.render({}, cond.valid_conditions(seen()), generation=1, now="T1")
-    same = cond.render(first, cond.valid_conditions(seen()), generation=1, now="T2")
+    first = cond.render({}, cond.valid_conditions(steady()), generation=1, now="T1")
+    same = cond.render(first, cond.valid_conditions(steady()), generation=1, now="T2")
     assert same == first
-    ready = cond.render(first, cond.valid_conditions(seen(groups_ready=2)), generation=1, now="T3")
+    ready = cond.render(
+        first, cond.valid_conditions(steady(groups_ready=2)), generation=1, now="T3"
+    )
     times = {c["type"]: c["lastTransitionTime"] for c in ready["conditions"]}
     assert times == {
         "Ready": "T3",
@@ -36,9 +94,9 @@ def test_transition_time_moves_only_when_the_status_changes() -> None:
 
 def test_new_problems_are_worth_one_event_each() -> None:
     missing = Problem("LeaderWorkerSetNotInstalled", "install it")
-    first = cond.render({}, cond.valid_conditions(seen()), generation=1, now="T")
+    first = cond.render({}, cond.valid_conditions(steady()), generation=1, now="T")
     broken = cond.render(
-        first, cond.valid_conditions(seen(blockers=[missing])), generation=1, now="T"
+        first, cond.valid_conditions(steady(blockers=[missing])), generation=1, now="T"
     )
     assert cond.newly_bad(first, broken) == [missing]  # Ready and Degraded: one event
     assert cond.newly_bad(broken, broken) == []  # not again on every resync
@@ -46,7 +104,7 @@ def test_new_problems_are_worth_one_event_each() -> None:
 
 def test_invalid_spec_keeps_what_was_observed() -> None:
     ready = cond.render(
-        {}, cond.valid_conditions(seen(groups_ready=2)), generation=1, now="T1", counts=(2, 2)
+        {}, cond.valid_conditions(steady(groups_ready=2)), generation=1, now="T1", counts=(2, 2)
     )
     problem = Problem.in_field("spec.gpus", "is not one of the allowed values", "8, 16", got=4)
     invalid = cond.render(ready, cond.invalid_conditions(ready, [problem]), generation=2, now="T2")

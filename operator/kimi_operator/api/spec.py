@@ -214,6 +214,26 @@ class MonitoringSpec(ApiModel):
     )
 
 
+class RolloutSpec(ApiModel):
+    """How a change of the pod template reaches the TP groups: group by group (docs/rollout.md)."""
+
+    max_unavailable: Annotated[int, Field(ge=0, le=64)] = Field(
+        1,
+        description="TP groups that may be down at once for an update; below spec.replicas "
+        "when spec.replicas is 2 or more.",
+    )
+    max_surge: Annotated[int, Field(ge=0, le=1)] = Field(
+        0,
+        description="Extra TP groups (0 or 1) run with the new template while the others are "
+        "updated: 1 needs a spare NVLink clique and keeps every group serving.",
+    )
+    progress_deadline_seconds: Annotated[int, Field(ge=1, le=86400)] = Field(
+        3600,
+        description="Seconds an updated group may take to become Ready; past it the rollout "
+        "stops (Degraded, RolloutStalled) and the groups not yet updated keep serving.",
+    )
+
+
 class KimiDeploymentSpec(ApiModel):
     model: ModelSpec = Field(description="The model served and where its weights come from.")
     speculative: SpeculativeSpec | None = Field(
@@ -248,6 +268,11 @@ class KimiDeploymentSpec(ApiModel):
     )
     image: str = Field(
         "", max_length=512, description="Serving image; empty: the operator's configured default."
+    )
+    image_policy: Literal["FollowDefault", "Pinned"] = Field(
+        "FollowDefault",
+        description="With image empty: FollowDefault moves to a new operator default image "
+        "(one deployment at a time, group by group); Pinned stays on the image it runs.",
     )
     image_pull_secrets: list[LocalObjectReference] = Field(
         default=[], max_length=c.MAX_PULL_SECRETS, description="Secrets to pull the image with."
@@ -284,6 +309,11 @@ class KimiDeploymentSpec(ApiModel):
         default_factory=MonitoringSpec,
         json_schema_extra=nested_default(),
         description="Prometheus scraping.",
+    )
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec,
+        json_schema_extra=nested_default(),
+        description="How pod template changes roll through the TP groups.",
     )
 
     @model_validator(mode="after")

@@ -92,6 +92,15 @@ SPECS = st.fixed_dictionaries(
     optional={
         "gpusPerNode": st.sampled_from([4, 8, 2]),
         "replicas": st.integers(-1, 66),
+        "rollout": st.fixed_dictionaries(
+            {},
+            optional={
+                "maxUnavailable": st.integers(-1, 4),
+                "maxSurge": st.integers(-1, 2),
+                "progressDeadlineSeconds": st.sampled_from([0, 1, 3600, 86401]),
+            },
+        ),
+        "imagePolicy": st.sampled_from(["FollowDefault", "Pinned", "Always"]),
         "decode": st.fixed_dictionaries(
             {},
             optional={
