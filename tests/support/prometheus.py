@@ -33,9 +33,9 @@ import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from kimi_kernels.metrics import names
-from kimi_kernels.metrics.decode_path import DecodePathRecorder
-from kimi_kernels.metrics.stat_logger import KimiStatLogger
+from kimi_kernels.decode_metrics import names
+from kimi_kernels.decode_metrics.decode_path import DecodePathRecorder
+from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
 from kimi_operator.metrics import Metrics
 from tests.support.feed import finished
 from tests.support.repo import ROOT

@@ -15,7 +15,7 @@ from typing import IO
 
 import pytest
 
-from kimi_operator.bench.metrics import Snapshot, parse
+from kimi_operator.bench.server_metrics import Snapshot, parse
 from kimi_operator.dev.cpu_vllm import MODEL_NAME, CpuServer, missing
 from tests.support.prometheus import free_port
 

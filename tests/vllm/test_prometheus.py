@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kimi_kernels.metrics import names
+from kimi_kernels.decode_metrics import names
 from tests.support.catalog import (
     VARIABLES,
     VLLM_CATALOG,

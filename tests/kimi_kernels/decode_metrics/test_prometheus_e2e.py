@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.kimi_kernels.metrics.conftest import TENSOR_PARALLEL
+from tests.kimi_kernels.decode_metrics.conftest import TENSOR_PARALLEL
 from tests.support.catalog import (
     VARIABLES,
     panel_queries,
