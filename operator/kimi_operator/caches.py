@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_operator import conditions as cond
+from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import WeightsStatus
 from kimi_operator.builders import OperatorDefaults, build_caches
@@ -84,8 +85,8 @@ class Weights:
     resolved: dict[str, WeightsStatus]
     ready: bool = True
     # Downloading or resolving: not ready yet, not a failure.
-    waiting: list[cond.Problem] = field(default_factory=list)
-    failed: list[cond.Problem] = field(default_factory=list)
+    waiting: list[Problem] = field(default_factory=list)
+    failed: list[Problem] = field(default_factory=list)
 
     def condition(self) -> tuple[cond.Status, str, str]:
         if self.failed:
@@ -118,11 +119,11 @@ def resolve(client: Client, kd: KimiDeployment, status: Mapping[str, Any]) -> We
         done = _conditions(job) if job is not None else {}
         if job is None or not done:
             where = f"{source.repo}@{source.revision}"
-            weights.waiting.append(cond.Problem("Resolving", f"Job {name} resolves {where}"))
+            weights.waiting.append(Problem("Resolving", f"Job {name} resolves {where}"))
             continue
         message = termination_message(client, job)
         if "Failed" in done:
-            weights.failed.append(cond.Problem("ResolveFailed", _failure(job, message)))
+            weights.failed.append(Problem("ResolveFailed", _failure(job, message)))
         elif "Complete" in done and message.get("commit"):
             commit = str(message["commit"])
             weights.resolved[role] = WeightsStatus(
@@ -135,7 +136,7 @@ def resolve(client: Client, kd: KimiDeployment, status: Mapping[str, Any]) -> We
             )
         else:
             why = f"Job {name} completed without a commit in its termination message"
-            weights.failed.append(cond.Problem("ResolveFailed", why))
+            weights.failed.append(Problem("ResolveFailed", why))
     return weights
 
 
@@ -165,15 +166,15 @@ def observe_downloads(client: Client, weights: Weights, live: Sequence[Mapping[s
         name = job["metadata"]["name"]
         message = termination_message(client, job)
         if "Failed" in done:
-            weights.failed.append(cond.Problem("DownloadFailed", _failure(job, message)))
+            weights.failed.append(Problem("DownloadFailed", _failure(job, message)))
         elif phases.get(name) == "Pending" and not message:
             why = (
                 f"claim {name} is Pending: no volume bound yet (its StorageClass provisions none, "
                 f"or waits for the Job's pod); kubectl describe pvc {name}"
             )
-            weights.waiting.append(cond.Problem("ClaimPending", why))
+            weights.waiting.append(Problem("ClaimPending", why))
         else:
-            weights.waiting.append(cond.Problem("Downloading", f"Job {name}: {_progress(message)}"))
+            weights.waiting.append(Problem("Downloading", f"Job {name}: {_progress(message)}"))
 
 
 def _users(obj: Mapping[str, Any]) -> list[dict[str, Any]]:

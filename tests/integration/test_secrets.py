@@ -30,7 +30,8 @@ from kimi_operator.k8s.resources import (
     SERVICE,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.integration.conftest import RESYNC_S, sample, status_of, wait_for
+from tests.integration.conftest import RESYNC_S
+from tests.support.cluster import sample, status_of, wait_for
 
 NS = "inference"
 TOKEN = "hf_kimiSecurityProbe_7Qz2xW9vL4mN8bR3"

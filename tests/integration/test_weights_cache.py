@@ -29,7 +29,7 @@ from kimi_operator.k8s.resources import (
     LEADER_WORKER_SET,
     PERSISTENT_VOLUME_CLAIM,
 )
-from tests.integration.conftest import condition, sample, status_of, wait_for
+from tests.support.cluster import condition, sample, status_of, wait_for
 
 NS = "inference"
 REPO = "moonshotai/Kimi-K3-tiny"

@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 
 from tests.kimi_kernels.decode_metrics.conftest import TENSOR_PARALLEL
-from tests.kimi_kernels.decode_metrics.harness import GPU_HOUR_PRICE, Proof, expected, proof
-from tests.observability.catalog import (
+from tests.support.catalog import (
     VARIABLES,
     panel_queries,
     recording_rules,
     rule_groups,
     substitute,
 )
-from tests.observability.tools import require_tool
+from tests.support.prometheus import GPU_HOUR_PRICE, Proof, expected, proof
+from tests.support.tools import require_tool
 
 VARIABLES_E2E = VARIABLES | {"gpu_hour_price": str(GPU_HOUR_PRICE)}
 # Panel (dashboard, title, legend-free expression index) -> the value it must show.
