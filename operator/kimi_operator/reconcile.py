@@ -23,17 +23,31 @@ from kimi_operator.builders import (
     uses_compute_domain,
     vllm_version,
 )
-from kimi_operator.builders.meta import MANAGER, selector_labels
+from kimi_operator.builders.autoscaling import target_metric
+from kimi_operator.builders.meta import (
+    MANAGER,
+    leader_selector,
+    selector_labels,
+    selector_string,
+)
 from kimi_operator.builders.serving import endpoint
 from kimi_operator.k8s.apply import Applied, apply_child, owned_by, with_owner
 from kimi_operator.k8s.client import APIError, ApiUnavailable, Client, retry_delay
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
+    EXTERNAL_METRICS,
+    HORIZONTAL_POD_AUTOSCALER,
     LEADER_WORKER_SET,
+    POD,
     POD_MONITOR,
+    SCALED_OBJECT,
     Resource,
 )
+
+# The upstream APIs whose presence changes the plan (each looked up, cached, per reconcile).
+UPSTREAM = (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, SCALED_OBJECT)
+AUTOSCALERS = (SCALED_OBJECT.kind, HORIZONTAL_POD_AUTOSCALER.kind)
 
 
 @dataclass
@@ -52,6 +66,38 @@ def _missing(resource: Resource) -> cond.Problem:
         f"{resource.kind}NotInstalled",
         f"the {resource.kind} API ({resource.api_version}, CRD {resource.crd_name}) is not "
         f"installed in this cluster: {resource.install}",
+    )
+
+
+def external_metric(kd: KimiDeployment) -> Resource | None:
+    """The external metric an HPA of `kd` reads (None without spec.autoscaling)."""
+    if kd.spec.autoscaling is None:
+        return None
+    metric, _ = target_metric(kd.spec.autoscaling.target)
+    return Resource(EXTERNAL_METRICS, "v1beta1", metric.external, "ExternalMetric")
+
+
+def served_apis(client: Client, kd: KimiDeployment) -> dict[Resource, bool]:
+    served = {r: client.served(r) for r in UPSTREAM}
+    metric = external_metric(kd)
+    if metric is not None and not served[SCALED_OBJECT]:
+        served[metric] = client.served(metric)
+    return served
+
+
+def _autoscaler_missing(kd: KimiDeployment, served: Mapping[Resource, bool]) -> cond.Problem | None:
+    """Why neither KEDA nor an HPA can scale `kd`, if so: the HPA made without KEDA reads an
+    external metric that only prometheus-adapter (with the chart's rules) serves."""
+    metric = external_metric(kd)
+    if metric is None or served.get(SCALED_OBJECT, False) or served.get(metric, False):
+        return None
+    missing = _missing(SCALED_OBJECT)
+    return cond.Problem(
+        missing.reason,
+        f"{missing.message}; the HorizontalPodAutoscaler made instead reads the external metric "
+        f"{metric.plural}, which no external metrics API ({EXTERNAL_METRICS}/v1beta1) serves: "
+        "install prometheus-adapter with the kimi-operator chart's rules "
+        "(prometheusAdapter.enabled), so spec.replicas stays as it is until then",
     )
 
 
@@ -113,9 +159,16 @@ def plan_children(
 ) -> Plan:
     """What a reconcile applies: also what a check of the cluster expects (embedded.audit)."""
     spec = kd.spec
-    defaults = dataclasses.replace(defaults, compute_domain_available=served[COMPUTE_DOMAIN])
+    defaults = dataclasses.replace(
+        defaults,
+        compute_domain_available=served[COMPUTE_DOMAIN],
+        keda_available=served.get(SCALED_OBJECT, False),
+    )
     blockers, degradations = [], []
     skip = {r.kind for r, ok in served.items() if not ok}
+    no_autoscaler = _autoscaler_missing(kd, served)
+    if no_autoscaler is not None:
+        degradations.append(no_autoscaler)
     if not served[LEADER_WORKER_SET]:
         blockers.append(_missing(LEADER_WORKER_SET))
     if spec.monitoring.pod_monitor and not served[POD_MONITOR]:
@@ -160,7 +213,7 @@ def _reconcile_valid(
     failures: int,
 ) -> Outcome:
     spec, old = kd.spec, dict(body.get("status") or {})
-    served = {r: client.served(r) for r in (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR)}
+    served = served_apis(client, kd)
     plan = plan_children(kd, defaults, served)
     defaults, blockers, degradations = plan.defaults, plan.blockers, plan.degradations
     outcome = Outcome(status={})
@@ -184,12 +237,21 @@ def _reconcile_valid(
     groups = [o for o in live if o["kind"] == LEADER_WORKER_SET.kind]
     domains = [o for o in live if o["kind"] == COMPUTE_DOMAIN.kind]
     ready = sum(1 for g in groups if _group_ready(g))
+    # A group that does not come up may be waiting for nodes: the scheduler says so on its pods
+    # (not watched: the resync looks again).
+    waiting = ""
+    if not first and ready < len(groups) and retrying is None:
+        pods = client.list(
+            POD, kd.metadata.namespace, label_selector=selector_string(selector_labels(kd))
+        )
+        waiting = cond.unschedulable(pods)
     mode = spec.compute_domain
     seen = cond.Observation(
         groups_wanted=spec.replicas,
         groups_present=len(groups),
         groups_ready=ready,
         endpoint=endpoint(kd),
+        unschedulable=waiting,
         warnings=warnings,
         blockers=blockers,
         degradations=degradations,
@@ -212,6 +274,18 @@ def _reconcile_valid(
         now=now,
         counts=None if retrying else (len(groups), ready),
         endpoint=None if retrying else (seen.endpoint if ready else ""),
+        scale=cond.ScaleStatus(
+            selector=leader_selector(kd),
+            gpus=spec.gpus * spec.replicas,
+            autoscaler=next(
+                (
+                    f"{c['kind']}/{c['metadata']['name']}"
+                    for c in plan.children
+                    if c["kind"] in AUTOSCALERS
+                ),
+                "",
+            ),
+        ),
     )
     outcome.events = cond.newly_bad(old, outcome.status)
     if spec_changed:
@@ -250,8 +324,7 @@ def _prune(
     a group deleted by hand, or an operator killed half-way through a scale-down."""
     namespace = kd.metadata.namespace
     planned = {(child["kind"], child["metadata"]["name"]) for child in plan.children}
-    mine = {**selector_labels(kd), "app.kubernetes.io/managed-by": MANAGER}
-    selector = ",".join(f"{key}={value}" for key, value in mine.items())
+    selector = selector_string({**selector_labels(kd), "app.kubernetes.io/managed-by": MANAGER})
     for resource in CHILD_RESOURCES:
         if resource.kind in plan.skip:
             continue
