@@ -23,6 +23,7 @@ API_SERVER = CustomResource.of(crd(), "kimi-operator.io/v1alpha1")
 DRAFT = {"draftSource": {"pvc": {"claimName": "weights", "subPath": "draft"}}}
 HF = {"huggingface": {"repo": "moonshotai/Kimi-K3"}}
 PVC = {"pvc": {"claimName": "weights"}}
+AUTOSCALING = {"maxReplicas": 4, "target": {"waitingRequestsPerGroup": 8}}
 
 # (case id, edits to the valid base document, expected verdict)
 CORPUS: list[tuple[str, dict[str, Any], bool]] = [
@@ -45,6 +46,42 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     ("replicas-3", {"spec.replicas": 3}, True),
     ("replicas-negative", {"spec.replicas": -1}, False),
     ("replicas-too-many", {"spec.replicas": 65}, False),
+    ("autoscaling-waiting", {"spec.autoscaling": AUTOSCALING}, True),
+    (
+        "autoscaling-all-fields",
+        {
+            "spec.autoscaling": AUTOSCALING
+            | {
+                "minReplicas": 2,
+                "target": {"decodeRateFloor": 30},
+                "scaleDownStabilizationSeconds": 3600,
+                "scaleUpPeriodSeconds": 900,
+            }
+        },
+        True,
+    ),
+    ("autoscaling-min-0", {"spec.autoscaling": AUTOSCALING | {"minReplicas": 0}}, False),
+    ("autoscaling-max-below-min", {"spec.autoscaling": AUTOSCALING | {"minReplicas": 5}}, False),
+    ("autoscaling-no-max", {"spec.autoscaling": {"target": {"kvCacheUsagePercent": 80}}}, False),
+    ("autoscaling-no-target", {"spec.autoscaling": AUTOSCALING | {"target": {}}}, False),
+    (
+        "autoscaling-two-targets",
+        {
+            "spec.autoscaling": AUTOSCALING
+            | {"target": {"kvCacheUsagePercent": 80, "decodeRateFloor": 30}}
+        },
+        False,
+    ),
+    (
+        "autoscaling-kv-over-100",
+        {"spec.autoscaling": AUTOSCALING | {"target": {"kvCacheUsagePercent": 101}}},
+        False,
+    ),
+    (
+        "autoscaling-long-window",
+        {"spec.autoscaling": AUTOSCALING | {"scaleDownStabilizationSeconds": 3601}},
+        False,
+    ),
     ("unknown-spec-field", {"spec.tensorParallelSize": 16}, False),
     ("unknown-nested-field", {"spec.decode.turbo": True}, False),
     ("snake-case-field", {"spec.gpus_per_node": 4}, False),
@@ -615,6 +652,18 @@ SPECS = st.fixed_dictionaries(
     optional={
         "gpusPerNode": st.sampled_from([4, 8, 2]),
         "replicas": st.integers(-1, 66),
+        "autoscaling": st.fixed_dictionaries(
+            {
+                "target": st.dictionaries(
+                    st.sampled_from(
+                        ["decodeRateFloor", "waitingRequestsPerGroup", "kvCacheUsagePercent"]
+                    ),
+                    st.integers(0, 101),
+                    max_size=3,
+                )
+            },
+            optional={"minReplicas": st.integers(-1, 3), "maxReplicas": st.integers(0, 65)},
+        ),
         "decode": st.fixed_dictionaries(
             {},
             optional={
