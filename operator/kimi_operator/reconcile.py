@@ -97,7 +97,7 @@ def _autoscaler_missing(kd: KimiDeployment, served: Mapping[Resource, bool]) -> 
         f"{missing.message}; the HorizontalPodAutoscaler made instead reads the external metric "
         f"{metric.plural}, which no external metrics API ({EXTERNAL_METRICS}/v1beta1) serves: "
         "install prometheus-adapter with the kimi-operator chart's rules "
-        "(prometheusAdapter.enabled), so spec.replicas stays as it is until then",
+        "(autoscaling.prometheusAdapter.enabled); spec.replicas stays as it is until then",
     )
 
 

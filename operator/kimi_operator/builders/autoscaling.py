@@ -8,6 +8,7 @@ that waits for capacity serves nothing, adds nothing to the total, and changes n
 flapping, no runaway). docs/scaling.md has the formulas.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
 POLLING_INTERVAL_S = 30
 # prometheus-adapter's external metric of the decode floor is scaled by this (and the HPA target
 # by the same): Kubernetes quantities keep three decimals, and groups per tok/s are small numbers.
-DECODE_SCALE = 1000
+DECODE_SCALE = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ def keda_query(kd: KimiDeployment) -> tuple[str, str]:
 def _hpa_target(metric: Metric, value: int) -> str:
     """The HPA's AverageValue per group, as a Kubernetes quantity."""
     if metric.field == "decodeRateFloor":  # DECODE_SCALE x groups per tok/s, per group
-        return f"{round(DECODE_SCALE * 1000 / value)}m"
+        # Rounded up: a target a hair low would ask for a group more when the load fits exactly.
+        return f"{math.ceil(DECODE_SCALE * 1000 / value)}m"
     if metric.field == "kvCacheUsagePercent":
         return f"{value * 10}m"
     return str(value)
