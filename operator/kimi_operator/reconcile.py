@@ -153,6 +153,12 @@ class Plan:
     blockers: list[cond.Problem]
     degradations: list[cond.Problem]
 
+    @property
+    def autoscaler(self) -> str:
+        """`Kind/name` of the autoscaler child, "" for none."""
+        found = (c for c in self.children if c["kind"] in AUTOSCALERS)
+        return next((f"{c['kind']}/{c['metadata']['name']}" for c in found), "")
+
 
 def plan_children(
     kd: KimiDeployment, defaults: OperatorDefaults, served: Mapping[Resource, bool]
@@ -237,14 +243,9 @@ def _reconcile_valid(
     groups = [o for o in live if o["kind"] == LEADER_WORKER_SET.kind]
     domains = [o for o in live if o["kind"] == COMPUTE_DOMAIN.kind]
     ready = sum(1 for g in groups if _group_ready(g))
-    # A group that does not come up may be waiting for nodes: the scheduler says so on its pods
-    # (not watched: the resync looks again).
     waiting = ""
     if not first and ready < len(groups) and retrying is None:
-        pods = client.list(
-            POD, kd.metadata.namespace, label_selector=selector_string(selector_labels(kd))
-        )
-        waiting = cond.unschedulable(pods)
+        waiting = _waiting_for_nodes(client, kd)
     mode = spec.compute_domain
     seen = cond.Observation(
         groups_wanted=spec.replicas,
@@ -277,14 +278,7 @@ def _reconcile_valid(
         scale=cond.ScaleStatus(
             selector=leader_selector(kd),
             gpus=spec.gpus * spec.replicas,
-            autoscaler=next(
-                (
-                    f"{c['kind']}/{c['metadata']['name']}"
-                    for c in plan.children
-                    if c["kind"] in AUTOSCALERS
-                ),
-                "",
-            ),
+            autoscaler=plan.autoscaler,
         ),
     )
     outcome.events = cond.newly_bad(old, outcome.status)
@@ -302,6 +296,16 @@ def _reconcile_valid(
                 )
             )
     return outcome
+
+
+def _waiting_for_nodes(client: Client, kd: KimiDeployment) -> str:
+    """Why a group's pods wait for nodes, as the scheduler said on them; "" if none does (or the
+    pods could not be listed now: pods are not watched, the next resync looks again)."""
+    selector = selector_string(selector_labels(kd))
+    try:
+        return cond.unschedulable(client.list(POD, kd.metadata.namespace, label_selector=selector))
+    except ApiUnavailable:
+        return ""
 
 
 def _group_ready(group: Mapping[str, Any]) -> bool:
