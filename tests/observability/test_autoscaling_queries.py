@@ -13,10 +13,10 @@ import yaml
 
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.autoscaling import (
-    METRICS,
     adapter_rules,
     horizontal_pod_autoscaler,
     scaled_object,
+    target_metric,
 )
 from tests.observability.catalog import RULES, metric_names, recording_rules
 from tests.observability.tools import require_tool
@@ -53,29 +53,30 @@ TARGETS = {
 }
 
 
-def deployment(target: str) -> KimiDeployment:
-    value = TARGETS[target][0]
-    autoscaling = {"maxReplicas": 8, "target": {target: value}}
-    doc = edited({"spec.autoscaling": autoscaling, "metadata.name": NAME})
-    doc["metadata"]["namespace"] = NAMESPACE
+def deployment(
+    target: str, value: int | None = None, namespace: str = NAMESPACE, name: str = NAME
+) -> KimiDeployment:
+    autoscaling = {"maxReplicas": 8, "target": {target: value or TARGETS[target][0]}}
+    doc = edited({"spec.autoscaling": autoscaling, "metadata.name": name})
+    doc["metadata"]["namespace"] = namespace
     return KimiDeployment.model_validate(doc)
 
 
-def trigger(target: str) -> dict[str, str]:
-    metadata: dict[str, str] = scaled_object(deployment(target), "http://p:9090")["spec"][
-        "triggers"
-    ][0]["metadata"]
+def trigger(kd: KimiDeployment) -> dict[str, str]:
+    metadata: dict[str, str] = scaled_object(kd, "http://p:9090")["spec"]["triggers"][0]["metadata"]
     return metadata
 
 
-def adapter_query(target: str) -> str:
-    """The adapter's metricsQuery as it asks Prometheus for the HPA of `busy` in `ns`."""
-    metric = METRICS[target]
+def adapter_query(kd: KimiDeployment) -> str:
+    """The adapter's metricsQuery as prometheus-adapter sends it for the HPA of `kd`."""
+    assert kd.spec.autoscaling is not None
+    metric, _ = target_metric(kd.spec.autoscaling.target)
     (rule,) = (r for r in adapter_rules()["externalRules"] if r["name"]["as"] == metric.external)
     query: str = rule["metricsQuery"]
+    matchers = f'namespace="{kd.metadata.namespace}",deployment="{kd.metadata.name}"'
     return (
         query.replace("<<.Series>>", metric.record)
-        .replace("<<.LabelMatchers>>", f'namespace="{NAMESPACE}",deployment="{NAME}"')
+        .replace("<<.LabelMatchers>>", matchers)
         .replace("<<.GroupBy>>", "namespace")
     )
 
@@ -89,7 +90,8 @@ def hpa_target(target: str) -> float:
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_queries_parse_and_name_only_recording_rules(target: str) -> None:
-    for query in (trigger(target)["query"], adapter_query(target)):
+    kd = deployment(target)
+    for query in (trigger(kd)["query"], adapter_query(kd)):
         used = metric_names(query)
         assert used, query
         assert used <= set(recording_rules()), query
@@ -98,16 +100,18 @@ def test_queries_parse_and_name_only_recording_rules(target: str) -> None:
 @pytest.mark.parametrize("target", TARGETS)
 def test_the_two_autoscalers_want_the_same_groups(target: str) -> None:
     _, keda_value, adapter_value, groups = TARGETS[target]
-    assert math.ceil(round(keda_value / float(trigger(target)["threshold"]), 6)) == groups
+    threshold = float(trigger(deployment(target))["threshold"])
+    assert math.ceil(round(keda_value / threshold, 6)) == groups
     assert math.ceil(round(adapter_value / hpa_target(target), 6)) == groups
 
 
 def test_queries_evaluate_on_prometheus(tmp_path: Path) -> None:
     expressions = []
     for target, (_, keda_value, adapter_value, _) in TARGETS.items():
+        kd = deployment(target)
         for query, value in (
-            (trigger(target)["query"], keda_value),
-            (adapter_query(target), adapter_value),
+            (trigger(kd)["query"], keda_value),
+            (adapter_query(kd), adapter_value),
         ):
             expressions.append(
                 {

@@ -164,10 +164,10 @@ def decode_dashboard() -> dashboard.Dashboard:
             "Decode tok/s per user",
             "none",
             [
-                (_rule(per_user % "p10"), "{{deployment}} p10"),
                 (_rule(per_user % "p50"), "{{deployment}} p50"),
                 (_rule(per_user % "p90"), "{{deployment}} p90"),
                 (_rule(per_user % "mean"), "{{deployment}} mean"),
+                (_rule(per_user % "p10"), "{{deployment}} p10"),
             ],
             "Per finished request: output tokens after the first / time after the first token.",
         ),
