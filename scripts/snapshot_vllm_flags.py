@@ -3,7 +3,8 @@
 Run with vLLM importable (the wheel installed `--no-deps` next to CPU torch is enough):
     VLLM_TARGET_DEVICE=cpu python scripts/snapshot_vllm_flags.py \
         > operator/kimi_operator/api/vllm_flags.py
-tests/unit/test_vllm_flags_snapshot.py fails while the committed file differs from what this prints.
+tests/kimi_operator/api/test_vllm_parse.py fails while the committed file differs from what this
+prints.
 
 Besides every option's spellings it records what each takes: how many values (`nargs`) and of
 which kind, as vLLM's argparse `type=` callable reads them. A `type` it does not recognise stops

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.vllm_cli import vllm_parser
+from tests.support.vllm_cli import vllm_parser
 
 __all__ = ["vllm_parser"]  # vLLM's real serve parser, for every test that asks for it
 
@@ -11,5 +11,5 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-golden",
         action="store_true",
-        help="rewrite the golden files of tests/unit/builders instead of comparing with them",
+        help="rewrite the golden files of tests/kimi_operator/builders, not compare with them",
     )

@@ -44,7 +44,7 @@ from kimi_operator.k8s.resources import (
     Resource,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.operator.conftest import older_crd
+from tests.integration.conftest import older_crd
 
 from .helm import ROOT, of_kind, template
 

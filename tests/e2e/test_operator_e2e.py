@@ -26,7 +26,7 @@ from kimi_operator.k8s.resources import (
     SERVICE,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.operator.conftest import ROOT, wait_for
+from tests.integration.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("KUBECONFIG"), reason="needs a real cluster: set KUBECONFIG"

@@ -19,7 +19,7 @@ import yaml
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.cli import main
-from tests.pods import privilege_problems, shell_problems
+from tests.support.pods import privilege_problems, shell_problems
 
 Verdict = Literal["accepted", "rejected", "crash"]
 # A problem's path: `spec.env[0].name`; a key that is no identifier quoted: `spec["a b"]`.

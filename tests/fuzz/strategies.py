@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kimi_operator.api import constants as c
 from kimi_operator.api.crd import spec_schema
 from kimi_operator.api.engine_args import FORBIDDEN_FLAG_GROUPS
-from tests.specs import base
+from tests.support.specs import base
 
 Path = tuple[str | int, ...]
 

@@ -15,7 +15,7 @@ from kimi_operator.api import constants as c
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from tests.fuzz.harness import run_cli
 from tests.fuzz.strategies import alias_bomb, deep, huge_value, many_engine_args
-from tests.specs import base, edited
+from tests.support.specs import base, edited
 
 BOUND_S = 5.0
 

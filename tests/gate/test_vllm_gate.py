@@ -21,9 +21,9 @@ import pytest
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.builders.vllm_args import DRAFT_DIR
-from tests.pods import expand
-from tests.specs import edited
-from tests.unit.test_one_verdict import CORPUS
+from tests.kimi_operator.api.test_one_verdict import CORPUS
+from tests.support.pods import expand
+from tests.support.specs import edited
 
 pytest.importorskip("vllm", reason="vLLM 0.33.0 is installed by `make setup`")
 

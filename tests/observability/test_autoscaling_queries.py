@@ -20,7 +20,7 @@ from kimi_operator.builders.autoscaling import (
 )
 from tests.observability.catalog import RULES, metric_names, recording_rules
 from tests.observability.tools import require_tool
-from tests.specs import edited
+from tests.support.specs import edited
 
 NAMESPACE, NAME = "ns", "busy"
 # Two serving groups (one engine each): 12 and 6 requests waiting, KV caches 90% and 70% full;

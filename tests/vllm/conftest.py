@@ -17,7 +17,7 @@ import pytest
 
 from kimi_operator.bench.metrics import Snapshot, parse
 from kimi_operator.dev.cpu_vllm import MODEL_NAME, CpuServer, missing
-from tests.metrics.harness import free_port
+from tests.kimi_kernels.metrics.harness import free_port
 
 HERE = Path(__file__).parent
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kimi_kernels.metrics import names
-from tests.metrics.harness import Proof, prometheus_scraping, wait
+from tests.kimi_kernels.metrics.harness import Proof, prometheus_scraping, wait
 from tests.observability.catalog import (
     VARIABLES,
     VLLM_CATALOG,

@@ -35,7 +35,7 @@ MAX_NAME_LENGTH: Final = 40
 NAME_PATTERN: Final = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 # Bounds that keep the CEL cost of the list rules within the API server's budget (every string,
-# list and map of the schema is bounded: tests/unit/test_crd_bounds.py).
+# list and map of the schema is bounded: tests/kimi_operator/api/test_crd_bounds.py).
 MAX_ENGINE_ARGS: Final = 64
 MAX_ENGINE_ARG_LENGTH: Final = 512
 MAX_ENV: Final = 64

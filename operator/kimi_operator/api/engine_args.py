@@ -256,7 +256,7 @@ class KnownOptions:
     """Option-like elements (`guard`) must name a vLLM option (`known`): its exact spelling or a
     prefix no other option shares, as argparse expands it; refused otherwise (a typo, or an
     ambiguous abbreviation), as vLLM's parser would. Split by first letter so that each CEL rule
-    stays within the API server's cost budget (tests/unit/test_crd_bounds.py)."""
+    stays within the API server's cost budget (tests/kimi_operator/api/test_crd_bounds.py)."""
 
     guard: str
     known: str

@@ -3,7 +3,7 @@
 A rule is attached to the object at `scope` (a path below `spec`), exactly where its
 `x-kubernetes-validations` entry goes in the CRD; `check` receives the same value CEL sees as
 `self` (the defaulted object, camelCase keys) and must return the same verdict. The corpus and
-property tests in tests/unit/test_one_verdict.py hold the two to that.
+property tests in tests/kimi_operator/api/test_one_verdict.py hold the two to that.
 """
 
 import re

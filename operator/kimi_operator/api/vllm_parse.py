@@ -6,8 +6,8 @@ The operator image carries no vLLM, so this reads the elements as vLLM would, fr
 then argparse's option matching (the exact spelling, else a prefix that one option has; `-qfp8`
 is `-q fp8`; `-1` and anything with a space is a value), how many values each option takes and
 how its `type=` reads them. Whatever vLLM's parser would answer with `error: ...` and exit 2 is a
-problem here: every pod of the deployment would crash-loop. tests/unit/test_vllm_parse.py holds
-each answer to vLLM's real parser.
+problem here: every pod of the deployment would crash-loop.
+tests/kimi_operator/api/test_vllm_parse.py holds each answer to vLLM's real parser.
 """
 
 import difflib

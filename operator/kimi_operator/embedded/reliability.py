@@ -1,7 +1,7 @@
-"""Reliability scenarios against the embedded API server, shared by tests/reliability (bounded)
-and benchmarks/reliability.py (full size): API faults on a schedule during create, update, scale
-and delete; the operator killed mid-reconcile and restarted; children and CRDs changed by hand;
-churn by concurrent clients with the operator's memory sampled.
+"""Reliability scenarios against the embedded API server, shared by
+tests/integration/reliability (bounded) and benchmarks/reliability.py (full size): API faults on a
+schedule during create, update, scale and delete; the operator killed mid-reconcile and restarted;
+children and CRDs changed by hand; churn by concurrent clients with the operator's memory sampled.
 
 Each scenario drives the cluster through a `Client` and checks it with `audit` (children exactly
 as planned, no duplicates, no orphans); the operator under test runs beside it (in-process or as a

@@ -20,7 +20,7 @@ from kimi_operator.k8s.resources import (
     Resource,
 )
 from kimi_operator.reconcile import plan_children
-from tests.specs import edited
+from tests.support.specs import edited
 
 KEDA = CustomResource.of(upstream_crd("ScaledObject"), "keda.sh/v1alpha1")
 TARGETS = [{"decodeRateFloor": 25}, {"waitingRequestsPerGroup": 4}, {"kvCacheUsagePercent": 85}]

@@ -5,7 +5,7 @@ import random
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.embedded.scheduler import Scheduler, fleet, lws_pods
-from tests.specs import edited
+from tests.support.specs import edited
 
 
 def test_a_group_without_free_trays_gets_kube_schedulers_message() -> None:

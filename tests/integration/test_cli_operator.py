@@ -1,0 +1,136 @@
+"""`kimi-operator run` as a process against the embedded API server (through KUBECONFIG), and
+`kimi-operator demo`."""
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kimi_operator.cli import main
+from kimi_operator.embedded.demo import run_demo
+from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
+from tests.integration.conftest import ROOT, sample, wait_for
+from tests.integration.test_lifecycle import NAME, NS, children, reconciled
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def fetch(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status, response.read().decode()
+    except OSError:
+        return 0, ""
+
+
+@pytest.fixture
+def operator_process(api: EmbeddedApiServer, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "embedded", "cluster": {"server": api.url}}],
+                "users": [{"name": "nobody", "user": {}}],
+                "contexts": [
+                    {"name": "embedded", "context": {"cluster": "embedded", "user": "nobody"}}
+                ],
+                "current-context": "embedded",
+            }
+        )
+    )
+    health, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    command = [
+        sys.executable,
+        "-m",
+        "kimi_operator.cli",
+        "run",
+        "--namespace",
+        NS,
+        "--serving-image",
+        "example.com/vllm:test",
+        "--resync-interval",
+        "1",
+        "--health-address",
+        health,
+        "--metrics-address",
+        metrics,
+    ]
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(ROOT / "operator")}
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        yield health, metrics
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 0, stderr
+
+
+def test_run_serves_health_and_metrics_and_reconciles(
+    operator_process: tuple[str, str], client: Client
+) -> None:
+    health, metrics = operator_process
+    wait_for(lambda: fetch(f"http://{health}/healthz")[0] == 200, timeout=20, what="/healthz")
+    client.create(KIMI_DEPLOYMENT, sample())
+    wait_for(lambda: reconciled(client, 1), what="the deployment reconciled")
+    lws = children(client)["LeaderWorkerSet/k3-tp8-dspark-g0"]
+    container = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    assert container["image"] == "example.com/vllm:test"
+    status, text = fetch(f"http://{metrics}/metrics")
+    assert status == 200
+    assert 'kimi_operator_reconciles_total{result="reconciled",trigger="create"} 1.0' in text
+    assert 'kimi_operator_deployments{condition="Ready",status="False"} 1.0' in text
+    assert "kimi_operator_reconcile_duration_seconds_bucket" in text
+    # Another namespace is not watched.
+    other = sample()
+    other["metadata"]["namespace"] = "elsewhere"
+    client.create(KIMI_DEPLOYMENT, other)
+    wait_for(lambda: reconciled(client, 1), what="still fine")
+    kd = client.get(KIMI_DEPLOYMENT, "elsewhere", NAME)
+    assert kd is not None
+    assert "status" not in kd
+
+
+def test_demo_runs_the_samples_live() -> None:
+    out = io.StringIO()
+    run_demo(ROOT / "crds" / "samples", out)
+    text = out.getvalue()
+    assert "listening on http://127.0.0.1:" in text
+    assert "installed CRD leaderworkersets.leaderworkerset.x-k8s.io" in text  # the vendored one
+    # A bad spec refused by the server, as kubectl shows it, with the CEL rule's message.
+    assert (
+        'The KimiDeployment "k3-tp16-dcp" is invalid: spec.kvCache.dtype: Invalid value: '
+        '"object": spec.kvCache.dtype: decode.backend latency_specialized reads FP8 e4m3 KV '
+        "cache rows only (allowed: fp8, fp8_e4m3; or decode.backend auto)\n"
+    ) in text
+    assert 'The KimiDeployment "k3-bad" is invalid: \n* spec.gpus: Unsupported value: 12' in text
+    assert "operator running as the chart's ServiceAccount, its RBAC enforced" in text
+    assert "kubelet stand-in" in text
+    assert "marked LeaderWorkerSet inference/k3-tp8-dspark-g0 ready" in text
+    assert "http://k3-tp8-dspark.inference.svc:8000/v1" in text
+    assert "condition Ready=True (AllGroupsReady" in text
+    assert "demo took" in text
+
+
+def test_demo_says_when_there_is_nothing_to_deploy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["demo", "--samples", str(tmp_path)])
+    assert code == 1
+    assert f"no valid KimiDeployment samples in {tmp_path}" in capsys.readouterr().err

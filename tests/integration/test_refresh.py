@@ -1,0 +1,38 @@
+"""Children's status changes reach the deployment at once, not at the next resync."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from kimi_operator.embedded.kubelet import mark_ready
+from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.resources import LEADER_WORKER_SET
+from kimi_operator.runner import OperatorThread, RunConfig
+from tests.integration.conftest import condition, sample, status_of, wait_for
+from tests.integration.test_lifecycle import NAME, NS, children, create
+
+
+@pytest.fixture
+def slow_resync(api: EmbeddedApiServer, token: str) -> Iterator[OperatorThread]:
+    config = RunConfig(server=api.url, token=token, resync_interval_s=3600, workers=4)
+    with OperatorThread(config) as op:
+        yield op
+
+
+@pytest.mark.usefixtures("slow_resync")
+def test_readiness_and_deletions_are_seen_without_a_resync(client: Client) -> None:
+    create(client, sample())
+    mark_ready(client, NS)
+    wait_for(
+        lambda: condition(status_of(client, NS, NAME), "Ready")["status"] == "True",
+        timeout=5,
+        what="Ready from the LeaderWorkerSet's event",
+    )
+    assert condition(status_of(client, NS, NAME), "MNNVLReady")["status"] == "True"
+    client.delete(LEADER_WORKER_SET, NS, f"{NAME}-g0")
+    wait_for(
+        lambda: f"LeaderWorkerSet/{NAME}-g0" in children(client),
+        timeout=5,
+        what="the deleted group restored from its DELETED event",
+    )

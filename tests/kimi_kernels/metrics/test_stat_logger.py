@@ -1,0 +1,125 @@
+"""The stat-logger plugin against vLLM 0.33.0's real interfaces: its entry point, its base class,
+its manager, and its stats objects."""
+
+import importlib.metadata
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY, CollectorRegistry
+from vllm.v1.metrics.buckets import TIME_TO_FIRST_TOKEN_BUCKETS
+from vllm.v1.metrics.loggers import (
+    AggregateStatLoggerBase,
+    StatLoggerBase,
+    StatLoggerManager,
+    load_stat_logger_plugin_factories,
+)
+from vllm.v1.metrics.stats import SchedulerStats
+
+from kimi_kernels.metrics import names, stat_logger
+from kimi_kernels.metrics.stat_logger import KimiStatLogger
+from tests.kimi_kernels.metrics.conftest import MODEL_NAME, TENSOR_PARALLEL
+from tests.kimi_kernels.metrics.feed import finished
+
+LABELS = {"model_name": MODEL_NAME, "decode_backend": "latency_specialized"}
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    found = registry.get_sample_value(name, LABELS | labels)
+    assert found is not None, f"{name} {labels} missing"
+    return found
+
+
+def test_vllm_loads_the_plugin_from_its_entry_point() -> None:
+    assert KimiStatLogger in load_stat_logger_plugin_factories()
+    assert issubclass(KimiStatLogger, StatLoggerBase)
+    assert issubclass(KimiStatLogger, AggregateStatLoggerBase)
+
+
+def test_through_vllms_manager(vllm_config: Any) -> None:
+    """StatLoggerManager builds the plugin as vLLM's AsyncLLM does and forwards every record."""
+    manager = StatLoggerManager(vllm_config, engine_idxs=[0], custom_stat_loggers=[KimiStatLogger])
+    assert any(isinstance(logger, KimiStatLogger) for logger in manager.stat_loggers)
+    before = REGISTRY.get_sample_value(f"{names.REQUEST_DECODE_TPS}_count", LABELS) or 0.0
+    manager.record(SchedulerStats(), finished([(101, 0.5, 2.0)]), engine_idx=0)
+    assert value(REGISTRY, f"{names.REQUEST_DECODE_TPS}_count") == before + 1
+    manager.log_engine_initialized()
+
+
+def test_decode_rate_excludes_prefill(vllm_config: Any) -> None:
+    registry = CollectorRegistry()
+    logger = KimiStatLogger(vllm_config, [0], registry=registry)
+    # 101 tokens, 2 s from first to last: 100 decode tokens / 2 s = 50 tok/s; TTFT 0.5 s.
+    # 843 tokens in 1 s: vLLM's 842 tok/s headline.
+    logger.record(None, finished([(101, 0.5, 2.0), (843, 0.25, 1.0)]))
+    assert value(registry, f"{names.REQUEST_DECODE_TPS}_count") == 2
+    assert value(registry, f"{names.REQUEST_DECODE_TPS}_sum") == pytest.approx(50 + 842)
+    assert value(registry, f"{names.REQUEST_DECODE_TPS}_bucket", le="50.0") == 1
+    assert value(registry, f"{names.REQUEST_DECODE_TPS}_bucket", le="800.0") == 1
+    assert value(registry, f"{names.REQUEST_DECODE_TPS}_bucket", le="900.0") == 2
+    assert value(registry, f"{names.REQUEST_TTFT}_count") == 2
+    assert value(registry, f"{names.REQUEST_TTFT}_sum") == pytest.approx(0.75, abs=1e-6)
+
+
+def test_requests_without_decode_are_not_measured(vllm_config: Any) -> None:
+    registry = CollectorRegistry()
+    logger = KimiStatLogger(vllm_config, [0], registry=registry)
+    logger.record(None, finished([(1, 0.5, 0.0), (5, 0.5, 0.0), (0, 0.1, 0.0)]))
+    logger.record(SchedulerStats(), None)
+    assert value(registry, f"{names.REQUEST_DECODE_TPS}_count") == 0
+    assert value(registry, f"{names.REQUEST_TTFT}_count") == 0
+
+
+def test_build_info_and_gpus(vllm_config: Any) -> None:
+    registry = CollectorRegistry()
+    KimiStatLogger(vllm_config, [0], registry=registry)
+    info = {
+        "vllm_version": "0.33.0",
+        "cutlass_dsl_version": stat_logger._version("nvidia-cutlass-dsl"),
+        "gpu_name": "cpu",
+    }
+    assert value(registry, names.BUILD_INFO, **info) == 1
+    assert value(registry, names.ENGINE_GPUS) == TENSOR_PARALLEL
+
+
+def test_a_second_instance_replaces_the_first(vllm_config: Any) -> None:
+    """vLLM may rebuild its loggers in one process: no duplicate-registration error."""
+    registry = CollectorRegistry()
+    KimiStatLogger(vllm_config, [0], registry=registry).record(None, finished([(11, 0.1, 1.0)]))
+    KimiStatLogger(vllm_config, [0], registry=registry)
+    assert value(registry, f"{names.REQUEST_DECODE_TPS}_count") == 0
+
+
+def test_missing_cutlass_dsl_and_gpu_name_failure(
+    vllm_config: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vllm.platforms import current_platform  # noqa: PLC0415
+
+    real_version = importlib.metadata.version
+
+    def version(distribution: str) -> str:
+        if distribution == "nvidia-cutlass-dsl":
+            raise importlib.metadata.PackageNotFoundError(distribution)
+        return real_version(distribution)
+
+    def no_gpu(*_: object) -> str:
+        raise RuntimeError("NVML: driver not loaded")
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setattr(current_platform, "get_device_name", no_gpu)
+    registry = CollectorRegistry()
+    KimiStatLogger(vllm_config, [0], registry=registry)
+    info = {"vllm_version": "0.33.0", "cutlass_dsl_version": "none", "gpu_name": "unknown"}
+    assert value(registry, names.BUILD_INFO, **info) == 1
+
+
+def test_decode_backend_defaults_to_auto() -> None:
+    class Config:
+        additional_config: dict[str, str] = {}  # noqa: RUF012
+
+    assert stat_logger.decode_backend(Config()) == "auto"
+    Config.additional_config = {"decode_backend": "latency_specialized"}
+    assert stat_logger.decode_backend(Config()) == "latency_specialized"
+
+
+def test_ttft_buckets_are_vllms() -> None:
+    assert tuple(TIME_TO_FIRST_TOKEN_BUCKETS) == names.TTFT_BUCKETS
