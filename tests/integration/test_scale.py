@@ -16,6 +16,7 @@ from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import CHILD_KINDS
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
+    COMPUTE_DOMAIN,
     HORIZONTAL_POD_AUTOSCALER,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -187,3 +188,21 @@ def test_a_group_without_nodes_says_insufficient_capacity(
     assert all(s == seen[0] for s in seen)
     assert seen[0]["replicas"] == 2
     assert condition(status_of(client, NS, NAME), "Progressing")["reason"] == "InsufficientCapacity"
+
+
+def test_the_scale_subresource_only_where_a_crd_declares_it(
+    api: EmbeddedApiServer, client: Client
+) -> None:
+    create(client, replicas=1)
+    domain = wait_for(lambda: client.list(COMPUTE_DOMAIN, NS) or None, what="a ComputeDomain")
+    path = COMPUTE_DOMAIN.item(NS, domain[0]["metadata"]["name"]) + "/scale"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(api.url + path, timeout=10)
+    assert refused.value.code == 404
+    # A JSON patch of the Scale, as well as a merge patch.
+    body = json.dumps([{"op": "replace", "path": "/spec/replicas", "value": 2}]).encode()
+    headers = {"Content-Type": "application/json-patch+json", "Accept": "application/json"}
+    request = urllib.request.Request(api.url + SCALE, data=body, method="PATCH", headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert json.loads(response.read())["spec"] == {"replicas": 2}
+    wait_groups(client, 2)
