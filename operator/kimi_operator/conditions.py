@@ -45,6 +45,10 @@ class Observation:
     domains_wanted: int = 0
     domains_ready: int = 0
     compute_domain_install: str = ""
+    groups_updated: int = 0  # of groups_wanted, those with the current pod template
+    rolling: bool = False  # a pod template change is rolling through the groups
+    stalled: str = ""  # why the rollout stopped (a group past its progress deadline)
+    waiting: str = ""  # a new default image waits for this deployment's turn
 
 
 @dataclass
@@ -73,6 +77,19 @@ def valid_conditions(seen: Observation) -> ConditionSet:
     elif wanted == 0:
         out.set("Ready", "False", "ScaledToZero", "spec.replicas is 0: no TP group runs")
         out.set("Progressing", "False", "Reconciled", "all children match the spec")
+    elif seen.rolling or seen.stalled:
+        if ready >= wanted:
+            out.set("Ready", "True", "AllGroupsReady", f"{_groups(ready, wanted)}; serving")
+        else:
+            out.set("Ready", "False", "GroupsNotReady", _groups(ready, wanted))
+        updated = f"{seen.groups_updated} of {wanted} groups updated"
+        if seen.stalled:
+            out.set("Progressing", "False", "RolloutStalled", f"{updated}; {seen.stalled}")
+        else:
+            out.set("Progressing", "True", "RollingOut", updated)
+    elif seen.waiting and ready >= wanted:
+        out.set("Ready", "True", "AllGroupsReady", f"{_groups(ready, wanted)}; serving")
+        out.set("Progressing", "True", "WaitingForTurn", seen.waiting)
     elif ready >= wanted and seen.groups_present == wanted:
         out.set("Ready", "True", "AllGroupsReady", f"{_groups(ready, wanted)}; serving")
         out.set("Progressing", "False", "Reconciled", "all children match the spec")
@@ -88,6 +105,8 @@ def valid_conditions(seen: Observation) -> ConditionSet:
         out.set("Ready", "False", "GroupsNotReady", _groups(ready, wanted))
         out.set("Progressing", "True", "GroupsStarting", _groups(ready, wanted))
     problems = [*seen.blockers, *seen.degradations]
+    if seen.stalled:
+        problems.insert(0, Problem("RolloutStalled", seen.stalled))
     if problems:
         out.set("Degraded", "True", problems[0].reason, "; ".join(p.message for p in problems))
     else:
@@ -205,10 +224,12 @@ def render(
     now: str,
     counts: tuple[int, int] | None = None,
     endpoint: str | None = None,
+    rollout: Mapping[str, Any] | None = None,
     scale: ScaleStatus | None = None,
 ) -> dict[str, Any]:
     """The status object: transition times kept for conditions whose status did not change;
-    replica counts, endpoint and scale fields kept from `old` when not given."""
+    replica counts, endpoint, scale fields and the `rollout` fields (updatedReplicas, image,
+    imageSource, pendingImage) kept from `old` when not given."""
     previous = {c.get("type"): c for c in old.get("conditions", [])}
     entries = []
     for kind in CONDITION_TYPES:
@@ -228,17 +249,24 @@ def render(
     replicas, ready = (
         counts if counts is not None else (old.get("replicas", 0), old.get("readyReplicas", 0))
     )
-    rendered = KimiDeploymentStatus(
-        observed_generation=generation,
-        conditions=entries,
-        replicas=replicas,
-        ready_replicas=ready,
-        endpoint=endpoint if endpoint is not None else old.get("endpoint", ""),
-        selector=scale.selector if scale else old.get("selector", ""),
-        gpus=scale.gpus if scale else old.get("gpus", 0),
-        autoscaler=scale.autoscaler if scale else old.get("autoscaler", ""),
+    kept = {key: old[key] for key in ROLLOUT_FIELDS if key in old}
+    rendered = KimiDeploymentStatus.model_validate(
+        {
+            **(kept if rollout is None else rollout),
+            "observedGeneration": generation,
+            "conditions": entries,
+            "replicas": replicas,
+            "readyReplicas": ready,
+            "endpoint": endpoint if endpoint is not None else old.get("endpoint", ""),
+            "selector": scale.selector if scale else old.get("selector", ""),
+            "gpus": scale.gpus if scale else old.get("gpus", 0),
+            "autoscaler": scale.autoscaler if scale else old.get("autoscaler", ""),
+        }
     )
     return rendered.model_dump(exclude_none=True)
+
+
+ROLLOUT_FIELDS = ("updatedReplicas", "image", "imageSource", "pendingImage")
 
 
 def newly_bad(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:

@@ -11,7 +11,9 @@ from typing import Any
 import kopf
 
 from kimi_operator import conditions as cond
+from kimi_operator import rollout
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import (
     VLLM_VERSION_ANNOTATION,
@@ -24,8 +26,10 @@ from kimi_operator.builders import (
     vllm_version,
 )
 from kimi_operator.builders.autoscaling import target_metric
+from kimi_operator.builders.images import ImageChoice, choose
 from kimi_operator.builders.meta import (
     MANAGER,
+    group_name,
     leader_selector,
     selector_labels,
     selector_string,
@@ -38,12 +42,14 @@ from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
     EXTERNAL_METRICS,
     HORIZONTAL_POD_AUTOSCALER,
+    KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
     POD,
     POD_MONITOR,
     SCALED_OBJECT,
     Resource,
 )
+from kimi_operator.rollout import Steps
 
 # The upstream APIs whose presence changes the plan (each looked up, cached, per reconcile).
 UPSTREAM = (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, SCALED_OBJECT)
@@ -161,9 +167,10 @@ class Plan:
 
 
 def plan_children(
-    kd: KimiDeployment, defaults: OperatorDefaults, served: Mapping[Resource, bool]
+    kd: KimiDeployment, defaults: OperatorDefaults, served: Mapping[Resource, bool], spares: int = 0
 ) -> Plan:
-    """What a reconcile applies: also what a check of the cluster expects (embedded.audit)."""
+    """What a reconcile applies: also what a check of the cluster expects (embedded.audit).
+    `spares`: surge groups a rollout may keep (rollout.decide drops those it does not)."""
     spec = kd.spec
     defaults = dataclasses.replace(
         defaults,
@@ -203,7 +210,7 @@ def plan_children(
                 f"ComputeDomain API is not installed: {COMPUTE_DOMAIN.install}",
             )
         )
-    children = [c for c in build_children(kd, defaults) if c["kind"] not in skip]
+    children = [c for c in build_children(kd, defaults, spares) if c["kind"] not in skip]
     return Plan(defaults, children, skip, blockers, degradations)
 
 
@@ -220,16 +227,32 @@ def _reconcile_valid(
 ) -> Outcome:
     spec, old = kd.spec, dict(body.get("status") or {})
     served = served_apis(client, kd)
-    plan = plan_children(kd, defaults, served)
-    defaults, blockers, degradations = plan.defaults, plan.blockers, plan.degradations
     outcome = Outcome(status={})
     retrying: cond.Problem | None = None
     uid = body["metadata"]["uid"]
     first = not old  # never reconciled: its children most likely do not exist yet
+    plan = plan_children(kd, defaults, served, spares=spec.rollout.max_surge)
+    image: ImageChoice | None = None
+    steps: Steps | None = None
     try:
-        for child in plan.children:
-            desired = with_owner(child, body)
+        skip_groups = first or LEADER_WORKER_SET.kind in plan.skip
+        live = {} if skip_groups else _live_groups(client, kd, uid)
+        image = _image(kd, uid, old, live, client=client, defaults=defaults)
+        if image.image != serving_image(kd, defaults):
+            chosen = dataclasses.replace(defaults, serving_image=image.image)
+            plan = plan_children(kd, chosen, served, spares=spec.rollout.max_surge)
+        decision = rollout.decide(
+            kd,
+            [with_owner(c, body) for c in plan.children],
+            live,
+            now=now,
+            was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
+        )
+        steps, plan.children = decision.steps, decision.planned
+        _take_turn(defaults, kd, uid, image, steps)
+        for desired in decision.write:
             apply_child(client, desired, uid, outcome.applied, likely_missing=first)
+        outcome.applied.live += decision.held
         if not first:  # nothing to scale down yet
             _prune(client, kd, uid=uid, plan=plan, into=outcome.applied)
     except ApiUnavailable as error:  # retried soon: the status says so meanwhile
@@ -237,22 +260,22 @@ def _reconcile_valid(
         retrying = cond.api_failure(error.code, str(error), retry_delay(error, failures))
     except (kopf.TemporaryError, kopf.PermanentError) as error:
         outcome.error, outcome.result = error, "error"
-        blockers.append(cond.Problem("ApplyFailed", str(error)))
+        plan.blockers.append(cond.Problem("ApplyFailed", str(error)))
 
-    live = outcome.applied.live
-    groups = [o for o in live if o["kind"] == LEADER_WORKER_SET.kind]
-    domains = [o for o in live if o["kind"] == COMPUTE_DOMAIN.kind]
-    ready = sum(1 for g in groups if _group_ready(g))
-    waiting = ""
+    defaults, blockers, degradations = plan.defaults, plan.blockers, plan.degradations
+    groups = [o for o in outcome.applied.live if o["kind"] == LEADER_WORKER_SET.kind]
+    domains = [o for o in outcome.applied.live if o["kind"] == COMPUTE_DOMAIN.kind]
+    ready = sum(1 for g in groups if rollout.group_ready(g))
+    unschedulable = ""
     if not first and ready < len(groups) and retrying is None:
-        waiting = _waiting_for_nodes(client, kd)
+        unschedulable = _waiting_for_nodes(client, kd)
     mode = spec.compute_domain
     seen = cond.Observation(
         groups_wanted=spec.replicas,
         groups_present=len(groups),
         groups_ready=ready,
         endpoint=endpoint(kd),
-        unschedulable=waiting,
+        unschedulable=unschedulable,
         warnings=warnings,
         blockers=blockers,
         degradations=degradations,
@@ -264,6 +287,10 @@ def _reconcile_valid(
         domains_wanted=spec.replicas if uses_compute_domain(kd, defaults) else 0,
         domains_ready=sum(1 for d in domains if (d.get("status") or {}).get("status") == "Ready"),
         compute_domain_install=COMPUTE_DOMAIN.install,
+        groups_updated=steps.updated if steps else 0,
+        rolling=bool(steps and steps.rolling),
+        stalled=_stalled(kd, steps),
+        waiting=_waiting(image),
     )
     conditions = cond.valid_conditions(seen)
     if retrying is not None:  # counts and endpoint as last observed too
@@ -275,12 +302,15 @@ def _reconcile_valid(
         now=now,
         counts=None if retrying else (len(groups), ready),
         endpoint=None if retrying else (seen.endpoint if ready else ""),
+        # After a failed apply, what the groups run is as last observed.
+        rollout=None if outcome.error or not (image and steps) else _rollout(image, steps),
         scale=cond.ScaleStatus(
             selector=leader_selector(kd),
             gpus=spec.gpus * spec.replicas,
             autoscaler=plan.autoscaler,
         ),
     )
+    outcome.requeue_after_s = steps.requeue_after_s if steps and not outcome.error else None
     outcome.events = cond.newly_bad(old, outcome.status)
     if spec_changed:
         outcome.events += [cond.Problem("FastPathExceeded", w) for w in warnings]
@@ -308,9 +338,86 @@ def _waiting_for_nodes(client: Client, kd: KimiDeployment) -> str:
         return ""
 
 
-def _group_ready(group: Mapping[str, Any]) -> bool:
-    wanted = int(group.get("spec", {}).get("replicas", 1))
-    return int((group.get("status") or {}).get("readyReplicas", 0)) >= wanted
+def _selector(kd: KimiDeployment) -> str:
+    """The label selector of every child of this deployment."""
+    return selector_string({**selector_labels(kd), "app.kubernetes.io/managed-by": MANAGER})
+
+
+def _live_groups(client: Client, kd: KimiDeployment, uid: str) -> dict[str, dict[str, Any]]:
+    """The deployment's LeaderWorkerSets by name: what a rollout decides from."""
+    found = client.list(LEADER_WORKER_SET, kd.metadata.namespace, label_selector=_selector(kd))
+    return {
+        g["metadata"]["name"]: {**g, "kind": LEADER_WORKER_SET.kind}
+        for g in found
+        if owned_by(g, uid)
+    }
+
+
+def _image(
+    kd: KimiDeployment,
+    uid: str,
+    old: Mapping[str, Any],
+    live: Mapping[str, Mapping[str, Any]],
+    *,
+    client: Client,
+    defaults: OperatorDefaults,
+) -> ImageChoice:
+    """The serving image to roll to (builders.images.choose), asking for the operator-wide turn
+    when a new default image is due."""
+    namespace, name = kd.metadata.namespace, kd.metadata.name
+    running = next((rollout.leader_image(g) for g in live.values()), "")
+
+    def ask_turn() -> str:
+        return defaults.image_gate.claim(
+            uid,
+            f"{namespace}/{name}",
+            defaults.serving_image,
+            lambda ns: client.list(KIMI_DEPLOYMENT, ns),
+        )
+
+    return choose(kd, old, running, defaults.serving_image, ask_turn=ask_turn)
+
+
+def _take_turn(
+    defaults: OperatorDefaults, kd: KimiDeployment, uid: str, image: ImageChoice, steps: Steps
+) -> None:
+    """Hold the operator-wide turn while rolling onto the default image; give it back after."""
+    gate, label = defaults.image_gate, f"{kd.metadata.namespace}/{kd.metadata.name}"
+    following = image.source == "OperatorDefault" and image.image == defaults.serving_image
+    if following and steps.rolling:
+        gate.hold(uid, label)
+    else:
+        gate.release(uid)
+
+
+def _stalled(kd: KimiDeployment, steps: Steps | None) -> str:
+    if steps is None or not steps.stalled:
+        return ""
+    names = ", ".join(group_name(kd, i) for i in steps.stalled)
+    deadline = kd.spec.rollout.progress_deadline_seconds
+    return (
+        f"{names} not Ready within spec.rollout.progressDeadlineSeconds ({deadline} s): the "
+        f"rollout stopped; the {len(steps.hold)} groups not yet updated keep serving"
+    )
+
+
+def _waiting(image: ImageChoice | None) -> str:
+    if image is None or not image.waiting_for:
+        return ""
+    return (
+        f"the operator's default image {image.pending} waits for {image.waiting_for} to finish "
+        f"moving to it (one deployment at a time); running {image.image}"
+    )
+
+
+def _rollout(image: ImageChoice, steps: Steps) -> dict[str, Any]:
+    """The status fields of the rollout and the image."""
+    return {
+        "updatedReplicas": steps.updated,
+        "image": image.image,
+        "imageSource": image.source,
+        "pendingImage": image.pending,
+    }
 
 
 def _prune(
@@ -328,7 +435,7 @@ def _prune(
     a group deleted by hand, or an operator killed half-way through a scale-down."""
     namespace = kd.metadata.namespace
     planned = {(child["kind"], child["metadata"]["name"]) for child in plan.children}
-    selector = selector_string({**selector_labels(kd), "app.kubernetes.io/managed-by": MANAGER})
+    selector = _selector(kd)
     for resource in CHILD_RESOURCES:
         if resource.kind in plan.skip:
             continue

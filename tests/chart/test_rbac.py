@@ -266,6 +266,12 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
     _autoscaler_switch(api, kimi, children)
     _send(url, "PATCH", f"{kimi}/k3", {"spec": {"replicas": 1}}, merge=True)
     _wait(lambda: len(children(LEADER_WORKER_SET)) == 1, "the scale-down to one group")
+    # Recorded on an older default image: the operator reads the deployments' statuses to find
+    # whose turn it is to move to the new default (docs/rollout.md).
+    older = {
+        "status": {"image": "registry.example/vllm-kimi:old", "imageSource": "OperatorDefault"}
+    }
+    _send(url, "PATCH", f"{kimi}/k3/status", older, merge=True)
     # Children the spec no longer asks for: whatever the operator does about them is observed.
     dropped = {
         "spec": {

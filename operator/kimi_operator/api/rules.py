@@ -449,6 +449,28 @@ RULES: tuple[Rule, ...] = (
         allowed=", ".join(AUTOSCALING_TARGETS),
         got=lambda a: _targets(a["target"]),
     ),
+    # A rollout that may take every group down at once is an outage; one that may take none down
+    # and add none can never start.
+    Rule(
+        scope=(),
+        reads=(("replicas",), ("rollout", "maxUnavailable")),
+        field="rollout.maxUnavailable",
+        cel="self.replicas < 2 || self.rollout.maxUnavailable < self.replicas",
+        check=lambda s: s["replicas"] < 2 or s["rollout"]["maxUnavailable"] < s["replicas"],
+        problem="an update could take every TP group down at once",
+        allowed="less than spec.replicas when spec.replicas is 2 or more",
+        got=lambda s: s["rollout"]["maxUnavailable"],
+    ),
+    Rule(
+        scope=("rollout",),
+        reads=(("maxUnavailable",), ("maxSurge",)),
+        field="maxUnavailable",
+        cel="self.maxUnavailable > 0 || self.maxSurge > 0",
+        check=lambda r: r["maxUnavailable"] > 0 or r["maxSurge"] > 0,
+        problem="with maxSurge 0 as well, no group could ever be updated",
+        allowed="1 or more, or 0 with rollout.maxSurge 1",
+        got=lambda r: r["maxUnavailable"],
+    ),
     *(_metadata_key_rule(field, reserved) for field, reserved in POD_METADATA_RESERVED.items()),
     *(_affinity_rule(kind) for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity")),
     *(_engine_arg_rule(group) for group in ENGINE_ARG_REFUSALS),

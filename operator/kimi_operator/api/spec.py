@@ -219,8 +219,8 @@ class AutoscalingTarget(ApiModel):
 
     decode_rate_floor: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
         None,
-        description="Add groups while the p90 per-user decode rate (tokens/s, prefill excluded) "
-        "is below this floor.",
+        description="Add groups while the decode rate 90% of users get at least (tokens/s, "
+        "prefill excluded: the 10th percentile) is below this floor.",
     )
     waiting_requests_per_group: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
         None, description="Requests waiting in vLLM's queue per serving group."
@@ -245,6 +245,26 @@ class AutoscalingSpec(ApiModel):
     scale_up_period_seconds: Annotated[int, Field(ge=1, le=1800)] = Field(
         c.SCALE_UP_PERIOD_S,
         description="One group is added at most once per this many seconds.",
+    )
+
+
+class RolloutSpec(ApiModel):
+    """How a change of the pod template reaches the TP groups: group by group (docs/rollout.md)."""
+
+    max_unavailable: Annotated[int, Field(ge=0, le=64)] = Field(
+        1,
+        description="TP groups that may be down at once for an update; below spec.replicas "
+        "when spec.replicas is 2 or more.",
+    )
+    max_surge: Annotated[int, Field(ge=0, le=1)] = Field(
+        0,
+        description="Extra TP groups (0 or 1) run with the new template while the others are "
+        "updated: 1 needs a spare NVLink clique and keeps every group serving.",
+    )
+    progress_deadline_seconds: Annotated[int, Field(ge=1, le=86400)] = Field(
+        3600,
+        description="Seconds an updated group may take to become Ready; past it the rollout "
+        "stops (Degraded, RolloutStalled) and the groups not yet updated keep serving.",
     )
 
 
@@ -290,6 +310,11 @@ class KimiDeploymentSpec(ApiModel):
     image: str = Field(
         "", max_length=512, description="Serving image; empty: the operator's configured default."
     )
+    image_policy: Literal["FollowDefault", "Pinned"] = Field(
+        "FollowDefault",
+        description="With image empty: FollowDefault moves to a new operator default image "
+        "(one deployment at a time, group by group); Pinned stays on the image it runs.",
+    )
     image_pull_secrets: list[LocalObjectReference] = Field(
         default=[], max_length=c.MAX_PULL_SECRETS, description="Secrets to pull the image with."
     )
@@ -325,6 +350,11 @@ class KimiDeploymentSpec(ApiModel):
         default_factory=MonitoringSpec,
         json_schema_extra=nested_default(),
         description="Prometheus scraping.",
+    )
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec,
+        json_schema_extra=nested_default(),
+        description="How pod template changes roll through the TP groups.",
     )
 
     @model_validator(mode="after")

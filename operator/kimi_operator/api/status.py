@@ -1,6 +1,7 @@
 """What the operator observes, per the Kubernetes API conventions: conditions, never a phase."""
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -41,6 +42,23 @@ class KimiDeploymentStatus(StatusModel):
     )
     replicas: Annotated[int, Field(ge=0)] = Field(0, description="TP groups that exist.")
     ready_replicas: Annotated[int, Field(ge=0)] = Field(0, description="TP groups serving.")
+    updated_replicas: Annotated[int, Field(ge=0)] = Field(
+        0, description="TP groups (of spec.replicas) that run the current pod template."
+    )
+    image: str = Field(
+        "", max_length=512, description="The serving image the TP groups are rolled to."
+    )
+    image_source: Literal["", "Spec", "OperatorDefault", "Pinned"] = Field(
+        "",
+        description="Where `image` comes from: spec.image, the operator's default image, or "
+        "an earlier default kept by spec.imagePolicy Pinned.",
+    )
+    pending_image: str = Field(
+        "",
+        max_length=512,
+        description="The operator's default image when the deployment does not run it yet: "
+        "pinned, or waiting for its turn (one deployment moves at a time).",
+    )
     endpoint: str = Field(
         "",
         max_length=1024,
@@ -58,3 +76,13 @@ class KimiDeploymentStatus(StatusModel):
         description="The autoscaler that writes spec.replicas (`ScaledObject/<name>` or "
         "`HorizontalPodAutoscaler/<name>`); empty without spec.autoscaling.",
     )
+
+
+# Progressing reasons of a deployment in the middle of a rollout (what its status remembers).
+ROLLING_REASONS = frozenset({"RollingOut", "RolloutStalled"})
+
+
+def progressing_reason(status: Mapping[str, Any]) -> str:
+    """The reason of a status's Progressing condition ("" if it has none)."""
+    found = [c for c in status.get("conditions", []) if c.get("type") == "Progressing"]
+    return str(found[0].get("reason", "")) if found else ""

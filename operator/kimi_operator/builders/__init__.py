@@ -1,7 +1,7 @@
 """Pure builders: a validated KimiDeployment in, the manifests of its children out."""
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
@@ -10,6 +10,7 @@ from kimi_operator.builders.autoscaling import (
     horizontal_pod_autoscaler,
     scaled_object,
 )
+from kimi_operator.builders.images import DefaultImageGate
 from kimi_operator.builders.serving import pod_disruption_budget, pod_monitor, service
 from kimi_operator.builders.workloads import compute_domain, leader_worker_set
 
@@ -42,6 +43,8 @@ class OperatorDefaults:
     prometheus_url: str = DEFAULT_PROMETHEUS_URL
     # With spec.autoscaling: whether the cluster serves KEDA's ScaledObject API (else an HPA).
     keda_available: bool = True
+    # Operator-wide: whose turn it is to move to serving_image (shared by copies of this object).
+    image_gate: DefaultImageGate = field(default_factory=DefaultImageGate, compare=False)
 
 
 def serving_image(kd: KimiDeployment, defaults: OperatorDefaults) -> str:
@@ -81,13 +84,16 @@ def uses_compute_domain(kd: KimiDeployment, defaults: OperatorDefaults) -> bool:
     return mode == "Required" or (mode == "Auto" and defaults.compute_domain_available)
 
 
-def build_children(kd: KimiDeployment, defaults: OperatorDefaults) -> list[dict[str, Any]]:
+def build_children(
+    kd: KimiDeployment, defaults: OperatorDefaults, spares: int = 0
+) -> list[dict[str, Any]]:
+    """`spares`: surge groups to build beyond spec.replicas (a rollout's, see rollout.py)."""
     spec = kd.spec
     image = serving_image(kd, defaults)
     with_domain = uses_compute_domain(kd, defaults)
     no_custom_all_reduce = custom_all_reduce_disabled(kd, defaults)
     children: list[dict[str, Any]] = []
-    for group in range(spec.replicas):
+    for group in range(spec.replicas + spares if spec.replicas else 0):
         if with_domain:
             children.append(compute_domain(kd, group))
         children.append(leader_worker_set(kd, group, image, with_domain, no_custom_all_reduce))

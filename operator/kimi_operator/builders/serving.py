@@ -63,10 +63,15 @@ def pod_monitor(kd: KimiDeployment) -> dict[str, Any]:
 
 
 def pod_disruption_budget(kd: KimiDeployment) -> dict[str, Any]:
-    """One pod at a time: evicting it restarts its whole group, which then holds the budget."""
+    """As many pods as spec.rollout.maxUnavailable allows groups down (1 by default): evicting
+    one pod restarts its whole group, whose pods then hold the budget until it is back. 0 (with
+    maxSurge 1) lets no eviction through: a node drain waits, as the user asked."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": metadata(kd, kd.metadata.name, "disruption-budget"),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(kd)}},
+        "spec": {
+            "maxUnavailable": kd.spec.rollout.max_unavailable,
+            "selector": {"matchLabels": selector_labels(kd)},
+        },
     }

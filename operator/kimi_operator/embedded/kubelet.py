@@ -8,6 +8,7 @@ where no node is left, as kube-scheduler leaves them.
 """
 
 import datetime
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kimi_operator.embedded.scheduler import Scheduler, lws_pods
@@ -19,37 +20,59 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def group_ready_status(lws: dict[str, Any]) -> dict[str, Any]:
+def group_ready_status(lws: Mapping[str, Any], *, ready: bool = True) -> dict[str, Any]:
+    """The status LeaderWorkerSet's controller writes for the current generation: every group
+    Ready, or (`ready` False) every group restarting on the new template and not Ready yet."""
     replicas = int(lws.get("spec", {}).get("replicas", 1))
     return {
         "replicas": replicas,
-        "readyReplicas": replicas,
+        "readyReplicas": replicas if ready else 0,
         "updatedReplicas": replicas,
         "observedGeneration": lws.get("metadata", {}).get("generation", 1),
         "conditions": [
             {
                 "type": "Available",
-                "status": "True",
-                "reason": "AllGroupsReady",
-                "message": "All replicas are ready",
+                "status": "True" if ready else "False",
+                "reason": "AllGroupsReady" if ready else "GroupsNotReady",
+                "message": "All replicas are ready" if ready else "Replicas are starting",
                 "lastTransitionTime": _now(),
             }
         ],
     }
 
 
-def mark_ready(client: Client, namespace: str | None = None) -> list[str]:
+def _never(_: Mapping[str, Any]) -> bool:
+    return False
+
+
+def mark_ready(
+    client: Client,
+    namespace: str | None = None,
+    *,
+    hold: Callable[[Mapping[str, Any]], bool] = _never,
+) -> list[str]:
     """Mark every LeaderWorkerSet and ComputeDomain (in `namespace`, or everywhere) ready that is
-    not yet; returns `Kind namespace/name` of each one marked."""
+    not yet for its current generation; returns `Kind namespace/name` of each one marked.
+    A LeaderWorkerSet `hold` picks is marked as starting instead (its pods never get Ready: a
+    bad image, no capacity)."""
     marked = []
     for lws in client.list(LEADER_WORKER_SET, namespace):
-        if (lws.get("status") or {}).get("readyReplicas") != lws.get("spec", {}).get("replicas", 1):
+        status = lws.get("status") or {}
+        wanted = group_ready_status(lws, ready=not hold(lws))
+        if (status.get("readyReplicas"), status.get("observedGeneration")) != (
+            wanted["readyReplicas"],
+            wanted["observedGeneration"],
+        ):
             meta = lws["metadata"]
-            status = {"status": group_ready_status(lws)}
             client.patch(
-                LEADER_WORKER_SET, meta["namespace"], meta["name"], status, subresource="status"
+                LEADER_WORKER_SET,
+                meta["namespace"],
+                meta["name"],
+                {"status": wanted},
+                subresource="status",
             )
-            marked.append(f"LeaderWorkerSet {meta['namespace']}/{meta['name']}")
+            if wanted["readyReplicas"]:
+                marked.append(f"LeaderWorkerSet {meta['namespace']}/{meta['name']}")
     for domain in client.list(COMPUTE_DOMAIN, namespace):
         if (domain.get("status") or {}).get("status") != "Ready":
             meta = domain["metadata"]

@@ -248,6 +248,9 @@ class ApiServer(kmock.KubernetesEmulator):
     _tokens: dict[str, rbac.User] = attrs.field(factory=dict, init=False)
     checks: set[Check] = attrs.field(factory=set, init=False)
     _authorizer: rbac.Authorizer | None = attrs.field(default=None, init=False)
+    # Called on the server's thread after every write to an object, before the next request is
+    # served: a check of the whole cluster at every step (the rollout tests' audit).
+    observers: list[Callable[["ApiServer"], None]] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -264,6 +267,14 @@ class ApiServer(kmock.KubernetesEmulator):
     def _next_version(self) -> str:
         self._version += 1
         return str(self._version)
+
+    def stored(self, plural: str) -> list[dict[str, Any]]:
+        """The objects of a resource (by its plural) that exist now: for an observer."""
+        return [
+            obj.raw
+            for (resource, _, _), obj in self.objects.items()
+            if resource.plural == plural and not obj.deleted
+        ]
 
     def namespaces(self) -> list[str]:
         """Every namespace an object lives in, and `default`."""
@@ -583,6 +594,9 @@ class ApiServer(kmock.KubernetesEmulator):
                 await self._collect_garbage()
             elif request.action == action.CREATE:
                 await self._collect_orphan(key_of(request, resource))
+            if request.method.value in WRITES:
+                for observe in self.observers:
+                    observe(self)
             return response
         selector = request.url.query.get("labelSelector")
         if request.action == action.LIST and selector:
@@ -860,6 +874,10 @@ class EmbeddedApiServer:
         assert self._handler is not None
         removal = self._handler.remove_crd(name)
         asyncio.run_coroutine_threadsafe(removal, self._loop).result(timeout=30)
+
+    def observe(self, observer: Callable[[ApiServer], None]) -> None:
+        """Call `observer` (on the server's thread) after every write to an object."""
+        self.call(lambda handler: handler.observers.append(observer))
 
     def status_writes(self, since: int = 0) -> list[tuple[str, dict[str, Any]]]:
         """("namespace/name", status) of each KimiDeployment status write since `since`."""

@@ -82,6 +82,17 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
         {"spec.autoscaling": AUTOSCALING | {"scaleDownStabilizationSeconds": 3601}},
         False,
     ),
+    ("rollout-default-3", {"spec.replicas": 3}, True),
+    ("rollout-unavailable-all", {"spec.replicas": 3, "spec.rollout.maxUnavailable": 3}, False),
+    ("rollout-unavailable-2-of-3", {"spec.replicas": 3, "spec.rollout.maxUnavailable": 2}, True),
+    ("rollout-unavailable-1-of-1", {"spec.rollout.maxUnavailable": 1}, True),
+    ("rollout-unavailable-1-of-0", {"spec.replicas": 0}, True),
+    ("rollout-no-progress", {"spec.rollout.maxUnavailable": 0}, False),
+    ("rollout-surge", {"spec.rollout.maxUnavailable": 0, "spec.rollout.maxSurge": 1}, True),
+    ("rollout-surge-2", {"spec.rollout.maxSurge": 2}, False),
+    ("rollout-deadline-0", {"spec.rollout.progressDeadlineSeconds": 0}, False),
+    ("image-policy-pinned", {"spec.imagePolicy": "Pinned"}, True),
+    ("image-policy-unknown", {"spec.imagePolicy": "Latest"}, False),
     ("unknown-spec-field", {"spec.tensorParallelSize": 16}, False),
     ("unknown-nested-field", {"spec.decode.turbo": True}, False),
     ("snake-case-field", {"spec.gpus_per_node": 4}, False),
@@ -664,6 +675,15 @@ SPECS = st.fixed_dictionaries(
             },
             optional={"minReplicas": st.integers(-1, 3), "maxReplicas": st.integers(0, 65)},
         ),
+        "rollout": st.fixed_dictionaries(
+            {},
+            optional={
+                "maxUnavailable": st.integers(-1, 4),
+                "maxSurge": st.integers(-1, 2),
+                "progressDeadlineSeconds": st.sampled_from([0, 1, 3600, 86401]),
+            },
+        ),
+        "imagePolicy": st.sampled_from(["FollowDefault", "Pinned", "Always"]),
         "decode": st.fixed_dictionaries(
             {},
             optional={

@@ -1,0 +1,106 @@
+"""Which serving image a deployment with an empty spec.image runs, and the operator-wide rule
+that at most one deployment moves to a new default image at a time (docs/rollout.md).
+
+A new default (`helm upgrade --set servingImage.tag=...`) must not restart every deployment at
+once: each one keeps the image its status records until it gets its turn, then rolls group by
+group; the next one starts once that one has all its groups updated and ready. A deployment
+whose new groups never get ready keeps the turn, so a broken default stops at the first one.
+"""
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
+
+Source = Literal["Spec", "OperatorDefault", "Pinned"]
+
+
+@dataclass(frozen=True)
+class ImageChoice:
+    image: str
+    source: Source
+    pending: str = ""  # the operator's default, when it is not `image`
+    waiting_for: str = ""  # namespace/name of the deployment moving to `pending` now
+
+
+def moving(deployment: Mapping[str, Any], image: str) -> bool:
+    """Whether a KimiDeployment's status says it is rolling out on the default `image`."""
+    status = deployment.get("status") or {}
+    following = status.get("imageSource") == "OperatorDefault" and status.get("image") == image
+    return following and progressing_reason(status) in ROLLING_REASONS
+
+
+@dataclass
+class DefaultImageGate:
+    """The turn to move to a new default image: held by one deployment (uid) at a time."""
+
+    _holder: tuple[str, str] | None = None  # (uid, namespace/name)
+    _namespaces: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def claim(
+        self,
+        uid: str,
+        label: str,
+        image: str,
+        list_namespace: Callable[[str], list[dict[str, Any]]],
+    ) -> str:
+        """ "" when `uid` may move to `image` now; else namespace/name of the one moving. The
+        statuses of the deployments in every namespace seen so far are read too: after a restart
+        the turn is wherever a status says a move is under way."""
+        namespace = label.partition("/")[0]
+        with self._lock:
+            self._namespaces.add(namespace)
+            if self._holder is not None and self._holder[0] != uid:
+                return self._holder[1]
+            for ns in sorted(self._namespaces):
+                for other in list_namespace(ns):
+                    meta = other["metadata"]
+                    if meta.get("uid") != uid and moving(other, image):
+                        self._holder = (meta["uid"], f"{meta['namespace']}/{meta['name']}")
+                        return self._holder[1]
+            self._holder = (uid, label)
+            return ""
+
+    def hold(self, uid: str, label: str) -> None:
+        """`uid` is moving (its status says so, e.g. after a restart): the turn is its."""
+        with self._lock:
+            self._namespaces.add(label.partition("/")[0])
+            if self._holder is None:
+                self._holder = (uid, label)
+
+    def release(self, uid: str) -> None:
+        """`uid` is done moving, or no longer follows the default (or is gone)."""
+        with self._lock:
+            if self._holder is not None and self._holder[0] == uid:
+                self._holder = None
+
+
+def choose(
+    kd: KimiDeployment,
+    old: Mapping[str, Any],
+    running: str,
+    default: str,
+    *,
+    ask_turn: Callable[[], str],
+) -> ImageChoice:
+    """`old`: the last status; `running`: the image a group of it runs now ("" if none), for a
+    deployment whose status records none yet (reconciled before images were recorded);
+    `ask_turn`: DefaultImageGate.claim for this deployment."""
+    if kd.spec.image:
+        return ImageChoice(kd.spec.image, "Spec")
+    recorded = str(old.get("image", "")) if old.get("imageSource") != "Spec" else ""
+    if not old.get("imageSource"):
+        recorded = running
+    pinned = kd.spec.image_policy == "Pinned"
+    if not recorded or recorded == default:
+        return ImageChoice(default, "Pinned" if pinned else "OperatorDefault")
+    if pinned:
+        return ImageChoice(recorded, "Pinned", pending=default)
+    mover = ask_turn()
+    if mover:
+        return ImageChoice(recorded, "OperatorDefault", pending=default, waiting_for=mover)
+    return ImageChoice(default, "OperatorDefault")

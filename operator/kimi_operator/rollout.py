@@ -1,0 +1,224 @@
+"""Group-by-group rollout of a pod template change: which TP groups a reconcile writes now. Pure.
+
+Each TP group is a LeaderWorkerSet of its own (`<name>-g<i>`). A group is *updated* when it carries
+the template the spec asks for now (what the operator last applied to it is that template, and a
+hand edit has not changed it since), *ready* when its LeaderWorkerSet reports its group Ready for
+its current generation. An outdated group is rewritten only while enough groups stay ready:
+`replicas - maxUnavailable`, counting a surge group (index `replicas`) made first with the new
+template. A change that leaves the template alone rewrites no group. docs/rollout.md explains.
+"""
+
+import calendar
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.k8s.apply import APPLIED_ANNOTATION, covers
+
+# When the operator last wrote a group's template (RFC 3339): the progress deadline counts from it.
+ROLLED_AT_ANNOTATION = "kimi-operator.io/rolled-at"
+LWS_KIND = "LeaderWorkerSet"
+GROUP_KINDS = frozenset({LWS_KIND, "ComputeDomain"})
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@dataclass(frozen=True)
+class Group:
+    updated: bool
+    ready: bool
+    rolled_at: float | None = None  # epoch seconds; None: not known
+
+
+@dataclass(frozen=True)
+class Strategy:
+    max_unavailable: int = 1
+    max_surge: int = 0
+    progress_deadline_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class Steps:
+    """What to do with the groups this time."""
+
+    hold: frozenset[int]  # outdated groups left as they are (their turn has not come)
+    spares: int  # surge groups to keep: indices replicas .. replicas + spares - 1
+    updated: int  # of groups 0 .. replicas - 1, those with the new template once this is applied
+    rolling: bool  # some group still to update, or updated and not yet ready
+    stalled: tuple[int, ...]  # updated groups not ready within the progress deadline
+    requeue_after_s: float | None  # when the first group in progress reaches its deadline
+
+
+def plan(
+    replicas: int,
+    groups: Mapping[int, Group],
+    strategy: Strategy,
+    *,
+    now: float | None,
+    was_rolling: bool,
+) -> Steps:
+    """`groups`: the groups that exist, by index. `was_rolling`: the last status said a rollout
+    was under way (so that the last group's deadline still counts once none is outdated)."""
+    wanted = range(replicas)
+    spare_range = range(replicas, replicas + strategy.max_surge)
+    outdated = [i for i in wanted if i in groups and not groups[i].updated]
+    all_ready = all(i in groups and groups[i].updated and groups[i].ready for i in wanted)
+    had_spare = any(i in groups for i in spare_range)
+    rolling = replicas > 0 and (bool(outdated) or (not all_ready and (was_rolling or had_spare)))
+    spares = strategy.max_surge if rolling else 0
+    serving = [*wanted, *range(replicas, replicas + spares)]
+    in_progress = [i for i in serving if i in groups and groups[i].updated and not groups[i].ready]
+    overdue = [
+        i
+        for i in in_progress
+        if now is not None and _age(groups[i], now) > strategy.progress_deadline_s
+    ]
+    stalled = tuple(overdue) if rolling else ()
+    hold = set(outdated)
+    if not stalled:
+        budget = sum(1 for i in serving if i in groups and groups[i].ready)
+        budget -= replicas - strategy.max_unavailable
+        for i in sorted(outdated, key=lambda i: (groups[i].ready, i)):
+            if groups[i].ready:  # a group down already costs nothing to update
+                if budget <= 0:
+                    break
+                budget -= 1
+            hold.discard(i)
+    requeue = None
+    if rolling and not stalled and now is not None:
+        new = [i for i in serving if i not in groups or (i in outdated and i not in hold)]
+        left = [strategy.progress_deadline_s - _age(groups[i], now) for i in in_progress]
+        left += [strategy.progress_deadline_s] * len(new)
+        requeue = max(0.0, min(left)) + 1.0 if left else None
+    return Steps(frozenset(hold), spares, replicas - len(hold), rolling, stalled, requeue)
+
+
+def _age(group: Group, now: float) -> float:
+    return 0.0 if group.rolled_at is None else now - group.rolled_at
+
+
+def epoch(text: str) -> float | None:
+    """Seconds since the epoch of an RFC 3339 UTC time as the operator writes them; None else."""
+    try:
+        return float(calendar.timegm(time.strptime(text, TIME_FORMAT)))
+    except ValueError:
+        return None
+
+
+def group_ready(group: Mapping[str, Any]) -> bool:
+    """Every replica Ready, as observed for the LeaderWorkerSet's current spec (a status from
+    before a template change says nothing about the pods that replace the old ones)."""
+    status = group.get("status") or {}
+    observed = status.get("observedGeneration")
+    generation = group.get("metadata", {}).get("generation")
+    if observed is not None and generation is not None and int(observed) < int(generation):
+        return False
+    wanted = int(group.get("spec", {}).get("replicas", 1))
+    return int(status.get("readyReplicas", 0)) >= wanted
+
+
+def group_index(deployment: str, name: str) -> int | None:
+    """`i` of a child named `<deployment>-g<i>`, None for any other name."""
+    match = re.fullmatch(re.escape(deployment) + r"-g(\d+)", name)
+    return int(match.group(1)) if match else None
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    annotations: Mapping[str, str] = obj.get("metadata", {}).get("annotations") or {}
+    return annotations
+
+
+def is_updated(live: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """`desired` carries the operator's applied-spec annotation (k8s.apply.with_owner)."""
+    applied = _annotations(live).get(APPLIED_ANNOTATION)
+    return applied == _annotations(desired)[APPLIED_ANNOTATION] and covers(
+        live.get("spec"), desired["spec"]
+    )
+
+
+def observe(live: Mapping[str, Any], desired: Mapping[str, Any]) -> Group:
+    rolled_at = _annotations(live).get(ROLLED_AT_ANNOTATION)
+    return Group(
+        updated=is_updated(live, desired),
+        ready=group_ready(live),
+        rolled_at=epoch(rolled_at) if rolled_at else None,
+    )
+
+
+def leader_image(group: Mapping[str, Any]) -> str:
+    """The image of a LeaderWorkerSet's vLLM container ("" if none)."""
+    template = group.get("spec", {}).get("leaderWorkerTemplate", {})
+    pod = template.get("leaderTemplate") or template.get("workerTemplate") or {}
+    for container in pod.get("spec", {}).get("containers", []):
+        if container.get("name") == "vllm":
+            return str(container.get("image", ""))
+    return ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    write: list[dict[str, Any]]  # children to apply (groups stamped with ROLLED_AT_ANNOTATION)
+    held: list[dict[str, Any]]  # outdated groups as they are: left alone, not pruned
+    steps: Steps
+
+    @property
+    def planned(self) -> list[dict[str, Any]]:
+        """Every child the deployment keeps: the others are pruned."""
+        return [*self.write, *self.held]
+
+
+def decide(
+    kd: KimiDeployment,
+    children: Sequence[Mapping[str, Any]],
+    live: Mapping[str, Mapping[str, Any]],
+    *,
+    now: str,
+    was_rolling: bool,
+) -> Decision:
+    """`children`: the deployment's children as the operator writes them (with owner and
+    applied-spec annotation), surge groups included; `live`: its LeaderWorkerSets by name."""
+    spec, name = kd.spec, kd.metadata.name
+    desired = {
+        group_index(name, c["metadata"]["name"]): c for c in children if c["kind"] == LWS_KIND
+    }
+    groups = {
+        index: observe(live[child["metadata"]["name"]], child)
+        for index, child in desired.items()
+        if index is not None and child["metadata"]["name"] in live
+    }
+    strategy = Strategy(
+        spec.rollout.max_unavailable,
+        spec.rollout.max_surge,
+        float(spec.rollout.progress_deadline_seconds),
+    )
+    steps = plan(spec.replicas, groups, strategy, now=epoch(now), was_rolling=was_rolling)
+    write, held = [], []
+    for child in children:
+        index = group_index(name, child["metadata"]["name"])
+        if child["kind"] not in GROUP_KINDS or index is None:
+            write.append(dict(child))
+        elif index >= spec.replicas + steps.spares:
+            continue  # a surge group no longer needed: pruned
+        elif child["kind"] != LWS_KIND:
+            write.append(dict(child))
+        elif index in steps.hold:
+            held.append(dict(live[child["metadata"]["name"]]))
+        else:
+            write.append(_stamped(child, live.get(child["metadata"]["name"]), now))
+    return Decision(write, held, steps)
+
+
+def _stamped(child: Mapping[str, Any], live: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
+    """The group with the time its template was written: kept while the template is unchanged
+    (no write), `now` when this write changes it."""
+    if live is not None and is_updated(live, child):
+        since = _annotations(live).get(ROLLED_AT_ANNOTATION)
+    else:
+        since = now
+    if since is None:
+        return dict(child)
+    metadata = child["metadata"]
+    annotations = {**metadata.get("annotations", {}), ROLLED_AT_ANNOTATION: since}
+    return {**child, "metadata": {**metadata, "annotations": annotations}}
