@@ -151,7 +151,8 @@ def unschedulable(pods: Sequence[Mapping[str, Any]]) -> str:
     if not waiting:
         return ""
     name, message = waiting[0]
-    others = f" (and {len(waiting) - 1} more pods)" if len(waiting) > 1 else ""
+    more = len(waiting) - 1
+    others = f" (and {more} more pod{'s' if more > 1 else ''})" if more else ""
     return f"pod {name}{others} cannot be scheduled: {message}"
 
 

@@ -169,17 +169,20 @@ def test_a_group_without_nodes_says_insufficient_capacity(
     pending = start_groups(client, scheduler, NS)
     assert pending == [f"{NAME}-g1-0-{i}" for i in range(1, 4)]
 
-    def capacity() -> dict[str, Any] | None:
-        progressing = condition(status_of(client, NS, NAME), "Progressing")
-        return progressing if progressing["reason"] == "InsufficientCapacity" else None
-
-    progressing = wait_for(capacity, 15, "InsufficientCapacity")
-    assert progressing["status"] == "True"
-    assert progressing["message"] == (
+    expected = (
         f"1 of 2 TP groups ready; pod {NAME}-g1-0-1 (and 2 more pods) cannot be scheduled: "
         "0/5 nodes are available: 5 Insufficient nvidia.com/gpu. preemption: 0/5 nodes are "
         "available: 5 No preemption victims found for incoming pod."
     )
+
+    def capacity() -> dict[str, Any] | None:
+        """Progressing once a resync saw every pod of the new group (they are created one by
+        one, and a reconcile may list them half-way)."""
+        progressing = condition(status_of(client, NS, NAME), "Progressing")
+        return progressing if progressing["message"] == expected else None
+
+    progressing = wait_for(capacity, 15, "InsufficientCapacity")
+    assert (progressing["status"], progressing["reason"]) == ("True", "InsufficientCapacity")
     # What the autoscaler reads stays put over resyncs: the groups that exist, one selector.
     seen = []
     for _ in range(4):

@@ -76,6 +76,8 @@ def test_only_unschedulable_pods_count() -> None:
     assert cond.unschedulable([pod("k3-g1-0-2", "False", "Unschedulable", FULL)]) == (
         f"pod k3-g1-0-2 cannot be scheduled: {FULL}"
     )
+    two = [pod(f"k3-g1-0-{i}", "False", "Unschedulable", FULL) for i in (3, 2)]
+    assert cond.unschedulable(two) == f"pod k3-g1-0-2 (and 1 more pod) cannot be scheduled: {FULL}"
     several = [pod(f"k3-g1-0-{i}", "False", "Unschedulable", FULL) for i in (3, 1, 2)]
     assert cond.unschedulable(several) == (
         f"pod k3-g1-0-1 (and 2 more pods) cannot be scheduled: {FULL}"
