@@ -219,6 +219,23 @@ def _autoscaler_switch(
     _wait(lambda: _send(url, "GET", hpa)["spec"]["maxReplicas"] == 4, "the HPA repaired")
 
 
+def _scale_down_to_one(
+    url: str, kimi: str, children: Callable[[Resource], list[dict[str, Any]]]
+) -> None:
+    """Down to one group, and its status written: no status write left in flight to undo the
+    scenario's next status patch."""
+    _send(url, "PATCH", f"{kimi}/k3", {"spec": {"replicas": 1}}, merge=True)
+    _wait(lambda: len(children(LEADER_WORKER_SET)) == 1, "the scale-down to one group")
+
+    def settled() -> bool:
+        kd = _send(url, "GET", f"{kimi}/k3")
+        status = kd.get("status") or {}
+        current = status.get("observedGeneration") == kd["metadata"]["generation"]
+        return current and status.get("replicas") == 1
+
+    _wait(settled, "the scale-down's status")
+
+
 def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list[CallSite]) -> None:
     """Create a two-group multi-node deployment, edit and disown a child of every kind by hand,
     delete one, scale it down, drop its ComputeDomains and PodMonitor, create an invalid one and
@@ -264,8 +281,7 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
 
     _wait(adopted, "every disowned child adopted")
     _autoscaler_switch(api, kimi, children)
-    _send(url, "PATCH", f"{kimi}/k3", {"spec": {"replicas": 1}}, merge=True)
-    _wait(lambda: len(children(LEADER_WORKER_SET)) == 1, "the scale-down to one group")
+    _scale_down_to_one(url, kimi, children)
     # Recorded on an older default image: the operator reads the deployments' statuses to find
     # whose turn it is to move to the new default (docs/rollout.md).
     older = {
