@@ -3,30 +3,47 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: setup tools demo test lint typecheck unit crd bench images test-images test-reliability \
 	vllm-cpu serve-cpu test-vllm clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements/vllm-interfaces.txt
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+
+# `make demo`: the operator and the embedded API server only (kimi-operator[demo]), no torch, vLLM
+# or CuTe DSL. --no-compile halves the install: Python compiles what the demo imports as it runs
+# (the kubernetes client alone has thousands of modules it never imports).
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --no-compile -e '.[demo]'
+	touch $@
+
+# Everything `make test` needs: both distributions editable (kimi-operator with its dev extra,
+# kimi-kernels from kernels/) and the development tools.
+$(STAMP): pyproject.toml kernels/pyproject.toml requirements/vllm-interfaces.txt | $(BIN)/python
 	$(BIN)/pip install --quiet --upgrade pip
 	# CPU torch first (a file on these machines): nothing after this may pull a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0 numpy
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# kimi-kernels requires vLLM, which goes in below without its dependencies: so does this.
+	$(BIN)/pip install --quiet --no-deps -e ./kernels
 	# vLLM 0.33.0 for its interfaces only (argument parser, metrics, plugins): no dependencies; also
-	# two packages its V2 model runner and Kimi K3 specialized decode modules import (tests/kimi_kernels/metrics
-	# instruments those), without their requirements (flashinfer's pull CUDA and NCCL packages).
+	# two packages its V2 model runner and Kimi K3 specialized decode modules import
+	# (tests/kimi_kernels/decode_metrics instruments those), without their requirements
+	# (flashinfer's pull CUDA and NCCL packages).
 	$(BIN)/pip install --quiet --no-deps vllm==0.33.0 flashinfer-python==0.7.2.post1 compressed-tensors==0.17.0
 	$(BIN)/pip install --quiet -r requirements/vllm-interfaces.txt
-	touch $(STAMP)
+	touch $@ $(DEMO_STAMP)
 
 # helm (v4) in .tools/bin for the chart tests (scripts/install-helm.sh; idempotent).
 tools:
 	@bash scripts/install-helm.sh >/dev/null
 
-demo: $(STAMP) tools
+# The install and helm's download side by side (both mostly wait on the network).
+demo:
+	@$(MAKE) --no-print-directory -j2 $(DEMO_STAMP) tools
 	@bash scripts/demo.sh $(BIN)/kimi-operator
 
 test: lint typecheck unit

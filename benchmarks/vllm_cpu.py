@@ -16,7 +16,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kimi_operator.bench.metrics import DECODE_TIME, GENERATION_TOKENS, KIMI_DECODE_RATE, parse
+from kimi_operator.bench.server_metrics import (
+    DECODE_TIME,
+    GENERATION_TOKENS,
+    KIMI_DECODE_RATE,
+    parse,
+)
 from kimi_operator.cli import main as cli
 from kimi_operator.dev.cpu_vllm import CpuServer, missing
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Build the operator and serving images for linux/amd64 and linux/arm64: `docker buildx` where a
-# Docker daemon answers, else `buildah` (one manifest list per image). Cross-building needs
-# binfmt/QEMU for the other architecture. Push with `docker buildx ... --push` or `buildah
-# manifest push --all`.
+# Build the operator, bench and serving images for linux/amd64 and linux/arm64: `docker buildx`
+# where a Docker daemon answers, else `buildah` (one manifest list per image). Cross-building needs
+# binfmt/QEMU for the other architecture. Push with `docker buildx ... --push` or `buildah manifest
+# push --all`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REGISTRY=${REGISTRY:-ghcr.io/kimi-operator}
@@ -11,8 +11,10 @@ VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)
 REVISION=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 VLLM_VERSION=0.33.0
 
-build() {  # dockerfile tag
+build() {  # dockerfile tag [build-arg...]
     local args=(--platform "$PLATFORMS" --build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION" -f "$1")
+    local extra
+    for extra in "${@:3}"; do args+=(--build-arg "$extra"); done
     if docker info >/dev/null 2>&1; then
         docker buildx build "${args[@]}" -t "$2" .
     else
@@ -22,4 +24,6 @@ build() {  # dockerfile tag
 }
 
 build images/operator/Dockerfile "$REGISTRY/kimi-operator:$VERSION"
+# The same with matplotlib: the image `kimi-operator bench --render-job` runs (docs/bench.md).
+build images/operator/Dockerfile "$REGISTRY/kimi-operator-bench:$VERSION" EXTRAS=bench
 build images/vllm/Dockerfile "$REGISTRY/vllm-kimi:$VLLM_VERSION"

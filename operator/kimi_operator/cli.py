@@ -214,8 +214,12 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     try:
         from kimi_operator.embedded.demo import DemoError, run_demo  # noqa: PLC0415
-    except ImportError as error:  # kmock comes with the dev extra
-        print(f"error: the demo needs kimi-operator[dev] installed ({error})", file=err)
+    except ImportError as error:  # not in the wheel; kmock and cel-python: the demo extra
+        print(
+            "error: the demo runs from a clone of the repository with the demo extra "
+            f"(`make demo`, or pip install -e '.[demo]'): {error}",
+            file=err,
+        )
         return EXIT_UNREADABLE
     logging.basicConfig(level=logging.ERROR, stream=err)
     try:

@@ -68,8 +68,15 @@ def test_operator_image() -> None:
     assert keywords[-1] == "ENTRYPOINT"
     assert json.loads(final[-1].value) == ["kimi-operator", "run"]
     (install,) = [i.value for i in build if i.keyword == "RUN"]
-    assert "pip install . " in install  # the distribution, no [dev] extra
-    assert "uninstall --yes pip" in install
+    # The distribution with no extra unless EXTRAS names one (the bench image: EXTRAS=bench).
+    assert """pip install ".${EXTRAS:+[$EXTRAS]}" """ in install
+    assert [i.value for i in build if i.keyword == "ARG"] == ["EXTRAS="]
+    assert "uninstall --yes setuptools pip" in install
+    # The operator's sources only: kimi_kernels is the serving image's distribution.
+    assert [i.value for i in build if i.keyword == "COPY"] == [
+        "pyproject.toml README.md ./",
+        "operator/kimi_operator/ operator/kimi_operator/",
+    ]
 
 
 def test_serving_image() -> None:

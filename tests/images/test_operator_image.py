@@ -19,6 +19,7 @@ ROOTFS_TAR = CACHE / "bookworm-minbase-python3.tar"
 MIRROR = "http://deb.debian.org/debian"
 BASE = "localhost/kimi-test-base:bookworm"
 IMAGE = "localhost/kimi-operator:test"
+BENCH_IMAGE = "localhost/kimi-operator-bench:test"
 # The host's CA bundle, for pip inside the build where TLS is intercepted (as on these machines).
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 SAMPLES = ROOT / "crds" / "samples"
@@ -78,7 +79,8 @@ class Buildah:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Buildah, str]]:
+def buildah(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Buildah]:
+    """buildah on its own storage, with the base image committed."""
     require_image_tests("buildah", "debootstrap", root=True)
     work = tmp_path_factory.mktemp("image")
     buildah = Buildah(work / "storage")
@@ -88,6 +90,13 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Buildah, s
         buildah("copy", base, str(HOST_CA), "/etc/ssl/certs/build-ca.crt")
         buildah("config", "--env", "PIP_CERT=/etc/ssl/certs/build-ca.crt", base)
     buildah("commit", "--quiet", base, BASE)
+    yield buildah
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _build(buildah: Buildah, tag: str, *build_args: str) -> str:
+    """images/operator/Dockerfile built as `tag`; a working container of it."""
+    args = [arg for pair in (("--build-arg", a) for a in build_args) for arg in pair]
     buildah(
         "build",
         "--isolation",
@@ -98,13 +107,22 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Buildah, s
         f"BASE_IMAGE={BASE}",
         "--build-arg",
         "VERSION=0.1.0",
+        *args,
         "--tag",
-        IMAGE,
+        tag,
         str(ROOT),
     )
-    container = buildah("from", "--quiet", IMAGE)
-    yield buildah, container
-    shutil.rmtree(work, ignore_errors=True)
+    return buildah("from", "--quiet", tag)
+
+
+@pytest.fixture(scope="module")
+def built(buildah: Buildah) -> tuple[Buildah, str]:
+    return buildah, _build(buildah, IMAGE)
+
+
+@pytest.fixture(scope="module")
+def bench_built(buildah: Buildah) -> tuple[Buildah, str]:
+    return buildah, _build(buildah, BENCH_IMAGE, "EXTRAS=bench")
 
 
 def test_image_config(built: tuple[Buildah, str]) -> None:
@@ -148,10 +166,36 @@ def test_validate_a_sample(built: tuple[Buildah, str]) -> None:
 
 
 def test_runtime_dependencies_only(built: tuple[Buildah, str]) -> None:
-    """What `run` imports is there; what only development needs is not, nor pip."""
+    """What `run` imports is there; what only development, the demo, the bench's plots or the
+    serving image need is not, nor pip."""
     buildah, container = built
     imports = "import kopf, kubernetes, prometheus_client, kimi_operator.runner"
     assert buildah.run(container, "python3", "-c", imports).returncode == 0
-    for absent in ("pytest", "kmock", "pip"):
-        result = buildah.run(container, "python3", "-c", f"import {absent}")
-        assert result.returncode != 0, f"{absent} is in the image"
+    absent = (
+        "pytest", "kmock", "celpy", "matplotlib", "kimi_kernels", "kimi_operator.embedded",
+        "kimi_operator.bench.stub", "pip", "setuptools",
+    )  # fmt: skip
+    for module in absent:
+        result = buildah.run(container, "python3", "-c", f"import {module}")
+        assert result.returncode != 0, f"{module} is in the image"
+
+
+def test_bench_image_draws_the_plots(bench_built: tuple[Buildah, str]) -> None:
+    """The image `bench --render-job` names: the CLI and matplotlib, drawing as the Job does
+    (MPLCONFIGDIR=/tmp; the Job's root filesystem is read-only)."""
+    buildah, container = bench_built
+    config: dict[str, Any] = json.loads(buildah("inspect", "--type", "image", BENCH_IMAGE))
+    assert config["OCIv1"]["config"]["Labels"]["org.opencontainers.image.title"] == (
+        "kimi-operator-bench"
+    )
+    draw = (
+        "import os, pathlib; os.environ['MPLCONFIGDIR'] = '/tmp'; "
+        "from kimi_operator.bench.report import cdf_plot; "
+        "cdf_plot(pathlib.Path('/tmp/itl.png'), [([1.0, 2.0, 4.0], 'per token')], 'ITL'); "
+        "print(pathlib.Path('/tmp/itl.png').read_bytes()[:4])"
+    )
+    result = buildah.run(container, "python3", "-c", draw)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(b"\x89PNG")
+    help_text = buildah.run(container, "kimi-operator", "bench", "--help")
+    assert help_text.returncode == 0, help_text.stderr

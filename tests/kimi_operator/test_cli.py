@@ -293,3 +293,15 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out == "kimi-operator 0.1.0\n"
+
+
+def test_demo_without_the_embedded_server_says_what_to_install(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As from the wheel, which leaves embedded/ out: one line naming `make demo`, exit 2."""
+    monkeypatch.setitem(sys.modules, "kimi_operator.embedded.demo", None)  # import fails
+    code, out, err = run(capsys, "demo")
+    assert (code, out) == (2, [])
+    assert len(err) == 1
+    assert err[0].startswith("error: the demo runs from a clone of the repository with the demo ")
+    assert "`make demo`" in err[0]

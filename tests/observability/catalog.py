@@ -9,7 +9,7 @@ from typing import Any
 import promql_parser
 import yaml
 
-from kimi_kernels.metrics import names
+from kimi_kernels.decode_metrics import names
 from kimi_operator.embedded.upstream import VLLM_METRICS, upstream_file
 from kimi_operator.metrics import Metrics
 from kimi_operator.observability.dashboards import DEFAULT_GPU_HOUR_PRICE, PRICE_VARIABLE

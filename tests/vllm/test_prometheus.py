@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from kimi_kernels.metrics import names
-from tests.kimi_kernels.metrics.harness import Proof, prometheus_scraping, wait
+from kimi_kernels.decode_metrics import names
+from tests.kimi_kernels.decode_metrics.harness import Proof, prometheus_scraping, wait
 from tests.observability.catalog import (
     VARIABLES,
     VLLM_CATALOG,

@@ -3,7 +3,7 @@ count every request and agree with vLLM's own (vLLM 0.32.0, CPU build)."""
 
 import pytest
 
-from kimi_kernels.metrics import names
+from kimi_kernels.decode_metrics import names
 from tests.vllm.conftest import Served, timed_requests, version_of
 
 AGREEMENT = 0.10

@@ -128,7 +128,9 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--no-progress", dest="progress", action="store_false")
     job = bench.add_argument_group("in-cluster Job")
     job.add_argument("--render-job", action="store_true", help="print a Job running this benchmark")
-    job.add_argument("--image", help="image with the kimi-operator CLI (default: the operator's)")
+    job.add_argument(
+        "--image", help="image with kimi-operator[bench] (default: the kimi-operator-bench image)"
+    )
     job.add_argument("--namespace", help="Job namespace (default: the deployment's, or default)")
     job.add_argument("--results-pvc", metavar="CLAIM", help="keep results on this PVC")
     bench.set_defaults(run=cmd_bench)

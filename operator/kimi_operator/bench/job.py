@@ -1,8 +1,9 @@
 """`bench --render-job`: the same benchmark as a Kubernetes Job inside the cluster.
 
 Inside the cluster the client sits next to the Service, as users' applications do, and its
-network path is the same for both deployments of an A/B pair. The Job runs the operator image,
-which carries the `kimi-operator` CLI; pin another with `--image`.
+network path is the same for both deployments of an A/B pair. The Job runs the bench image (the
+operator image built with the `bench` extra: the `kimi-operator` CLI and matplotlib for the plots;
+the operator image itself has no matplotlib); pin another with `--image`.
 """
 
 import re
@@ -11,9 +12,9 @@ from typing import Any, Final
 
 from kimi_operator.api.constants import GROUP, PLURAL
 
-# The operator image built from images/operator/ (scripts/build-images.sh, the chart's
-# image.repository): it contains the `kimi-operator` CLI. Tagged with this package's version.
-OPERATOR_IMAGE_REPOSITORY: Final = "ghcr.io/kimi-operator/kimi-operator"
+# images/operator/Dockerfile built with EXTRAS=bench (scripts/build-images.sh). Tagged with this
+# package's version.
+BENCH_IMAGE_REPOSITORY: Final = "ghcr.io/kimi-operator/kimi-operator-bench"
 RESULTS_DIR: Final = "/results"
 TRACE_DIR: Final = "/trace"
 TRACE_FILE: Final = "trace.jsonl"
@@ -31,7 +32,7 @@ def default_image() -> str:
         tag = version("kimi-operator")
     except PackageNotFoundError:
         tag = "latest"
-    return f"{OPERATOR_IMAGE_REPOSITORY}:{tag}"
+    return f"{BENCH_IMAGE_REPOSITORY}:{tag}"
 
 
 def job_name(target: str, profile: str) -> str:

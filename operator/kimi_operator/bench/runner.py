@@ -19,7 +19,6 @@ from kimi_operator.bench.endpoint import (
     served_models,
     server_version,
 )
-from kimi_operator.bench.metrics import Snapshot, delta, parse
 from kimi_operator.bench.profiles import PlannedRequest, Prompts, fixed_plan
 from kimi_operator.bench.replay import run_plan
 from kimi_operator.bench.results import (
@@ -33,6 +32,7 @@ from kimi_operator.bench.results import (
     ServerMetrics,
     TraceInfo,
 )
+from kimi_operator.bench.server_metrics import Snapshot, delta, parse
 from kimi_operator.bench.stats import mark_bursts, summarize
 from kimi_operator.bench.tasks import summarize_tasks, task_records
 

@@ -55,7 +55,8 @@ def test_job_against_a_deployment(cli: Cli) -> None:
     assert pod["serviceAccountName"] == "kimi-bench-k3-long-context"
     container = pod["containers"][0]
     tag = version("kimi-operator")
-    assert container["image"] == default_image() == f"ghcr.io/kimi-operator/kimi-operator:{tag}"
+    bench_image = f"ghcr.io/kimi-operator/kimi-operator-bench:{tag}"
+    assert container["image"] == default_image() == bench_image
     assert container["command"] == [
         "kimi-operator",
         "bench",

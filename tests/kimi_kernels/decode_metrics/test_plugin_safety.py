@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kimi_kernels.metrics import names
-from kimi_kernels.metrics.decode_path import OnImport, module_exists
-from kimi_kernels.metrics.stat_logger import KimiStatLogger
-from tests.kimi_kernels.metrics.feed import finished
+from kimi_kernels.decode_metrics import names
+from kimi_kernels.decode_metrics.decode_path import OnImport, module_exists
+from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
+from tests.kimi_kernels.decode_metrics.feed import finished
 
 
 @pytest.fixture

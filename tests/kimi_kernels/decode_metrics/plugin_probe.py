@@ -1,6 +1,6 @@
 """Loads the kimi_kernels plugins through vLLM's own loaders in a fresh interpreter, as vLLM does
 in each process it starts, and prints what happened as JSON. Run by
-tests/kimi_kernels/metrics/test_plugin_loading.py (vLLM 0.33.0, with the Kimi K3 module) and
+tests/kimi_kernels/decode_metrics/test_plugin_loading.py (vLLM 0.33.0, with the Kimi K3 module) and
 tests/vllm/test_plugin_loading.py (0.32.0 CPU, without), each with its own venv's Python:
 `python plugin_probe.py [--import-runner]`.
 """
@@ -31,7 +31,7 @@ def main() -> None:
     import vllm  # noqa: PLC0415
 
     load_general_plugins()
-    from kimi_kernels.metrics import decode_path  # noqa: PLC0415
+    from kimi_kernels.decode_metrics import decode_path  # noqa: PLC0415
 
     modules = (*HEAVY, decode_path.DECODE_MODULE, decode_path.RUNNER_MODULE)
     report = {

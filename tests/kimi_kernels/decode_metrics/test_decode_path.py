@@ -18,9 +18,9 @@ from vllm.plugins import load_plugins_by_group
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor, CudaGraphManager
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 
-from kimi_kernels.metrics import decode_path, names
-from kimi_kernels.metrics.decode_path import DecodePathRecorder, Mismatch
-from tests.kimi_kernels.metrics.conftest import MODEL_NAME
+from kimi_kernels.decode_metrics import decode_path, names
+from kimi_kernels.decode_metrics.decode_path import DecodePathRecorder, Mismatch
+from tests.kimi_kernels.decode_metrics.conftest import MODEL_NAME
 
 BACKEND = "latency_specialized"
 GRAPHS = "vllm.v1.worker.gpu.cudagraph_utils"

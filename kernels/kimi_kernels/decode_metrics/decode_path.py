@@ -42,9 +42,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from kimi_kernels.metrics import names
-from kimi_kernels.metrics.exporter import serve
-from kimi_kernels.metrics.stat_logger import decode_backend
+from kimi_kernels.decode_metrics import names
+from kimi_kernels.decode_metrics.exporter import serve
+from kimi_kernels.decode_metrics.stat_logger import decode_backend
 
 logger = logging.getLogger(__name__)
 

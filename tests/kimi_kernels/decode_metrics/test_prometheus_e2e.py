@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from kimi_operator.builders.autoscaling import DECODE_SCALE
-from tests.kimi_kernels.metrics.conftest import TENSOR_PARALLEL
-from tests.kimi_kernels.metrics.harness import (
+from tests.kimi_kernels.decode_metrics.conftest import TENSOR_PARALLEL
+from tests.kimi_kernels.decode_metrics.harness import (
     DEPLOYMENT,
     GPU_HOUR_PRICE,
     NAMESPACE,

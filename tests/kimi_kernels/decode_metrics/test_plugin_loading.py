@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 PROBE = Path(__file__).with_name("plugin_probe.py")
-STAT_LOGGER = "kimi_kernels.metrics.stat_logger.KimiStatLogger"
+STAT_LOGGER = "kimi_kernels.decode_metrics.stat_logger.KimiStatLogger"
 
 
 def probe(python: str, *args: str) -> dict[str, Any]:

@@ -33,11 +33,11 @@ import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from kimi_kernels.metrics import names
-from kimi_kernels.metrics.decode_path import DecodePathRecorder
-from kimi_kernels.metrics.stat_logger import KimiStatLogger
+from kimi_kernels.decode_metrics import names
+from kimi_kernels.decode_metrics.decode_path import DecodePathRecorder
+from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
 from kimi_operator.metrics import Metrics
-from tests.kimi_kernels.metrics.feed import finished
+from tests.kimi_kernels.decode_metrics.feed import finished
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "charts" / "kimi-operator" / "rules" / "kimi-k3.rules.yaml"

@@ -21,7 +21,7 @@ from vllm.v1.metrics.stats import (
     SchedulerStats,
 )
 
-from kimi_kernels.metrics import names
+from kimi_kernels.decode_metrics import names
 
 logger = logging.getLogger(__name__)
 
