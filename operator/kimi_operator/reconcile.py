@@ -1,14 +1,13 @@
 """One reconcile of one KimiDeployment: validate → build → apply → status.
 
-The handlers call `reconcile` and write what it returns; everything here but the apply is pure.
+The controller (controller/loop.py) calls `reconcile` and writes what it returns; everything here
+but the apply is pure. `k8s`'s errors end the apply; the controller decides whether to retry.
 """
 
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import kopf
 
 from kimi_operator import conditions as cond
 from kimi_operator import rollout
@@ -35,8 +34,10 @@ from kimi_operator.builders.meta import (
     selector_string,
 )
 from kimi_operator.builders.serving import endpoint
+from kimi_operator.controller.retry import retry_delay, temporary
 from kimi_operator.k8s.apply import Applied, apply_child, owned_by, with_owner
-from kimi_operator.k8s.client import APIError, ApiUnavailable, Client, retry_delay
+from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.errors import ApiError, KubernetesError
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
@@ -61,7 +62,7 @@ class Outcome:
     status: dict[str, Any]
     events: list[cond.Problem] = field(default_factory=list)  # Warning Events to post
     applied: Applied = field(default_factory=Applied)
-    error: APIError | None = None  # raised by the handler once the status is written
+    error: KubernetesError | None = None  # the apply's failure, retried by the controller
     result: str = "reconciled"  # reconciled | invalid | error: for metrics
     # Reconcile again after this many seconds even if nothing is watched to change (a deadline).
     requeue_after_s: float | None = None
@@ -108,7 +109,7 @@ def _autoscaler_missing(kd: KimiDeployment, served: Mapping[Resource, bool]) -> 
 
 
 def _document(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The object as plain dicts (kopf hands out read-only views)."""
+    """The object as a dict, which `check_document` requires of any Mapping."""
     return {key: body[key] for key in body}
 
 
@@ -120,9 +121,11 @@ def reconcile(
     spec_changed: bool,
     now: str,
     failures: int = 0,
+    prune: bool = True,
 ) -> Outcome:
     """`failures`: temporary failures in a row before this reconcile (they set the backoff that
-    the status reports)."""
+    the status reports). `prune`: also delete the children the plan no longer has (the
+    controller says when there can be any)."""
     old = dict(body.get("status") or {})
     generation = body.get("metadata", {}).get("generation")
     try:
@@ -146,6 +149,7 @@ def reconcile(
         spec_changed=spec_changed,
         now=now,
         failures=failures,
+        prune=prune,
     )
 
 
@@ -224,6 +228,7 @@ def _reconcile_valid(
     spec_changed: bool,
     now: str,
     failures: int,
+    prune: bool,
 ) -> Outcome:
     spec, old = kd.spec, dict(body.get("status") or {})
     served = served_apis(client, kd)
@@ -231,6 +236,8 @@ def _reconcile_valid(
     retrying: cond.Problem | None = None
     uid = body["metadata"]["uid"]
     first = not old  # never reconciled: its children most likely do not exist yet
+    # Nothing to scale down before the first status, unless the spec was edited before it.
+    prune = prune and not (first and body.get("metadata", {}).get("generation") == 1)
     plan = plan_children(kd, defaults, served, spares=spec.rollout.max_surge)
     image: ImageChoice | None = None
     steps: Steps | None = None
@@ -253,14 +260,14 @@ def _reconcile_valid(
         for desired in decision.write:
             apply_child(client, desired, uid, outcome.applied, likely_missing=first)
         outcome.applied.live += decision.held
-        if not first:  # nothing to scale down yet
+        if prune:
             _prune(client, kd, uid=uid, plan=plan, into=outcome.applied)
-    except ApiUnavailable as error:  # retried soon: the status says so meanwhile
+    except KubernetesError as error:
         outcome.error, outcome.result = error, "error"
-        retrying = cond.api_failure(error.code, str(error), retry_delay(error, failures))
-    except (kopf.TemporaryError, kopf.PermanentError) as error:
-        outcome.error, outcome.result = error, "error"
-        plan.blockers.append(cond.Problem("ApplyFailed", str(error)))
+        if isinstance(error, ApiError) and temporary(error):  # retried soon: the status says so
+            retrying = cond.api_failure(error.code, str(error), retry_delay(error, failures))
+        else:
+            plan.blockers.append(cond.Problem("ApplyFailed", str(error)))
 
     defaults, blockers, degradations = plan.defaults, plan.blockers, plan.degradations
     groups = [o for o in outcome.applied.live if o["kind"] == LEADER_WORKER_SET.kind]
@@ -334,8 +341,10 @@ def _waiting_for_nodes(client: Client, kd: KimiDeployment) -> str:
     selector = selector_string(selector_labels(kd))
     try:
         return cond.unschedulable(client.list(POD, kd.metadata.namespace, label_selector=selector))
-    except ApiUnavailable:
-        return ""
+    except ApiError as error:
+        if temporary(error):
+            return ""
+        raise
 
 
 def _selector(kd: KimiDeployment) -> str:

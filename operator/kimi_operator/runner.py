@@ -1,4 +1,9 @@
-"""Start the operator: kopf with our registry and settings, a health endpoint, Prometheus metrics.
+"""Start the operator: the controller (controller/), kopf watching KimiDeployments (and peering),
+the child watches, a health endpoint, Prometheus metrics.
+
+kopf is used for what it does well here: the KimiDeployment watch (list, watch, resume after a
+dropped stream), peering between replicas and its liveness endpoint. Its one handler only hands
+each event to the controller's queue (docs/architecture.md, "The controller loop").
 
 `run_operator` blocks (`kimi-operator run`); `OperatorThread` runs the same operator in a thread of
 its own for the demo, the tests and the benchmark.
@@ -6,20 +11,21 @@ its own for the demo, the tests and the benchmark.
 
 import asyncio
 import threading
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Any, Self
 
 import kopf
 from prometheus_client import start_http_server
 
+from kimi_operator.api import constants as c
 from kimi_operator.builders import OperatorDefaults
-from kimi_operator.handlers import OperatorContext, child_watches, make_registry, resync_forever
-from kimi_operator.k8s.client import Client, load_configuration
-from kimi_operator.metrics import Metrics
-
-PREFIX = "kimi-operator.io"
+from kimi_operator.builders.meta import MANAGER
+from kimi_operator.controller.loop import Controller
+from kimi_operator.controller.metrics import Metrics
+from kimi_operator.k8s.client import Client, credentials, load_configuration
+from kimi_operator.k8s.resources import COMPUTE_DOMAIN, LEADER_WORKER_SET
+from kimi_operator.k8s.watch import ChildWatch
 
 
 @dataclass(frozen=True)
@@ -41,14 +47,9 @@ class RunConfig:
 
 
 def settings(config: RunConfig) -> kopf.OperatorSettings:
+    """Peering only: an event-watching handler keeps no progress, diff base or finalizer, and
+    posts no Events of kopf's."""
     s = kopf.OperatorSettings()
-    s.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    s.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=PREFIX, key="last-handled-configuration"
-    )
-    s.persistence.finalizer = f"{PREFIX}/finalizer"
-    s.posting.reporting_component = "kimi-operator"
-    s.posting.event_name_prefix = "kimi-operator-"
     s.peering.standalone = config.peering is None
     if config.peering is not None:
         s.peering.name = config.peering
@@ -61,7 +62,8 @@ def _split(address: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-def context(config: RunConfig) -> OperatorContext:
+def controller(config: RunConfig) -> tuple[Controller, Any]:
+    """The controller, and the `kubernetes` Configuration it and kopf authenticate with."""
     metrics = Metrics()
     configuration = load_configuration(config.server, config.token)
     client = Client(
@@ -71,19 +73,62 @@ def context(config: RunConfig) -> OperatorContext:
         pool_size=config.workers + 4,
         on_request=metrics.observe_request,
     )
-    return OperatorContext(
-        configuration=configuration,
-        client=client,
-        defaults=config.defaults,
-        metrics=metrics,
-        resync_interval_s=config.resync_interval_s,
+    loop = Controller(
+        client,
+        config.defaults,
+        metrics,
         workers=config.workers,
+        resync_interval_s=config.resync_interval_s,
     )
+    return loop, configuration
+
+
+def registry(loop: Controller, configuration: Any) -> kopf.OperatorRegistry:
+    """kopf's part: log in with the operator's credentials, hand every event to the queue."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        info = credentials(configuration)
+        return kopf.ConnectionInfo(
+            server=info.server,
+            ca_path=info.ca_path,
+            insecure=info.insecure,
+            username=info.username,
+            password=info.password,
+            scheme=info.scheme,
+            token=info.token,
+            certificate_path=info.certificate_path,
+            private_key_path=info.private_key_path,
+        )
+
+    @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, id="enqueue", registry=registry)
+    async def on_event(event: Mapping[str, Any], **_: Any) -> None:
+        loop.observe(event.get("type"), event["object"])
+
+    return registry
+
+
+def child_watches(loop: Controller, namespaces: Sequence[str]) -> list[ChildWatch]:
+    """A watch per resource whose status feeds a deployment's, per namespace (or cluster-wide):
+    a change refreshes its owner now rather than at the next resync."""
+    return [
+        ChildWatch(
+            loop.client,
+            resource,
+            namespace,
+            loop.child_changed,
+            label_selector=f"app.kubernetes.io/managed-by={MANAGER}",
+        )
+        for resource in (LEADER_WORKER_SET, COMPUTE_DOMAIN)
+        for namespace in ([*namespaces] if namespaces else [None])
+    ]
 
 
 async def operate(
     config: RunConfig,
-    ctx: OperatorContext,
+    loop: Controller,
+    configuration: Any,
     *,
     stop: threading.Event | None = None,
     ready: threading.Event | None = None,
@@ -91,23 +136,22 @@ async def operate(
     metrics_server = None
     if config.metrics:
         host, port = _split(config.metrics)
-        metrics_server, _ = start_http_server(port, host, registry=ctx.metrics.registry)
+        metrics_server, _ = start_http_server(port, host, registry=loop.metrics.registry)
     liveness = None
     if config.health:
         host, port = _split(config.health)
         liveness = f"http://{host}:{port}/healthz"
-    # Reconciles run in threads (the Kubernetes client blocks): `workers` of them at once.
-    asyncio.get_running_loop().set_default_executor(
-        ThreadPoolExecutor(config.workers, thread_name_prefix="kimi-reconcile")
-    )
-    background = [asyncio.create_task(resync_forever(ctx), name="kimi-operator-resync")]
-    background += [
-        asyncio.create_task(watch.run(), name=f"kimi-operator-watch-{watch.resource.plural}")
-        for watch in child_watches(ctx, config.namespaces)
+    loop.start()
+    watches = child_watches(loop, config.namespaces)
+    threads = [
+        threading.Thread(target=w.run, name=f"kimi-watch-{w.resource.plural}", daemon=True)
+        for w in watches
     ]
+    for thread in threads:
+        thread.start()
     try:
         await kopf.operator(
-            registry=make_registry(ctx),
+            registry=registry(loop, configuration),
             settings=settings(config),
             clusterwide=not config.namespaces,
             namespaces=list(config.namespaces),
@@ -118,18 +162,23 @@ async def operate(
             ready_flag=ready,
         )
     finally:
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
+        for watch in watches:
+            watch.stop()
+        await asyncio.to_thread(_join, threads)
+        await asyncio.to_thread(loop.stop)
         if metrics_server is not None:
             metrics_server.shutdown()
             metrics_server.server_close()
-        ctx.events.shutdown(wait=True)
-        ctx.client.close()
+        loop.client.close()
+
+
+def _join(threads: Sequence[threading.Thread], timeout_s: float = 30.0) -> None:
+    for thread in threads:
+        thread.join(timeout_s)
 
 
 def run_operator(config: RunConfig) -> None:
-    asyncio.run(operate(config, context(config)))
+    asyncio.run(operate(config, *controller(config)))
 
 
 class OperatorThread:
@@ -137,14 +186,22 @@ class OperatorThread:
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
-        self.ctx = context(config)
+        self.controller, self._configuration = controller(config)
         self._stop, self._ready = threading.Event(), threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="kimi-operator", daemon=True)
 
     def _main(self) -> None:
         try:
-            asyncio.run(operate(self.config, self.ctx, stop=self._stop, ready=self._ready))
+            asyncio.run(
+                operate(
+                    self.config,
+                    self.controller,
+                    self._configuration,
+                    stop=self._stop,
+                    ready=self._ready,
+                )
+            )
         except BaseException as error:  # reported by __enter__/__exit__
             self._failure = error
             self._ready.set()

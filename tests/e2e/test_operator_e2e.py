@@ -11,12 +11,12 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import kopf
 import pytest
 import yaml
 
 from kimi_operator.api.crd import crd
 from kimi_operator.k8s.client import Client, load_configuration
+from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
     KIMI_DEPLOYMENT,
@@ -125,5 +125,5 @@ def test_lifecycle_on_a_real_cluster(client: Client, namespace: str) -> None:
 def test_the_api_server_refuses_an_invalid_spec(client: Client, namespace: str) -> None:
     doc = deployment(namespace)
     doc["spec"]["gpus"] = 12
-    with pytest.raises(kopf.PermanentError, match="HTTP 422"):
+    with pytest.raises(ApiError, match="HTTP 422"):
         client.create(KIMI_DEPLOYMENT, doc)

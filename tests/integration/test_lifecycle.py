@@ -208,7 +208,7 @@ def test_resync_writes_nothing_when_nothing_changed(
     wait_for(lambda: status_of(client, NS, NAME).get("readyReplicas") == 1, what="ready")
     time.sleep(2 * RESYNC_S)  # let any write in flight land
     since = api.mark()
-    registry = operator.ctx.metrics.registry
+    registry = operator.controller.metrics.registry
     labels = {"trigger": "resync", "result": "reconciled"}
     before = registry.get_sample_value("kimi_operator_reconciles_total", labels) or 0.0
     time.sleep(4 * RESYNC_S)

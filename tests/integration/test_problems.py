@@ -3,13 +3,13 @@
 import time
 from typing import Any
 
-import kopf
 import pytest
 
 from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
 from kimi_operator.embedded.server import EmbeddedApiServer, Fault
 from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import EVENT, KIMI_DEPLOYMENT, SERVICE
 from kimi_operator.runner import OperatorThread
 from tests.integration.conftest import (
@@ -108,7 +108,7 @@ def test_invalid_spec_leaves_children_alone(client: Client, api: EmbeddedApiServ
     # The API server refuses it; it reaches the operator as an older CRD would let it (written
     # under that CRD, kept when the current one is installed again).
     bad = {"gpus": 12, "engineArgs": ["--enable-lora"]}
-    with pytest.raises(kopf.PermanentError, match="HTTP 422"):
+    with pytest.raises(ApiError, match="HTTP 422"):
         client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": bad})
     api.install_crds([older_crd()])
     client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": bad})
@@ -157,7 +157,7 @@ def test_server_errors_are_retried(
         what="Degraded back to False",
     )
     assert condition(status, "Ready")["reason"] == "GroupsNotReady"
-    errors = operator.ctx.metrics.registry.get_sample_value(
+    errors = operator.controller.metrics.registry.get_sample_value(
         "kimi_operator_reconcile_errors_total", {"kind": "temporary"}
     )
     assert errors is not None
@@ -198,7 +198,7 @@ def test_a_name_taken_by_someone_else_is_not_touched(client: Client) -> None:
 
 
 def test_operator_metrics(client: Client, operator: OperatorThread) -> None:
-    metrics = operator.ctx.metrics
+    metrics = operator.controller.metrics
 
     def value(name: str, **labels: str) -> float:
         return metrics.registry.get_sample_value(name, labels) or 0.0

@@ -24,12 +24,16 @@ def slow_resync(api: EmbeddedApiServer, token: str) -> Iterator[OperatorThread]:
 def test_readiness_and_deletions_are_seen_without_a_resync(client: Client) -> None:
     create(client, sample())
     mark_ready(client, NS)
+    # Each child's event refreshes at once: Ready may come from the LeaderWorkerSet's before
+    # the ComputeDomain is marked, MNNVLReady then from the ComputeDomain's.
     wait_for(
-        lambda: condition(status_of(client, NS, NAME), "Ready")["status"] == "True",
+        lambda: all(
+            condition(status_of(client, NS, NAME), kind)["status"] == "True"
+            for kind in ("Ready", "MNNVLReady")
+        ),
         timeout=5,
-        what="Ready from the LeaderWorkerSet's event",
+        what="Ready and MNNVLReady from the LeaderWorkerSet's and ComputeDomain's events",
     )
-    assert condition(status_of(client, NS, NAME), "MNNVLReady")["status"] == "True"
     client.delete(LEADER_WORKER_SET, NS, f"{NAME}-g0")
     wait_for(
         lambda: f"LeaderWorkerSet/{NAME}-g0" in children(client),

@@ -10,8 +10,8 @@ import promql_parser
 import yaml
 
 from kimi_kernels.decode_metrics import names
+from kimi_operator.controller.metrics import Metrics
 from kimi_operator.embedded.upstream import VLLM_METRICS, upstream_file
-from kimi_operator.metrics import Metrics
 from kimi_operator.observability.dashboards import DEFAULT_GPU_HOUR_PRICE, PRICE_VARIABLE
 from tests.observability.tools import ROOT
 
@@ -112,7 +112,7 @@ def operator_samples() -> set[str]:
     metrics.errors.labels("temporary")
     metrics.duration.labels("create").observe(0.1)
     metrics.observe_request("get", "KimiDeployment", 200)
-    metrics.set_conditions("ns", "k3", {"conditions": [{"type": "Ready", "status": "True"}]})
+    metrics.set_conditions("uid-1", {"conditions": [{"type": "Ready", "status": "True"}]})
     return {s.name for family in metrics.registry.collect() for s in family.samples}
 
 

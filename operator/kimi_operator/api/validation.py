@@ -1,6 +1,6 @@
 """Check a KimiDeployment document and report every problem, each naming the field the user wrote.
 
-`check_document` is what `kimi-operator validate` and the operator's handlers call. pydantic stops
+`check_document` is what `kimi-operator validate` and the operator's controller call. pydantic stops
 running cross-field rules once a field is invalid; to still report *every* problem, the rules whose
 inputs are all valid are then run on the defaulted raw document.
 """

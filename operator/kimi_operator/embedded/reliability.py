@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kopf
 import yaml
 
 from kimi_operator.embedded.audit import Audit, audit
 from kimi_operator.embedded.processes import OperatorProcess, memory_mb, wait
 from kimi_operator.embedded.server import EmbeddedApiServer, Fault
 from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, SERVICE
 
 SAMPLE = Path(__file__).resolve().parents[3] / "crds" / "samples" / "k3-tp8-dspark.yaml"
@@ -77,7 +77,7 @@ def converge(client: Client, timeout: float) -> Audit:
     """Wait until `settled`; on a timeout, say what is still wrong."""
     try:
         found: Audit = wait(
-            lambda: settled(client), timeout, "convergence", 0.25, not_yet=(kopf.TemporaryError,)
+            lambda: settled(client), timeout, "convergence", 0.25, not_yet=(ApiError,)
         )
     except TimeoutError as error:
         raise AssertionError(f"{error}: {audit(client).summary()}; {unsettled(client)}") from None
@@ -363,7 +363,7 @@ def run_by_hand(
             return f"{kind}NotInstalled"
 
         report.crds[kind] = wait(
-            said, timeout_s, f"the status saying {kind} is missing", not_yet=(kopf.TemporaryError,)
+            said, timeout_s, f"the status saying {kind} is missing", not_yet=(ApiError,)
         )
         report.operator_up &= is_up()
         api.install_crds([crd])

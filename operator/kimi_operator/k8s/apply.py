@@ -11,9 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import kopf
-
 from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.errors import NotOwned
 from kimi_operator.k8s.resources import BY_KIND
 
 APPLIED_ANNOTATION = "kimi-operator.io/applied-spec"
@@ -110,10 +109,6 @@ def adoptable(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     have, want = meta.get("labels") or {}, desired["metadata"].get("labels") or {}
     keys = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance")
     return all(key in want and have.get(key) == want[key] for key in keys)
-
-
-class NotOwned(kopf.PermanentError):
-    """A child's name is taken by an object this KimiDeployment does not own."""
 
 
 @dataclass

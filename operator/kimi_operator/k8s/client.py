@@ -1,36 +1,33 @@
 """The one place that talks to the API server.
 
-Every failure becomes a kopf error: `kopf.TemporaryError` (retried with backoff) for conflicts,
-throttling, server errors and timeouts; `kopf.PermanentError` for everything else. A 404 on a read
+Every failure becomes an `ApiError` (k8s/errors.py) with the HTTP status (0: no answer) and the
+server's Retry-After; the controller decides what to retry (controller/retry.py). A 404 on a read
 or a delete is an answer ("not there"), not an error.
 """
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Self
 from urllib.parse import urlencode
 
-import kopf
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import Resource
 
-# Seconds before the first retry after a temporary failure; each further failure in a row doubles
-# it, up to MAX_RETRY_DELAY_S (as client-go's workqueue backs off). A Retry-After from the server
-# (429, 503) is obeyed as given.
-RETRY_DELAY_S = {409: 0.5, 429: 5.0}
-SERVER_ERROR_DELAY_S = 1.0
-TIMEOUT_DELAY_S = 1.0
-MAX_RETRY_DELAY_S = 60.0
 MERGE_PATCH = "application/merge-patch+json"
+WATCH_TIMEOUT_S = 300  # the server ends each watch after this; it is resumed from the last version
 
+# A request's body (encoded), query and content type.
+Request = tuple[bytes | None, Mapping[str, str] | None, str]
 # (verb, kind, HTTP status or 0 for no answer): observed after every request, for metrics.
 RequestHook = Callable[[str, str, int], None]
-APIError = kopf.TemporaryError | kopf.PermanentError
 
 
 def load_configuration(server: str | None = None, token: str | None = None) -> Any:
@@ -50,13 +47,28 @@ def load_configuration(server: str | None = None, token: str | None = None) -> A
     return configuration
 
 
-def connection_info(configuration: Any) -> kopf.ConnectionInfo:
-    """The same credentials for kopf's own watching and patching."""
+@dataclass(frozen=True)
+class Credentials:
+    """How to reach and authenticate to the API server, from a `kubernetes` Configuration."""
+
+    server: str
+    ca_path: str | None
+    insecure: bool
+    username: str | None
+    password: str | None
+    scheme: str | None  # "Bearer" with `token`
+    token: str | None
+    certificate_path: str | None
+    private_key_path: str | None
+
+
+def credentials(configuration: Any) -> Credentials:
+    """Read afresh on every call: in-cluster tokens rotate."""
     scheme, token = None, None
     bearer = configuration.get_api_key_with_prefix("authorization") or ""
     if bearer:
         scheme, _, token = bearer.partition(" ")
-    return kopf.ConnectionInfo(
+    return Credentials(
         server=configuration.host,
         ca_path=configuration.ssl_ca_cert,
         insecure=not configuration.verify_ssl,
@@ -69,41 +81,16 @@ def connection_info(configuration: Any) -> kopf.ConnectionInfo:
     )
 
 
-class ApiUnavailable(kopf.TemporaryError):
-    """A temporary failure, with the HTTP status that said so (0: no answer in time, or no
-    connection): the status reports which. `server_delay`: the delay is the server's
-    Retry-After, not ours to back off from."""
-
-    def __init__(
-        self, message: str, *, code: int, delay: float, server_delay: bool = False
-    ) -> None:
-        super().__init__(message, delay=delay)
-        self.code = code
-        self.server_delay = server_delay
-
-
-def retry_delay(error: kopf.TemporaryError, failures_before: int) -> float:
-    """Seconds until retrying a reconcile that failed with `error` after `failures_before`
-    failures in a row."""
-    delay = float(error.delay or SERVER_ERROR_DELAY_S)
-    if isinstance(error, ApiUnavailable) and error.server_delay:
-        return delay
-    return float(min(delay * 2**failures_before, MAX_RETRY_DELAY_S))
-
-
-def classify(verb: str, what: str, status: int, body: bytes, retry_after: str | None) -> APIError:
-    """Map an HTTP failure to the kopf error that says whether retrying can help."""
+def classify(verb: str, what: str, status: int, body: bytes, retry_after: str | None) -> ApiError:
+    """The error for an HTTP failure, with the server's message and Retry-After."""
     try:
         details = json.loads(body)
         message = details.get("message") or details.get("reason") or ""
     except (ValueError, AttributeError):
         message = body.decode("utf-8", "replace")[:200]
     text = f"{verb} {what}: HTTP {status}: {message}".rstrip(": ")
-    if status not in RETRY_DELAY_S and status < 500:
-        return kopf.PermanentError(text)
-    if status in (429, 503) and retry_after and retry_after.isdigit():
-        return ApiUnavailable(text, code=status, delay=float(retry_after), server_delay=True)
-    return ApiUnavailable(text, code=status, delay=RETRY_DELAY_S.get(status, SERVER_ERROR_DELAY_S))
+    delay = float(retry_after) if retry_after and retry_after.isdigit() else None
+    return ApiError(text, code=status, retry_after_s=delay)
 
 
 class Client:
@@ -123,13 +110,44 @@ class Client:
         self.host: str = configuration.host
         self._pool: urllib3.PoolManager = self._api.rest_client.pool_manager
         self._timeout = urllib3.Timeout(connect=5.0, read=timeout_s)
+        # A watch is quiet for long stretches; the server ends it after WATCH_TIMEOUT_S.
+        self._watch_timeout = urllib3.Timeout(connect=5.0, read=WATCH_TIMEOUT_S + 30)
         self._discovery_ttl_s = discovery_ttl_s
         self._discovered: dict[str, tuple[float, frozenset[str]]] = {}
-        self._lock = threading.Lock()
+        self._discovering = threading.Lock()
         self._on_request = on_request
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
+
+    def _send(
+        self, what: tuple[str, str], method: str, path: str, request: Request, stream: bool
+    ) -> urllib3.BaseHTTPResponse:
+        """The response to one request; `what` is (verb, kind), for metrics and messages;
+        `stream`: its body not read yet."""
+        (verb, kind), (body, query, content_type) = what, request
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        self._api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        url = self.host + path + (f"?{urlencode(query)}" if query else "")
+        # Straight to the connection pool the kubernetes package configured (TLS, proxy): its
+        # request layers walk and re-encode every body once more.
+        try:
+            response = self._pool.request(
+                method,
+                url,
+                body=body,
+                headers=headers,
+                timeout=self._watch_timeout if stream else self._timeout,
+                # No retrying inside urllib3: it would sleep out a 429's or 503's Retry-After on
+                # GET and DELETE in the reconcile thread, unseen by the status and the metrics.
+                retries=False,
+                preload_content=not stream,
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            self._observe(verb, kind, 0)
+            raise ApiError(f"{verb} {kind} {path}: {error}", code=0) from None
+        self._observe(verb, kind, response.status)
+        return response
 
     def _request(
         self,
@@ -147,35 +165,14 @@ class Client:
     ) -> Any:
         """The decoded JSON answer ({} unless `decode`); None for a 404 when `missing_ok`, a 409
         when `exists_ok`."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        self._api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
-        url = self.host + path + (f"?{urlencode(query)}" if query else "")
-        what = f"{kind} {path}"
-        # Straight to the connection pool the kubernetes package configured (TLS, proxy): its
-        # request layers walk and re-encode every body once more.
-        try:
-            response = self._pool.request(
-                method,
-                url,
-                body=None if body is None else json.dumps(body).encode(),
-                headers=headers,
-                timeout=self._timeout,
-                # No retrying inside urllib3: it would sleep out a 429's or 503's Retry-After on
-                # GET and DELETE in the reconcile thread, unseen by the status and the metrics.
-                retries=False,
-            )
-            data: bytes = response.data
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            self._observe(verb, kind, 0)
-            message = f"{verb} {what}: {error}"
-            raise ApiUnavailable(message, code=0, delay=TIMEOUT_DELAY_S) from None
-        status: int = response.status
-        self._observe(verb, kind, status)
+        encoded = None if body is None else json.dumps(body).encode()
+        response = self._send((verb, kind), method, path, (encoded, query, content_type), False)
+        status, data = response.status, response.data
         if (status == 404 and missing_ok) or (status == 409 and exists_ok):
             return None
         if status >= 300:
             retry_after = response.headers.get("Retry-After")
-            raise classify(verb, what, status, data, retry_after)
+            raise classify(verb, f"{kind} {path}", status, data, retry_after)
         return json.loads(data) if data and decode else {}
 
     def _observe(self, verb: str, kind: str, status: int) -> None:
@@ -184,18 +181,16 @@ class Client:
 
     def served(self, resource: Resource) -> bool:
         """Whether the cluster serves `resource` (its CRD is installed); cached for a while so that
-        installing a CRD later is noticed."""
-        now = time.monotonic()
-        with self._lock:
-            cached = self._discovered.get(resource.group_version_path)
-        if cached is None or cached[0] < now:
-            answer = self._request(
-                "discover", resource.kind, "GET", resource.group_version_path, missing_ok=True
-            )
-            plurals = frozenset(r.get("name", "") for r in (answer or {}).get("resources", []))
-            cached = (now + self._discovery_ttl_s, plurals)
-            with self._lock:
-                self._discovered[resource.group_version_path] = cached
+        installing a CRD later is noticed. One thread asks at a time: a burst of reconciles
+        finding the cache stale waits for one answer rather than asking once each."""
+        path = resource.group_version_path
+        with self._discovering:
+            cached = self._discovered.get(path)
+            now = time.monotonic()
+            if cached is None or cached[0] < now:
+                answer = self._request("discover", resource.kind, "GET", path, missing_ok=True)
+                plurals = frozenset(r.get("name", "") for r in (answer or {}).get("resources", []))
+                cached = self._discovered[path] = (now + self._discovery_ttl_s, plurals)
         return resource.plural in cached[1]
 
     def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
@@ -209,11 +204,7 @@ class Client:
         self, resource: Resource, namespace: str | None = None, *, label_selector: str = ""
     ) -> list[dict[str, Any]]:
         """Every object of `resource` in `namespace` (or in all namespaces) with the labels."""
-        path = (
-            resource.collection(namespace)
-            if namespace
-            else f"{resource.group_version_path}/{resource.plural}"
-        )
+        path = _collection_path(resource, namespace)
         query = {"labelSelector": label_selector} if label_selector else None
         answer = self._request("list", resource.kind, "GET", path, query=query)
         items: list[dict[str, Any]] = answer.get("items", [])
@@ -254,3 +245,69 @@ class Client:
         """False when it was already gone."""
         path = resource.item(namespace, name)
         return self._request("delete", resource.kind, "DELETE", path, missing_ok=True) is not None
+
+    def list_version(
+        self, resource: Resource, namespace: str | None = None, *, label_selector: str = ""
+    ) -> str | None:
+        """The collection's resourceVersion, where a watch starts; None when `resource` is not
+        served (its CRD not installed)."""
+        query = {"limit": "1", **({"labelSelector": label_selector} if label_selector else {})}
+        path = _collection_path(resource, namespace)
+        answer = self._request("list", resource.kind, "GET", path, query=query, missing_ok=True)
+        if answer is None:
+            return None
+        return str((answer.get("metadata") or {}).get("resourceVersion", ""))
+
+    def watch(
+        self, resource: Resource, namespace: str | None, *, version: str, label_selector: str = ""
+    ) -> "WatchStream":
+        """The collection's changes from `version`, with bookmarks, until the server ends the
+        watch (WATCH_TIMEOUT_S). A 410 (`version` too old: list again) is an `ApiError`."""
+        query = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(WATCH_TIMEOUT_S),
+            **({"labelSelector": label_selector} if label_selector else {}),
+            **({"resourceVersion": version} if version else {}),
+        }
+        path = _collection_path(resource, namespace)
+        what = f"watch {resource.kind} {path}"
+        request = (None, query, "application/json")
+        response = self._send(("watch", resource.kind), "GET", path, request, True)
+        if response.status >= 300:
+            data = response.read()
+            response.release_conn()
+            retry_after = response.headers.get("Retry-After")
+            raise classify("watch", f"{resource.kind} {path}", response.status, data, retry_after)
+        return WatchStream(response, what)
+
+
+def _collection_path(resource: Resource, namespace: str | None) -> str:
+    if namespace:
+        return resource.collection(namespace)
+    return f"{resource.group_version_path}/{resource.plural}"
+
+
+class WatchStream:
+    """A watch's answer: its body in chunks as they arrive. `interrupt`, from another thread,
+    ends a read that waits for the next one."""
+
+    def __init__(self, response: urllib3.BaseHTTPResponse, what: str) -> None:
+        self._response = response
+        self._what = what
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._response.close()
+
+    def chunks(self) -> Iterator[bytes]:
+        try:
+            yield from self._response.stream(64 * 1024)
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise ApiError(f"{self._what}: {error}", code=0) from None
+
+    def interrupt(self) -> None:
+        with contextlib.suppress(ValueError, RuntimeError, OSError):  # closed or released already
+            self._response.shutdown()

@@ -5,20 +5,19 @@ machinery (made for handlers: body copies, diff bases, progress storage) cost ab
 per event, a fifth of the operator's CPU in a burst of 200 new deployments; here an event costs one
 JSON decode. Each watch is the client-go pattern: list for a resourceVersion, watch from it with
 bookmarks, list again on 410 Gone, reconnect from the last version seen after a dropped stream,
-and wait quietly while the resource is not served (its CRD not installed).
+and wait quietly while the resource is not served (its CRD not installed). A watch runs in a
+thread of its own on the operator's one HTTP client (`Client.watch`).
 """
 
-import asyncio
 import json
 import logging
-import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-import aiohttp
-
 from kimi_operator.api import constants as c
-from kimi_operator.k8s.client import connection_info
+from kimi_operator.k8s.client import Client, WatchStream
+from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import Resource
 
 log = logging.getLogger("kimi_operator.watch")
@@ -27,11 +26,7 @@ log = logging.getLogger("kimi_operator.watch")
 OwnerChanged = Callable[[str], None]
 RETRY_S = 5.0
 NOT_SERVED_RETRY_S = 30.0
-WATCH_TIMEOUT_S = 300  # the server ends each watch after this; we resume from the last version
-
-
-class Gone(Exception):
-    """The resourceVersion is too old to watch from (HTTP 410): list again."""
+GONE = 410
 
 
 def owner_to_refresh(event: Mapping[str, Any]) -> str | None:
@@ -50,10 +45,10 @@ def owner_to_refresh(event: Mapping[str, Any]) -> str | None:
     return None
 
 
-async def json_lines(content: aiohttp.StreamReader) -> AsyncIterator[dict[str, Any]]:
-    """Each line of a watch stream, decoded (lines can be longer than aiohttp's readline limit)."""
+def json_lines(chunks: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """Each line of a watch stream, decoded (a line may span chunks)."""
     pending = b""
-    async for chunk in content.iter_any():
+    for chunk in chunks:
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
@@ -62,11 +57,11 @@ async def json_lines(content: aiohttp.StreamReader) -> AsyncIterator[dict[str, A
 
 
 class ChildWatch:
-    """One resource, in one namespace or all of them."""
+    """One resource, in one namespace or all of them; `run` until `stop`."""
 
     def __init__(
         self,
-        configuration: Any,
+        client: Client,
         resource: Resource,
         namespace: str | None,
         on_owner: OwnerChanged,
@@ -75,109 +70,81 @@ class ChildWatch:
         retry_s: float = RETRY_S,
         not_served_retry_s: float = NOT_SERVED_RETRY_S,
     ) -> None:
-        self.configuration = configuration
+        self.client = client
         self.resource = resource
         self.namespace = namespace
         self.on_owner = on_owner
         self.label_selector = label_selector
         self.retry_s = retry_s
         self.not_served_retry_s = not_served_retry_s
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._stream: WatchStream | None = None
 
-    @property
-    def path(self) -> str:
-        if self.namespace:
-            return self.resource.collection(self.namespace)
-        return f"{self.resource.group_version_path}/{self.resource.plural}"
+    def stop(self) -> None:
+        """Ends `run`, at once even when a watch is waiting for the next event."""
+        self._stopping.set()
+        with self._lock:
+            if self._stream is not None:
+                self._stream.interrupt()
 
-    def _session(self) -> aiohttp.ClientSession:
-        """A session with the operator's credentials, read afresh (in-cluster tokens rotate)."""
-        info = connection_info(self.configuration)
-        headers = {"Accept": "application/json"}
-        if info.scheme and info.token:
-            headers["Authorization"] = f"{info.scheme} {info.token}"
-        auth = None
-        if info.username and info.password:
-            auth = aiohttp.BasicAuth(info.username, info.password)
-        tls: ssl.SSLContext | bool = True
-        if info.server.startswith("https"):
-            context = ssl.create_default_context(cafile=info.ca_path)
-            if info.insecure:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            if info.certificate_path:
-                context.load_cert_chain(info.certificate_path, info.private_key_path)
-            tls = context
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=WATCH_TIMEOUT_S + 30)
-        return aiohttp.ClientSession(
-            info.server,
-            headers=headers,
-            auth=auth,
-            timeout=timeout,
-            connector_owner=True,
-            connector=aiohttp.TCPConnector(ssl=tls, limit=1),
-        )
-
-    async def run(self) -> None:
-        """Forever, until cancelled."""
+    def run(self) -> None:
         not_served_said = False
-        while True:
+        while not self._stopping.is_set():
             try:
-                async with self._session() as session:
-                    version = await self._list(session)
-                    if version is None:
-                        if not not_served_said:
-                            log.info(
-                                "%s is not served; looking again every %.0f s",
-                                self.resource.kind,
-                                self.not_served_retry_s,
-                            )
-                            not_served_said = True
-                        await asyncio.sleep(self.not_served_retry_s)
-                        continue
-                    not_served_said = False
-                    while True:
-                        version = await self._watch(session, version)
-            except Gone:
-                continue
-            except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+                version = self.client.list_version(
+                    self.resource, self.namespace, label_selector=self.label_selector
+                )
+                if version is None:
+                    if not not_served_said:
+                        log.info(
+                            "%s is not served; looking again every %.0f s",
+                            self.resource.kind,
+                            self.not_served_retry_s,
+                        )
+                        not_served_said = True
+                    self._stopping.wait(self.not_served_retry_s)
+                    continue
+                not_served_said = False
+                while not self._stopping.is_set():
+                    version = self._watch(version)
+            except (ApiError, ValueError) as error:
+                if isinstance(error, ApiError) and error.code == GONE:
+                    continue
+                if self._stopping.is_set():
+                    return
                 log.warning(
                     "watching %s: %s; again in %.0f s", self.resource.kind, error, self.retry_s
                 )
-                await asyncio.sleep(self.retry_s)
+                self._stopping.wait(self.retry_s)
 
-    async def _list(self, session: aiohttp.ClientSession) -> str | None:
-        """The collection's resourceVersion, or None when the resource is not served."""
-        params = {"labelSelector": self.label_selector, "limit": "1"}
-        async with session.get(self.path, params=params) as response:
-            if response.status == 404:
-                return None
-            response.raise_for_status()
-            listed = await response.json()
-        version: str = (listed.get("metadata") or {}).get("resourceVersion", "")
+    def _watch(self, version: str) -> str:
+        """Stream events until the server ends the watch; the last resourceVersion seen."""
+        stream = self.client.watch(
+            self.resource, self.namespace, version=version, label_selector=self.label_selector
+        )
+        with self._lock:
+            self._stream = stream
+        try:
+            if self._stopping.is_set():  # stopped while it connected
+                stream.interrupt()
+            with stream:
+                for event in json_lines(stream.chunks()):
+                    version = self._handle(event) or version
+        finally:
+            with self._lock:
+                self._stream = None
         return version
 
-    async def _watch(self, session: aiohttp.ClientSession, version: str) -> str:
-        """Stream events until the server ends the watch; the last resourceVersion seen."""
-        params = {
-            "watch": "true",
-            "allowWatchBookmarks": "true",
-            "labelSelector": self.label_selector,
-            "timeoutSeconds": str(WATCH_TIMEOUT_S),
-        }
-        if version:
-            params["resourceVersion"] = version
-        async with session.get(self.path, params=params) as response:
-            if response.status == 410:
-                raise Gone
-            response.raise_for_status()
-            async for event in json_lines(response.content):
-                obj = event.get("object") or {}
-                if event.get("type") == "ERROR":
-                    if obj.get("code") == 410:
-                        raise Gone
-                    raise ValueError(f"watch error: {obj.get('message', obj)}")
-                version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                uid = owner_to_refresh(event)
-                if uid is not None:
-                    self.on_owner(uid)
+    def _handle(self, event: Mapping[str, Any]) -> str | None:
+        """Refresh the owner the event concerns; the event's resourceVersion."""
+        obj = event.get("object") or {}
+        if event.get("type") == "ERROR":
+            if obj.get("code") == GONE:
+                raise ApiError(f"watch {self.resource.kind}: too old", code=GONE)
+            raise ValueError(f"watch error: {obj.get('message', obj)}")
+        uid = owner_to_refresh(event)
+        if uid is not None:
+            self.on_owner(uid)
+        version: str | None = (obj.get("metadata") or {}).get("resourceVersion")
         return version

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from kimi_operator.controller import retry
 from kimi_operator.embedded.processes import OperatorProcess
 from kimi_operator.embedded.server import EmbeddedApiServer
-from kimi_operator.k8s import client as client_module
 from kimi_operator.runner import OperatorThread, RunConfig
 
 HERE = Path(__file__).parent
@@ -30,9 +30,8 @@ def operator(
 ) -> Iterator[OperatorThread]:
     """The operator in-process, its client with a short read timeout (so that an injected slow
     answer is a timeout) and short discovery caching (so that a CRD removed is noticed soon);
-    server errors and timeouts retried after 0.5 s (10 s in a cluster): the same paths, sooner."""
-    monkeypatch.setattr(client_module, "SERVER_ERROR_DELAY_S", 0.5)
-    monkeypatch.setattr(client_module, "TIMEOUT_DELAY_S", 0.5)
+    server errors and timeouts retried after 0.5 s (1 s in a cluster): the same paths, sooner."""
+    monkeypatch.setattr(retry, "SERVER_ERROR_DELAY_S", 0.5)
     config = RunConfig(
         server=api.url,
         token=token,

@@ -14,7 +14,7 @@ from tests.integration.conftest import UPSTREAM_CRDS
 def test_hand_edits_are_undone_and_a_missing_crd_is_reported(
     api: EmbeddedApiServer, client: Client, operator: OperatorThread, kind: str
 ) -> None:
-    registry = operator.ctx.metrics.registry
+    registry = operator.controller.metrics.registry
 
     def errors() -> float:
         return sum(

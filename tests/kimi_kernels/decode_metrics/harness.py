@@ -36,7 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from kimi_kernels.decode_metrics import names
 from kimi_kernels.decode_metrics.decode_path import DecodePathRecorder
 from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
-from kimi_operator.metrics import Metrics
+from kimi_operator.controller.metrics import Metrics
 from tests.kimi_kernels.decode_metrics.feed import finished
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -204,11 +204,9 @@ def build_targets(vllm_config: Any) -> tuple[list[Target], int]:
         operator.errors.labels("temporary").inc(1 if phase == "degraded" else 0)
         operator.duration.labels("resync").observe(0.2)
         operator.observe_request("patch", "KimiDeployment", 200)
+        operator.set_conditions("uid-k3", {"conditions": [{"type": "Ready", "status": "True"}]})
         operator.set_conditions(
-            NAMESPACE, DEPLOYMENT, {"conditions": [{"type": "Ready", "status": "True"}]}
-        )
-        operator.set_conditions(
-            NAMESPACE, "k3-canary", {"conditions": [{"type": "Ready", "status": "False"}]}
+            "uid-k3-canary", {"conditions": [{"type": "Ready", "status": "False"}]}
         )
         millis = end - (SNAPSHOTS - 1 - k) * STEP * 1000
         for job, registry in registries.items():

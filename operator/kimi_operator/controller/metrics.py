@@ -40,21 +40,23 @@ class Metrics:
             ["verb", "kind", "code"],
             registry=self.registry,
         )
-        self._conditions: dict[tuple[str, str], dict[str, str]] = {}
+        # KimiDeployment uid -> condition type -> status. By uid: a deployment deleted and
+        # created again under its name is two, whichever is forgotten or counted first.
+        self._conditions: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
         self.registry.register(_DeploymentsCollector(self))
 
     def observe_request(self, verb: str, kind: str, status: int) -> None:
         self.api_requests.labels(verb, kind, str(status)).inc()
 
-    def set_conditions(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    def set_conditions(self, uid: str, status: Mapping[str, Any]) -> None:
         conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
         with self._lock:
-            self._conditions[namespace, name] = conditions
+            self._conditions[uid] = conditions
 
-    def forget(self, namespace: str, name: str) -> None:
+    def forget(self, uid: str) -> None:
         with self._lock:
-            self._conditions.pop((namespace, name), None)
+            self._conditions.pop(uid, None)
 
     def deployments_by_condition(self) -> dict[tuple[str, str], int]:
         counts: dict[tuple[str, str], int] = {}

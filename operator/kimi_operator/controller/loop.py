@@ -1,0 +1,298 @@
+"""The controller: watches enqueue KimiDeployment uids, workers reconcile them, one at a time per
+uid (docs/architecture.md, "The controller loop").
+
+The watches' side (`observe`, `deleted`, `child_changed`, `resync`) only records and enqueues;
+it never waits for a reconcile. A worker owns a uid from `get` to `done`, so everything the
+controller remembers of a deployment (`deployments`: the generation acted on and pruned at, the
+gauge, the backoff) is written by one thread at a time, and a deletion is processed after any
+reconcile in flight: nothing is left behind.
+"""
+
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from kimi_operator.api.constants import API_VERSION, KIND
+from kimi_operator.api.validation import check_document
+from kimi_operator.builders import OperatorDefaults
+from kimi_operator.conditions import Problem
+from kimi_operator.controller.metrics import Metrics
+from kimi_operator.controller.queue import Clock, WorkQueue
+from kimi_operator.controller.retry import retry_delay, temporary
+from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.errors import ApiError, KubernetesError
+from kimi_operator.k8s.events import post_warning
+from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
+from kimi_operator.reconcile import Outcome, reconcile
+
+log = logging.getLogger("kimi_operator")
+# Reasons that come with the watched object: a late or repeated one is skipped.
+EVENT_REASONS = frozenset({"create", "update", "resume"})
+Reconcile = Callable[..., Outcome]
+# Validated once before the workers start: the engineArgs rules compile their patterns on first
+# use (0.2 s alone), under a lock that a burst's first reconciles would all wait on.
+WARM_UP = {
+    "apiVersion": API_VERSION,
+    "kind": KIND,
+    "metadata": {"name": "warm-up", "namespace": "default"},
+    "spec": {
+        "model": {"name": "warm-up", "source": {"pvc": {"claimName": "warm-up"}}},
+        "gpus": 8,
+        "engineArgs": ["--seed", "1"],
+    },
+}
+
+
+@dataclass
+class Deployment:
+    """What the controller remembers of one KimiDeployment between its reconciles."""
+
+    namespace: str
+    name: str
+    acted: int | None = None  # the generation whose status was last written (or found so)
+    pruned: int | None = None  # the generation last reconciled with pruning, without a failure
+    failed: bool = False  # the last reconcile failed
+
+
+def trigger(event_type: str | None, obj: Mapping[str, Any]) -> str | None:
+    """Why a KimiDeployment watch event calls for a reconcile, or None when it does not."""
+    status = obj.get("status") or {}
+    if not status:
+        return "create"
+    if event_type is None:  # the listing at start-up: children may have drifted meanwhile
+        return "resume"
+    if obj["metadata"].get("generation") == status.get("observedGeneration"):
+        return None  # a status write, or metadata only: the spec was acted on already
+    return "update"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Controller:
+    def __init__(
+        self,
+        client: Client,
+        defaults: OperatorDefaults,
+        metrics: Metrics,
+        *,
+        workers: int = 16,
+        resync_interval_s: float = 60.0,
+        clock: Clock = time.monotonic,
+        reconcile_fn: Reconcile = reconcile,
+    ) -> None:
+        self.client, self.defaults, self.metrics = client, defaults, metrics
+        self.workers, self.resync_interval_s = workers, resync_interval_s
+        self.queue = WorkQueue(clock)
+        self.deployments: dict[str, Deployment] = {}
+        self._reconcile = reconcile_fn
+        self._guard = threading.Lock()
+        self._known: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name), not deleted
+        self._objects: dict[str, Mapping[str, Any]] = {}  # uid -> watched object to reconcile
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        # Warning Events are posted by a thread of their own, after the reconcile: under a
+        # burst, creating children and writing statuses goes first.
+        self._posting = ThreadPoolExecutor(1, thread_name_prefix="kimi-events")
+
+    # The watches' side.
+
+    def observe(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        """A KimiDeployment watch event (`event_type` None: listed at start-up)."""
+        meta = obj["metadata"]
+        uid = meta["uid"]
+        if event_type == "DELETED":
+            self.deleted(uid)
+            return
+        why = trigger(event_type, obj)
+        with self._guard:
+            self._known[uid] = (meta["namespace"], meta["name"])
+            if why is None and uid not in self._objects:
+                return
+            self._objects[uid] = obj  # the newest seen, for the reconcile queued
+        if why is not None:
+            self.queue.add(uid, why)
+
+    def deleted(self, uid: str) -> None:
+        with self._guard:
+            self._known.pop(uid, None)
+            self._objects.pop(uid, None)
+            self.queue.remove(uid)  # a pending retry does not hold the deletion back
+            self.queue.add(uid, "delete")
+
+    def child_changed(self, owner_uid: str) -> None:
+        """A LeaderWorkerSet or ComputeDomain of `owner_uid` changed its status or went away."""
+        with self._guard:
+            if owner_uid not in self._known:
+                return
+        self.queue.add(owner_uid, "refresh")
+
+    def resync(self) -> None:
+        """Every known deployment again: restores children edited or deleted by hand, prunes
+        what a crash or a lost event left. One with a retry pending is left to it."""
+        with self._guard:
+            uids = list(self._known)
+        for uid in uids:
+            self.queue.add(uid, "resync")
+
+    # The workers' side.
+
+    def process_one(self, timeout_s: float | None = None) -> bool:
+        """Reconcile the next due uid; False when there was none (or the queue is shut down)."""
+        item = self.queue.get(timeout_s)
+        if item is None:
+            return False
+        uid, reason = item
+        try:
+            self._sync(uid, reason)
+        except Exception:  # a bug must not end the worker: logged, retried at the resync
+            log.exception("reconcile of %s (%s) failed", uid, reason)
+            self.metrics.errors.labels("permanent").inc()
+        finally:
+            self.queue.done(uid)
+        return True
+
+    def _sync(self, uid: str, reason: str) -> None:
+        with self._guard:
+            where = self._known.get(uid)
+            obj = self._objects.pop(uid, None)
+            state = self.deployments.get(uid)
+            if where is not None and state is None:
+                state = self.deployments[uid] = Deployment(*where)
+        if where is None or state is None:
+            self._drop(uid)
+            return
+        if obj is not None and (state.acted or 0) >= (obj["metadata"].get("generation") or 0):
+            if reason in EVENT_REASONS:
+                return  # a repeated or late event for a generation already acted on
+            obj = None
+        started = time.monotonic()
+        try:
+            outcome = self._reconcile_object(uid, state, obj, resync=reason == "resync")
+        except KubernetesError as error:  # reading the object, or writing its status
+            self._failed(uid, state, error)
+            return
+        if outcome is None:
+            return
+        self.metrics.reconciles.labels(reason, outcome.result).inc()
+        self.metrics.duration.labels(reason).observe(time.monotonic() - started)
+        if outcome.error is not None:
+            self._failed(uid, state, outcome.error)
+        else:
+            state.failed = False
+            self.queue.forget(uid)
+
+    def _reconcile_object(
+        self, uid: str, state: Deployment, obj: Mapping[str, Any] | None, *, resync: bool
+    ) -> Outcome | None:
+        """Reconcile `obj` (None: read it now), write its status; None when it is gone."""
+        if obj is None:
+            obj = self.client.get(KIMI_DEPLOYMENT, state.namespace, state.name)
+            if obj is None or obj["metadata"].get("uid") != uid:
+                with self._guard:  # its DELETED event was missed (a dropped watch)
+                    self._known.pop(uid, None)
+                self._drop(uid)
+                return None
+        old = obj.get("status") or {}
+        generation = obj["metadata"].get("generation")
+        # Pruning lists every child kind: only when it can find something (docs/architecture.md).
+        prune = resync or state.failed or state.pruned != generation
+        outcome = self._reconcile(
+            obj,
+            self.client,
+            self.defaults,
+            spec_changed=old.get("observedGeneration") != generation,
+            now=_now(),
+            failures=self.queue.failures(uid),
+            prune=prune,
+        )
+        if outcome.status != old:
+            status = {"status": outcome.status}
+            self.client.patch(
+                KIMI_DEPLOYMENT, state.namespace, state.name, status, subresource="status"
+            )
+        state.acted = generation
+        if prune and outcome.error is None:
+            state.pruned = generation
+        self.metrics.set_conditions(uid, outcome.status)
+        if outcome.requeue_after_s is not None:
+            self.queue.add_after(uid, outcome.requeue_after_s, "requeue")
+        if outcome.events:
+            self._posting.submit(post_warnings, self.client, obj, outcome.events)
+        return outcome
+
+    def _failed(self, uid: str, state: Deployment, error: KubernetesError) -> None:
+        """Temporary failures are retried after their delay, permanent ones at the resync; the
+        next reconcile prunes either way (a failure may have cut a scale-down short)."""
+        state.failed = True
+        log.warning("reconcile of %s/%s failed: %s", state.namespace, state.name, error)
+        if not (isinstance(error, ApiError) and temporary(error)):
+            self.metrics.errors.labels("permanent").inc()
+            return
+        self.metrics.errors.labels("temporary").inc()
+        with self._guard:
+            if uid in self._known:  # else deleted meanwhile: nothing left to retry
+                self.queue.retry(uid, retry_delay(error, self.queue.failures(uid)))
+
+    def _drop(self, uid: str) -> None:
+        with self._guard:
+            self.deployments.pop(uid, None)
+        self.queue.remove(uid)
+        self.metrics.forget(uid)
+
+    # Running.
+
+    def start(self) -> None:
+        """`workers` threads reconciling, one thread resyncing every `resync_interval_s`."""
+        check_document(WARM_UP)
+        self._threads = [
+            threading.Thread(target=self._work, name=f"kimi-reconcile-{i}", daemon=True)
+            for i in range(self.workers)
+        ]
+        self._threads.append(
+            threading.Thread(target=self._resync_forever, name="kimi-resync", daemon=True)
+        )
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stopping.set()
+        self.queue.shut_down()
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._posting.shutdown(wait=True)
+
+    def known(self) -> dict[str, tuple[str, str]]:
+        with self._guard:
+            return dict(self._known)
+
+    def _work(self) -> None:
+        while self.process_one():
+            pass
+
+    def _resync_forever(self) -> None:
+        while not self._stopping.wait(self.resync_interval_s):
+            self.resync()
+
+
+def post_warnings(client: Client, obj: Mapping[str, Any], problems: Sequence[Problem]) -> None:
+    """Best effort, as Kubernetes treats events: a failure is logged, never retried."""
+    meta = obj["metadata"]
+    for problem in problems:
+        try:
+            post_warning(client, obj, problem.reason, problem.message)
+        except KubernetesError as error:
+            log.warning(
+                "event %s on %s/%s not posted: %s",
+                problem.reason,
+                meta["namespace"],
+                meta["name"],
+                error,
+            )
