@@ -25,7 +25,7 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from tests.kimi_kernels.decode_metrics.harness import Proof, prometheus_scraping  # noqa: E402
+from tests.support.prometheus import Proof, prometheus_scraping  # noqa: E402
 
 from kimi_operator.cli import main as cli  # noqa: E402
 from kimi_operator.dev.cpu_vllm import CpuServer, missing  # noqa: E402

@@ -1,7 +1,6 @@
 """The repository stands on its own: no tracked file reads or cites anything outside it, and the
 vendored upstream files in third_party/ are the ones its README and refresh script name."""
 
-import importlib.util
 import subprocess
 from pathlib import Path
 from types import ModuleType
@@ -9,8 +8,8 @@ from types import ModuleType
 import pytest
 
 from kimi_operator.embedded.upstream import CRD_FILES, THIRD_PARTY, VLLM_METRICS
+from tests.support.repo import ROOT, load_script
 
-ROOT = Path(__file__).resolve().parents[1]
 # Split so that this file does not match itself.
 OUTSIDE = ("../" + "shared", "DESIGN" + " §", '"shared" / ' + '"schemas"')
 
@@ -23,12 +22,7 @@ def tracked_files() -> list[Path]:
 
 
 def refresh_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("refresh", THIRD_PARTY / "refresh.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(THIRD_PARTY / "refresh.py")
 
 
 def test_no_tracked_file_refers_outside_the_repository() -> None:

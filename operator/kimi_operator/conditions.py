@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kimi_operator.api.problem import Problem
 from kimi_operator.api.status import Condition, ConditionType, KimiDeploymentStatus
 
 Status = Literal["True", "False", "Unknown"]
@@ -19,14 +20,6 @@ CONDITION_TYPES: tuple[ConditionType, ...] = (
     "SpecValid",
     "MNNVLReady",
 )
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Something that keeps the deployment from serving (or degrades it): a reason and words."""
-
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -197,10 +190,10 @@ def _carry(
             out.set(kind, status, why, before.get("message", ""))
 
 
-def invalid_conditions(old: Mapping[str, Any], problems: Sequence[str]) -> ConditionSet:
+def invalid_conditions(old: Mapping[str, Any], problems: Sequence[Problem]) -> ConditionSet:
     """An invalid spec: say so, leave what was observed before (children are left untouched)."""
     out = ConditionSet()
-    message = "; ".join(problems)
+    message = "; ".join(p.message for p in problems)
     out.set("SpecValid", "False", "Invalid", message)
     out.set("Degraded", "True", "SpecInvalid", f"children left as they were: {message}")
     out.set("Progressing", "False", "SpecInvalid", "waiting for a valid spec")

@@ -11,6 +11,7 @@ from typing import Any
 
 from kimi_operator import conditions as cond
 from kimi_operator import rollout
+from kimi_operator.api.problem import INVALID, Problem
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
 from kimi_operator.api.validation import UnreadableDocument, check_document
@@ -60,7 +61,7 @@ AUTOSCALERS = (SCALED_OBJECT.kind, HORIZONTAL_POD_AUTOSCALER.kind)
 @dataclass
 class Outcome:
     status: dict[str, Any]
-    events: list[cond.Problem] = field(default_factory=list)  # Warning Events to post
+    events: list[Problem] = field(default_factory=list)  # Warning Events to post
     applied: Applied = field(default_factory=Applied)
     error: KubernetesError | None = None  # the apply's failure, retried by the controller
     result: str = "reconciled"  # reconciled | invalid | error: for metrics
@@ -68,8 +69,8 @@ class Outcome:
     requeue_after_s: float | None = None
 
 
-def _missing(resource: Resource) -> cond.Problem:
-    return cond.Problem(
+def _missing(resource: Resource) -> Problem:
+    return Problem(
         f"{resource.kind}NotInstalled",
         f"the {resource.kind} API ({resource.api_version}, CRD {resource.crd_name}) is not "
         f"installed in this cluster: {resource.install}",
@@ -92,14 +93,14 @@ def served_apis(client: Client, kd: KimiDeployment) -> dict[Resource, bool]:
     return served
 
 
-def _autoscaler_missing(kd: KimiDeployment, served: Mapping[Resource, bool]) -> cond.Problem | None:
+def _autoscaler_missing(kd: KimiDeployment, served: Mapping[Resource, bool]) -> Problem | None:
     """Why neither KEDA nor an HPA can scale `kd`, if so: the HPA made without KEDA reads an
     external metric that only prometheus-adapter (with the chart's rules) serves."""
     metric = external_metric(kd)
     if metric is None or served.get(SCALED_OBJECT, False) or served.get(metric, False):
         return None
     missing = _missing(SCALED_OBJECT)
-    return cond.Problem(
+    return Problem(
         missing.reason,
         f"{missing.message}; the HorizontalPodAutoscaler made instead reads the external metric "
         f"{metric.plural}, which no external metrics API ({EXTERNAL_METRICS}/v1beta1) serves: "
@@ -130,15 +131,15 @@ def reconcile(
     generation = body.get("metadata", {}).get("generation")
     try:
         report = check_document(_document(body))
-        problems = [str(p) for p in report.problems]
+        problems = report.problems
     except UnreadableDocument as error:
-        report, problems = None, [str(error)]
+        report, problems = None, [Problem(INVALID, str(error))]
     if report is None or report.deployment is None:
         conditions = cond.invalid_conditions(old, problems)
         status = cond.render(old, conditions, generation=generation, now=now)
         events = cond.newly_bad(old, status)
         if spec_changed and not events:  # still invalid after an edit: say it again
-            events = [cond.Problem("Invalid", "; ".join(problems))]
+            events = [Problem(INVALID, "; ".join(p.message for p in problems))]
         return Outcome(status, events, result="invalid")
     return _reconcile_valid(
         report.deployment,
@@ -160,8 +161,8 @@ class Plan:
     defaults: OperatorDefaults
     children: list[dict[str, Any]]
     skip: set[str]  # kinds neither applied nor pruned
-    blockers: list[cond.Problem]
-    degradations: list[cond.Problem]
+    blockers: list[Problem]
+    degradations: list[Problem]
 
     @property
     def autoscaler(self) -> str:
@@ -198,7 +199,7 @@ def plan_children(
     if not served[COMPUTE_DOMAIN] and domain_needed:
         missing = _missing(COMPUTE_DOMAIN)
         if spec.compute_domain == "Auto":
-            missing = cond.Problem(
+            missing = Problem(
                 missing.reason,
                 f"{missing.message}; a latency_specialized TP group across "
                 f"{spec.nodes_per_group} nodes needs its IMEX channel (no pods are created "
@@ -208,7 +209,7 @@ def plan_children(
         skip.add(LEADER_WORKER_SET.kind)
     elif not served[COMPUTE_DOMAIN] and spec.compute_domain == "Auto":
         degradations.append(
-            cond.Problem(
+            Problem(
                 "ComputeDomainNotInstalled",
                 "deployed without a ComputeDomain (no multi-node NVLink) because the "
                 f"ComputeDomain API is not installed: {COMPUTE_DOMAIN.install}",
@@ -233,7 +234,7 @@ def _reconcile_valid(
     spec, old = kd.spec, dict(body.get("status") or {})
     served = served_apis(client, kd)
     outcome = Outcome(status={})
-    retrying: cond.Problem | None = None
+    retrying: Problem | None = None
     uid = body["metadata"]["uid"]
     first = not old  # never reconciled: its children most likely do not exist yet
     # Nothing to scale down before the first status, unless the spec was edited before it.
@@ -267,7 +268,7 @@ def _reconcile_valid(
         if isinstance(error, ApiError) and temporary(error):  # retried soon: the status says so
             retrying = cond.api_failure(error.code, str(error), retry_delay(error, failures))
         else:
-            plan.blockers.append(cond.Problem("ApplyFailed", str(error)))
+            plan.blockers.append(Problem("ApplyFailed", str(error)))
 
     defaults, blockers, degradations = plan.defaults, plan.blockers, plan.degradations
     groups = [o for o in outcome.applied.live if o["kind"] == LEADER_WORKER_SET.kind]
@@ -320,11 +321,11 @@ def _reconcile_valid(
     outcome.requeue_after_s = steps.requeue_after_s if steps and not outcome.error else None
     outcome.events = cond.newly_bad(old, outcome.status)
     if spec_changed:
-        outcome.events += [cond.Problem("FastPathExceeded", w) for w in warnings]
+        outcome.events += [Problem("FastPathExceeded", w) for w in warnings]
         if custom_all_reduce_disabled(kd, defaults):
             version = vllm_version(kd, defaults) or f"not declared ({VLLM_VERSION_ANNOTATION})"
             outcome.events.append(
-                cond.Problem(
+                Problem(
                     "CustomAllReduceDisabled",
                     f"tensor parallelism across {spec.nodes_per_group} nodes with image "
                     f"{serving_image(kd, defaults)}, vLLM version {version}: before vLLM 0.33.0 "

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.repo import ROOT
+
 CHART = ROOT / "charts" / "kimi-operator"
 
 

@@ -14,8 +14,9 @@ from kimi_operator.builders.autoscaling import DEFAULT_PROMETHEUS_URL, adapter_r
 from kimi_operator.cli import build_parser
 from kimi_operator.embedded.admission import CustomResource
 from kimi_operator.embedded.upstream import upstream_crd
+from tests.support.repo import ROOT
 
-from .helm import CHART, ROOT, helm, of_kind, template, write_values
+from .helm import CHART, helm, of_kind, template, write_values
 
 KUBERNETES_VERSION = "1.34"
 CRD_SOURCE = ROOT / "crds" / "kimi-operator.io_kimideployments.yaml"

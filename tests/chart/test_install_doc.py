@@ -11,8 +11,9 @@ import kubernetes_validate
 import yaml
 
 from kimi_operator.api.validation import check_document
+from tests.support.repo import ROOT
 
-from .helm import ROOT, helm, of_kind
+from .helm import helm, of_kind
 
 DOC = ROOT / "docs" / "install.md"
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)

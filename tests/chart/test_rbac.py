@@ -44,9 +44,10 @@ from kimi_operator.k8s.resources import (
     Resource,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.integration.conftest import older_crd
+from tests.support.cluster import older_crd
+from tests.support.repo import ROOT
 
-from .helm import ROOT, of_kind, template
+from .helm import of_kind, template
 
 PACKAGE = ROOT / "operator" / "kimi_operator"
 CLIENT_MODULE = PACKAGE / "k8s" / "client.py"

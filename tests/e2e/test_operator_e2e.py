@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from kimi_operator.api.crd import crd
 from kimi_operator.k8s.client import Client, load_configuration
@@ -21,26 +20,26 @@ from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
-    POD_DISRUPTION_BUDGET,
     POD_MONITOR,
     SERVICE,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.integration.conftest import ROOT, wait_for
+from tests.support.cluster import children, reconciled, sample, wait_for
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("KUBECONFIG"), reason="needs a real cluster: set KUBECONFIG"
 )
 RESYNC_S = 2.0
 NAME = "k3-e2e"
-CHILD_KINDS = (COMPUTE_DOMAIN, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET, POD_MONITOR)
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Client]:
     c = Client(load_configuration())
     missing = [
-        r.crd_name for r in (KIMI_DEPLOYMENT, *CHILD_KINDS[:2], POD_MONITOR) if not c.served(r)
+        r.crd_name
+        for r in (KIMI_DEPLOYMENT, COMPUTE_DOMAIN, LEADER_WORKER_SET, POD_MONITOR)
+        if not c.served(r)
     ]
     if missing:
         pytest.fail(
@@ -56,7 +55,7 @@ def namespace() -> Iterator[str]:
 
     name = f"kimi-e2e-{uuid.uuid4().hex[:6]}"
     core = k8s.CoreV1Api(k8s.ApiClient(load_configuration()))
-    core.create_namespace({"metadata": {"name": name}})
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
     yield name
     core.delete_namespace(name)
 
@@ -68,58 +67,47 @@ def operator(namespace: str) -> Iterator[OperatorThread]:
 
 
 def deployment(namespace: str) -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(
-        (ROOT / "crds" / "samples" / "k3-tp8-dspark.yaml").read_text()
-    )
+    doc = sample()
     doc["metadata"] = {"name": NAME, "namespace": namespace}
     return doc
-
-
-def children(client: Client, namespace: str) -> dict[str, dict[str, Any]]:
-    found = {}
-    for resource in CHILD_KINDS:
-        for obj in client.list(resource, namespace):
-            if obj["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == NAME:
-                found[f"{resource.kind}/{obj['metadata']['name']}"] = obj
-    return found
-
-
-def reconciled(client: Client, namespace: str, generation: int) -> bool:
-    kd = client.get(KIMI_DEPLOYMENT, namespace, NAME)
-    return bool(kd and (kd.get("status") or {}).get("observedGeneration") == generation)
 
 
 @pytest.mark.usefixtures("operator")
 def test_lifecycle_on_a_real_cluster(client: Client, namespace: str) -> None:
     kd = client.create(KIMI_DEPLOYMENT, deployment(namespace))
-    wait_for(lambda: reconciled(client, namespace, 1), timeout=60, what="first status")
-    found = children(client, namespace)
+    wait_for(lambda: reconciled(client, 1, NAME, namespace), timeout=60, what="first status")
+    found = children(client, NAME, namespace)
     assert len(found) == 5
     for child in found.values():
         assert child["metadata"]["ownerReferences"][0]["uid"] == kd["metadata"]["uid"]
 
     # A quiet resync writes nothing: no child's resourceVersion moves.
-    versions = {k: v["metadata"]["resourceVersion"] for k, v in children(client, namespace).items()}
+    def versions() -> dict[str, str]:
+        found = children(client, NAME, namespace)
+        return {k: v["metadata"]["resourceVersion"] for k, v in found.items()}
+
+    before = versions()
     time.sleep(3 * RESYNC_S)
-    assert {
-        k: v["metadata"]["resourceVersion"] for k, v in children(client, namespace).items()
-    } == versions
+    assert versions() == before
 
     client.patch(KIMI_DEPLOYMENT, namespace, NAME, {"spec": {"gpus": 16, "replicas": 3}})
-    wait_for(lambda: reconciled(client, namespace, 2), timeout=60, what="generation 2")
-    found = children(client, namespace)
+    wait_for(lambda: reconciled(client, 2, NAME, namespace), timeout=60, what="generation 2")
+    found = children(client, NAME, namespace)
     assert sum(k.startswith("LeaderWorkerSet/") for k in found) == 3
     assert found[f"LeaderWorkerSet/{NAME}-g0"]["spec"]["leaderWorkerTemplate"]["size"] == 4
 
     client.patch(KIMI_DEPLOYMENT, namespace, NAME, {"spec": {"replicas": 1}})
-    wait_for(lambda: reconciled(client, namespace, 3), timeout=60, what="generation 3")
-    assert sum(k.startswith("LeaderWorkerSet/") for k in children(client, namespace)) == 1
+    wait_for(lambda: reconciled(client, 3, NAME, namespace), timeout=60, what="generation 3")
+    found = children(client, NAME, namespace)
+    assert sum(k.startswith("LeaderWorkerSet/") for k in found) == 1
 
     client.delete(SERVICE, namespace, NAME)
-    wait_for(lambda: f"Service/{NAME}" in children(client, namespace), timeout=30, what="repair")
+    wait_for(
+        lambda: f"Service/{NAME}" in children(client, NAME, namespace), timeout=30, what="repair"
+    )
 
     client.delete(KIMI_DEPLOYMENT, namespace, NAME)
-    wait_for(lambda: not children(client, namespace), timeout=120, what="garbage collection")
+    wait_for(lambda: not children(client, NAME, namespace), timeout=120, what="garbage collection")
 
 
 def test_the_api_server_refuses_an_invalid_spec(client: Client, namespace: str) -> None:

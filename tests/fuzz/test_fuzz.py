@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from kimi_operator.api.engine_args import refused_engine_args
 from tests.fuzz.harness import check_text, check_value
 from tests.fuzz.strategies import ENGINE_ARGS, YAML_BYTES, documents, smuggled_flags
-from tests.kimi_operator.api.test_engine_args import FORBIDDEN_DESTS
+from tests.support.vllm_cli import FORBIDDEN_DESTS
 from tests.support.vllm_cli import parse as _parse
 
 FUZZ = settings(

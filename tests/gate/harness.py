@@ -27,7 +27,7 @@ from vllm.platforms.cpu import CpuPlatform
 from vllm.platforms.interface import DeviceCapability
 
 
-class SimulatedGB300(CpuPlatform):
+class SimulatedGB300(CpuPlatform):  # type: ignore[misc]  # vLLM is not checked: Any
     @classmethod
     def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:  # noqa: ARG003
         return DeviceCapability(10, 3)
@@ -62,7 +62,7 @@ def _error(message: str) -> None:
     raise ParserExit(message)
 
 
-PARSER.error = _error  # type: ignore[method-assign]  # argparse would exit the process
+PARSER.error = _error  # argparse would exit the process
 
 
 def verdict(args: list[str], env: dict[str, str], base_env: dict[str, str]) -> str:

@@ -21,7 +21,7 @@ import pytest
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.builders.vllm_args import DRAFT_DIR
-from tests.kimi_operator.api.test_one_verdict import CORPUS
+from tests.support.corpus import CORPUS
 from tests.support.pods import expand
 from tests.support.specs import edited
 

@@ -4,7 +4,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.repo import ROOT
+
 OPERATOR = ROOT / "images" / "operator" / "Dockerfile"
 SERVING = ROOT / "images" / "vllm" / "Dockerfile"
 CHECK = ROOT / "images" / "vllm" / "check_fast_path.py"

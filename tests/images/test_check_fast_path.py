@@ -1,26 +1,16 @@
 """images/vllm/check_fast_path.py, the check that fails the serving image's build: each finding."""
 
-import importlib.util
 from collections.abc import Callable
 from importlib import metadata
-from types import ModuleType
 
 import pytest
 from packaging.requirements import Requirement
 
+from tests.support.repo import load_script
+
 from .dockerfiles import CHECK
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_fast_path", CHECK)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-check = _load()
+check = load_script(CHECK)
 TOKENSPEED = 'tokenspeed-mla==2.0.3; platform_system == "Linux"'  # vLLM 0.33.0's, as it wrote it
 LINUX = {"platform_system": "Linux"}
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from .dockerfiles import CHECK, OPERATOR, ROOT, SERVING, arg_default, instructions, stages
+from tests.support.repo import ROOT
+
+from .dockerfiles import CHECK, OPERATOR, SERVING, arg_default, instructions, stages
 
 HADOLINT = Path(sys.executable).parent / "hadolint"
 OCI_LABELS = ("title", "description", "source", "licenses", "version", "revision")

@@ -10,7 +10,9 @@ import sys
 import venv
 from pathlib import Path
 
-from .dockerfiles import CHECK, ROOT
+from tests.support.repo import ROOT
+
+from .dockerfiles import CHECK
 from .slow import require_image_tests
 
 KERNELS = ROOT / "kernels"

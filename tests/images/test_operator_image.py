@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from .dockerfiles import OPERATOR, ROOT
+from tests.support.repo import ROOT
+
+from .dockerfiles import OPERATOR
 from .slow import require_image_tests
 
 CACHE = ROOT / ".tools" / "cache"

@@ -16,7 +16,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from .dockerfiles import ROOT
+from tests.support.repo import ROOT
 
 # Left out of the operator's wheel: they need a clone (the chart, third_party/, helm) or dev tools.
 LEFT_OUT = ("embedded/", "dev/", "observability/", "bench/stub.py")

@@ -19,8 +19,8 @@ from kimi_operator.embedded.demo import run_demo
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
-from tests.integration.conftest import ROOT, sample, wait_for
-from tests.integration.test_lifecycle import NAME, NS, children, reconciled
+from tests.support.cluster import NAME, NS, children, reconciled, sample, wait_for
+from tests.support.repo import ROOT
 
 
 def free_port() -> int:

@@ -9,7 +9,7 @@ from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.integration.conftest import condition, sample, status_of, wait_for
+from tests.support.cluster import condition, sample, status_of, wait_for
 from tests.support.groups import Step, audited, kubelet
 
 NS = "inference"

@@ -22,8 +22,8 @@ from kimi_operator.k8s.resources import (
     LEADER_WORKER_SET,
     SERVICE,
 )
-from tests.integration.conftest import ROOT, older_crd, sample
-from tests.integration.test_lifecycle import NAME, NS, children, create
+from tests.support.cluster import NAME, NS, children, create, older_crd, sample
+from tests.support.repo import ROOT
 
 KDS = KIMI_DEPLOYMENT.collection(NS)
 NOT_CHECKED = (

@@ -9,49 +9,27 @@ from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
-    COMPUTE_DOMAIN,
     EVENT,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
-    POD_DISRUPTION_BUDGET,
     POD_MONITOR,
     SERVICE,
 )
 from kimi_operator.runner import OperatorThread
-from tests.integration.conftest import RESYNC_S, condition, sample, status_of, wait_for
+from tests.integration.conftest import RESYNC_S
+from tests.support.cluster import (
+    NAME,
+    NS,
+    children,
+    condition,
+    create,
+    reconciled,
+    sample,
+    status_of,
+    wait_for,
+)
 
-NS, NAME = "inference", "k3-tp8-dspark"
 pytestmark = pytest.mark.usefixtures("operator")
-
-
-def children(client: Client, name: str = NAME) -> dict[str, dict[str, Any]]:
-    """`Kind/name` -> object, for every child the deployment `name` has."""
-    found = {}
-    for resource in (
-        COMPUTE_DOMAIN,
-        LEADER_WORKER_SET,
-        SERVICE,
-        POD_DISRUPTION_BUDGET,
-        POD_MONITOR,
-    ):
-        if not client.served(resource):
-            continue
-        for obj in client.list(resource, NS):
-            if obj["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == name:
-                found[f"{resource.kind}/{obj['metadata']['name']}"] = obj
-    return found
-
-
-def reconciled(client: Client, generation: int, name: str = NAME) -> dict[str, Any] | None:
-    status = status_of(client, NS, name)
-    return status if status.get("observedGeneration") == generation else None
-
-
-def create(client: Client, doc: dict[str, Any]) -> dict[str, Any]:
-    client.create(KIMI_DEPLOYMENT, doc)
-    name = doc["metadata"]["name"]
-    status: dict[str, Any] = wait_for(lambda: reconciled(client, 1, name), what="first status")
-    return status
 
 
 def edit(client: Client, spec: dict[str, Any], generation: int) -> dict[str, Any]:

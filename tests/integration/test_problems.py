@@ -12,15 +12,19 @@ from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import EVENT, KIMI_DEPLOYMENT, SERVICE
 from kimi_operator.runner import OperatorThread
-from tests.integration.conftest import (
-    RESYNC_S,
+from tests.integration.conftest import RESYNC_S
+from tests.support.cluster import (
+    NAME,
+    NS,
+    children,
     condition,
+    create,
     older_crd,
+    reconciled,
     sample,
     status_of,
     wait_for,
 )
-from tests.integration.test_lifecycle import NAME, NS, children, create, reconciled
 
 pytestmark = pytest.mark.usefixtures("operator")
 WITHOUT_LWS = ["ComputeDomain", "PodMonitor"]
@@ -142,7 +146,7 @@ def test_server_errors_are_retried(
     api.inject(Fault("POST", "/services", 409))
     create(client, sample())
     found = wait_for(
-        lambda: (f := children(client)) and len(f) == 5 and f,
+        lambda: f if len(f := children(client)) == 5 else None,
         timeout=20,
         what="every child after the retries",
     )

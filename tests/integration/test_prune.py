@@ -12,7 +12,7 @@ from kimi_operator.k8s.resources import (
     POD_MONITOR,
 )
 from kimi_operator.reconcile import reconcile
-from tests.integration.conftest import sample
+from tests.support.cluster import sample
 
 NS, NAME = "inference", "k3-tp8-dspark"
 

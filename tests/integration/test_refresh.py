@@ -9,8 +9,7 @@ from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import LEADER_WORKER_SET
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.integration.conftest import condition, sample, status_of, wait_for
-from tests.integration.test_lifecycle import NAME, NS, children, create
+from tests.support.cluster import NAME, NS, children, condition, create, sample, status_of, wait_for
 
 
 @pytest.fixture

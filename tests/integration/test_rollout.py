@@ -14,7 +14,7 @@ from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET
 from kimi_operator.rollout import leader_image
-from tests.integration.conftest import condition, sample, status_of, wait_for
+from tests.support.cluster import condition, sample, status_of, wait_for
 from tests.support.groups import Audit, audited, images, kubelet
 
 NS, NAME = "inference", "k3-tp8-dspark"

@@ -22,7 +22,8 @@ from kimi_operator.k8s.resources import (
     LEADER_WORKER_SET,
     SCALED_OBJECT,
 )
-from tests.integration.conftest import RESYNC_S, condition, sample, status_of, wait_for
+from tests.integration.conftest import RESYNC_S
+from tests.support.cluster import condition, sample, status_of, wait_for
 
 NS, NAME = "inference", "k3-tp16-latency"
 SCALE = KIMI_DEPLOYMENT.item(NS, NAME) + "/scale"

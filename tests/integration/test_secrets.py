@@ -24,7 +24,8 @@ from kimi_operator.k8s.resources import (
     Resource,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.integration.conftest import RESYNC_S, sample, status_of, wait_for
+from tests.integration.conftest import RESYNC_S
+from tests.support.cluster import sample, status_of, wait_for
 
 NS = "inference"
 SECRET = Resource("", "v1", "secrets", "Secret")

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from kimi_operator.cli import main
+from tests.support.repo import ROOT
 from tests.support.specs import edited
 
-ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((ROOT / "crds" / "samples").glob("*.yaml"))
 REJECTED = sorted((ROOT / "crds" / "samples" / "rejected").glob("*.yaml"))
 

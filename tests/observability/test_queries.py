@@ -5,7 +5,7 @@ import json
 import pytest
 
 from kimi_operator.observability.dashboards import SELECTOR
-from tests.observability.catalog import (
+from tests.support.catalog import (
     DASHBOARDS,
     alert_rules,
     known_names,

@@ -13,8 +13,8 @@ import yaml
 from kimi_operator.embedded.upstream import upstream_crd
 from kimi_operator.observability import generate
 from kimi_operator.observability.rules import DEFAULT_DECODE_FLOOR, FLOOR_MARKER
-from tests.observability.catalog import CHART, RULES
-from tests.observability.tools import require_tool
+from tests.support.catalog import CHART, RULES
+from tests.support.tools import require_tool
 
 HERE = Path(__file__).parent
 
@@ -89,7 +89,7 @@ def test_chart_prometheusrule_is_valid_and_carries_every_rule() -> None:
     # No check_schema: the CRD's Go regexes (`^(?i)...`) are not Python's.
     jsonschema.Draft7Validator(_crd_schema()).validate(rule)
     assert rule["kind"] == "PrometheusRule"
-    assert rule["spec"] == yaml.safe_load(RULES.read_text())  # type: ignore[comparison-overlap]
+    assert rule["spec"] == yaml.safe_load(RULES.read_text())
 
 
 def test_crd_schema_rejects_a_malformed_rule() -> None:

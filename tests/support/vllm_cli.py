@@ -8,6 +8,14 @@ from typing import Any
 
 import pytest
 
+from kimi_operator.api.engine_args import FORBIDDEN_FLAG_GROUPS
+from kimi_operator.api.vllm_flags import SERVE_OPTIONS
+
+# vLLM destinations (parsed settings) that some refused flag sets.
+FORBIDDEN_DESTS = {
+    d for g in FORBIDDEN_FLAG_GROUPS for d, fs in SERVE_OPTIONS.items() if set(fs) & set(g.flags)
+}
+
 
 @pytest.fixture(scope="session")
 def vllm_parser() -> Any:

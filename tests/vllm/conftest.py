@@ -17,7 +17,7 @@ import pytest
 
 from kimi_operator.bench.server_metrics import Snapshot, parse
 from kimi_operator.dev.cpu_vllm import MODEL_NAME, CpuServer, missing
-from tests.kimi_kernels.decode_metrics.harness import free_port
+from tests.support.prometheus import free_port
 
 HERE = Path(__file__).parent
 

@@ -2,7 +2,7 @@
 decode-path plugin warns once, reports itself not instrumented, and imports nothing heavy."""
 
 from kimi_operator.dev.cpu_vllm import PYTHON
-from tests.kimi_kernels.decode_metrics.test_plugin_loading import STAT_LOGGER, probe
+from tests.support.plugins import STAT_LOGGER, probe
 from tests.vllm.conftest import require_cpu_vllm
 
 

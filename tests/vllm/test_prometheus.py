@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from kimi_kernels.decode_metrics import names
-from tests.kimi_kernels.decode_metrics.harness import Proof, prometheus_scraping, wait
-from tests.observability.catalog import (
+from tests.support.catalog import (
     VARIABLES,
     VLLM_CATALOG,
     panel_queries,
@@ -21,7 +20,8 @@ from tests.observability.catalog import (
     rule_groups,
     substitute,
 )
-from tests.observability.tools import require_tool
+from tests.support.prometheus import Proof, prometheus_scraping, wait
+from tests.support.tools import require_tool
 from tests.vllm.conftest import Served, timed_requests
 
 LABELS = {"namespace": "inference", "deployment": "k3-cpu"}

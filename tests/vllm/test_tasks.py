@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_operator.cli import main
-from tests.kimi_operator.bench.bench_helpers import closed_chain_task
+from tests.support.bench import closed_chain_task
 from tests.vllm.conftest import Served
 
 SUCCESSES = "vllm:request_success_total"

@@ -19,6 +19,7 @@ from pydantic_core import ErrorDetails
 
 from kimi_operator.api.constants import API_VERSION, KIND, MAX_DEPTH, MAX_VALUES
 from kimi_operator.api.defaulting import apply_defaults, drop_nulls
+from kimi_operator.api.problem import Problem, show
 from kimi_operator.api.rules import RULES, Rule, Violation, failed_rules, fast_path_warnings
 from kimi_operator.api.spec import KimiDeployment
 
@@ -31,33 +32,10 @@ class UnreadableDocument(ValueError):
 
 
 @dataclass(frozen=True)
-class Problem:
-    path: str
-    what: str
-    allowed: str
-    got: Any = None
-    missing: bool = False
-
-    def __str__(self) -> str:
-        got = "" if self.missing else f"got {_show(self.got)}; "
-        return f"{self.path}: {self.what} ({got}allowed: {self.allowed})"
-
-
-@dataclass(frozen=True)
 class Report:
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     deployment: KimiDeployment | None = None
-
-
-def _show(value: Any, limit: int = 80) -> str:
-    """JSON of what the user wrote, short; invisible and control characters as `\\uXXXX`."""
-    try:
-        text = json.dumps(value, default=str, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    text = "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in text)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+")
@@ -83,7 +61,7 @@ def check_document(doc: Any) -> Report:
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
     if api_version != API_VERSION or kind != KIND:
         raise UnreadableDocument(
-            f"not a {KIND}: apiVersion {_show(api_version)}, kind {_show(kind)} "
+            f"not a {KIND}: apiVersion {show(api_version)}, kind {show(kind)} "
             f"(expected apiVersion {API_VERSION}, kind {KIND})"
         )
     _check_shape(doc)
@@ -143,7 +121,7 @@ def _problems(errors: Sequence[ErrorDetails], raw_spec: Any) -> list[Problem]:
 def _rule_problem(violation: Violation) -> Problem:
     rule = violation.rule
     what = rule.problem + (rule.hint(violation.got) if rule.hint else "")
-    return Problem(rule.path, what, rule.allowed, got=violation.got)
+    return Problem.in_field(rule.path, what, rule.allowed, got=violation.got)
 
 
 def _rules_on_valid_parts(
@@ -229,22 +207,22 @@ def _field_problem(error: ErrorDetails) -> Problem:
     node = schema_at(loc)
     kind = error["type"]
     if kind == "missing":
-        return Problem(path_of(loc), "is required", describe(node), missing=True)
+        return Problem.in_field(path_of(loc), "is required", describe(node), missing=True)
     if kind == "extra_forbidden":
         fields = list((schema_at(loc[:-1]) or {}).get("properties", {}))
         close = difflib.get_close_matches(str(loc[-1]), fields, n=1, cutoff=0.6)
         what = "is not a field here" + (f"; did you mean {close[0]}?" if close else "")
-        return Problem(path_of(loc), what, ", ".join(fields), got=error["input"])
+        return Problem.in_field(path_of(loc), what, ", ".join(fields), got=error["input"])
     if kind.endswith("_type"):
         expected = _TYPE_NAMES.get((node or {}).get("type", "object"), "another type")
         what = f"must be {expected}, not {_json_type(error['input'])}"
-        return Problem(path_of(loc), what, describe(node), got=error["input"])
+        return Problem.in_field(path_of(loc), what, describe(node), got=error["input"])
     if kind == "literal_error":
-        return Problem(
+        return Problem.in_field(
             path_of(loc), "is not one of the allowed values", describe(node), got=error["input"]
         )
     what = _SHOULD.sub("must", error["msg"]).replace(" after validation", "")
-    return Problem(path_of(loc), what, describe(node), got=error["input"])
+    return Problem.in_field(path_of(loc), what, describe(node), got=error["input"])
 
 
 # pydantic's "Input should ...", "String should ...", "List should ...", "Dictionary should ...".

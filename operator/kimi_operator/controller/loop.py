@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_operator.api.constants import API_VERSION, KIND
+from kimi_operator.api.problem import Problem
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
-from kimi_operator.conditions import Problem
 from kimi_operator.controller.metrics import Metrics
 from kimi_operator.controller.queue import Clock, WorkQueue
 from kimi_operator.controller.retry import retry_delay, temporary

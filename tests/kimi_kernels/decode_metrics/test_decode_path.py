@@ -97,8 +97,8 @@ def test_register_wraps_the_real_classes_once(registered: DecodePathRecorder) ->
         assert getattr(method, "__kimi_decode_path__", False)
     decode_path.register()  # vLLM loads plugins once per process, but may in several processes
     assert (SpecializedDecode.plan, GPUModelRunner.execute_model) == wrapped[:2]
-    assert SpecializedDecode.plan.__wrapped__.__name__ == "plan"  # type: ignore[attr-defined]
-    assert not hasattr(SpecializedDecode.plan.__wrapped__, "__wrapped__")  # type: ignore[attr-defined]
+    assert SpecializedDecode.plan.__wrapped__.__name__ == "plan"
+    assert not hasattr(SpecializedDecode.plan.__wrapped__, "__wrapped__")
 
 
 def test_capture_then_replay_counts_specialized_and_fallback(

@@ -2,32 +2,9 @@
 loaders; the decode-path plugin imports nothing heavy until the model runner is imported, then
 instruments it. The same probe runs against vLLM 0.32.0's CPU build in tests/vllm."""
 
-import json
-import os
-import subprocess
 import sys
-from pathlib import Path
-from typing import Any
 
-PROBE = Path(__file__).with_name("plugin_probe.py")
-STAT_LOGGER = "kimi_kernels.decode_metrics.stat_logger.KimiStatLogger"
-
-
-def probe(python: str, *args: str) -> dict[str, Any]:
-    """The probe's report, from a fresh interpreter (vLLM loads plugins once per process)."""
-    env = os.environ | {"VLLM_TARGET_DEVICE": "cpu"}
-    env.pop("VLLM_PLUGINS", None)
-    done = subprocess.run(
-        [python, str(PROBE), *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
-    return report
+from tests.support.plugins import STAT_LOGGER, probe
 
 
 def test_with_the_kimi_k3_module_instruments_only_where_the_model_runs() -> None:

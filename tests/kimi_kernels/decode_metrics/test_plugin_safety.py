@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from kimi_kernels.decode_metrics import names
 from kimi_kernels.decode_metrics.decode_path import OnImport, module_exists
 from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
-from tests.kimi_kernels.decode_metrics.feed import finished
+from tests.support.feed import finished
 
 
 @pytest.fixture

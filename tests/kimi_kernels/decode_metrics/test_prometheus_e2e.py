@@ -9,23 +9,16 @@ import pytest
 
 from kimi_operator.builders.autoscaling import DECODE_SCALE
 from tests.kimi_kernels.decode_metrics.conftest import TENSOR_PARALLEL
-from tests.kimi_kernels.decode_metrics.harness import (
-    DEPLOYMENT,
-    GPU_HOUR_PRICE,
-    NAMESPACE,
-    Proof,
-    expected,
-    proof,
-)
-from tests.observability.catalog import (
+from tests.support.autoscaling import adapter_query, deployment, trigger
+from tests.support.catalog import (
     VARIABLES,
     panel_queries,
     recording_rules,
     rule_groups,
     substitute,
 )
-from tests.observability.test_autoscaling_queries import adapter_query, deployment, trigger
-from tests.observability.tools import require_tool
+from tests.support.prometheus import DEPLOYMENT, GPU_HOUR_PRICE, NAMESPACE, Proof, expected, proof
+from tests.support.tools import require_tool
 
 VARIABLES_E2E = VARIABLES | {"gpu_hour_price": str(GPU_HOUR_PRICE)}
 # Panel (dashboard, title, legend-free expression index) -> the value it must show.

@@ -18,7 +18,7 @@ from vllm.v1.metrics.stats import SchedulerStats
 from kimi_kernels.decode_metrics import names, stat_logger
 from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
 from tests.kimi_kernels.decode_metrics.conftest import MODEL_NAME, TENSOR_PARALLEL
-from tests.kimi_kernels.decode_metrics.feed import finished
+from tests.support.feed import finished
 
 LABELS = {"model_name": MODEL_NAME, "decode_backend": "latency_specialized"}
 

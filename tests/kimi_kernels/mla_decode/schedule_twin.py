@@ -79,7 +79,7 @@ def _split(  # noqa: PLR0917 (the kernel's arguments)
         acc = p @ v  # masked positions multiplied by 0
     else:  # the kernel skips each row's masked positions (rows of one token share them)
         acc = torch.empty(rows, V_DIM)
-        for lim in limit.unique().tolist():
+        for lim in torch.unique(limit).tolist():
             group = limit == lim
             acc[group] = p[group] @ torch.where((pos <= lim)[:, None] & loaded[:, None], v, 0.0)
     seen = total > 0

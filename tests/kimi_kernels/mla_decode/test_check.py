@@ -6,6 +6,7 @@ the kernel implements, through the same twin and the reference."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -21,6 +22,8 @@ from kimi_kernels.mla_decode.config import PAGE_SIZE, choose_config, choose_num_
 from kimi_kernels.mla_decode.reference import global_positions, relative_l2_per_row
 from tests.kimi_kernels.mla_decode.schedule_twin import twin_decode
 
+Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+Case = tuple[Inputs, int, tuple[torch.Tensor, torch.Tensor]]  # inputs, splits, reference
 SCALE = 1.0 / math.sqrt(192.0)
 KV_SCALE = 0.5
 # Bugs a correct-looking output can hide (unguarded_pv needs NaN in the cache: its own test).
@@ -28,7 +31,7 @@ SILENT_BUGS = ("no_rescale", "combine_exp", "split_edge", "page_off_by_one", "ca
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
+def one_thread() -> Iterator[None]:
     """Small tensors: one thread is 16x faster than a thread pool on a shared machine."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -36,7 +39,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def needle_case(heads, q_len, seq_lens, seed):
+def needle_case(heads: int, q_len: int, seq_lens: list[int], seed: int) -> tuple[Inputs, int]:
     """Sharp inputs (q x 2) with needles planted where the heuristic's splits begin and end."""
     gen = torch.Generator().manual_seed(seed)
     inputs = make_inputs(gen, heads, q_len, seq_lens, torch.float8_e4m3fn, q_scale=2.0)
@@ -50,14 +53,14 @@ def needle_case(heads, q_len, seq_lens, seed):
 
 
 @pytest.fixture(scope="module")
-def long_case():
+def long_case() -> Case:
     """One 128K request (6 heads, 2 tokens): a page is 0.05% of it, a split's edge 0.001%."""
     inputs, splits = needle_case(6, 2, [131072], seed=5)
     return inputs, splits, mla_decode_reference(*inputs, SCALE, KV_SCALE)
 
 
 @pytest.fixture(scope="module")
-def short_case():
+def short_case() -> Case:
     """Three requests of different lengths, 12 heads x 4 tokens (several row groups)."""
     inputs, splits = needle_case(12, 4, [1000, 200, 4], seed=6)
     return inputs, splits, mla_decode_reference(*inputs, SCALE, KV_SCALE)
@@ -73,7 +76,9 @@ def short_case():
         ([1000], 3, 12, 7),
     ],
 )
-def test_twin_matches_the_reference(seq_lens, q_len, heads, num_splits):
+def test_twin_matches_the_reference(
+    seq_lens: list[int], q_len: int, heads: int, num_splits: int
+) -> None:
     """The twin is the kernels' algorithm: float32 agreement with the reference, empty splits,
     row groups and requests of different lengths included."""
     gen = torch.Generator().manual_seed(sum(seq_lens) * 31 + num_splits)
@@ -85,8 +90,9 @@ def test_twin_matches_the_reference(seq_lens, q_len, heads, num_splits):
 
 
 @pytest.mark.parametrize("case", ["long_case", "short_case"])
-def test_verdict_passes_the_correct_schedule(case, request):
-    inputs, splits, (ref_out, ref_lse) = request.getfixturevalue(case)
+def test_verdict_passes_the_correct_schedule(case: str, request: pytest.FixtureRequest) -> None:
+    fixture: Case = request.getfixturevalue(case)
+    inputs, splits, (ref_out, ref_lse) = fixture
     out, lse = twin_decode(*inputs, SCALE, KV_SCALE, num_splits=splits)
     result = verdict(out.to(torch.bfloat16), lse, ref_out, ref_lse)  # the kernel writes bf16
     print(f"\n{case} correct: {result}")  # kernels/NOTES.md's table (pytest -s)
@@ -96,8 +102,11 @@ def test_verdict_passes_the_correct_schedule(case, request):
 
 @pytest.mark.parametrize("bug", SILENT_BUGS)
 @pytest.mark.parametrize("case", ["long_case", "short_case"])
-def test_verdict_fails_each_injected_bug(case, bug, request):
-    inputs, splits, (ref_out, ref_lse) = request.getfixturevalue(case)
+def test_verdict_fails_each_injected_bug(
+    case: str, bug: str, request: pytest.FixtureRequest
+) -> None:
+    fixture: Case = request.getfixturevalue(case)
+    inputs, splits, (ref_out, ref_lse) = fixture
     if bug == "causal_off_by_one" and inputs[0].shape[1] == 1:
         pytest.skip("one token: nothing past the limit")
     out, lse = twin_decode(*inputs, SCALE, KV_SCALE, num_splits=splits, bug=bug)
@@ -107,7 +116,7 @@ def test_verdict_fails_each_injected_bug(case, bug, request):
     assert result["max_rel_l2"] > 0.05, (bug, result)  # not a borderline failure
 
 
-def test_a_needle_dominates_its_row_and_stays_out_of_rows_that_cannot_see_it():
+def test_a_needle_dominates_its_row_and_stays_out_of_rows_that_cannot_see_it() -> None:
     """What the check relies on: a visible needle carries most of its row's attention; one past
     token 0's causal limit, aimed at it (a leaked mask would hand it the row), leaves token 0's
     output exactly as it was."""
@@ -125,7 +134,7 @@ def test_a_needle_dominates_its_row_and_stays_out_of_rows_that_cannot_see_it():
     assert torch.equal(after[0, 0], before[0, 0])
 
 
-def test_relative_l2_scores_a_zero_output_one():
+def test_relative_l2_scores_a_zero_output_one() -> None:
     ref = torch.randn(3, 512)
     assert torch.equal(
         relative_l2_per_row(torch.zeros(3, 512), ref), torch.ones(3, dtype=torch.float64)
@@ -133,7 +142,7 @@ def test_relative_l2_scores_a_zero_output_one():
     assert float(relative_l2_per_row(ref * 1.01, ref).max()) == pytest.approx(0.01)
 
 
-def test_masked_nan_rows_do_not_reach_rows_that_cannot_see_them():
+def test_masked_nan_rows_do_not_reach_rows_that_cannot_see_them() -> None:
     """A NaN cache row at the last position (visible only to the last draft token): every other
     token's output stays finite and right in the reference and the twin; multiplying the masked V
     by 0 instead of skipping it (the former kernel) turns those rows into NaN."""
@@ -151,7 +160,9 @@ def test_masked_nan_rows_do_not_reach_rows_that_cannot_see_them():
     assert torch.isnan(bad[0, :3]).all()
 
 
-def shard(kv, table, total, dcp):
+def shard(
+    kv: torch.Tensor, table: torch.Tensor, total: int, dcp: tuple[int, int, int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rank ``rank``'s DCP shard of request 0's first ``total`` positions: its own cache (pages
     in reverse physical order) and block table, and its local length."""
     n = local_count(total, *dcp)
@@ -165,7 +176,7 @@ def shard(kv, table, total, dcp):
 
 
 @pytest.mark.parametrize(("world", "interleave"), [(4, 1), (2, 64), (8, 16)])
-def test_dcp_shards_merge_to_the_unsharded_result(world, interleave):
+def test_dcp_shards_merge_to_the_unsharded_result(world: int, interleave: int) -> None:
     """Draft tokens under DCP: every rank's masked partial (global positions, as vLLM passes
     totals and (world, rank, interleave)) merged by LSE equals attention over the whole cache;
     the twin (the kernel's local-limit arithmetic) matches the reference on every rank."""

@@ -7,6 +7,7 @@ no spill instructions, no stack, the instruction classes the design relies on ar
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -16,11 +17,13 @@ from kimi_kernels.mla_decode.matrix import MatrixEntry, compile_matrix, format_e
 
 
 @pytest.fixture(scope="module")
-def matrix(tmp_path_factory) -> list[MatrixEntry]:
+def matrix(tmp_path_factory: pytest.TempPathFactory) -> list[MatrixEntry]:
     return compile_matrix(ARCHS, str(tmp_path_factory.mktemp("mla-cubins")))
 
 
-def test_every_config_and_arch_compiled(matrix, record_property):
+def test_every_config_and_arch_compiled(
+    matrix: list[MatrixEntry], record_property: Callable[[str, object], None]
+) -> None:
     got = {(e.kernel, e.config, e.arch) for e in matrix}
     want = {("split", c, a) for c in DISPATCH_CONFIGS for a in ARCHS} | {
         ("combine", None, a) for a in ARCHS
@@ -33,7 +36,7 @@ def test_every_config_and_arch_compiled(matrix, record_property):
     print("\n" + "\n".join(format_entry(e) for e in matrix))
 
 
-def test_no_spills_no_local_memory(matrix):
+def test_no_spills_no_local_memory(matrix: list[MatrixEntry]) -> None:
     bad = [
         format_entry(e)
         for e in matrix
@@ -42,7 +45,7 @@ def test_no_spills_no_local_memory(matrix):
     assert not bad, "local memory / spills:\n" + "\n".join(bad)
 
 
-def test_registers_fit_the_occupancy_the_heuristic_assumes(matrix):
+def test_registers_fit_the_occupancy_the_heuristic_assumes(matrix: list[MatrixEntry]) -> None:
     # the split heuristic counts config.ctas_per_sm resident CTAs (from shared memory): their
     # registers must fit an SM's 64K as well
     for e in matrix:
@@ -52,7 +55,7 @@ def test_registers_fit_the_occupancy_the_heuristic_assumes(matrix):
         assert e.report.registers * threads * ctas <= 65536, format_entry(e)
 
 
-def test_split_kernels_have_the_intended_instruction_classes(matrix):
+def test_split_kernels_have_the_intended_instruction_classes(matrix: list[MatrixEntry]) -> None:
     for e in matrix:
         if e.config is None:
             continue
@@ -71,14 +74,14 @@ def test_split_kernels_have_the_intended_instruction_classes(matrix):
             assert fp8_converts == 0, format_entry(e)
 
 
-def test_combine_kernel_instruction_classes(matrix):
+def test_combine_kernel_instruction_classes(matrix: list[MatrixEntry]) -> None:
     for e in matrix:
         if e.config is None:
             assert e.report.count("MUFU.EX2") > 0, format_entry(e)
             assert e.report.count("F2FP.BF16") > 0, format_entry(e)  # bf16 output
 
 
-def test_compile_cache_returns_the_same_kernel():
+def test_compile_cache_returns_the_same_kernel() -> None:
     config, arch = DISPATCH_CONFIGS[0], ARCHS[0]
     first = compile_split(config, arch)
     assert compile_split(config, arch) is first

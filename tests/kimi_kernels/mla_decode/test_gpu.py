@@ -39,7 +39,9 @@ def _poison_allocator() -> None:
         (6, 4, [8192, 17], 16),
     ],
 )
-def test_matches_reference(kv_dtype, heads, q_len, seq_lens, num_splits):
+def test_matches_reference(
+    kv_dtype: torch.dtype, heads: int, q_len: int, seq_lens: list[int], num_splits: int
+) -> None:
     gen = torch.Generator().manual_seed(sum(seq_lens) + heads)
     q, kv, table, lens = make_inputs(
         gen, heads, q_len, seq_lens, kv_dtype, spare_blocks=5, q_scale=2.0
@@ -60,14 +62,14 @@ def test_matches_reference(kv_dtype, heads, q_len, seq_lens, num_splits):
     assert result["ok"], result
 
 
-def test_lengths_past_the_block_table_are_refused():
+def test_lengths_past_the_block_table_are_refused() -> None:
     gen = torch.Generator().manual_seed(9)
     q, kv, table, lens = (t.cuda() for t in make_inputs(gen, 6, 1, [100], torch.float8_e4m3fn))
     with pytest.raises(ValueError, match="seq_lens\\[0\\] = 200 must be in"):
         mla_decode(q, kv, table, lens + 100, SCALE)
 
 
-def test_masked_nan_cache_rows_stay_out_of_rows_that_cannot_see_them():
+def test_masked_nan_cache_rows_stay_out_of_rows_that_cannot_see_them() -> None:
     gen = torch.Generator().manual_seed(10)
     q, kv, table, lens = (t.cuda() for t in make_inputs(gen, 6, 4, [100], torch.float8_e4m3fn))
     kv[int(table[0, 1]), 99 - 64] = float("nan")  # position 99: only the last token sees it

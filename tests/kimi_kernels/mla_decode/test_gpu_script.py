@@ -4,28 +4,27 @@ the one verdict, its table renders, and without a GPU it stops with one clear li
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
 
 from kimi_kernels.mla_decode.config import SUPPORTED_HEADS
+from tests.support.repo import load_script
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "mla_decode_gpu.py"
+SCRIPT = Path("benchmarks/mla_decode_gpu.py")
 
 
 @pytest.fixture(scope="module")
-def script():
-    spec = importlib.util.spec_from_file_location("mla_decode_gpu", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def script() -> ModuleType:
+    return load_script(SCRIPT)
 
 
-def test_correctness_cases_cover_every_shape(script):
+def test_correctness_cases_cover_every_shape(script: ModuleType) -> None:
     cases = script.correctness_cases()
     fp8 = {(h, q, lens[0]) for h, q, lens, kv, splits in cases if kv == "fp8_e4m3"}
     want = {
@@ -42,12 +41,14 @@ def test_correctness_cases_cover_every_shape(script):
         assert all(q_len <= n for n in lens)
 
 
-def test_phase_shares_fit_the_budget(script):
+def test_phase_shares_fit_the_budget(script: ModuleType) -> None:
     assert set(script.PHASES) == {"env", "correctness", "floors", "timing", "splits"}
     assert sum(script.PHASES.values()) == pytest.approx(1.0)
 
 
-def test_a_phase_runs_in_its_own_process(script, tmp_path, monkeypatch):
+def test_a_phase_runs_in_its_own_process(
+    script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The env phase on this machine (no GPU): the child's error comes back as the phase's error,
     the parent goes on, and no result file means no result."""
     monkeypatch.setattr(script, "OUT_DIR", tmp_path)
@@ -61,7 +62,7 @@ def test_a_phase_runs_in_its_own_process(script, tmp_path, monkeypatch):
         assert "Error" in got["error"]
 
 
-def test_verdict_needs_every_phase_and_every_check(script):
+def test_verdict_needs_every_phase_and_every_check(script: ModuleType) -> None:
     ok = {"result": {"passed": 3, "failed": 0, "cases": []}}
     phases = {"env": {"result": {}}, "correctness": ok, "floors": {"result": {}}}
     assert script.overall(phases)["ok"]
@@ -70,7 +71,7 @@ def test_verdict_needs_every_phase_and_every_check(script):
     assert not script.overall({**phases, "correctness": bad})["ok"]
 
 
-def test_table_renders_a_result(script):
+def test_table_renders_a_result(script: ModuleType) -> None:
     timing = {
         "heads": 12, "q_len": 8, "batch": 1, "s_k": 131072, "splits": 44, "us": 250.0,
         "moved_gbps": 300.0, "tflops": 9.0, "floor_us": 20.0, "x_floor": 12.5,
@@ -95,7 +96,12 @@ def test_table_renders_a_result(script):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-def test_without_a_gpu_it_stops_cleanly(script, monkeypatch, capsys, tmp_path):
+def test_without_a_gpu_it_stops_cleanly(
+    script: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
     monkeypatch.setattr(sys, "argv", ["mla_decode_gpu.py"])
     monkeypatch.setattr(script, "OUT_DIR", tmp_path)
     assert script.main() == 2
@@ -103,7 +109,7 @@ def test_without_a_gpu_it_stops_cleanly(script, monkeypatch, capsys, tmp_path):
 
 
 @pytest.fixture
-def on_the_cpu(script, monkeypatch):
+def on_the_cpu(script: ModuleType, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """The correctness checks' glue on the CPU: inputs on "cpu", mla_decode replaced by the
     kernels' schedule twin (with the host-side length check mla_decode runs)."""
     import types  # noqa: PLC0415
@@ -112,7 +118,15 @@ def on_the_cpu(script, monkeypatch):
     from kimi_kernels.mla_decode.reference import check_block_table  # noqa: PLC0415
     from tests.kimi_kernels.mla_decode.schedule_twin import twin_decode  # noqa: PLC0415
 
-    def fake_mla_decode(q, kv, table, lens, scale, kv_scale=1.0, **options):  # noqa: PLR0917
+    def fake_mla_decode(  # noqa: PLR0917
+        q: torch.Tensor,
+        kv: torch.Tensor,
+        table: torch.Tensor,
+        lens: torch.Tensor,
+        scale: float,
+        kv_scale: float = 1.0,
+        **options: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         totals = options.get("totals")
         check_block_table(q.shape[1], kv.shape[0], table, lens, totals)
         splits = options.get("num_splits") or 3
@@ -139,14 +153,16 @@ def on_the_cpu(script, monkeypatch):
         (6, 3, [65], "fp8_e4m3", 7),
     ],
 )
-def test_correctness_checks_pass_a_correct_schedule(on_the_cpu, case):
+def test_correctness_checks_pass_a_correct_schedule(
+    on_the_cpu: ModuleType, case: tuple[int, int, list[int], str, int | None]
+) -> None:
     result = on_the_cpu.check_case(torch.Generator().manual_seed(1), case)
     assert result["ok"], result
     assert result["heads"] == case[0]
     assert result["splits"] == (case[4] or result["splits"])
 
 
-def test_the_extra_checks_pass_a_correct_schedule(on_the_cpu):
+def test_the_extra_checks_pass_a_correct_schedule(on_the_cpu: ModuleType) -> None:
     gen = torch.Generator().manual_seed(2)
     for check in (on_the_cpu.check_masked_nan, on_the_cpu.check_dcp, on_the_cpu.check_refusal):
         result = check(gen)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
 
 import pytest
 import torch
@@ -35,7 +37,7 @@ from kimi_kernels.mla_decode.kernel import MLADecodeCombine, MLADecodeSplitKV
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "bf16"])
 @pytest.mark.parametrize("heads", SUPPORTED_HEADS)
 @pytest.mark.parametrize("q_len", range(1, 9))
-def test_every_shape_dispatches_to_a_compiled_config(kv_dtype, heads, q_len):
+def test_every_shape_dispatches_to_a_compiled_config(kv_dtype: str, heads: int, q_len: int) -> None:
     config = choose_config(kv_dtype, heads * q_len)
     assert config in DISPATCH_CONFIGS
     assert config.kv_dtype == kv_dtype
@@ -45,7 +47,7 @@ def test_every_shape_dispatches_to_a_compiled_config(kv_dtype, heads, q_len):
     MLADecodeSplitKV.can_implement(config)
 
 
-def test_dispatch_configs_are_exactly_what_choose_config_returns():
+def test_dispatch_configs_are_exactly_what_choose_config_returns() -> None:
     reachable = {
         choose_config(k, rows) for k in ("fp8_e4m3", "bf16") for rows in range(1, 8 * 96 + 1)
     }
@@ -59,7 +61,7 @@ def test_dispatch_configs_are_exactly_what_choose_config_returns():
         (("fp8_e4m3", 0), "rows must be >= 1"),
     ],
 )
-def test_choose_config_errors(args, message):
+def test_choose_config_errors(args: tuple[str, int], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         choose_config(*args)
 
@@ -72,7 +74,7 @@ def test_choose_config_errors(args, message):
         (SplitConfig("bf16", 4, 3), "rows_per_warp must be 1, 2 or 4, got 3"),
     ],
 )
-def test_can_implement_errors(config, message):
+def test_can_implement_errors(config: SplitConfig, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         MLADecodeSplitKV.can_implement(config)
     with pytest.raises(ValueError, match="num_splits must be >= 1"):
@@ -84,7 +86,9 @@ def test_can_implement_errors(config, message):
 @pytest.mark.parametrize("heads", SUPPORTED_HEADS)
 @pytest.mark.parametrize("q_len", [1, 8])
 @pytest.mark.parametrize("seq_len", [1, 63, 1000, 8192, 131072])
-def test_split_heuristic_bounds(num_sms, batch, heads, q_len, seq_len):
+def test_split_heuristic_bounds(
+    num_sms: int, batch: int, heads: int, q_len: int, seq_len: int
+) -> None:
     rows = heads * q_len
     config = choose_config("fp8_e4m3", rows)
     splits = choose_num_splits(batch, rows, seq_len, config, num_sms)
@@ -107,7 +111,9 @@ def _launch_cost(ctas: int, splits: int, wave: int) -> float:
 @pytest.mark.parametrize("batch", [1, 2, 3, 8])
 @pytest.mark.parametrize("heads", SUPPORTED_HEADS)
 @pytest.mark.parametrize("q_len", [1, 2, 8])
-def test_split_heuristic_takes_no_costlier_tail_wave(num_sms, batch, heads, q_len):
+def test_split_heuristic_takes_no_costlier_tail_wave(
+    num_sms: int, batch: int, heads: int, q_len: int
+) -> None:
     """No split count within the caps gives a shorter launch than the chosen one."""
     rows = heads * q_len
     config = choose_config("fp8_e4m3", rows)
@@ -118,7 +124,7 @@ def test_split_heuristic_takes_no_costlier_tail_wave(num_sms, batch, heads, q_le
     assert _launch_cost(ctas, splits, wave) == pytest.approx(best)
 
 
-def test_split_heuristic_examples():
+def test_split_heuristic_examples() -> None:
     """Pinned values: a change to the heuristic shows up here (and needs a NOTES.md entry)."""
     fp8_6x8 = choose_config("fp8_e4m3", 48)
     assert choose_num_splits(1, 48, 131072, fp8_6x8, 132) == 88
@@ -132,7 +138,7 @@ def test_split_heuristic_examples():
     assert choose_num_splits(1, 768, 131072, fp8_96x8, 132) == 11
 
 
-def test_workspace_views_are_disjoint_and_sized():
+def test_workspace_views_are_disjoint_and_sized() -> None:
     batch, rows, splits = 2, 48, 5
     need = workspace_floats(batch, rows, splits)
     ws = torch.zeros(need + 100)
@@ -158,12 +164,12 @@ def test_workspace_views_are_disjoint_and_sized():
         (torch.zeros(7001)[1:], "16-byte boundary"),
     ],
 )
-def test_workspace_errors(workspace, message):
+def test_workspace_errors(workspace: torch.Tensor, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         partition_workspace(workspace, 1, 6, 2)
 
 
-def test_split_heuristic_errors():
+def test_split_heuristic_errors() -> None:
     config = DISPATCH_CONFIGS[0]
     with pytest.raises(ValueError, match="must be >= 1"):
         choose_num_splits(0, 6, 100, config, 132)
@@ -171,7 +177,7 @@ def test_split_heuristic_errors():
         choose_num_splits(1, 6, 0, config, 132)
 
 
-def _inputs(**over):
+def _inputs(**over: torch.Tensor) -> dict[str, torch.Tensor]:
     t = {
         "q": torch.zeros(2, 8, 6, 576, dtype=torch.bfloat16),
         "kv_cache": torch.zeros(4, 64, 576, dtype=torch.float8_e4m3fn),
@@ -201,12 +207,12 @@ def _inputs(**over):
         ({}, "all tensors must be on one CUDA device, got \\['cpu'\\]"),
     ],
 )
-def test_check_inputs_errors(over, message):
+def test_check_inputs_errors(over: dict[str, torch.Tensor], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         check_inputs(**_inputs(**over))
 
 
-def test_device_arch_rejects_other_gpus(monkeypatch):
+def test_device_arch_rejects_other_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _device: (8, 0))
     with pytest.raises(RuntimeError, match=r"compute capability 8\.0"):
         device_arch(torch.device("cuda", 0))
@@ -214,7 +220,7 @@ def test_device_arch_rejects_other_gpus(monkeypatch):
     assert device_arch(torch.device("cuda", 0)) == "sm_103a"
 
 
-def _type_strings(tensors):
+def _type_strings(tensors: Iterable[Any]) -> list[str]:
     from cutlass._mlir import ir  # noqa: PLC0415
 
     with ir.Context(), ir.Location.unknown():
@@ -222,7 +228,7 @@ def _type_strings(tensors):
 
 
 @pytest.mark.parametrize("config", DISPATCH_CONFIGS)
-def test_runtime_tensors_have_the_types_the_kernels_were_compiled_for(config):
+def test_runtime_tensors_have_the_types_the_kernels_were_compiled_for(config: SplitConfig) -> None:
     """What mla_decode passes at run time (to_cute of torch tensors) has exactly the MLIR types of
     the fake tensors the kernels are compiled from, except the memory space: DLPack says
     "generic" for these CPU tensors where a CUDA tensor says "gmem"."""
@@ -244,7 +250,7 @@ def test_runtime_tensors_have_the_types_the_kernels_were_compiled_for(config):
         assert got == _type_strings(fake)
 
 
-def test_check_inputs_rejects_misaligned_tensors():
+def test_check_inputs_rejects_misaligned_tensors() -> None:
     t = _inputs()
     t["seq_lens"] = torch.zeros(3, dtype=torch.int32)[1:]
     with pytest.raises(ValueError, match="seq_lens must start on a 16-byte boundary"):

@@ -46,7 +46,9 @@ def _all_counts(out: cute.Tensor, world: Int32, rank: Int32, interleave: Int32) 
 
 @pytest.mark.parametrize("num_splits", [1, 2, 3, 7, 64, 129])
 @pytest.mark.parametrize("seq_len", [1, 31, 32, 33, 63, 64, 65, 1000, 8192, 131072])
-def test_split_range_runs_on_the_host_and_matches_split_bounds(seq_len, num_splits):
+def test_split_range_runs_on_the_host_and_matches_split_bounds(
+    seq_len: int, num_splits: int
+) -> None:
     out = torch.full((num_splits, 2), -7, dtype=torch.int32)
     _all_split_ranges(from_dlpack(out), Int32(seq_len), Int32(num_splits))
     want = [split_bounds(seq_len, num_splits, s) for s in range(num_splits)]
@@ -54,7 +56,7 @@ def test_split_range_runs_on_the_host_and_matches_split_bounds(seq_len, num_spli
 
 
 @pytest.mark.parametrize(("q_len", "heads"), [(1, 6), (8, 12), (3, 96)])
-def test_causal_limit_runs_on_the_host(q_len, heads):
+def test_causal_limit_runs_on_the_host(q_len: int, heads: int) -> None:
     seq_len = 100
     out = torch.full((q_len * heads,), -7, dtype=torch.int32)
     _all_limits(from_dlpack(out), *(Int32(x) for x in (seq_len, q_len, heads, 1, 0, 1)))
@@ -64,7 +66,9 @@ def test_causal_limit_runs_on_the_host(q_len, heads):
 
 
 @pytest.mark.parametrize(("world", "interleave"), [(1, 1), (4, 1), (2, 64), (8, 16), (16, 64)])
-def test_local_count_runs_on_the_host_and_counts_the_rank_positions(world, interleave):
+def test_local_count_runs_on_the_host_and_counts_the_rank_positions(
+    world: int, interleave: int
+) -> None:
     """The kernel's local_count, its Python twin and a brute-force count over the global
     positions of each rank's shard agree for every global length up to 3 interleave cycles."""
     span = 3 * world * interleave + 5
@@ -77,7 +81,7 @@ def test_local_count_runs_on_the_host_and_counts_the_rank_positions(world, inter
         assert [host_local_count(n, world, rank, interleave) for n in range(span)] == brute
 
 
-def test_causal_limit_under_dcp_is_the_last_local_position_globally_visible():
+def test_causal_limit_under_dcp_is_the_last_local_position_globally_visible() -> None:
     total, q_len, heads, world, interleave = 200, 4, 2, 4, 8
     for rank in range(world):
         out = torch.full((q_len * heads,), -7, dtype=torch.int32)

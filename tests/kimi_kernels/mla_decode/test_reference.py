@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -15,7 +16,11 @@ from kimi_kernels.mla_decode.reference import gather_kv
 SCALE = 1.0 / math.sqrt(192.0)  # Kimi K3's softmax scale is 1/sqrt(qk_nope + rope) = 1/sqrt(192)
 
 
-def naive(inputs, scale, kv_scale):
+def naive(
+    inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    scale: float,
+    kv_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """float64, one (request, token, head) at a time, straight from the definition."""
     q, kv_cache, block_table, seq_lens = inputs
     batch, q_len, heads, _ = q.shape
@@ -48,7 +53,9 @@ def naive(inputs, scale, kv_scale):
         (torch.float32, 6, 3, [70], 0.25),
     ],
 )
-def test_reference_matches_naive_float64(kv_dtype, heads, q_len, seq_lens, kv_scale):
+def test_reference_matches_naive_float64(
+    kv_dtype: torch.dtype, heads: int, q_len: int, seq_lens: list[int], kv_scale: float
+) -> None:
     gen = torch.Generator().manual_seed(hash((heads, q_len, *seq_lens)) % 2**31)
     inp = make_inputs(gen, heads, q_len, seq_lens, kv_dtype, q_dtype=torch.float32)
     out, lse = mla_decode_reference(*inp, SCALE, kv_scale)
@@ -60,7 +67,7 @@ def test_reference_matches_naive_float64(kv_dtype, heads, q_len, seq_lens, kv_sc
     torch.testing.assert_close(lse.double(), want_lse, atol=2e-5, rtol=2e-5)
 
 
-def test_reference_page_order_does_not_matter():
+def test_reference_page_order_does_not_matter() -> None:
     """The same logical cache under two different physical page orders gives the same result."""
     gen = torch.Generator().manual_seed(1)
     q, kv, table, lens = make_inputs(gen, 6, 2, [150, 90], torch.float8_e4m3fn)
@@ -74,7 +81,7 @@ def test_reference_page_order_does_not_matter():
     torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
-def test_reference_causal_mask_between_draft_tokens():
+def test_reference_causal_mask_between_draft_tokens() -> None:
     """Token j sees exactly seq_len - q_len + j + 1 positions: changing the last cache row moves
     only the last token's output."""
     gen = torch.Generator().manual_seed(2)
@@ -104,7 +111,7 @@ def test_reference_causal_mask_between_draft_tokens():
         ({"kv_shape": (4, 32, 576)}, "kv_cache must be \\[num_blocks, 64, 576\\]"),
     ],
 )
-def test_reference_rejects_bad_inputs(change, message):
+def test_reference_rejects_bad_inputs(change: dict[str, Any], message: str) -> None:
     gen = torch.Generator().manual_seed(3)
     q, kv, table, lens = make_inputs(gen, 6, 1, [10], torch.float32)
     if "seq_lens" in change:
@@ -123,7 +130,13 @@ def test_reference_rejects_bad_inputs(change, message):
         )
 
 
-def _partials(q, kv, table, seq_len, bounds):
+def _partials(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    table: torch.Tensor,
+    seq_len: int,
+    bounds: list[tuple[int, int]],
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per split: attention restricted to [start, end) (normalized) and its natural-log lse."""
     rows = gather_kv(kv, table, 0, seq_len, 1.0)
     q_len = q.shape[1]
@@ -143,7 +156,9 @@ def _partials(q, kv, table, seq_len, bounds):
     ("seq_len", "q_len", "num_splits"),
     [(1000, 8, 7), (65, 1, 3), (64, 4, 5), (33, 2, 32), (8192, 8, 16)],
 )
-def test_merge_of_split_partials_equals_the_whole(seq_len, q_len, num_splits):
+def test_merge_of_split_partials_equals_the_whole(
+    seq_len: int, q_len: int, num_splits: int
+) -> None:
     """The kernel's split boundaries (split_bounds, including empty splits) merged by LSE equal
     the reference over the whole context."""
     gen = torch.Generator().manual_seed(seq_len)
@@ -158,7 +173,7 @@ def test_merge_of_split_partials_equals_the_whole(seq_len, q_len, num_splits):
 
 @pytest.mark.parametrize("num_splits", [1, 2, 3, 7, 32, 129])
 @pytest.mark.parametrize("seq_len", [1, 31, 32, 33, 64, 65, 1000, 131072])
-def test_split_bounds_partition_the_context(seq_len, num_splits):
+def test_split_bounds_partition_the_context(seq_len: int, num_splits: int) -> None:
     bounds = [split_bounds(seq_len, num_splits, s) for s in range(num_splits)]
     covered = [p for start, end in bounds for p in range(start, max(start, end))]
     assert covered == list(range(seq_len))
@@ -166,7 +181,7 @@ def test_split_bounds_partition_the_context(seq_len, num_splits):
         assert start % TILE_N == 0  # every split starts on a tile boundary
 
 
-def test_merge_partials_ignores_empty_splits():
+def test_merge_partials_ignores_empty_splits() -> None:
     outs = torch.randn(3, 2, 512)
     lses = torch.tensor([[0.5, -1.0], [float("-inf"), float("-inf")], [1.5, 2.0]])
     outs[1] = float("nan")  # an empty split's output is never read

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ from kimi_kernels.preflight.checks import (
     should_run_attention,
     should_run_kernel_checks,
 )
+from tests.support.repo import ROOT
 
 GB300 = Gpu(0, "NVIDIA GB300", (10, 3), multicast=True)
 B200 = Gpu(1, "NVIDIA B200", (10, 0), multicast=True)
@@ -35,14 +35,13 @@ GOOD = Facts(
     imports_tried=60,
     attention=(CoreResult("tokenspeed", 2e-3, None), CoreResult("trtllm", 3e-3, None)),
 )
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def _with(**changes: object) -> Facts:
     return Facts(**{**GOOD.__dict__, **changes})
 
 
-def test_a_ready_node_has_no_problems():
+def test_a_ready_node_has_no_problems() -> None:
     assert evaluate(GOOD) == []
     assert report(GOOD, [])["ok"] is True
 
@@ -112,16 +111,16 @@ def test_a_ready_node_has_no_problems():
         ),
     ],
 )
-def test_each_problem_is_one_clear_line(facts, expected):
+def test_each_problem_is_one_clear_line(facts: Facts, expected: list[str]) -> None:
     assert evaluate(facts) == expected
 
 
-def test_imex_channel_present_is_fine():
+def test_imex_channel_present_is_fine() -> None:
     facts = _with(expect_imex=True, imex_channels=("/dev/nvidia-caps-imex-channels/channel0",))
     assert evaluate(facts) == []
 
 
-def test_several_problems_are_all_reported():
+def test_several_problems_are_all_reported() -> None:
     facts = _with(gpus=(H200, Gpu(1, "NVIDIA H200", (9, 0), multicast=False)), expect_imex=True)
     problems = evaluate(facts)
     assert len(problems) == 4
@@ -131,7 +130,7 @@ def test_several_problems_are_all_reported():
     assert problems[3].startswith("a ComputeDomain claim is expected")
 
 
-def test_kernel_checks_run_only_with_a_usable_driver():
+def test_kernel_checks_run_only_with_a_usable_driver() -> None:
     assert should_run_kernel_checks(GOOD)
     assert should_run_kernel_checks(_with(gpus=(H200,)))  # still worth knowing on other GPUs
     assert not should_run_kernel_checks(_with(gpus=()))
@@ -139,7 +138,7 @@ def test_kernel_checks_run_only_with_a_usable_driver():
     assert not should_run_kernel_checks(Facts(probe_error="no NVIDIA GPU found"))
 
 
-def test_attention_cores_run_only_where_vllm_could_run_them():
+def test_attention_cores_run_only_where_vllm_could_run_them() -> None:
     assert should_run_attention(GOOD)
     assert should_run_attention(_with(gpus=(Gpu(0, "NVIDIA GB300", (10, 3), multicast=False),)))
     assert not should_run_attention(_with(gpus=(GB300, H200)))  # tokenspeed_mla refuses SM90
@@ -173,7 +172,7 @@ def _fast_path_failures() -> list[str]:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-def test_without_a_gpu_it_still_checks_the_image():
+def test_without_a_gpu_it_still_checks_the_image() -> None:
     """No GPU, and vLLM's fast path imported as the image would on first use: every import that
     fails is one line naming vLLM's source line, no traceback."""
     run = _run_preflight()
@@ -198,7 +197,7 @@ def test_without_a_gpu_it_still_checks_the_image():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-def test_stock_decode_skips_the_fast_path_checks():
+def test_stock_decode_skips_the_fast_path_checks() -> None:
     run = _run_preflight("--no-kernels")
     assert run.returncode == 1
     (line,) = run.stderr.strip().splitlines()
@@ -210,7 +209,7 @@ def test_stock_decode_skips_the_fast_path_checks():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
-def test_on_a_gpu_it_reports_the_gpu_and_runs_the_kernels():
+def test_on_a_gpu_it_reports_the_gpu_and_runs_the_kernels() -> None:
     run = _run_preflight()
     body = json.loads(run.stdout)
     facts = body["facts"]

@@ -8,6 +8,8 @@ from typing import Any
 
 import celpy
 import pytest
+from celpy.adapter import json_to_cel
+from celpy.celtypes import ListType
 
 from kimi_operator.api.engine_args import (
     ENGINE_ARG_REFUSALS,
@@ -21,6 +23,7 @@ from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.vllm_flags import SERVE_FLAGS, SERVE_OPTIONS
 from kimi_operator.builders.vllm_args import leader_args, worker_args
 from tests.support.specs import edited
+from tests.support.vllm_cli import FORBIDDEN_DESTS
 from tests.support.vllm_cli import parse as _parse
 
 REFUSED = [
@@ -98,16 +101,15 @@ def test_cel_rule_gives_the_python_verdict(rule: Any) -> None:
     """The CRD's rule text itself (escaping of the pattern into a CEL string included)."""
     program = CEL.program(CEL.compile(rule.cel))
     for arg in REFUSED + ALLOWED + DISGUISED + PLAIN_VALUES:
-        assert bool(program.evaluate({"self": celpy.json_to_cel([arg])})) == rule.check([arg]), arg
+        assert bool(program.evaluate({"self": json_to_cel([arg])})) == rule.check([arg]), arg
 
 
 @pytest.mark.parametrize("group", ENGINE_ARG_REFUSALS, ids=lambda g: g.label)
 def test_cel_matches_gives_the_python_verdict(group: Any) -> None:
     program = CEL.program(CEL.compile("self.map(a, a.matches(p))"))
     args = REFUSED + ALLOWED + DISGUISED + PLAIN_VALUES
-    verdicts = program.evaluate(
-        {"self": celpy.json_to_cel(args), "p": celpy.json_to_cel(group.pattern)}
-    )
+    verdicts = program.evaluate({"self": json_to_cel(args), "p": json_to_cel(group.pattern)})
+    assert isinstance(verdicts, ListType)
     assert [bool(v) for v in verdicts] == [bool(group.regex.search(a)) for a in args]
 
 
@@ -138,12 +140,6 @@ def _deployment(sample: str) -> KimiDeployment:
 
 
 # --- against vLLM 0.33.0's real parser (the vllm_parser fixture: tests/support/vllm_cli.py) ---
-
-
-# vLLM destinations (parsed settings) that some refused flag sets.
-FORBIDDEN_DESTS = {
-    d for g in FORBIDDEN_FLAG_GROUPS for d, fs in SERVE_OPTIONS.items() if set(fs) & set(g.flags)
-}
 
 
 def test_snapshot_is_the_real_parser(vllm_parser: Any) -> None:

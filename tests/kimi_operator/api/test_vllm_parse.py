@@ -2,7 +2,6 @@
 vLLM 0.33.0's real `vllm serve` parser: the same verdict on every corpus spec, on every option
 with values of every kind, and the snapshot is what the wheel's parser says."""
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,8 @@ import pytest
 
 from kimi_operator.api import vllm_flags, vllm_parse
 from kimi_operator.api.validation import check_document
-from tests.kimi_operator.api.test_one_verdict import CORPUS, PARSER_ONLY
+from tests.support.corpus import CORPUS, PARSER_ONLY
+from tests.support.repo import load_script
 from tests.support.specs import edited
 from tests.support.vllm_cli import parse
 
@@ -76,12 +76,7 @@ def test_every_option_reads_values_as_vllm_does(vllm_parser: Any) -> None:
 
 @pytest.mark.usefixtures("vllm_parser")  # vLLM importable
 def test_the_committed_snapshot_is_the_wheels() -> None:
-    script = Path(__file__).parents[3] / "scripts" / "snapshot_vllm_flags.py"
-    spec = importlib.util.spec_from_file_location("snapshot_vllm_flags", script)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(Path("scripts/snapshot_vllm_flags.py"))
     generated: dict[str, Any] = {}
     exec(module.render(), generated)
     assert generated["VLLM_VERSION"] == vllm_flags.VLLM_VERSION

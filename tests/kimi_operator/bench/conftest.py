@@ -7,7 +7,7 @@ import pytest
 
 from kimi_operator.bench.stub import Schedule, StubApp, serve_in_process, serve_in_thread
 from kimi_operator.cli import main
-from tests.kimi_operator.bench.bench_helpers import Cli, CliResult
+from tests.support.bench import Cli, CliResult
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from kimi_operator.bench.profiles import Prompts
 from kimi_operator.bench.traces import generate_trace, parse_trace, plan_trace, trace_digest
-from tests.kimi_operator.bench.bench_helpers import Cli, results
+from tests.support.bench import Cli, results
 
 TRACE = (
     '{"start_s": 0.0, "prompt_tokens": 40, "output_tokens": 4, "prefix_group": "s1",'

@@ -5,7 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_client.py"
+from tests.support.repo import ROOT
+
+SCRIPT = ROOT / "benchmarks" / "bench_client.py"
 
 
 def test_bench_client_script_joins_client_and_server_times(tmp_path: Path) -> None:

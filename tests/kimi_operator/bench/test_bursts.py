@@ -8,7 +8,7 @@ import pytest
 
 from kimi_operator.bench.results import Distribution, RequestRecord, ServerMetrics
 from kimi_operator.bench.stats import mark_bursts, timing_warnings, together
-from tests.kimi_operator.bench.bench_helpers import Cli, bench_argv, results
+from tests.support.bench import Cli, bench_argv, results
 
 STEP_S = 0.01
 RATE = 1 / STEP_S  # the stub's timetable, as its /metrics reports it

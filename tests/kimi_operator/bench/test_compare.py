@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kimi_operator.bench.results import Results
-from tests.kimi_operator.bench.bench_helpers import Cli, results
+from tests.support.bench import Cli, results
 
 
 @pytest.fixture(scope="module")

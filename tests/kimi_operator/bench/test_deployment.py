@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from kimi_operator.bench.stub import serve_app_in_thread
-from tests.kimi_operator.bench.bench_helpers import Cli, results
+from tests.support.bench import Cli, results
 
 PATH = "/apis/kimi-operator.io/v1alpha1/namespaces/{namespace}/kimideployments/{name}"
 

@@ -8,7 +8,7 @@ import pytest
 from aiohttp import web
 
 from kimi_operator.bench.stub import Schedule, serve_app_in_thread, serve_in_thread
-from tests.kimi_operator.bench.bench_helpers import Cli
+from tests.support.bench import Cli
 
 
 def one_error_line(err: str) -> str:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from kimi_operator.bench.job import default_image
-from tests.kimi_operator.bench.bench_helpers import Cli
+from tests.support.bench import Cli
 
 K8S_VERSION = "1.33"
 

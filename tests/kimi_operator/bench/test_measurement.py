@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kimi_operator.bench.bench_helpers import Cli, bench_argv, results
+from tests.support.bench import Cli, bench_argv, results
 
 # The example timetable, with a longer first token: the few milliseconds that loopback
 # HTTP and process wake-ups take on a busy 2-core machine are part of a real TTFT too, and 3% of

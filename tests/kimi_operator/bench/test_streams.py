@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from kimi_operator.bench.stub import serve_app_in_thread
-from tests.kimi_operator.bench.bench_helpers import Cli, bench_argv, results
+from tests.support.bench import Cli, bench_argv, results
 
 PAUSE_S = 0.02
 

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from kimi_operator.bench.traces import generate_trace, plan_trace
-from tests.kimi_operator.bench.bench_helpers import Cli, closed_chain_task, results
+from tests.support.bench import Cli, closed_chain_task, results
 
 STEP_S = 0.002
 OUTPUT = 10  # tokens per turn: the stub's last chunk comes (OUTPUT - 1) steps after its first

@@ -11,7 +11,7 @@ import pytest
 from kimi_operator.bench.client import Progress
 from kimi_operator.bench.server_metrics import delta, parse
 from kimi_operator.bench.stats import decode_rate, distribution, percentile, token_itls
-from tests.kimi_operator.bench.bench_helpers import Cli
+from tests.support.bench import Cli
 
 
 def test_percentiles_interpolate_linearly() -> None:

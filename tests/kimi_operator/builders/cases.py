@@ -1,7 +1,6 @@
 """The specs the builder tests render: every sample, plus the branches no sample takes."""
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -9,8 +8,8 @@ import yaml
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
+from tests.support.repo import ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = sorted((ROOT / "crds" / "samples").glob("*.yaml"))
 
 

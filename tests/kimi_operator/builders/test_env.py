@@ -8,7 +8,7 @@ import pytest
 from kimi_operator.api.owned_env import OWNED_ENV
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults, build_children
-from tests.kimi_operator.api.test_one_verdict import CORPUS
+from tests.support.corpus import CORPUS
 from tests.support.pods import pod_specs
 from tests.support.specs import edited
 

@@ -1,18 +1,17 @@
-"""The pure parts of apply and status."""
+"""The pure parts of apply: what counts as drift, the patch that repairs it, what to remove."""
 
 import copy
 from typing import Any
 
-from kimi_operator import conditions as cond
 from kimi_operator.embedded.server import merge_diff, merge_patch
 from kimi_operator.k8s.apply import APPLIED_ANNOTATION, covers, drift_patch, removals, with_owner
 
-OWNER = {
+OWNER: dict[str, Any] = {
     "apiVersion": "kimi-operator.io/v1alpha1",
     "kind": "KimiDeployment",
     "metadata": {"name": "k3", "uid": "u-1"},
 }
-CHILD = {
+CHILD: dict[str, Any] = {
     "apiVersion": "v1",
     "kind": "Service",
     "metadata": {"name": "k3", "namespace": "ns", "labels": {"a": "1"}},
@@ -89,60 +88,3 @@ def test_emulator_merge_patch_round_trip() -> None:
     old = {"a": 1, "b": {"c": 1, "d": 2}, "e": [1]}
     new = {"b": {"c": 2}, "e": [2], "f": {"g": 1}}
     assert merge_patch(old, merge_diff(old, new)) == new
-
-
-def seen(**changes: Any) -> cond.Observation:
-    base: dict[str, Any] = {
-        "groups_wanted": 2,
-        "groups_present": 2,
-        "groups_ready": 1,
-        "endpoint": "http://x",
-        "domains_wanted": 2,
-        "domains_ready": 2,
-    }
-    return cond.Observation(**(base | changes))
-
-
-def test_transition_time_moves_only_when_the_status_changes() -> None:
-    first = cond.render({}, cond.valid_conditions(seen()), generation=1, now="T1")
-    same = cond.render(first, cond.valid_conditions(seen()), generation=1, now="T2")
-    assert same == first
-    ready = cond.render(first, cond.valid_conditions(seen(groups_ready=2)), generation=1, now="T3")
-    times = {c["type"]: c["lastTransitionTime"] for c in ready["conditions"]}
-    assert times == {
-        "Ready": "T3",
-        "Progressing": "T3",
-        "Degraded": "T1",
-        "SpecValid": "T1",
-        "MNNVLReady": "T1",
-    }
-
-
-def test_new_problems_are_worth_one_event_each() -> None:
-    missing = cond.Problem("LeaderWorkerSetNotInstalled", "install it")
-    first = cond.render({}, cond.valid_conditions(seen()), generation=1, now="T")
-    broken = cond.render(
-        first, cond.valid_conditions(seen(blockers=[missing])), generation=1, now="T"
-    )
-    assert cond.newly_bad(first, broken) == [missing]  # Ready and Degraded: one event
-    assert cond.newly_bad(broken, broken) == []  # not again on every resync
-
-
-def test_invalid_spec_keeps_what_was_observed() -> None:
-    ready = cond.render(
-        {}, cond.valid_conditions(seen(groups_ready=2)), generation=1, now="T1", counts=(2, 2)
-    )
-    invalid = cond.render(
-        ready, cond.invalid_conditions(ready, ["spec.gpus: no"]), generation=2, now="T2"
-    )
-    by_type = {c["type"]: c for c in invalid["conditions"]}
-    assert by_type["Ready"]["status"] == "True"
-    assert by_type["SpecValid"] | {"lastTransitionTime": ""} == {
-        "type": "SpecValid",
-        "status": "False",
-        "reason": "Invalid",
-        "message": "spec.gpus: no",
-        "lastTransitionTime": "",
-        "observedGeneration": 2,
-    }
-    assert invalid["replicas"] == ready["replicas"] == 2

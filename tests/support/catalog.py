@@ -13,7 +13,7 @@ from kimi_kernels.decode_metrics import names
 from kimi_operator.controller.metrics import Metrics
 from kimi_operator.embedded.upstream import VLLM_METRICS, upstream_file
 from kimi_operator.observability.dashboards import DEFAULT_GPU_HOUR_PRICE, PRICE_VARIABLE
-from tests.observability.tools import ROOT
+from tests.support.repo import ROOT
 
 CHART = ROOT / "charts" / "kimi-operator"
 RULES = CHART / "rules" / "kimi-k3.rules.yaml"

@@ -37,9 +37,9 @@ from kimi_kernels.decode_metrics import names
 from kimi_kernels.decode_metrics.decode_path import DecodePathRecorder
 from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
 from kimi_operator.controller.metrics import Metrics
-from tests.kimi_kernels.decode_metrics.feed import finished
+from tests.support.feed import finished
+from tests.support.repo import ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "charts" / "kimi-operator" / "rules" / "kimi-k3.rules.yaml"
 STEP = 30  # seconds of history between snapshots
 SNAPSHOTS = 24

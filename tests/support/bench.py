@@ -1,4 +1,5 @@
-"""Helpers the bench tests share (fixtures live in conftest.py)."""
+"""Helpers of the bench tests (tests/kimi_operator/bench, tests/vllm): CLI results, arguments,
+the closed-chain task. The `cli` and `stub` fixtures live in that folder's conftest.py."""
 
 import json
 from collections.abc import Callable

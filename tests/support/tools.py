@@ -6,11 +6,11 @@ proof can never be skipped there; on a developer machine it skips with the insta
 
 import os
 import shutil
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.repo import ROOT
+
 HINTS = {
     "prometheus": "apt-get install prometheus (Debian)",
     "promtool": "apt-get install prometheus (Debian)",

@@ -1,0 +1,580 @@
+"""The corpus of KimiDeployment specs with the verdict each must get, from pydantic, the generated
+CRD and `kimi-operator validate` alike (tests/kimi_operator/api/test_one_verdict.py); the gate,
+builders and engineArgs tests draw their cases from it too."""
+
+from typing import Any
+
+from tests.support.specs import DELETE
+
+DRAFT = {"draftSource": {"pvc": {"claimName": "weights", "subPath": "draft"}}}
+HF = {"huggingface": {"repo": "moonshotai/Kimi-K3"}}
+PVC = {"pvc": {"claimName": "weights"}}
+AUTOSCALING = {"maxReplicas": 4, "target": {"waitingRequestsPerGroup": 8}}
+
+# (case id, edits to the valid base document, expected verdict)
+CORPUS: list[tuple[str, dict[str, Any], bool]] = [
+    ("minimal", {}, True),
+    ("gpus-8", {"spec.gpus": 8}, True),
+    ("gpus-12", {"spec.gpus": 12}, False),
+    ("gpus-4", {"spec.gpus": 4}, False),
+    ("gpus-32", {"spec.gpus": 32}, False),
+    ("gpus-quoted", {"spec.gpus": "16"}, False),
+    ("gpus-float", {"spec.gpus": 16.0}, False),
+    ("gpus-bool", {"spec.gpus": True}, False),
+    ("gpus-missing", {"spec.gpus": DELETE}, False),
+    ("gpus-null", {"spec.gpus": None}, False),
+    ("gpus-per-node-8-tp16", {"spec.gpusPerNode": 8}, False),
+    ("gpus-per-node-8-tp16-stock", {"spec.gpusPerNode": 8, "spec.decode.backend": "auto"}, True),
+    ("gpus-per-node-8-tp8", {"spec.gpusPerNode": 8, "spec.gpus": 8}, True),
+    ("gpus-per-node-2", {"spec.gpusPerNode": 2}, False),
+    ("gpus-per-node-quoted", {"spec.gpusPerNode": "4"}, False),
+    ("replicas-0", {"spec.replicas": 0}, True),
+    ("replicas-3", {"spec.replicas": 3}, True),
+    ("replicas-negative", {"spec.replicas": -1}, False),
+    ("replicas-too-many", {"spec.replicas": 65}, False),
+    ("autoscaling-waiting", {"spec.autoscaling": AUTOSCALING}, True),
+    (
+        "autoscaling-all-fields",
+        {
+            "spec.autoscaling": AUTOSCALING
+            | {
+                "minReplicas": 2,
+                "target": {"decodeRateFloor": 30},
+                "scaleDownStabilizationSeconds": 3600,
+                "scaleUpPeriodSeconds": 900,
+            }
+        },
+        True,
+    ),
+    ("autoscaling-min-0", {"spec.autoscaling": AUTOSCALING | {"minReplicas": 0}}, False),
+    ("autoscaling-max-below-min", {"spec.autoscaling": AUTOSCALING | {"minReplicas": 5}}, False),
+    ("autoscaling-no-max", {"spec.autoscaling": {"target": {"kvCacheUsagePercent": 80}}}, False),
+    ("autoscaling-no-target", {"spec.autoscaling": AUTOSCALING | {"target": {}}}, False),
+    (
+        "autoscaling-two-targets",
+        {
+            "spec.autoscaling": AUTOSCALING
+            | {"target": {"kvCacheUsagePercent": 80, "decodeRateFloor": 30}}
+        },
+        False,
+    ),
+    (
+        "autoscaling-kv-over-100",
+        {"spec.autoscaling": AUTOSCALING | {"target": {"kvCacheUsagePercent": 101}}},
+        False,
+    ),
+    (
+        "autoscaling-long-window",
+        {"spec.autoscaling": AUTOSCALING | {"scaleDownStabilizationSeconds": 3601}},
+        False,
+    ),
+    ("rollout-default-3", {"spec.replicas": 3}, True),
+    ("rollout-unavailable-all", {"spec.replicas": 3, "spec.rollout.maxUnavailable": 3}, False),
+    ("rollout-unavailable-2-of-3", {"spec.replicas": 3, "spec.rollout.maxUnavailable": 2}, True),
+    ("rollout-unavailable-1-of-1", {"spec.rollout.maxUnavailable": 1}, True),
+    ("rollout-unavailable-1-of-0", {"spec.replicas": 0}, True),
+    ("rollout-no-progress", {"spec.rollout.maxUnavailable": 0}, False),
+    ("rollout-surge", {"spec.rollout.maxUnavailable": 0, "spec.rollout.maxSurge": 1}, True),
+    ("rollout-surge-2", {"spec.rollout.maxSurge": 2}, False),
+    ("rollout-deadline-0", {"spec.rollout.progressDeadlineSeconds": 0}, False),
+    ("image-policy-pinned", {"spec.imagePolicy": "Pinned"}, True),
+    ("image-policy-unknown", {"spec.imagePolicy": "Latest"}, False),
+    ("unknown-spec-field", {"spec.tensorParallelSize": 16}, False),
+    ("unknown-nested-field", {"spec.decode.turbo": True}, False),
+    ("snake-case-field", {"spec.gpus_per_node": 4}, False),
+    ("model-missing", {"spec.model": DELETE}, False),
+    ("model-name-empty", {"spec.model.name": ""}, False),
+    ("model-no-source", {"spec.model.source": {}}, False),
+    ("model-both-sources", {"spec.model.source": PVC | HF}, False),
+    ("model-hf", {"spec.model.source": HF}, True),
+    (
+        "model-hf-token",
+        {
+            "spec.model.source": {
+                "huggingface": {
+                    "repo": "a/b",
+                    "revision": "v1",
+                    "tokenSecretRef": {"name": "hf", "key": "token"},
+                }
+            }
+        },
+        True,
+    ),
+    ("model-hf-bad-repo", {"spec.model.source": {"huggingface": {"repo": "no-owner"}}}, False),
+    ("model-pvc-bad-name", {"spec.model.source": {"pvc": {"claimName": "Weights_1"}}}, False),
+    (
+        "model-pvc-subpath",
+        {"spec.model.source": {"pvc": {"claimName": "w", "subPath": "Kimi-K3"}}},
+        True,
+    ),
+    ("backend-auto", {"spec.decode.backend": "auto"}, True),
+    ("backend-unknown", {"spec.decode.backend": "flashinfer"}, False),
+    ("dcp-16", {"spec.decode.contextParallelSize": 16}, True),
+    ("dcp-8-on-tp8", {"spec.gpus": 8, "spec.decode.contextParallelSize": 8}, True),
+    ("dcp-8-on-tp16", {"spec.decode.contextParallelSize": 8}, False),
+    ("dcp-16-on-tp8", {"spec.gpus": 8, "spec.decode.contextParallelSize": 16}, False),
+    ("dcp-2", {"spec.decode.contextParallelSize": 2}, False),
+    ("dcp-0", {"spec.decode.contextParallelSize": 0}, False),
+    ("graphs-full", {"spec.decode.cudaGraphMode": "FULL"}, True),
+    ("graphs-full-decode-only", {"spec.decode.cudaGraphMode": "FULL_DECODE_ONLY"}, True),
+    ("graphs-piecewise", {"spec.decode.cudaGraphMode": "PIECEWISE"}, False),
+    ("graphs-none", {"spec.decode.cudaGraphMode": "NONE"}, False),
+    ("max-num-seqs-64", {"spec.decode.maxNumSeqs": 64}, True),
+    ("max-num-seqs-0", {"spec.decode.maxNumSeqs": 0}, False),
+    ("kv-fp8", {"spec.kvCache.dtype": "fp8"}, True),
+    ("kv-bf16-specialized", {"spec.kvCache.dtype": "bfloat16"}, False),
+    ("kv-auto-specialized", {"spec.kvCache.dtype": "auto"}, False),
+    ("kv-bf16-stock", {"spec.kvCache.dtype": "bfloat16", "spec.decode.backend": "auto"}, True),
+    ("kv-fp16", {"spec.kvCache.dtype": "float16"}, False),
+    ("mamba-bf16", {"spec.kvCache.mambaCacheDtype": "bfloat16"}, True),
+    ("mamba-fp32", {"spec.kvCache.mambaCacheDtype": "float32"}, False),
+    ("mamba-ssm-fp32", {"spec.kvCache.mambaSsmCacheDtype": "float32"}, True),
+    ("mamba-ssm-bf16", {"spec.kvCache.mambaSsmCacheDtype": "bfloat16"}, False),
+    ("memory-95", {"spec.kvCache.gpuMemoryUtilizationPercent": 95}, True),
+    ("memory-fraction", {"spec.kvCache.gpuMemoryUtilizationPercent": 0.9}, False),
+    ("memory-101", {"spec.kvCache.gpuMemoryUtilizationPercent": 101}, False),
+    ("max-model-len", {"spec.kvCache.maxModelLen": 131072}, True),
+    ("max-model-len-0", {"spec.kvCache.maxModelLen": 0}, False),
+    ("prefix-caching-off", {"spec.kvCache.enablePrefixCaching": False}, True),
+    ("prefix-caching-string", {"spec.kvCache.enablePrefixCaching": "false"}, False),
+    ("dspark", {"spec.speculative": DRAFT}, True),
+    ("dspark-1-token", {"spec.speculative": DRAFT | {"numSpeculativeTokens": 1}}, True),
+    ("dspark-8-tokens", {"spec.speculative": DRAFT | {"numSpeculativeTokens": 8}}, False),
+    ("dspark-0-tokens", {"spec.speculative": DRAFT | {"numSpeculativeTokens": 0}}, False),
+    ("eagle", {"spec.speculative": DRAFT | {"method": "eagle3"}}, False),
+    ("dspark-no-draft", {"spec.speculative": {"method": "dspark"}}, False),
+    ("dspark-two-drafts", {"spec.speculative": {"draftSource": PVC | HF}}, False),
+    ("dspark-hf-draft", {"spec.speculative": {"draftSource": HF}}, True),
+    (
+        "dspark-aux-stream",
+        {
+            "spec.speculative": DRAFT,
+            "spec.env": [{"name": "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM", "value": "1"}],
+        },
+        False,
+    ),
+    (
+        "aux-stream-no-dspark",
+        {"spec.env": [{"name": "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM", "value": "1"}]},
+        True,
+    ),
+    ("env-plain", {"spec.env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}, True),
+    ("env-v1-runner", {"spec.env": [{"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "0"}]}, False),
+    ("env-v2-runner", {"spec.env": [{"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "1"}]}, True),
+    (
+        "env-v2-runner-true",
+        {"spec.env": [{"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "true"}]},
+        False,
+    ),
+    (
+        "env-v2-runner-from",
+        {
+            "spec.env": [
+                {"name": "VLLM_USE_V2_MODEL_RUNNER", "valueFrom": {"fieldRef": {"fieldPath": "a"}}}
+            ]
+        },
+        False,
+    ),
+    ("env-cumem-off", {"spec.env": [{"name": "NCCL_CUMEM_ENABLE", "value": "0"}]}, False),
+    ("env-metrics-port", {"spec.env": [{"name": "KIMI_METRICS_PORT", "value": "9091"}]}, False),
+    ("env-metrics-port-same", {"spec.env": [{"name": "KIMI_METRICS_PORT", "value": "9090"}]}, True),
+    ("env-hf-home", {"spec.env": [{"name": "HF_HOME", "value": "/tmp/hf"}]}, False),
+    ("env-hf-token", {"spec.env": [{"name": "HF_TOKEN", "value": "hf_x"}]}, False),
+    ("env-twice", {"spec.env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}, False),
+    ("env-mnnvl", {"spec.env": [{"name": "NCCL_MNNVL_ENABLE", "value": "0"}]}, False),
+    (
+        "env-secret",
+        {"spec.env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+        True,
+    ),
+    (
+        "env-value-and-from",
+        {
+            "spec.env": [
+                {
+                    "name": "T",
+                    "value": "x",
+                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                }
+            ]
+        },
+        False,
+    ),
+    (
+        "env-from-two",
+        {
+            "spec.env": [
+                {
+                    "name": "T",
+                    "valueFrom": {
+                        "fieldRef": {"fieldPath": "a"},
+                        "secretKeyRef": {"name": "s", "key": "k"},
+                    },
+                }
+            ]
+        },
+        False,
+    ),
+    ("env-from-none", {"spec.env": [{"name": "T", "valueFrom": {}}]}, False),
+    ("env-bad-name", {"spec.env": [{"name": "1BAD=", "value": "x"}]}, False),
+    ("env-value-int", {"spec.env": [{"name": "N", "value": 1}]}, False),
+    (
+        "args-ok",
+        {"spec.engineArgs": ["--trust-remote-code", "--max-num-batched-tokens", "8192"]},
+        True,
+    ),
+    ("args-tp", {"spec.engineArgs": ["--tensor-parallel-size", "8"]}, False),
+    ("args-tp-equals", {"spec.engineArgs": ["--tensor-parallel-size=8"]}, False),
+    ("args-tp-short", {"spec.engineArgs": ["-tp", "8"]}, False),
+    ("args-tp-abbrev", {"spec.engineArgs": ["--tensor-parallel", "8"]}, False),
+    ("args-pp", {"spec.engineArgs": ["-pp=2"]}, False),
+    ("args-dp", {"spec.engineArgs": ["--data-parallel-size", "2"]}, False),
+    ("args-ep", {"spec.engineArgs": ["--enable-expert-parallel"]}, False),
+    ("args-ep-short", {"spec.engineArgs": ["-ep"]}, False),
+    ("args-dcp", {"spec.engineArgs": ["-dcp", "2"]}, False),
+    ("args-lora", {"spec.engineArgs": ["--enable-lora"]}, False),
+    ("args-lora-underscore", {"spec.engineArgs": ["--enable_lora"]}, False),
+    ("args-lora-modules", {"spec.engineArgs": ["--lora-modules", "a=b"]}, False),
+    ("args-max-loras", {"spec.engineArgs": ["--max-loras=4"]}, False),
+    ("args-dbo", {"spec.engineArgs": ["--enable-dbo"]}, False),
+    ("args-sleep", {"spec.engineArgs": ["--enable-sleep-mode"]}, False),
+    ("args-eager", {"spec.engineArgs": ["--enforce-eager"]}, False),
+    ("args-kv-dtype", {"spec.engineArgs": ["--kv-cache-dtype", "auto"]}, False),
+    ("args-kv-dtype-skip-layers", {"spec.engineArgs": ["--kv-cache-dtype-skip-layers", "0"]}, True),
+    ("args-sc", {"spec.engineArgs": ["-sc", "{}"]}, False),
+    ("args-additional-config", {"spec.engineArgs": ["--additional-config={}"]}, False),
+    ("args-cc-dotted", {"spec.engineArgs": ["--compilation-config.cudagraph_mode", "NONE"]}, False),
+    ("args-cc-short", {"spec.engineArgs": ["-cc.mode=0"]}, False),
+    ("args-O3", {"spec.engineArgs": ["-O3"]}, False),
+    ("args-O-space", {"spec.engineArgs": ["-O", "0"]}, False),
+    ("args-nnodes", {"spec.engineArgs": ["-n", "2"]}, False),
+    ("args-node-rank", {"spec.engineArgs": ["--node-rank=1"]}, False),
+    ("args-master-addr", {"spec.engineArgs": ["--master-addr", "x"]}, False),
+    ("args-headless", {"spec.engineArgs": ["--headless"]}, False),
+    ("args-executor", {"spec.engineArgs": ["--distributed-executor-backend", "ray"]}, False),
+    ("args-max-num-seqs", {"spec.engineArgs": ["--max-num-seqs", "64"]}, False),
+    ("args-config-file", {"spec.engineArgs": ["--config", "/models/x.yaml"]}, False),
+    ("args-model-impl", {"spec.engineArgs": ["--model-impl", "vllm"]}, True),
+    ("args-replayssm", {"spec.engineArgs": ["--use-replayssm"]}, False),
+    ("args-help", {"spec.engineArgs": ["--help"]}, False),
+    ("args-typo-tp", {"spec.engineArgs": ["--tp=8"]}, False),
+    ("args-typo-batched", {"spec.engineArgs": ["--max-num-batch-tokens", "8192"]}, False),
+    ("args-abbreviated", {"spec.engineArgs": ["--max-num-batched-token", "8k"]}, True),
+    ("args-ambiguous", {"spec.engineArgs": ["--max-num", "3"]}, False),
+    ("args-unknown-a", {"spec.engineArgs": ["--asdf"]}, False),
+    ("args-unknown-d", {"spec.engineArgs": ["--dtypes", "bfloat16"]}, False),
+    ("args-unknown-e", {"spec.engineArgs": ["--enable-turbo"]}, False),
+    ("args-unknown-n", {"spec.engineArgs": ["--no-such-flag"]}, False),
+    ("args-unknown-uppercase", {"spec.engineArgs": ["--Seed", "1"]}, False),
+    ("args-unknown-short", {"spec.engineArgs": ["-x"]}, False),
+    ("args-short-abbreviated", {"spec.engineArgs": ["-as", "2"]}, True),
+    ("args-short-abbreviated-equals", {"spec.engineArgs": ["-as=2"]}, False),
+    ("args-flag-and-value", {"spec.engineArgs": ["--port 9000"]}, False),
+    ("args-dotted-json", {"spec.engineArgs": ["--hf-overrides.rope_theta", "10000"]}, True),
+    ("args-too-many", {"spec.engineArgs": ["--trust-remote-code"] * 65}, False),
+    ("args-too-long", {"spec.engineArgs": ["--chat-template=" + "x" * 600]}, False),
+    ("args-not-strings", {"spec.engineArgs": [1, 2]}, False),
+    ("args-nnodes-attached", {"spec.engineArgs": ["-n2"]}, False),
+    ("args-node-rank-attached", {"spec.engineArgs": ["-r1"]}, False),
+    ("args-quantization-attached", {"spec.engineArgs": ["-qfp8"]}, True),
+    ("args-lookalike-hyphens", {"spec.engineArgs": ["\u2010\u2010enable-lora"]}, False),
+    ("args-minus-sign", {"spec.engineArgs": ["\u2212tp", "8"]}, False),
+    ("args-fullwidth", {"spec.engineArgs": ["\uff0d\uff0dheadless"]}, False),
+    ("args-small-hyphen", {"spec.engineArgs": ["\ufe63\ufe63enforce-eager"]}, False),
+    ("args-nbsp", {"spec.engineArgs": ["--enable-lora\u00a0"]}, False),
+    ("args-zero-width", {"spec.engineArgs": ["--seed\u200b", "1"]}, False),
+    ("args-bidi-override", {"spec.engineArgs": ["\u202e--seed"]}, False),
+    ("args-leading-space", {"spec.engineArgs": [" --enable-lora"]}, False),
+    ("args-nul", {"spec.engineArgs": ["--seed\x00"]}, False),
+    ("args-quoted", {"spec.engineArgs": ["'--enable-lora'"]}, False),
+    ("args-two-in-one", {"spec.engineArgs": ["--trust-remote-code --enable-lora"]}, False),
+    ("args-shell-in-name", {"spec.engineArgs": ["--seed;--enable-lora"]}, False),
+    ("args-shell-value", {"spec.engineArgs": ["--chat-template", "{{ x }} $(id) `id` | sh"]}, True),
+    ("args-multiline-value", {"spec.engineArgs": ["--chat-template={{ a }}\n{{ b }}"]}, True),
+    ("args-unicode-value", {"spec.engineArgs": ["--chat-template=\u4f60\u597d {{ x }}"]}, True),
+    ("args-negative-value", {"spec.engineArgs": ["--seed", "-1"]}, True),
+    ("image-too-long", {"spec.image": "r/" + "x" * 511}, False),
+    (
+        "node-selector-65",
+        {"spec.scheduling": {"nodeSelector": {f"k{i}": "v" for i in range(65)}}},
+        False,
+    ),
+    (
+        "fieldref-api-version-too-long",
+        {
+            "spec.env": [
+                {"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "a", "apiVersion": "v" * 65}}}
+            ]
+        },
+        False,
+    ),
+    ("compute-domain-required", {"spec.computeDomain": "Required"}, True),
+    ("compute-domain-disabled-tp16", {"spec.computeDomain": "Disabled"}, False),
+    ("compute-domain-disabled-tp8", {"spec.computeDomain": "Disabled", "spec.gpus": 8}, False),
+    (
+        "compute-domain-disabled-one-node",
+        {"spec.computeDomain": "Disabled", "spec.gpus": 8, "spec.gpusPerNode": 8},
+        True,
+    ),
+    (
+        "compute-domain-disabled-stock",
+        {"spec.computeDomain": "Disabled", "spec.decode.backend": "auto"},
+        True,
+    ),
+    ("compute-domain-lowercase", {"spec.computeDomain": "auto"}, False),
+    ("resources", {"spec.resources": {"cpu": "96", "memory": "700Gi", "guaranteed": True}}, True),
+    ("resources-millicpu", {"spec.resources": {"cpu": "63500m"}}, True),
+    ("resources-int-cpu", {"spec.resources": {"cpu": 64}}, False),
+    ("resources-negative", {"spec.resources": {"memory": "-1Gi"}}, False),
+    ("resources-unit-typo", {"spec.resources": {"memory": "512GB"}}, False),
+    ("resources-limits", {"spec.resources": {"limits": {"cpu": "1"}}}, False),
+    ("shared-memory", {"spec.sharedMemory": "16Gi"}, True),
+    ("shared-memory-bad", {"spec.sharedMemory": "lots"}, False),
+    ("pull-secrets", {"spec.imagePullSecrets": [{"name": "registry"}]}, True),
+    ("pull-secrets-bad-name", {"spec.imagePullSecrets": [{"name": "Registry_1"}]}, False),
+    ("pull-secrets-9", {"spec.imagePullSecrets": [{"name": f"r{i}"} for i in range(9)]}, False),
+    (
+        "pod-metadata",
+        {
+            "spec.podMetadata": {
+                "labels": {"team": "inference", "example.com/cost-center": "gpu-42"},
+                "annotations": {"example.com/owner": "any text: ok"},
+            }
+        },
+        True,
+    ),
+    ("pod-label-ours", {"spec.podMetadata": {"labels": {"app.kubernetes.io/name": "x"}}}, False),
+    (
+        "pod-label-lws",
+        {"spec.podMetadata": {"labels": {"leaderworkerset.sigs.k8s.io/n": "x"}}},
+        False,
+    ),
+    (
+        "pod-label-part-of",
+        {"spec.podMetadata": {"labels": {"app.kubernetes.io/part-of": "x"}}},
+        True,
+    ),
+    ("pod-label-long-key", {"spec.podMetadata": {"labels": {"a" * 318: "x"}}}, False),
+    (
+        "pod-label-like-ours",
+        {"spec.podMetadata": {"labels": {"app.kubernetes.io/names": "x"}}},
+        True,
+    ),
+    ("pod-label-bad-value", {"spec.podMetadata": {"labels": {"team": "not ok"}}}, False),
+    (
+        "pod-annotation-exclusive",
+        {
+            "spec.podMetadata": {
+                "annotations": {"leaderworkerset.sigs.k8s.io/exclusive-topology": "rack"}
+            }
+        },
+        False,
+    ),
+    (
+        "pod-annotation-operator",
+        {"spec.podMetadata": {"annotations": {"kimi-operator.io/x": "1"}}},
+        False,
+    ),
+    ("exclusive-clique", {"spec.scheduling": {"exclusiveClique": True}}, True),
+    (
+        "affinity",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "pool", "operator": "In", "values": ["gb300"]},
+                                        {"key": "gen", "operator": "Gt", "values": ["2"]},
+                                    ]
+                                }
+                            ]
+                        },
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 10,
+                                "preference": {
+                                    "matchExpressions": [{"key": "spare", "operator": "Exists"}]
+                                },
+                            }
+                        ],
+                    },
+                    "podAntiAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 50,
+                                "podAffinityTerm": {
+                                    "labelSelector": {"matchLabels": {"team": "training"}},
+                                    "topologyKey": "nvidia.com/gpu.clique",
+                                },
+                            }
+                        ]
+                    },
+                }
+            }
+        },
+        True,
+    ),
+    (
+        "affinity-in-without-values",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "pool", "operator": "In"}]}
+                            ]
+                        }
+                    }
+                }
+            }
+        },
+        False,
+    ),
+    (
+        "affinity-gt-not-integer",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 1,
+                                "preference": {
+                                    "matchFields": [
+                                        {"key": "gen", "operator": "Lt", "values": ["two"]}
+                                    ]
+                                },
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+        False,
+    ),
+    (
+        "affinity-no-terms",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}
+                    }
+                }
+            }
+        },
+        False,
+    ),
+    (
+        "pod-affinity-exists-with-values",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "podAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {
+                                    "matchExpressions": [
+                                        {"key": "a", "operator": "Exists", "values": ["b"]}
+                                    ]
+                                },
+                                "topologyKey": "kubernetes.io/hostname",
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+        False,
+    ),
+    (
+        "pod-anti-affinity-notin-empty",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "podAntiAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 100,
+                                "podAffinityTerm": {
+                                    "labelSelector": {
+                                        "matchExpressions": [{"key": "a", "operator": "NotIn"}]
+                                    },
+                                    "topologyKey": "kubernetes.io/hostname",
+                                },
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+        False,
+    ),
+    (
+        "pod-affinity-gt",
+        {
+            "spec.scheduling": {
+                "affinity": {
+                    "podAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {
+                                    "matchExpressions": [
+                                        {"key": "a", "operator": "Gt", "values": ["1"]}
+                                    ]
+                                },
+                                "topologyKey": "kubernetes.io/hostname",
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+        False,
+    ),
+    (
+        "scheduling",
+        {
+            "spec.scheduling": {
+                "nodeSelector": {"a": "b"},
+                "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+                "priorityClassName": "high",
+            }
+        },
+        True,
+    ),
+    (
+        "toleration-exists-with-value",
+        {"spec.scheduling": {"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}},
+        False,
+    ),
+    ("node-selector-bool", {"spec.scheduling": {"nodeSelector": {"a": True}}}, False),
+    ("service-lb", {"spec.service": {"type": "LoadBalancer", "port": 80}}, True),
+    ("service-port-0", {"spec.service": {"port": 0}}, False),
+    ("service-external-name", {"spec.service": {"type": "ExternalName"}}, False),
+    ("monitoring-off", {"spec.monitoring": {"podMonitor": False}}, True),
+    ("monitoring-interval-bad", {"spec.monitoring": {"interval": "15 seconds"}}, False),
+    ("image", {"spec.image": "registry.example/vllm-kimi@sha256:" + "a" * 64}, True),
+    ("name-uppercase", {"metadata.name": "K3"}, False),
+    ("name-too-long", {"metadata.name": "k" * 41}, False),
+    ("name-digit-first", {"metadata.name": "3k"}, False),
+    ("spec-missing", {"spec": DELETE}, False),
+    ("nulls-dropped", {"spec.image": None, "spec.decode": None}, True),
+]
+
+
+# Refused by vLLM's parser, which the operator and `validate` run on engineArgs; CEL sees list items
+# one by one, not an option with the value after it, so the CRD accepts these (docs/rules.md).
+PARSER_ONLY: list[tuple[str, list[str]]] = [
+    ("args-bad-int", ["--max-num-batched-tokens", "abc"]),
+    ("args-bad-float", ["--cpu-offload-gb", "1.5x"]),
+    ("args-bad-choice", ["--dtype", "bf16"]),
+    ("args-bad-json", ["--override-generation-config", "{temperature: 0}"]),
+    ("args-missing-value", ["--seed"]),
+    ("args-flag-with-value", ["--trust-remote-code=yes"]),
+    ("args-stray-value", ["--trust-remote-code", "yes"]),
+]
