@@ -101,6 +101,17 @@ operator run makes). No wildcards.
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
   verbs: ["get", "list", "create", "patch", "delete"]
+# spec.autoscaling: a KEDA ScaledObject, or an HPA where KEDA is not installed.
+- apiGroups: ["keda.sh"]
+  resources: ["scaledobjects"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+# A group that does not come up: whether the scheduler left its pods Pending (InsufficientCapacity).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
 # Warning Events on KimiDeployments (the operator's and kopf's).
 - apiGroups: [""]
   resources: ["events"]

@@ -58,11 +58,33 @@ POD_MONITOR = Resource(
     install="install the Prometheus Operator (e.g. the kube-prometheus-stack Helm chart), "
     "or set spec.monitoring.podMonitor: false",
 )
+SCALED_OBJECT = Resource(
+    "keda.sh",
+    "v1alpha1",
+    "scaledobjects",
+    "ScaledObject",
+    install="install KEDA (helm install keda kedacore/keda --namespace keda --create-namespace)",
+)
+# prometheus-adapter serves each external metric as a resource of external.metrics.k8s.io:
+# discovering the one the HPA reads tells whether its rules are installed.
+EXTERNAL_METRICS = "external.metrics.k8s.io"
+HORIZONTAL_POD_AUTOSCALER = Resource(
+    "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"
+)
+POD = Resource("", "v1", "pods", "Pod")
 SERVICE = Resource("", "v1", "services", "Service")
 EVENT = Resource("", "v1", "events", "Event")
 POD_DISRUPTION_BUDGET = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 
-CHILD_RESOURCES = (COMPUTE_DOMAIN, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET, POD_MONITOR)
+CHILD_RESOURCES = (
+    COMPUTE_DOMAIN,
+    LEADER_WORKER_SET,
+    SERVICE,
+    POD_DISRUPTION_BUDGET,
+    POD_MONITOR,
+    SCALED_OBJECT,
+    HORIZONTAL_POD_AUTOSCALER,
+)
 BY_KIND = {r.kind: r for r in (KIMI_DEPLOYMENT, *CHILD_RESOURCES)}
 # Served by every cluster: never looked up.
-BUILT_IN = frozenset({SERVICE, POD_DISRUPTION_BUDGET})
+BUILT_IN = frozenset({SERVICE, POD_DISRUPTION_BUDGET, HORIZONTAL_POD_AUTOSCALER})
