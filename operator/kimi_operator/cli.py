@@ -206,6 +206,7 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
         defaults=OperatorDefaults(
             serving_image=args.serving_image,
             serving_image_vllm_version=args.serving_image_vllm_version,
+            prometheus_url=args.prometheus_url,
         ),
         resync_interval_s=args.resync_interval,
         workers=args.workers,
@@ -248,6 +249,7 @@ def _add_operator_parsers(sub: Any) -> None:
         DEFAULT_SERVING_IMAGE,
         DEFAULT_SERVING_VLLM_VERSION,
     )
+    from kimi_operator.builders.autoscaling import DEFAULT_PROMETHEUS_URL  # noqa: PLC0415
 
     run = sub.add_parser(
         "run",
@@ -277,6 +279,13 @@ def _add_operator_parsers(sub: Any) -> None:
         "--disable-custom-all-reduce (vllm issue 52778). A spec.image declares its own with the "
         "annotation kimi-operator.io/vllm-version (env KIMI_OPERATOR_SERVING_IMAGE_VLLM_VERSION; "
         "default %(default)s)",
+    )
+    run.add_argument(
+        "--prometheus-url",
+        default=os.environ.get("KIMI_OPERATOR_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
+        metavar="URL",
+        help="Prometheus that the KEDA ScaledObjects of spec.autoscaling query; it must evaluate "
+        "the chart's recording rules (env KIMI_OPERATOR_PROMETHEUS_URL; default %(default)s)",
     )
     run.add_argument(
         "--resync-interval",

@@ -31,6 +31,7 @@ class Observation:
     groups_present: int
     groups_ready: int
     endpoint: str
+    unschedulable: str = ""  # why a group's pods wait for nodes (the scheduler's words)
     warnings: Sequence[str] = ()
     blockers: Sequence[Problem] = ()  # Ready=False: a missing API, a failed apply
     weights_pending: Sequence[Problem] = ()  # Ready=False for now: resolving, downloading
@@ -95,6 +96,14 @@ def valid_conditions(seen: Observation) -> ConditionSet:
     elif ready >= wanted and seen.groups_present == wanted:
         out.set("Ready", "True", "AllGroupsReady", f"{_groups(ready, wanted)}; serving")
         out.set("Progressing", "False", "Reconciled", "all children match the spec")
+    elif seen.unschedulable:
+        out.set("Ready", "False", "GroupsNotReady", _groups(ready, wanted))
+        out.set(
+            "Progressing",
+            "True",
+            "InsufficientCapacity",
+            f"{_groups(ready, wanted)}; {seen.unschedulable}",
+        )
     else:
         out.set("Ready", "False", "GroupsNotReady", _groups(ready, wanted))
         out.set("Progressing", "True", "GroupsStarting", _groups(ready, wanted))
@@ -130,6 +139,25 @@ def _mnnvl(seen: Observation) -> tuple[Status, str, str]:
     if ready >= wanted:
         return "True", "ComputeDomainsReady", f"{ready} of {wanted} ComputeDomains ready"
     return "False", "ComputeDomainNotReady", f"{ready} of {wanted} ComputeDomains ready"
+
+
+def unschedulable(pods: Sequence[Mapping[str, Any]]) -> str:
+    """What kube-scheduler says about the pods it could not place (condition PodScheduled=False,
+    reason Unschedulable): "" when none waits for nodes."""
+    waiting = sorted(
+        (pod["metadata"]["name"], condition.get("message", ""))
+        for pod in pods
+        for condition in (pod.get("status") or {}).get("conditions") or []
+        if condition.get("type") == "PodScheduled"
+        and condition.get("status") == "False"
+        and condition.get("reason") == "Unschedulable"
+    )
+    if not waiting:
+        return ""
+    name, message = waiting[0]
+    more = len(waiting) - 1
+    others = f" (and {more} more pod{'s' if more > 1 else ''})" if more else ""
+    return f"pod {name}{others} cannot be scheduled: {message}"
 
 
 # HTTP status of a temporary API failure -> the reason the status gives (0: no answer in time).
@@ -186,6 +214,15 @@ def invalid_conditions(old: Mapping[str, Any], problems: Sequence[Problem]) -> C
     return out
 
 
+@dataclass(frozen=True)
+class ScaleStatus:
+    """What the scale subresource and the printer columns read, besides the counts."""
+
+    selector: str  # the leader pods
+    gpus: int  # gpus x replicas
+    autoscaler: str  # `Kind/name` of the autoscaler child, "" for none
+
+
 def render(
     old: Mapping[str, Any],
     conditions: ConditionSet,
@@ -196,10 +233,11 @@ def render(
     endpoint: str | None = None,
     rollout: Mapping[str, Any] | None = None,
     weights: Sequence[Mapping[str, Any]] | None = None,
+    scale: ScaleStatus | None = None,
 ) -> dict[str, Any]:
     """The status object: transition times kept for conditions whose status did not change;
-    replica counts, endpoint and the `rollout` fields (updatedReplicas, image, imageSource,
-    pendingImage) and the resolved `weights` kept from `old` when not given."""
+    replica counts, endpoint, scale fields, the `rollout` fields (updatedReplicas, image,
+    imageSource, pendingImage) and the resolved `weights` kept from `old` when not given."""
     previous = {c.get("type"): c for c in old.get("conditions", [])}
     entries = []
     for kind in CONDITION_TYPES:
@@ -229,6 +267,9 @@ def render(
             "readyReplicas": ready,
             "endpoint": endpoint if endpoint is not None else old.get("endpoint", ""),
             "weights": list(weights if weights is not None else old.get("weights", [])),
+            "selector": scale.selector if scale else old.get("selector", ""),
+            "gpus": scale.gpus if scale else old.get("gpus", 0),
+            "autoscaler": scale.autoscaler if scale else old.get("autoscaler", ""),
         }
     )
     return rendered.model_dump(exclude_none=True)

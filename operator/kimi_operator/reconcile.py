@@ -26,8 +26,15 @@ from kimi_operator.builders import (
     uses_compute_domain,
     vllm_version,
 )
+from kimi_operator.builders.autoscaling import target_metric
 from kimi_operator.builders.images import ImageChoice, choose
-from kimi_operator.builders.meta import MANAGER, group_name, selector_labels
+from kimi_operator.builders.meta import (
+    MANAGER,
+    group_name,
+    leader_selector,
+    selector_labels,
+    selector_string,
+)
 from kimi_operator.builders.serving import endpoint
 from kimi_operator.builders.weights import hf_sources
 from kimi_operator.controller.retry import retry_delay, temporary
@@ -37,13 +44,21 @@ from kimi_operator.k8s.errors import ApiError, KubernetesError
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
+    EXTERNAL_METRICS,
+    HORIZONTAL_POD_AUTOSCALER,
     JOB,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
+    POD,
     POD_MONITOR,
+    SCALED_OBJECT,
     Resource,
 )
 from kimi_operator.rollout import Steps
+
+# The upstream APIs whose presence changes the plan (each looked up, cached, per reconcile).
+UPSTREAM = (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, SCALED_OBJECT)
+AUTOSCALERS = (SCALED_OBJECT.kind, HORIZONTAL_POD_AUTOSCALER.kind)
 
 
 @dataclass
@@ -62,6 +77,38 @@ def _missing(resource: Resource) -> Problem:
         f"{resource.kind}NotInstalled",
         f"the {resource.kind} API ({resource.api_version}, CRD {resource.crd_name}) is not "
         f"installed in this cluster: {resource.install}",
+    )
+
+
+def external_metric(kd: KimiDeployment) -> Resource | None:
+    """The external metric an HPA of `kd` reads (None without spec.autoscaling)."""
+    if kd.spec.autoscaling is None:
+        return None
+    metric, _ = target_metric(kd.spec.autoscaling.target)
+    return Resource(EXTERNAL_METRICS, "v1beta1", metric.external, "ExternalMetric")
+
+
+def served_apis(client: Client, kd: KimiDeployment) -> dict[Resource, bool]:
+    served = {r: client.served(r) for r in UPSTREAM}
+    metric = external_metric(kd)
+    if metric is not None and not served[SCALED_OBJECT]:
+        served[metric] = client.served(metric)
+    return served
+
+
+def _autoscaler_missing(kd: KimiDeployment, served: Mapping[Resource, bool]) -> Problem | None:
+    """Why neither KEDA nor an HPA can scale `kd`, if so: the HPA made without KEDA reads an
+    external metric that only prometheus-adapter (with the chart's rules) serves."""
+    metric = external_metric(kd)
+    if metric is None or served.get(SCALED_OBJECT, False) or served.get(metric, False):
+        return None
+    missing = _missing(SCALED_OBJECT)
+    return Problem(
+        missing.reason,
+        f"{missing.message}; the HorizontalPodAutoscaler made instead reads the external metric "
+        f"{metric.plural}, which no external metrics API ({EXTERNAL_METRICS}/v1beta1) serves: "
+        "install prometheus-adapter with the kimi-operator chart's rules "
+        "(autoscaling.prometheusAdapter.enabled); spec.replicas stays as it is until then",
     )
 
 
@@ -120,6 +167,12 @@ class Plan:
     blockers: list[Problem]
     degradations: list[Problem]
 
+    @property
+    def autoscaler(self) -> str:
+        """`Kind/name` of the autoscaler child, "" for none."""
+        found = (c for c in self.children if c["kind"] in AUTOSCALERS)
+        return next((f"{c['kind']}/{c['metadata']['name']}" for c in found), "")
+
 
 def plan_children(
     kd: KimiDeployment,
@@ -136,11 +189,18 @@ def plan_children(
     `weights_ready`, groups and domains are neither created nor pruned (a running group keeps
     serving the commit it has while a new one downloads)."""
     spec = kd.spec
-    defaults = dataclasses.replace(defaults, compute_domain_available=served[COMPUTE_DOMAIN])
+    defaults = dataclasses.replace(
+        defaults,
+        compute_domain_available=served[COMPUTE_DOMAIN],
+        keda_available=served.get(SCALED_OBJECT, False),
+    )
     blockers, degradations = [], []
     skip = {r.kind for r, ok in served.items() if not ok}
     if not weights_ready:
         skip |= {LEADER_WORKER_SET.kind, COMPUTE_DOMAIN.kind}
+    no_autoscaler = _autoscaler_missing(kd, served)
+    if no_autoscaler is not None:
+        degradations.append(no_autoscaler)
     if not served[LEADER_WORKER_SET]:
         blockers.append(_missing(LEADER_WORKER_SET))
     if spec.monitoring.pod_monitor and not served[POD_MONITOR]:
@@ -187,7 +247,7 @@ def _reconcile_valid(
     prune: bool,
 ) -> Outcome:
     spec, old = kd.spec, dict(body.get("status") or {})
-    served = {r: client.served(r) for r in (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR)}
+    served = served_apis(client, kd)
     outcome = Outcome(status={})
     retrying: Problem | None = None
     uid = body["metadata"]["uid"]
@@ -234,12 +294,15 @@ def _reconcile_valid(
     groups = [o for o in outcome.applied.live if o["kind"] == LEADER_WORKER_SET.kind]
     domains = [o for o in outcome.applied.live if o["kind"] == COMPUTE_DOMAIN.kind]
     ready = sum(1 for g in groups if rollout.group_ready(g))
+    waits = not first and ready < len(groups) and retrying is None
+    unschedulable = _waiting_for_nodes(client, kd) if waits else ""
     mode = spec.compute_domain
     seen = cond.Observation(
         groups_wanted=spec.replicas,
         groups_present=len(groups),
         groups_ready=ready,
         endpoint=endpoint(kd),
+        unschedulable=unschedulable,
         warnings=warnings,
         blockers=blockers,
         weights_pending=weights.waiting,
@@ -277,23 +340,37 @@ def _reconcile_valid(
             if weights.resolved or outcome.error is None
             else None
         ),
+        scale=cond.ScaleStatus(
+            selector=leader_selector(kd),
+            gpus=spec.gpus * spec.replicas,
+            autoscaler=plan.autoscaler,
+        ),
     )
     outcome.requeue_after_s = _requeue_after(steps if not outcome.error else None, weights)
     outcome.events = cond.newly_bad(old, outcome.status)
     if spec_changed:
-        outcome.events += [Problem("FastPathExceeded", w) for w in warnings]
-        if custom_all_reduce_disabled(kd, defaults):
-            version = vllm_version(kd, defaults) or f"not declared ({VLLM_VERSION_ANNOTATION})"
-            outcome.events.append(
-                Problem(
-                    "CustomAllReduceDisabled",
-                    f"tensor parallelism across {spec.nodes_per_group} nodes with image "
-                    f"{serving_image(kd, defaults)}, vLLM version {version}: before vLLM 0.33.0 "
-                    "the custom all-reduce opened CUDA IPC handles across nodes (vllm issue "
-                    "52778), so --disable-custom-all-reduce was added",
-                )
-            )
+        outcome.events += _spec_warnings(kd, defaults, warnings)
     return outcome
+
+
+def _spec_warnings(
+    kd: KimiDeployment, defaults: OperatorDefaults, warnings: list[str]
+) -> list[Problem]:
+    """The Warning Events a spec gets once, when it is new: beyond the fast path, and the custom
+    all-reduce turned off for images before vLLM 0.33.0 (docs/custom-all-reduce.md)."""
+    events = [Problem("FastPathExceeded", w) for w in warnings]
+    if custom_all_reduce_disabled(kd, defaults):
+        version = vllm_version(kd, defaults) or f"not declared ({VLLM_VERSION_ANNOTATION})"
+        events.append(
+            Problem(
+                "CustomAllReduceDisabled",
+                f"tensor parallelism across {kd.spec.nodes_per_group} nodes with image "
+                f"{serving_image(kd, defaults)}, vLLM version {version}: before vLLM 0.33.0 "
+                "the custom all-reduce opened CUDA IPC handles across nodes (vllm issue "
+                "52778), so --disable-custom-all-reduce was added",
+            )
+        )
+    return events
 
 
 def _planned(
@@ -350,10 +427,21 @@ def _had_weights(status: Mapping[str, Any]) -> bool:
     return bool(status.get("weights")) or seen.get("reason", "ClaimGiven") != "ClaimGiven"
 
 
+def _waiting_for_nodes(client: Client, kd: KimiDeployment) -> str:
+    """Why a group's pods wait for nodes, as the scheduler said on them; "" if none does (or the
+    pods could not be listed now: pods are not watched, the next resync looks again)."""
+    selector = selector_string(selector_labels(kd))
+    try:
+        return cond.unschedulable(client.list(POD, kd.metadata.namespace, label_selector=selector))
+    except ApiError as error:
+        if temporary(error):
+            return ""
+        raise
+
+
 def _selector(kd: KimiDeployment) -> str:
     """The label selector of every child of this deployment."""
-    mine = {**selector_labels(kd), "app.kubernetes.io/managed-by": MANAGER}
-    return ",".join(f"{key}={value}" for key, value in mine.items())
+    return selector_string({**selector_labels(kd), "app.kubernetes.io/managed-by": MANAGER})
 
 
 def _live_groups(client: Client, kd: KimiDeployment, uid: str) -> dict[str, dict[str, Any]]:

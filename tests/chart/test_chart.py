@@ -10,6 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from kimi_operator.builders.autoscaling import DEFAULT_PROMETHEUS_URL, adapter_rules
 from kimi_operator.cli import build_parser
 from kimi_operator.embedded.admission import CustomResource
 from kimi_operator.embedded.upstream import upstream_crd
@@ -34,6 +35,12 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "servingImage": {"repository": "registry.example.com/kimi/vllm", "digest": DIGEST},
     },
     "peering": {"replicaCount": 3, "peering": {"enabled": True}, "crds": {"keep": False}},
+    "autoscaling": {
+        "autoscaling": {
+            "prometheusUrl": "http://prometheus.example:9090",
+            "prometheusAdapter": {"enabled": True},
+        }
+    },
 }
 
 
@@ -259,6 +266,20 @@ def test_prometheus_rule_is_a_toggle(rendered: dict[str, list[dict[str, Any]]]) 
     assert not of_kind(rendered["defaults"], "PrometheusRule")
     (rule,) = of_kind(rendered["observability"], "PrometheusRule")
     assert rule["spec"]["groups"]
+
+
+def test_prometheus_adapter_rules_are_a_toggle(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    assert not [c for c in of_kind(rendered["defaults"], "ConfigMap") if "config.yaml" in c["data"]]
+    (config,) = [
+        c
+        for c in of_kind(rendered["autoscaling"], "ConfigMap")
+        if c["metadata"]["name"].endswith("-prometheus-adapter")
+    ]
+    assert yaml.safe_load(config["data"]["config.yaml"]) == adapter_rules()
+    assert _parsed(rendered["autoscaling"]).prometheus_url == "http://prometheus.example:9090"
+    assert _parsed(rendered["defaults"]).prometheus_url == DEFAULT_PROMETHEUS_URL
 
 
 # --- values: schema and documentation --------------------------------------------------------

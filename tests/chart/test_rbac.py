@@ -35,14 +35,16 @@ from kimi_operator.embedded.jobs import JobRunner, running
 from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.rbac import Attributes, request_attributes
 from kimi_operator.embedded.server import EmbeddedApiServer
-from kimi_operator.embedded.upstream import child_crds
+from kimi_operator.embedded.upstream import child_crds, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
+    HORIZONTAL_POD_AUTOSCALER,
     JOB,
     LEADER_WORKER_SET,
     POD_MONITOR,
+    SCALED_OBJECT,
     SERVICE,
     Resource,
 )
@@ -64,6 +66,9 @@ PEERING_CRDS = ROOT / "charts" / "kimi-operator" / "files" / "kopf-peering-crds.
 
 CACHES = "labelSelector=app.kubernetes.io/component%3Dweights-cache"
 Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb)
+AUTOSCALING = {"maxReplicas": 4, "target": {"waitingRequestsPerGroup": 8}}
+# The children of an autoscaled deployment while KEDA is installed: every kind but the HPA.
+WITH_KEDA = [r for r in CHILD_RESOURCES if r != HORIZONTAL_POD_AUTOSCALER]
 
 
 # --- what a request needs: kube-apiserver's RequestInfo, for resource requests ---------------
@@ -205,6 +210,39 @@ def _wait(probe: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+def _autoscaler_switch(
+    api: EmbeddedApiServer, kimi: str, children: Callable[[Resource], list[dict[str, Any]]]
+) -> None:
+    """Autoscaling off: the ScaledObject is pruned. KEDA gone and autoscaling on again: an HPA,
+    repaired when edited by hand."""
+    url = api.url
+    _send(url, "PATCH", f"{kimi}/k3", {"spec": {"autoscaling": None}}, merge=True)
+    _wait(lambda: not children(SCALED_OBJECT), "the ScaledObject gone")
+    api.remove_crd(SCALED_OBJECT.crd_name)
+    _send(url, "PATCH", f"{kimi}/k3", {"spec": {"autoscaling": AUTOSCALING}}, merge=True)
+    _wait(lambda: bool(children(HORIZONTAL_POD_AUTOSCALER)), "the HPA")
+    hpa = HORIZONTAL_POD_AUTOSCALER.item(NAMESPACE, "k3")
+    _send(url, "PATCH", hpa, {"spec": {"maxReplicas": 9}}, merge=True)
+    _wait(lambda: _send(url, "GET", hpa)["spec"]["maxReplicas"] == 4, "the HPA repaired")
+
+
+def _scale_down_to_one(
+    url: str, kimi: str, children: Callable[[Resource], list[dict[str, Any]]]
+) -> None:
+    """Down to one group, and its status written: no status write left in flight to undo the
+    scenario's next status patch."""
+    _send(url, "PATCH", f"{kimi}/k3", {"spec": {"replicas": 1}}, merge=True)
+    _wait(lambda: len(children(LEADER_WORKER_SET)) == 1, "the scale-down to one group")
+
+    def settled() -> bool:
+        kd = _send(url, "GET", f"{kimi}/k3")
+        status = kd.get("status") or {}
+        current = status.get("observedGeneration") == kd["metadata"]["generation"]
+        return current and status.get("replicas") == 1
+
+    _wait(settled, "the scale-down's status")
+
+
 def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list[CallSite]) -> None:
     """Create a two-group multi-node deployment, edit and disown a child of every kind by hand,
     delete one, scale it down, drop its ComputeDomains and PodMonitor, create an invalid one and
@@ -214,44 +252,84 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
     good = _sample("k3-tp16-latency")
     good["metadata"] = {"name": "k3", "namespace": NAMESPACE}
     good["spec"]["replicas"] = 2
+    good["spec"]["autoscaling"] = AUTOSCALING  # with KEDA installed: a ScaledObject
     _send(url, "POST", kimi, good)
 
     def children(resource: Resource) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = _send(url, "GET", resource.collection(NAMESPACE))["items"]
         return found
 
-    _wait(lambda: all(children(r) for r in CHILD_RESOURCES), "a child of every kind")
+    _wait(lambda: all(children(r) for r in WITH_KEDA), "a child of every kind")
     # A child deleted by hand: the operator creates it again.
     service = children(SERVICE)[0]["metadata"]["name"]
     _send(url, "DELETE", SERVICE.item(NAMESPACE, service))
     _wait(lambda: bool(children(SERVICE)), "the Service created again")
     # Every kind of child edited by hand: the operator patches each back.
     label = "app.kubernetes.io/name"
-    for resource in CHILD_RESOURCES:
+    for resource in WITH_KEDA:
         name = children(resource)[0]["metadata"]["name"]
         edited = {"metadata": {"labels": {label: "edited-by-hand"}}}
         _send(url, "PATCH", resource.item(NAMESPACE, name), edited, merge=True)
 
     def repaired() -> bool:
-        labels = [c["metadata"].get("labels", {}) for r in CHILD_RESOURCES for c in children(r)]
+        labels = [c["metadata"].get("labels", {}) for r in WITH_KEDA for c in children(r)]
         return all(found.get(label) != "edited-by-hand" for found in labels)
 
     _wait(repaired, "every edited child repaired")
     # Every kind of child disowned by hand: the operator adopts each (changing an object's
     # ownerReferences needs delete on it, by the owner-reference admission check).
-    for resource in CHILD_RESOURCES:
+    for resource in WITH_KEDA:
         name = children(resource)[0]["metadata"]["name"]
         disowned = {"metadata": {"ownerReferences": None}}
         _send(url, "PATCH", resource.item(NAMESPACE, name), disowned, merge=True)
 
     def adopted() -> bool:
-        return all(
-            c["metadata"].get("ownerReferences") for r in CHILD_RESOURCES for c in children(r)
-        )
+        return all(c["metadata"].get("ownerReferences") for r in WITH_KEDA for c in children(r))
 
     _wait(adopted, "every disowned child adopted")
-    _send(url, "PATCH", f"{kimi}/k3", {"spec": {"replicas": 1}}, merge=True)
-    _wait(lambda: len(children(LEADER_WORKER_SET)) == 1, "the scale-down to one group")
+    _autoscaler_switch(api, kimi, children)
+    _scale_down_to_one(url, kimi, children)
+    _default_image_turn(url, kimi, reached, sites)
+    # Children the spec no longer asks for: whatever the operator does about them is observed.
+    dropped = {
+        "spec": {
+            "computeDomain": "Disabled",
+            "decode": {"backend": "auto"},
+            "monitoring": {"podMonitor": False},
+            "autoscaling": None,
+        }
+    }
+    _send(url, "PATCH", f"{kimi}/k3", dropped, merge=True)
+    _wait(lambda: not children(COMPUTE_DOMAIN), "the ComputeDomains gone")
+    _wait(lambda: not children(POD_MONITOR), "the PodMonitor gone")
+    _wait(lambda: not children(HORIZONTAL_POD_AUTOSCALER), "the HPA gone")
+    bad = _sample("k3-tp16-latency")
+    bad["metadata"] = {"name": "bad", "namespace": NAMESPACE}
+    bad["spec"]["gpus"] = 12
+    # Refused by the API server: created under an older CRD without the rules, kept after.
+    api.install_crds([older_crd()])
+    _send(url, "POST", kimi, bad)
+    api.install_crds([crd()])
+    _wait(lambda: bool(_send(url, "GET", f"{kimi}/bad").get("status")), "the invalid one's status")
+    _send(url, "DELETE", f"{kimi}/bad")
+
+    _weights_scenario(api, kimi)
+
+    def all_reached() -> bool:
+        return all(_hit(site, reached) for site in sites)
+
+    _wait(all_reached, "every client call of the operator", timeout=30.0)
+
+
+def _hit(site: CallSite, reached: set[tuple[str, int]]) -> bool:
+    return any(
+        str(site.path) == f and site.first_line <= line <= site.last_line for f, line in reached
+    )
+
+
+def _default_image_turn(
+    url: str, kimi: str, reached: set[tuple[str, int]], sites: list[CallSite]
+) -> None:
     # Recorded on an older default image: the operator reads the deployments' statuses to find
     # whose turn it is to move to the new default (docs/rollout.md).
     older = {
@@ -268,44 +346,12 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
     ]
 
     def turn_asked() -> bool:
-        if turn and all(hit(site) for site in turn):
+        if turn and all(_hit(site, reached) for site in turn):
             return True
         _send(url, "PATCH", f"{kimi}/k3/status", older, merge=True)
         return False
 
-    def hit(site: CallSite) -> bool:
-        return any(
-            str(site.path) == f and site.first_line <= line <= site.last_line for f, line in reached
-        )
-
     _wait(turn_asked, "a reconcile asking for the turn to move to the new default image")
-    # Children the spec no longer asks for: whatever the operator does about them is observed.
-    dropped = {
-        "spec": {
-            "computeDomain": "Disabled",
-            "decode": {"backend": "auto"},
-            "monitoring": {"podMonitor": False},
-        }
-    }
-    _send(url, "PATCH", f"{kimi}/k3", dropped, merge=True)
-    _wait(lambda: not children(COMPUTE_DOMAIN), "the ComputeDomains gone")
-    _wait(lambda: not children(POD_MONITOR), "the PodMonitor gone")
-    bad = _sample("k3-tp16-latency")
-    bad["metadata"] = {"name": "bad", "namespace": NAMESPACE}
-    bad["spec"]["gpus"] = 12
-    # Refused by the API server: created under an older CRD without the rules, kept after.
-    api.install_crds([older_crd()])
-    _send(url, "POST", kimi, bad)
-    api.install_crds([crd()])
-    _wait(lambda: bool(_send(url, "GET", f"{kimi}/bad").get("status")), "the invalid one's status")
-    _send(url, "DELETE", f"{kimi}/bad")
-
-    _weights_scenario(api, kimi)
-
-    def all_reached() -> bool:
-        return all(hit(site) for site in sites)
-
-    _wait(all_reached, "every client call of the operator", timeout=30.0)
 
 
 def _weights_scenario(api: EmbeddedApiServer, kimi: str) -> None:
@@ -377,7 +423,7 @@ def _observe(
     if peering:
         values |= {"replicaCount": 2, "peering": {"enabled": True, "name": PEERING}}
     with EmbeddedApiServer() as api:
-        upstream = child_crds()
+        upstream = [*child_crds(), upstream_crd("ScaledObject")]
         kopf_crds = list(yaml.safe_load_all(PEERING_CRDS.read_text())) if peering else []
         api.install_crds([crd(), *upstream, *kopf_crds])
         for path, body in _peering_objects(namespaces) if peering else []:
@@ -387,6 +433,7 @@ def _observe(
             token=operator_identity(api, values),
             namespaces=namespaces,
             resync_interval_s=0.3,
+            discovery_ttl_s=0.3,  # KEDA's removal noticed at once
             workers=2,
             peering=peering,
         )

@@ -9,7 +9,7 @@ import pytest
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.server import EmbeddedApiServer
-from kimi_operator.embedded.upstream import CHILD_KINDS, upstream_crd
+from kimi_operator.embedded.upstream import CHILD_KINDS, CRD_FILES, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.runner import OperatorThread, RunConfig
 
@@ -17,7 +17,7 @@ RESYNC_S = 0.5
 T = TypeVar("T")
 
 
-UPSTREAM_CRDS = {kind: upstream_crd(kind) for kind in CHILD_KINDS}
+UPSTREAM_CRDS = {kind: upstream_crd(kind) for kind in CRD_FILES}
 
 
 @pytest.fixture

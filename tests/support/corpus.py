@@ -9,6 +9,7 @@ from tests.support.specs import DELETE
 DRAFT = {"draftSource": {"pvc": {"claimName": "weights", "subPath": "draft"}}}
 HF = {"huggingface": {"repo": "moonshotai/Kimi-K3"}}
 PVC = {"pvc": {"claimName": "weights"}}
+AUTOSCALING = {"maxReplicas": 4, "target": {"waitingRequestsPerGroup": 8}}
 
 # (case id, edits to the valid base document, expected verdict)
 CORPUS: list[tuple[str, dict[str, Any], bool]] = [
@@ -31,6 +32,42 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     ("replicas-3", {"spec.replicas": 3}, True),
     ("replicas-negative", {"spec.replicas": -1}, False),
     ("replicas-too-many", {"spec.replicas": 65}, False),
+    ("autoscaling-waiting", {"spec.autoscaling": AUTOSCALING}, True),
+    (
+        "autoscaling-all-fields",
+        {
+            "spec.autoscaling": AUTOSCALING
+            | {
+                "minReplicas": 2,
+                "target": {"decodeRateFloor": 30},
+                "scaleDownStabilizationSeconds": 3600,
+                "scaleUpPeriodSeconds": 900,
+            }
+        },
+        True,
+    ),
+    ("autoscaling-min-0", {"spec.autoscaling": AUTOSCALING | {"minReplicas": 0}}, False),
+    ("autoscaling-max-below-min", {"spec.autoscaling": AUTOSCALING | {"minReplicas": 5}}, False),
+    ("autoscaling-no-max", {"spec.autoscaling": {"target": {"kvCacheUsagePercent": 80}}}, False),
+    ("autoscaling-no-target", {"spec.autoscaling": AUTOSCALING | {"target": {}}}, False),
+    (
+        "autoscaling-two-targets",
+        {
+            "spec.autoscaling": AUTOSCALING
+            | {"target": {"kvCacheUsagePercent": 80, "decodeRateFloor": 30}}
+        },
+        False,
+    ),
+    (
+        "autoscaling-kv-over-100",
+        {"spec.autoscaling": AUTOSCALING | {"target": {"kvCacheUsagePercent": 101}}},
+        False,
+    ),
+    (
+        "autoscaling-long-window",
+        {"spec.autoscaling": AUTOSCALING | {"scaleDownStabilizationSeconds": 3601}},
+        False,
+    ),
     ("rollout-default-3", {"spec.replicas": 3}, True),
     ("rollout-unavailable-all", {"spec.replicas": 3, "spec.rollout.maxUnavailable": 3}, False),
     ("rollout-unavailable-2-of-3", {"spec.replicas": 3, "spec.rollout.maxUnavailable": 2}, True),

@@ -110,8 +110,16 @@ operator run makes). No wildcards.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# A weights Job's result (commit, size, progress, failure) is its pod's termination message: the
-# Job itself gets no API access.
+# spec.autoscaling: a KEDA ScaledObject, or an HPA where KEDA is not installed.
+- apiGroups: ["keda.sh"]
+  resources: ["scaledobjects"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+# Pods, listed: a weights Job's result (commit, size, progress, failure) is its pod's termination
+# message (the Job itself gets no API access); and whether the scheduler left a group's pods
+# Pending (InsufficientCapacity).
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]

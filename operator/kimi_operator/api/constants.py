@@ -18,6 +18,12 @@ FAST_PATH_MAX_DECODE_TOKENS: Final = 64
 # vLLM refuses more draft tokens than this with the specialized decode.
 MAX_SPECULATIVE_TOKENS: Final = 7
 
+# Autoscaling defaults: a group's cold start (scheduling, loading a trillion-parameter checkpoint)
+# takes tens of minutes, so a group is kept at least half an hour after the load dropped, and
+# groups are added one at a time, at most every 10 minutes.
+SCALE_DOWN_STABILIZATION_S: Final = 1800
+SCALE_UP_PERIOD_S: Final = 600
+
 # Where the kimi_kernels vLLM plugin serves the decode-rate metrics on every pod (and the
 # PodMonitor scrapes).
 METRICS_PORT: Final = 9090

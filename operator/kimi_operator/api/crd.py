@@ -140,9 +140,35 @@ def crd() -> dict[str, Any]:
                     "name": c.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {
+                        "status": {},
+                        # kubectl scale, HPA and KEDA: replicas are TP groups; the selector picks
+                        # their leader pods (one per group).
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
                     "additionalPrinterColumns": [
-                        {"name": "GPUS", "type": "integer", "jsonPath": ".spec.gpus"},
+                        {
+                            "name": "GPUS",
+                            "type": "integer",
+                            "description": "GPUs in total (gpus x replicas)",
+                            "jsonPath": ".status.gpus",
+                        },
+                        {
+                            "name": "DESIRED",
+                            "type": "integer",
+                            "description": "TP groups wanted",
+                            "jsonPath": ".spec.replicas",
+                        },
+                        {
+                            "name": "READY-GROUPS",
+                            "type": "integer",
+                            "description": "TP groups serving",
+                            "jsonPath": ".status.readyReplicas",
+                        },
                         {"name": "BACKEND", "type": "string", "jsonPath": ".spec.decode.backend"},
                         {"name": "READY", "type": "string", "jsonPath": ready},
                         {"name": "ENDPOINT", "type": "string", "jsonPath": ".status.endpoint"},

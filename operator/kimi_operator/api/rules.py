@@ -26,6 +26,7 @@ Json = Any
 
 AUX_STREAM_ENV = "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM"
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3")
+AUTOSCALING_TARGETS = ("decodeRateFloor", "waitingRequestsPerGroup", "kvCacheUsagePercent")
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,10 @@ class Violation:
 
 def _one_source(source: Mapping[str, Json]) -> bool:
     return ("pvc" in source) != ("huggingface" in source)
+
+
+def _targets(target: Mapping[str, Json]) -> list[str]:
+    return [t for t in AUTOSCALING_TARGETS if t in target]
 
 
 def _source_keys(source: Mapping[str, Json]) -> list[str]:
@@ -429,6 +434,37 @@ RULES: tuple[Rule, ...] = (
         problem="a toleration with operator Exists cannot have a value",
         allowed="operator Equal with a value, or Exists without one",
         got=lambda s: [t for t in s["tolerations"] if t["operator"] == "Exists" and t["value"]],
+    ),
+    Rule(
+        scope=("autoscaling",),
+        reads=(("minReplicas",),),
+        field="minReplicas",
+        cel="self.minReplicas >= 1",
+        check=lambda a: a["minReplicas"] >= 1,
+        problem="no scale to zero: a TP group's cold start (scheduling its nodes, loading the "
+        "weights) takes tens of minutes, which the first request after zero would wait",
+        allowed="1 to maxReplicas; spec.replicas 0 without autoscaling stops every group",
+        got=lambda a: a["minReplicas"],
+    ),
+    Rule(
+        scope=("autoscaling",),
+        reads=(("minReplicas",), ("maxReplicas",)),
+        field="maxReplicas",
+        cel="self.maxReplicas >= self.minReplicas",
+        check=lambda a: a["maxReplicas"] >= a["minReplicas"],
+        problem="fewer than minReplicas",
+        allowed="minReplicas to 64",
+        got=lambda a: a["maxReplicas"],
+    ),
+    Rule(
+        scope=("autoscaling",),
+        reads=(("target",),),
+        field="target",
+        cel=" + ".join(f"(has(self.target.{t}) ? 1 : 0)" for t in AUTOSCALING_TARGETS) + " == 1",
+        check=lambda a: len(_targets(a["target"])) == 1,
+        problem="exactly one target must be set",
+        allowed=", ".join(AUTOSCALING_TARGETS),
+        got=lambda a: _targets(a["target"]),
     ),
     # A rollout that may take every group down at once is an outage; one that may take none down
     # and add none can never start.

@@ -255,6 +255,40 @@ class MonitoringSpec(ApiModel):
     )
 
 
+class AutoscalingTarget(ApiModel):
+    """What the autoscaler keeps in bounds: exactly one of these (a rule in rules.py)."""
+
+    decode_rate_floor: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
+        None,
+        description="Add groups while the decode rate 90% of users get at least (tokens/s, "
+        "prefill excluded: the 10th percentile) is below this floor.",
+    )
+    waiting_requests_per_group: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
+        None, description="Requests waiting in vLLM's queue per serving group."
+    )
+    kv_cache_usage_percent: Annotated[int, Field(ge=1, le=100)] | None = Field(
+        None, description="Mean KV-cache usage of the serving groups, in percent."
+    )
+
+
+class AutoscalingSpec(ApiModel):
+    min_replicas: Annotated[int, Field(ge=0, le=64)] = Field(
+        1,
+        description="Fewest TP groups (at least 1: a group's cold start takes tens of minutes, "
+        "so there is no scale to zero).",
+    )
+    max_replicas: Annotated[int, Field(ge=1, le=64)] = Field(description="Most TP groups.")
+    target: AutoscalingTarget = Field(description="The metric to scale on: exactly one target.")
+    scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = Field(
+        c.SCALE_DOWN_STABILIZATION_S,
+        description="How long the metric must ask for fewer groups before one is removed.",
+    )
+    scale_up_period_seconds: Annotated[int, Field(ge=1, le=1800)] = Field(
+        c.SCALE_UP_PERIOD_S,
+        description="One group is added at most once per this many seconds.",
+    )
+
+
 class RolloutSpec(ApiModel):
     """How a change of the pod template reaches the TP groups: group by group (docs/rollout.md)."""
 
@@ -285,7 +319,14 @@ class KimiDeploymentSpec(ApiModel):
         4, description="GPUs per node: 4 on GB300 NVL72 compute trays."
     )
     replicas: Annotated[int, Field(ge=0, le=64)] = Field(
-        1, description="Independent TP groups (each its own LeaderWorkerSet)."
+        1,
+        description="Independent TP groups (each its own LeaderWorkerSet); the scale "
+        "subresource's replicas, written by the autoscaler when spec.autoscaling is set.",
+    )
+    autoscaling: AutoscalingSpec | None = Field(
+        None,
+        description="Scale spec.replicas on a serving metric (KEDA ScaledObject, or an HPA on an "
+        "external metric); omitted: spec.replicas as written.",
     )
     decode: DecodeSpec = Field(
         default_factory=DecodeSpec,

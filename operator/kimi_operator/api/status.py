@@ -82,6 +82,18 @@ class KimiDeploymentStatus(StatusModel):
         max_length=2,
         description="The commit each Hugging Face source resolved to, and its cache claim.",
     )
+    selector: str = Field(
+        "",
+        max_length=1024,
+        description="Label selector of the groups' leader pods (the scale subresource's).",
+    )
+    gpus: Annotated[int, Field(ge=0)] = Field(0, description="GPUs in total: gpus x replicas.")
+    autoscaler: str = Field(
+        "",
+        max_length=512,
+        description="The autoscaler that writes spec.replicas (`ScaledObject/<name>` or "
+        "`HorizontalPodAutoscaler/<name>`); empty without spec.autoscaling.",
+    )
 
 
 # Progressing reasons of a deployment in the middle of a rollout (what its status remembers).

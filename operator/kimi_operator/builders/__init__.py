@@ -7,6 +7,11 @@ from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import WeightsStatus
+from kimi_operator.builders.autoscaling import (
+    DEFAULT_PROMETHEUS_URL,
+    horizontal_pod_autoscaler,
+    scaled_object,
+)
 from kimi_operator.builders.images import DefaultImageGate
 from kimi_operator.builders.serving import pod_disruption_budget, pod_monitor, service
 from kimi_operator.builders.weights import (
@@ -46,6 +51,10 @@ class OperatorDefaults:
     serving_image_vllm_version: str = DEFAULT_SERVING_VLLM_VERSION
     # With `computeDomain: Auto`, whether the cluster serves the ComputeDomain API.
     compute_domain_available: bool = True
+    # Prometheus that KEDA's triggers query (chart value autoscaling.prometheusUrl).
+    prometheus_url: str = DEFAULT_PROMETHEUS_URL
+    # With spec.autoscaling: whether the cluster serves KEDA's ScaledObject API (else an HPA).
+    keda_available: bool = True
     # Operator-wide: whose turn it is to move to serving_image (shared by copies of this object).
     image_gate: DefaultImageGate = field(default_factory=DefaultImageGate, compare=False)
 
@@ -128,6 +137,12 @@ def build_children(
     children += [service(kd), pod_disruption_budget(kd)]
     if spec.monitoring.pod_monitor:
         children.append(pod_monitor(kd))
+    if spec.autoscaling is not None:
+        children.append(
+            scaled_object(kd, defaults.prometheus_url)
+            if defaults.keda_available
+            else horizontal_pod_autoscaler(kd)
+        )
     return children
 
 

@@ -1,5 +1,6 @@
 """Names and labels shared by every child of a KimiDeployment."""
 
+from collections.abc import Mapping
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
@@ -17,6 +18,16 @@ def group_name(kd: KimiDeployment, group: int) -> str:
 
 def selector_labels(kd: KimiDeployment) -> dict[str, str]:
     return {"app.kubernetes.io/name": APP_NAME, "app.kubernetes.io/instance": kd.metadata.name}
+
+
+def selector_string(labels: Mapping[str, str]) -> str:
+    """Equality labels as a label selector string (`k=v,k2=v2`)."""
+    return ",".join(f"{key}={value}" for key, value in labels.items())
+
+
+def leader_selector(kd: KimiDeployment) -> str:
+    """The leader pods (one per TP group): the scale subresource's selector."""
+    return selector_string(selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"})
 
 
 def labels(kd: KimiDeployment, component: str) -> dict[str, str]:

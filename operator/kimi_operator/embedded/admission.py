@@ -71,6 +71,8 @@ class CustomResource:
         self.version: str = version["name"]
         self.schema: dict[str, Any] = (version.get("schema") or {}).get("openAPIV3Schema") or {}
         self.rules = cel.compile_rules(self.schema)
+        # The scale subresource's paths (specReplicasPath, ...), when the version has one.
+        self.scale: dict[str, str] | None = (version.get("subresources") or {}).get("scale")
 
     @classmethod
     def of(cls, crd: Mapping[str, Any], api_version: str) -> "CustomResource":

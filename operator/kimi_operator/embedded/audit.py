@@ -21,13 +21,10 @@ from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     CACHE_RESOURCES,
     CHILD_RESOURCES,
-    COMPUTE_DOMAIN,
     KIMI_DEPLOYMENT,
-    LEADER_WORKER_SET,
     PERSISTENT_VOLUME_CLAIM,
-    POD_MONITOR,
 )
-from kimi_operator.reconcile import plan_children
+from kimi_operator.reconcile import UPSTREAM, plan_children
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 
@@ -63,7 +60,7 @@ def _label(obj: Mapping[str, Any]) -> str:
 def audit(client: Client, defaults: OperatorDefaults | None = None) -> Audit:
     """Compare every KimiDeployment's children with the plan for it."""
     defaults = defaults or OperatorDefaults()
-    served = {r: client.served(r) for r in (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR)}
+    served = {r: client.served(r) for r in UPSTREAM}
     owners = {kd["metadata"]["uid"]: kd for kd in client.list(KIMI_DEPLOYMENT)}
     children: list[dict[str, Any]] = []
     for resource in CHILD_RESOURCES:

@@ -32,6 +32,7 @@ from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (
+    BUILT_IN,
     CHILD_RESOURCES,
     EVENT,
     KIMI_DEPLOYMENT,
@@ -114,6 +115,8 @@ def summary(client: Client, deployment: Mapping[str, Any]) -> list[str]:
     meta = deployment["metadata"]
     lines = [f"{meta['namespace']}/{meta['name']}:"]
     for resource in CHILD_RESOURCES:
+        if resource not in BUILT_IN and not client.served(resource):
+            continue
         for child in client.list(resource, meta["namespace"]):
             if (
                 child["metadata"].get("labels", {}).get("app.kubernetes.io/instance")

@@ -2,15 +2,18 @@
 controller and kubelets bring the groups up, the NVIDIA DRA driver readies the ComputeDomains.
 
 There are no GPUs, pods or nodes behind the embedded API server, so the demo and the tests say
-"these groups are up now" by writing the status those controllers would write.
+"these groups are up now" by writing the status those controllers would write; `start_groups`
+also writes the groups' pods as the scheduler model (embedded.scheduler) places them, Pending
+where no node is left, as kube-scheduler leaves them.
 """
 
 import datetime
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kimi_operator.embedded.scheduler import Scheduler, lws_pods
 from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.resources import COMPUTE_DOMAIN, LEADER_WORKER_SET
+from kimi_operator.k8s.resources import COMPUTE_DOMAIN, LEADER_WORKER_SET, POD
 
 
 def _now() -> str:
@@ -79,3 +82,40 @@ def mark_ready(
             )
             marked.append(f"ComputeDomain {meta['namespace']}/{meta['name']}")
     return marked
+
+
+def start_groups(client: Client, scheduler: Scheduler, namespace: str) -> list[str]:
+    """Create the pods of every LeaderWorkerSet in `namespace` that has none yet, each bound by
+    `scheduler` or left Pending with its message; mark a group ready once all its pods are
+    bound. Returns the names of the pods left Pending."""
+    pending = []
+    existing = {p["metadata"]["name"] for p in client.list(POD, namespace)}
+    for lws in client.list(LEADER_WORKER_SET, namespace):
+        pods = lws_pods(lws)
+        if any(pod.name in existing for pod in pods):
+            continue
+        bound = True
+        for pod in pods:
+            node = scheduler.schedule(pod)
+            scheduled = {"type": "PodScheduled", "status": "True"}
+            if node is None:
+                bound = False
+                pending.append(pod.name)
+                scheduled |= {
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": scheduler.unschedulable_message(pod),
+                }
+            body: dict[str, Any] = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod.name, "namespace": namespace, "labels": pod.labels},
+                "spec": pod.spec | ({"nodeName": node.name} if node else {}),
+                "status": {"phase": "Running" if node else "Pending", "conditions": [scheduled]},
+            }
+            client.create(POD, body)
+        if bound:
+            ready = {"status": group_ready_status(lws)}
+            name = lws["metadata"]["name"]
+            client.patch(LEADER_WORKER_SET, namespace, name, ready, subresource="status")
+    return pending

@@ -151,6 +151,29 @@ class Scheduler:
                     return False
         return True
 
+    def unschedulable_message(self, pod: Pod) -> str:
+        """Why no node takes `pod`, worded as kube-scheduler's FailedScheduling message (the
+        PodScheduled condition's): each node counted under the first filter it fails."""
+        gpus = sum(1 for n in self.nodes if n.gpus_free < pod.gpus)
+        affinity = sum(
+            1 for n in self.nodes if n.gpus_free >= pod.gpus and not self._affinity_ok(pod, n)
+        )
+        anti = len(self.nodes) - gpus - affinity
+        reasons = [
+            f"{count} {why}"
+            for count, why in (
+                (gpus, "Insufficient nvidia.com/gpu"),
+                (affinity, "node(s) didn't match pod affinity rules"),
+                (anti, "node(s) didn't match pod anti-affinity rules"),
+            )
+            if count
+        ]
+        return (
+            f"0/{len(self.nodes)} nodes are available: {', '.join(reasons)}. preemption: "
+            f"0/{len(self.nodes)} nodes are available: {len(self.nodes)} No preemption victims "
+            "found for incoming pod."
+        )
+
     def schedule(self, pod: Pod) -> Node | None:
         """Bind `pod` to a random feasible node; None: it stays Pending."""
         feasible = [

@@ -15,6 +15,7 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import copy
 import dataclasses
 import datetime
 import json
@@ -48,6 +49,9 @@ BUILT_IN = {
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
     "v1/services": kmock.ResourceInfo(kind="Service", namespaced=True),
+    "autoscaling/v2/horizontalpodautoscalers": kmock.ResourceInfo(
+        kind="HorizontalPodAutoscaler", namespaced=True
+    ),
     "events.k8s.io/v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
     "policy/v1/poddisruptionbudgets": kmock.ResourceInfo(
         kind="PodDisruptionBudget", namespaced=True
@@ -98,6 +102,52 @@ def merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]
         elif key not in old or before != value:
             patch[key] = value
     return patch
+
+
+def _patched(current: Mapping[str, Any], change: Any) -> dict[str, Any]:
+    """`current` with a JSON patch (a list) or a merge patch applied; 422 when it does not apply."""
+    try:
+        if isinstance(change, list):
+            return dict(jsonpatch.apply_patch(dict(current), change, in_place=False))
+        return dict(merge_patch(current, change or {}))
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, ValueError) as error:
+        raise kmock.KubernetesError(status=422, reason="Invalid", message=str(error)) from None
+
+
+def _get_path(obj: Mapping[str, Any], path: str) -> Any:
+    value: Any = obj
+    for part in path.strip(".").split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.strip(".").split(".")
+    for part in parents:
+        obj = obj.setdefault(part, {})
+    obj[last] = value
+
+
+def _scale_of(obj: Mapping[str, Any], paths: Mapping[str, str]) -> dict[str, Any]:
+    """The autoscaling/v1 Scale of a custom resource (kube-apiserver's scale subresource)."""
+    meta = obj["metadata"]
+    status: dict[str, Any] = {"replicas": _get_path(obj, paths["statusReplicasPath"]) or 0}
+    selector = (
+        _get_path(obj, paths.get("labelSelectorPath", "")) if "labelSelectorPath" in paths else None
+    )
+    if selector:
+        status["selector"] = selector
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            key: meta[key]
+            for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if key in meta
+        },
+        "spec": {"replicas": _get_path(obj, paths["specReplicasPath"]) or 0},
+        "status": status,
+    }
 
 
 def _replace_data(request: kmock.Request, data: dict[str, Any]) -> None:
@@ -424,21 +474,20 @@ class ApiServer(kmock.KubernetesEmulator):
         self, request: kmock.Request, current: Mapping[str, Any]
     ) -> tuple[dict[str, Any], list[str]]:
         """What a patch makes of the object, as a merge patch kmock can apply; the warnings."""
-        change = request.data
-        try:
-            if isinstance(change, list):
-                new = jsonpatch.apply_patch(dict(current), change, in_place=False)
-            else:
-                new = merge_patch(current, change or {})
-        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, ValueError) as error:
-            raise kmock.KubernetesError(status=422, reason="Invalid", message=str(error)) from None
-        new = dict(new)
+        new = _patched(current, request.data)
         if request.subresource == "status":
             new = {**current, "status": new.get("status")}
         elif request.resource is not None and self._has_status(request.resource):
             new["status"] = current.get("status")
         if new.get("status") is None:
             new.pop("status", None)
+        return self._stamped(request, current, new)
+
+    def _stamped(
+        self, request: kmock.Request, current: Mapping[str, Any], new: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Admit `new`, keep what a write cannot change, stamp a new resourceVersion and bump
+        the generation when the spec changed: (merge patch from `current`, warnings)."""
         new, warnings = self._admit(request, new, current)
         metadata = dict(new.get("metadata") or {})
         for key in ("uid", "creationTimestamp", "name", "namespace"):
@@ -516,7 +565,8 @@ class ApiServer(kmock.KubernetesEmulator):
 
     async def _serve(self, request: kmock.Request) -> Any:
         resource = request.resource
-        if resource is None or resource.plural is None or request.action is None:
+        scale = request.subresource == "scale" and bool(request.name)  # PUT has no kmock action
+        if resource is None or resource.plural is None or (request.action is None and not scale):
             return await super()._handle(request)  # discovery and other non-object paths
         if request.method.value in WRITES:
             data = request.data if isinstance(request.data, dict) else {}
@@ -539,6 +589,8 @@ class ApiServer(kmock.KubernetesEmulator):
         assert resource is not None
         if not self._declared(resource):
             raise kmock.KubernetesResourceNotFoundError()
+        if request.subresource == "scale":
+            return await self._scale(request, resource)
         if request.action in DIRECT and (request.name or request.action == action.CREATE):
             response = await self._direct(request, resource)
             if resource.group == rbac.RBAC_GROUP:
@@ -629,6 +681,47 @@ class ApiServer(kmock.KubernetesEmulator):
             obj.delete()
             await self._buses[resource].put({"type": "DELETED", "object": raw})
             return aiohttp.web.json_response(raw)
+
+    async def _scale(
+        self, request: kmock.Request, resource: kmock.resource
+    ) -> aiohttp.web.StreamResponse:
+        """The scale subresource as kube-apiserver serves it for a CRD: an autoscaling/v1 Scale
+        read from, and written to, the paths the CRD names (GET, PUT as the HPA controller and
+        KEDA write it, PATCH as `kubectl scale` does)."""
+        custom = self._custom.get(
+            (resource.group or "", resource.version or "", resource.plural or "")
+        )
+        paths = custom.scale if custom is not None else None
+        if paths is None:
+            raise kmock.KubernetesResourceNotFoundError()
+        key = key_of(request, resource)
+        async with self._lock:
+            obj = self.objects[key] if key in self.objects else None  # noqa: SIM401 (no .get)
+            if obj is None or obj.deleted:
+                raise kmock.KubernetesObjectNotFoundError()
+            current = obj.raw
+            scale = _scale_of(current, paths)
+            if request.method.value == "GET":
+                return aiohttp.web.json_response(scale)
+            put = request.method.value == "PUT"
+            wanted = request.data if put else _patched(scale, request.data)
+            wanted = wanted if isinstance(wanted, dict) else {}
+            replicas = (wanted.get("spec") or {}).get("replicas")
+            if type(replicas) is not int or replicas < 0:
+                message = f"spec.replicas: Invalid value: {replicas!r}: must be an integer >= 0"
+                raise kmock.KubernetesError(422, "Invalid", message)
+            version = (wanted.get("metadata") or {}).get("resourceVersion")
+            if version and version != current["metadata"]["resourceVersion"]:
+                message = (
+                    f"{key[2]}: the object has been modified; apply your changes to the latest"
+                )
+                raise kmock.KubernetesError(409, "Conflict", message + " version and try again")
+            new = copy.deepcopy(dict(current))
+            _set_path(new, paths["specReplicasPath"], replicas)
+            change, warnings = self._stamped(request, current, new)
+            obj.patch(change)
+            await self._buses[resource].put({"type": "MODIFIED", "object": obj.raw})
+            return aiohttp.web.json_response(_scale_of(obj.raw, paths), headers=_warned(warnings))
 
     @staticmethod
     def _status(

@@ -58,17 +58,40 @@ POD_MONITOR = Resource(
     install="install the Prometheus Operator (e.g. the kube-prometheus-stack Helm chart), "
     "or set spec.monitoring.podMonitor: false",
 )
+SCALED_OBJECT = Resource(
+    "keda.sh",
+    "v1alpha1",
+    "scaledobjects",
+    "ScaledObject",
+    install="install KEDA (helm install keda kedacore/keda --namespace keda --create-namespace)",
+)
+# prometheus-adapter serves each external metric as a resource of external.metrics.k8s.io:
+# discovering the one the HPA reads tells whether its rules are installed.
+EXTERNAL_METRICS = "external.metrics.k8s.io"
+HORIZONTAL_POD_AUTOSCALER = Resource(
+    "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"
+)
+POD = Resource("", "v1", "pods", "Pod")
 SERVICE = Resource("", "v1", "services", "Service")
 EVENT = Resource("", "v1", "events", "Event")
 POD_DISRUPTION_BUDGET = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 JOB = Resource("batch", "v1", "jobs", "Job")
 PERSISTENT_VOLUME_CLAIM = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
-POD = Resource("", "v1", "pods", "Pod")  # read only: a weights Job's termination messages
 
-CHILD_RESOURCES = (COMPUTE_DOMAIN, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET, POD_MONITOR)
+CHILD_RESOURCES = (
+    COMPUTE_DOMAIN,
+    LEADER_WORKER_SET,
+    SERVICE,
+    POD_DISRUPTION_BUDGET,
+    POD_MONITOR,
+    SCALED_OBJECT,
+    HORIZONTAL_POD_AUTOSCALER,
+)
 # The weights cache (builders/weights.py): a deployment's resolve Jobs, and the claims and
 # download Jobs it shares with other deployments.
 CACHE_RESOURCES = (PERSISTENT_VOLUME_CLAIM, JOB)
 BY_KIND = {r.kind: r for r in (KIMI_DEPLOYMENT, *CHILD_RESOURCES, *CACHE_RESOURCES)}
 # Served by every cluster: never looked up.
-BUILT_IN = frozenset({SERVICE, POD_DISRUPTION_BUDGET, JOB, PERSISTENT_VOLUME_CLAIM, POD})
+BUILT_IN = frozenset(
+    {SERVICE, POD_DISRUPTION_BUDGET, HORIZONTAL_POD_AUTOSCALER, JOB, PERSISTENT_VOLUME_CLAIM, POD}
+)

@@ -16,7 +16,13 @@ from grafana_foundation_sdk.models.dashboard import (
     VariableSort,
 )
 
-from kimi_operator.observability.rules import WINDOW
+from kimi_operator.observability.rules import (
+    GROUPS_PER_DECODE_RATE,
+    KV_CACHE_USAGE,
+    SERVING_GROUPS,
+    WAITING_REQUESTS,
+    WINDOW,
+)
 
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 # Every Kimi K3 query filters on these template variables.
@@ -161,6 +167,7 @@ def decode_dashboard() -> dashboard.Dashboard:
                 (_rule(per_user % "p50"), "{{deployment}} p50"),
                 (_rule(per_user % "p90"), "{{deployment}} p90"),
                 (_rule(per_user % "mean"), "{{deployment}} mean"),
+                (_rule(per_user % "p10"), "{{deployment}} p10"),
             ],
             "Per finished request: output tokens after the first / time after the first token.",
         ),
@@ -246,6 +253,27 @@ def decode_dashboard() -> dashboard.Dashboard:
             "KV cache usage",
             "percentunit",
             [(f"max by ({BY}) (vllm:kv_cache_usage_perc{{{SELECTOR}}})", "{{deployment}}")],
+        ),
+        _series(
+            grid,
+            "Autoscaling: serving TP groups",
+            "none",
+            [(_rule(SERVING_GROUPS), "{{deployment}}")],
+            "Groups whose leader reports vLLM metrics; a group waiting for nodes is not counted.",
+        ),
+        _series(
+            grid,
+            "Autoscaling: load per serving group",
+            "none",
+            [
+                (f"{_rule(WAITING_REQUESTS)} / {_rule(SERVING_GROUPS)}", "{{deployment}} waiting"),
+                (
+                    f"{_rule(KV_CACHE_USAGE)} / {_rule(SERVING_GROUPS)}",
+                    "{{deployment}} KV cache usage",
+                ),
+                (_rule(GROUPS_PER_DECODE_RATE), "{{deployment}} groups per p10 tok/s"),
+            ],
+            "What spec.autoscaling targets compare against (docs/scaling.md).",
         ),
         _series(
             grid,

@@ -17,6 +17,12 @@ FAST_PATH_MIN_FRACTION = 0.5
 
 BY = "namespace, deployment, model_name"
 WINDOW = "5m"
+# Recorded per deployment for the autoscalers: serving TP groups; requests waiting and KV-cache
+# usage (0..1) summed over them; serving groups per tok/s of the 10th-percentile user.
+SERVING_GROUPS = "kimi:serving_groups:count"
+WAITING_REQUESTS = "kimi:num_requests_waiting:sum"
+KV_CACHE_USAGE = "kimi:kv_cache_usage_perc:sum"
+GROUPS_PER_DECODE_RATE = f"kimi:serving_groups_per_decode_rate:ratio_{WINDOW}"
 
 
 def _quantile(q: float, bucket: str, by: str = BY) -> str:
@@ -36,7 +42,8 @@ def _per(numerator: str, denominator: str) -> str:
 def recording_rules() -> list[dict[str, str]]:
     rules: list[dict[str, str]] = []
     decode = "kimi_request_decode_tokens_per_second"
-    for q, name in ((0.5, "p50"), (0.9, "p90")):
+    # p10: the rate 90% of users get at least (what an autoscaling floor holds up).
+    for q, name in ((0.1, "p10"), (0.5, "p50"), (0.9, "p90")):
         rules.append(
             {
                 "record": f"kimi:decode_tokens_per_second_per_user:{name}_{WINDOW}",
@@ -63,6 +70,16 @@ def recording_rules() -> list[dict[str, str]]:
             "expr": _rate_sum("vllm:generation_tokens_total"),
         },
         {"record": "kimi:engine_gpus:sum", "expr": f"sum by ({BY}) (kimi_engine_gpus)"},
+        # What spec.autoscaling scales on (builders.autoscaling). vLLM's own series come from the
+        # leaders only, one engine per TP group: a group counts once it serves, so a group that
+        # waits for capacity never lowers the per-group load the autoscaler sees.
+        {"record": SERVING_GROUPS, "expr": f"count by ({BY}) (vllm:num_requests_running)"},
+        {"record": WAITING_REQUESTS, "expr": f"sum by ({BY}) (vllm:num_requests_waiting)"},
+        {"record": KV_CACHE_USAGE, "expr": f"sum by ({BY}) (vllm:kv_cache_usage_perc)"},
+        {
+            "record": GROUPS_PER_DECODE_RATE,
+            "expr": _per(SERVING_GROUPS, f"kimi:decode_tokens_per_second_per_user:p10_{WINDOW}"),
+        },
         {
             "record": f"kimi:generation_tokens_per_gpu_second:rate_{WINDOW}",
             "expr": f"kimi:generation_tokens_per_second:rate_{WINDOW} / kimi:engine_gpus:sum",

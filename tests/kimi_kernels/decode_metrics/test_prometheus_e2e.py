@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from kimi_operator.builders.autoscaling import DECODE_SCALE
 from tests.kimi_kernels.decode_metrics.conftest import TENSOR_PARALLEL
+from tests.support.autoscaling import adapter_query, deployment, trigger
 from tests.support.catalog import (
     VARIABLES,
     panel_queries,
@@ -15,7 +17,7 @@ from tests.support.catalog import (
     rule_groups,
     substitute,
 )
-from tests.support.prometheus import GPU_HOUR_PRICE, Proof, expected, proof
+from tests.support.prometheus import DEPLOYMENT, GPU_HOUR_PRICE, NAMESPACE, Proof, expected, proof
 from tests.support.tools import require_tool
 
 VARIABLES_E2E = VARIABLES | {"gpu_hour_price": str(GPU_HOUR_PRICE)}
@@ -104,3 +106,21 @@ def test_variables_filter(prometheus: Proof) -> None:
     other = VARIABLES_E2E | {"namespace": "elsewhere"}
     _, _, expr = next(q for q in panel_queries() if q[1] == "Cost per 1M output tokens")
     assert prometheus.query(substitute(expr, other)) == []
+
+
+def test_autoscaling_queries_read_what_was_fed(prometheus: Proof) -> None:
+    """What KEDA's trigger and prometheus-adapter ask this Prometheus for spec.autoscaling: one
+    group serves, 2 requests wait on it, its KV cache is half full; the decode floor's value is
+    groups x floor / the p10 user's rate."""
+    (p10,) = numbers(prometheus.query("kimi:decode_tokens_per_second_per_user:p10_5m"))
+    floor = 30
+    want = {
+        "waitingRequestsPerGroup": (2.0, 2.0),
+        "kvCacheUsagePercent": (0.5, 0.5),
+        "decodeRateFloor": (floor / p10, DECODE_SCALE / p10),
+    }
+    for target, (keda_value, adapter_value) in want.items():
+        kd = deployment(target, floor, NAMESPACE, DEPLOYMENT)
+        assert numbers(prometheus.query(trigger(kd)["query"])) == [pytest.approx(keda_value)]
+        assert numbers(prometheus.query(adapter_query(kd))) == [pytest.approx(adapter_value)]
+    assert numbers(prometheus.query("kimi:serving_groups:count")) == [1.0]

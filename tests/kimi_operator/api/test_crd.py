@@ -47,7 +47,7 @@ def test_names_and_scope() -> None:
     assert spec["names"]["kind"] == c.KIND
     assert spec["names"]["shortNames"] == ["kimi"]
     assert (VERSION["name"], VERSION["served"], VERSION["storage"]) == ("v1alpha1", True, True)
-    assert VERSION["subresources"] == {"status": {}}
+    assert set(VERSION["subresources"]) == {"status", "scale"}
 
 
 @pytest.mark.parametrize(
@@ -74,11 +74,29 @@ def test_every_spec_field_has_a_description() -> None:
 
 def test_printer_columns_point_at_fields() -> None:
     columns = {col["name"]: col["jsonPath"] for col in VERSION["additionalPrinterColumns"]}
-    assert list(columns) == ["GPUS", "BACKEND", "READY", "ENDPOINT", "AGE"]
+    assert list(columns) == [
+        "GPUS",
+        "DESIRED",
+        "READY-GROUPS",
+        "BACKEND",
+        "READY",
+        "ENDPOINT",
+        "AGE",
+    ]
     known = {p for p, _ in nodes(SCHEMA)}
-    for name in ("GPUS", "BACKEND", "ENDPOINT"):
+    for name in ("GPUS", "DESIRED", "READY-GROUPS", "BACKEND", "ENDPOINT"):
         assert columns[name] in known, name
     assert columns["READY"].startswith('.status.conditions[?(@.type=="Ready")]')
+
+
+def test_the_scale_subresource_points_at_fields() -> None:
+    scale = VERSION["subresources"]["scale"]
+    known = {p for p, _ in nodes(SCHEMA)}
+    for key in ("specReplicasPath", "statusReplicasPath", "labelSelectorPath"):
+        assert scale[key] in known, key
+    status = SCHEMA["properties"]["status"]["properties"]
+    assert status["selector"]["type"] == "string"  # kube-apiserver requires a string selector
+    assert status["replicas"]["type"] == "integer"
 
 
 def test_cel_rules_compile_name_their_field_and_point_at_it() -> None:

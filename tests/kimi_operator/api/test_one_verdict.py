@@ -92,6 +92,18 @@ SPECS = st.fixed_dictionaries(
     optional={
         "gpusPerNode": st.sampled_from([4, 8, 2]),
         "replicas": st.integers(-1, 66),
+        "autoscaling": st.fixed_dictionaries(
+            {
+                "target": st.dictionaries(
+                    st.sampled_from(
+                        ["decodeRateFloor", "waitingRequestsPerGroup", "kvCacheUsagePercent"]
+                    ),
+                    st.integers(0, 101),
+                    max_size=3,
+                )
+            },
+            optional={"minReplicas": st.integers(-1, 3), "maxReplicas": st.integers(0, 65)},
+        ),
         "rollout": st.fixed_dictionaries(
             {},
             optional={
