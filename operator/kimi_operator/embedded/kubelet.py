@@ -111,9 +111,11 @@ def start_groups(client: Client, scheduler: Scheduler, namespace: str) -> list[s
                 "kind": "Pod",
                 "metadata": {"name": pod.name, "namespace": namespace, "labels": pod.labels},
                 "spec": pod.spec | ({"nodeName": node.name} if node else {}),
-                "status": {"phase": "Running" if node else "Pending", "conditions": [scheduled]},
             }
             client.create(POD, body)
+            # A Pod's status is its own subresource (the scheduler and kubelet write it there).
+            status = {"phase": "Running" if node else "Pending", "conditions": [scheduled]}
+            client.patch(POD, namespace, pod.name, {"status": status}, subresource="status")
         if bound:
             ready = {"status": group_ready_status(lws)}
             name = lws["metadata"]["name"]
