@@ -25,6 +25,9 @@ CONTEXT: dict[Path, dict[str, Any]] = {
         "spec.model.source": {"huggingface": {"repo": "moonshotai/Kimi-K3"}}
     },
     ("spec", "speculative"): {"spec.speculative": {"draftSource": {"pvc": {"claimName": "d"}}}},
+    ("spec", "autoscaling"): {
+        "spec.autoscaling": {"maxReplicas": 4, "target": {"waitingRequestsPerGroup": 8}}
+    },
     ("spec", "speculative", "draftSource", "huggingface"): {
         "spec.speculative": {"draftSource": {"huggingface": {"repo": "moonshotai/draft"}}}
     },
