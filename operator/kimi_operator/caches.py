@@ -9,6 +9,7 @@ removes its reference, and deletes the object if it was the last. `retain` marks
 takes every reference off it: nobody deletes it from then on but a person.
 """
 
+import datetime
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from kimi_operator.builders.weights import (
 )
 from kimi_operator.k8s.apply import Applied, owner_reference
 from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import BY_KIND, CACHE_RESOURCES, JOB, POD
 
 CACHE_SELECTOR = (
@@ -37,6 +39,10 @@ CACHE_SELECTOR = (
 )
 # While a Job runs, look again this often: a running pod's progress shows nowhere that is watched.
 POLL_S = 30.0
+# A claim still without a volume after this long: StorageUnavailable, not just ClaimPending.
+CLAIM_PENDING_LIMIT_S = 600.0
+# kube-apiserver's ResourceQuota admission refuses a create with 403 and this in the message.
+QUOTA_REFUSAL = "exceeded quota"
 
 
 def recorded(kd: KimiDeployment, status: Mapping[str, Any]) -> dict[str, WeightsStatus]:
@@ -150,14 +156,19 @@ def _progress(message: Mapping[str, Any]) -> str:
     )
 
 
-def observe_downloads(client: Client, weights: Weights, live: Sequence[Mapping[str, Any]]) -> None:
+def observe_downloads(
+    client: Client,
+    weights: Weights,
+    live: Sequence[Mapping[str, Any]],
+    *,
+    now: str,
+) -> None:
     """Ready once every download Job completed; a failed one fails the weights. `live`: the
-    claims and Jobs as applied (same name per cache)."""
-    phases = {
-        obj["metadata"]["name"]: (obj.get("status") or {}).get("phase", "Pending")
-        for obj in live
-        if obj["kind"] == "PersistentVolumeClaim"
+    claims and Jobs as applied (same name per cache); `now` as the status writes times."""
+    claims = {
+        obj["metadata"]["name"]: obj for obj in live if obj["kind"] == "PersistentVolumeClaim"
     }
+    phases = {name: (c.get("status") or {}).get("phase", "Pending") for name, c in claims.items()}
     for job in (obj for obj in live if obj["kind"] == JOB.kind):
         done = _conditions(job)
         if "Complete" in done:
@@ -168,13 +179,36 @@ def observe_downloads(client: Client, weights: Weights, live: Sequence[Mapping[s
         if "Failed" in done:
             weights.failed.append(Problem("DownloadFailed", _failure(job, message)))
         elif phases.get(name) == "Pending" and not message:
-            why = (
-                f"claim {name} is Pending: no volume bound yet (its StorageClass provisions none, "
-                f"or waits for the Job's pod); kubectl describe pvc {name}"
-            )
-            weights.waiting.append(Problem("ClaimPending", why))
+            weights.waiting.append(_pending(claims[name], now))
         else:
             weights.waiting.append(Problem("Downloading", f"Job {name}: {_progress(message)}"))
+
+
+def _pending(claim: Mapping[str, Any], now: str) -> Problem:
+    """A claim with no volume yet: ClaimPending (a StorageClass that binds on first use waits for
+    the Job's pod), then StorageUnavailable once it has waited longer than any provisioner
+    should (CLAIM_PENDING_LIMIT_S)."""
+    meta = claim["metadata"]
+    name = meta["name"]
+    created = meta.get("creationTimestamp")
+    waited = (_parse_time(now) - _parse_time(created)).total_seconds() if created else 0.0
+    if waited > CLAIM_PENDING_LIMIT_S:
+        storage_class = claim["spec"].get("storageClassName") or "the default StorageClass"
+        return Problem(
+            "StorageUnavailable",
+            f"claim {name} has been Pending for {waited / 60:.0f} min: {storage_class} provisioned "
+            f"no volume for it (none left, or no provisioner); kubectl describe pvc {name}",
+        )
+    return Problem(
+        "ClaimPending",
+        f"claim {name} is Pending: no volume bound yet (its StorageClass provisions none, "
+        f"or waits for the Job's pod); kubectl describe pvc {name}",
+    )
+
+
+def _parse_time(stamp: str) -> datetime.datetime:
+    """RFC 3339 in seconds, UTC: how the API server and the status write times."""
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
 
 
 def _users(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -224,6 +258,8 @@ def apply_caches(
     body: Mapping[str, Any],
     defaults: OperatorDefaults,
     into: Applied,
+    *,
+    now: str,
 ) -> tuple[Weights, list[dict[str, Any]]]:
     """Resolve, apply the claims and download Jobs, observe them: (the weights, the caches)."""
     weights = resolve(client, kd, body.get("status") or {})
@@ -233,10 +269,18 @@ def apply_caches(
         for role, source in hf_sources(kd)
         if source.cache.retain and role in weights.resolved
     }
-    live = [
-        apply_shared(client, obj, body, obj["metadata"]["name"] in retained, into) for obj in shared
-    ]
-    observe_downloads(client, weights, live)
+    live = []
+    for obj in shared:
+        try:
+            live.append(apply_shared(client, obj, body, obj["metadata"]["name"] in retained, into))
+        except ApiError as error:
+            if error.code != 403 or QUOTA_REFUSAL not in str(error):
+                raise
+            # Not retried soon: a quota is raised by a person; the periodic resync tries again.
+            weights.ready = False
+            weights.failed.append(Problem("QuotaExceeded", str(error)))
+            return weights, shared
+    observe_downloads(client, weights, live, now=now)
     return weights, shared
 
 

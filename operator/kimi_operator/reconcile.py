@@ -259,7 +259,7 @@ def _reconcile_valid(
     image: ImageChoice | None = None
     steps: Steps | None = None
     try:
-        weights, shared = caches.apply_caches(client, kd, body, defaults, outcome.applied)
+        weights, shared = caches.apply_caches(client, kd, body, defaults, outcome.applied, now=now)
         plan = _planned(kd, defaults, served, weights)
         skip_groups = first or LEADER_WORKER_SET.kind in plan.skip
         live = {} if skip_groups else _live_groups(client, kd, uid)

@@ -7,6 +7,7 @@ kubelet as before.
 """
 
 import base64
+import datetime
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,12 +16,14 @@ from typing import Any
 import pytest
 
 from kimi_kernels.weights import MANIFEST
+from kimi_operator import caches as weights_caches
 from kimi_operator.builders.weights import RETAIN_ANNOTATION
 from kimi_operator.embedded.audit import audit
 from kimi_operator.embedded.hub import FakeHub, Fault
 from kimi_operator.embedded.jobs import SECRET, JobRunner, running
 from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.server import Fault as ApiFault
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import (
@@ -326,3 +329,52 @@ def test_a_claim_left_pending_is_said_and_nothing_runs(
         # The resolve Job ran (it needs no claim); the download Job's pod is not scheduled.
         assert [a.exit_code for a in runner.attempts] == [0]
         assert client.list(LEADER_WORKER_SET, NS) == []
+
+    # What the operator says of the same claim once it has waited past the limit: no volume comes.
+    live = [obj for resource in (PERSISTENT_VOLUME_CLAIM, JOB) for obj in client.list(resource, NS)]
+    live = [o for o in live if o["metadata"]["labels"].get("app.kubernetes.io/component")]
+    (claim,) = (o for o in live if o["kind"] == "PersistentVolumeClaim")
+    created = datetime.datetime.strptime(
+        claim["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"
+    )
+
+    def after(seconds: float) -> list[str]:
+        later = created + datetime.timedelta(seconds=seconds)
+        weights = weights_caches.Weights(resolved={})
+        weights_caches.observe_downloads(
+            client, weights, live, now=later.strftime("%Y-%m-%dT%H:%M:%SZ")
+        )
+        return [p.reason for p in weights.waiting]
+
+    limit = weights_caches.CLAIM_PENDING_LIMIT_S
+    assert after(limit - 60) == ["ClaimPending"]
+    assert after(limit + 60) == ["StorageUnavailable"]
+
+
+# kube-apiserver's ResourceQuota admission, refusing the claim (its exact shape of message).
+QUOTA = (
+    'persistentvolumeclaims "{name}" is forbidden: exceeded quota: storage, requested: '
+    "requests.storage=2Gi, used: requests.storage=0, limited: requests.storage=1Gi"
+)
+
+
+@pytest.mark.usefixtures("operator", "jobs")
+def test_a_quota_refusal_is_said_and_a_later_resync_creates_the_claim(
+    api: EmbeddedApiServer, client: Client
+) -> None:
+    api.inject(ApiFault("POST", "/persistentvolumeclaims", 403, message=QUOTA.format(name="c")))
+    client.create(KIMI_DEPLOYMENT, deployment("quota"))
+
+    def refused() -> dict[str, Any] | None:
+        found = weights_condition(client, "quota")
+        return found if found.get("reason") == "QuotaExceeded" else None
+
+    found = wait_for(refused, TIMEOUT_S, "WeightsReady QuotaExceeded")
+    assert found["status"] == "False"
+    assert "exceeded quota: storage" in found["message"]
+    assert condition(status_of(client, NS, "quota"), "Ready")["status"] == "False"
+    assert client.list(PERSISTENT_VOLUME_CLAIM, NS) == []
+    assert client.list(LEADER_WORKER_SET, NS) == []
+    # The quota raised (the fault used up): a resync creates the claim and the download goes on.
+    wait_for(lambda: client.list(PERSISTENT_VOLUME_CLAIM, NS) or None, TIMEOUT_S, "the claim")
+    assert serving(client, "quota")["readyReplicas"] == 1

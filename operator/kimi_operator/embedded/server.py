@@ -212,6 +212,7 @@ class Fault:
     retry_after: int | None = None
     delay_s: float = 0.0
     drop_watch: bool = False
+    message: str = ""  # the error answer's message ("injected <kind>" when empty)
 
     @property
     def kind(self) -> str:
@@ -437,7 +438,7 @@ class ApiServer(kmock.KubernetesEmulator):
             raise InjectedError(
                 status=fault.status,
                 reason="Injected",
-                message=f"injected {fault.kind}",
+                message=fault.message or f"injected {fault.kind}",
                 retry_after=fault.retry_after,
             )
         return await self._serve_object(request)
