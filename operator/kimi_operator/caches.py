@@ -9,7 +9,6 @@ removes its reference, and deletes the object if it was the last. `retain` marks
 takes every reference off it: nobody deletes it from then on but a person.
 """
 
-import datetime
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from kimi_operator.k8s.apply import Applied, owner_reference
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import BY_KIND, CACHE_RESOURCES, JOB, POD
+from kimi_operator.rollout import epoch
 
 CACHE_SELECTOR = (
     f"app.kubernetes.io/managed-by={MANAGER},app.kubernetes.io/component={CACHE_COMPONENT}"
@@ -190,8 +190,8 @@ def _pending(claim: Mapping[str, Any], now: str) -> Problem:
     should (CLAIM_PENDING_LIMIT_S)."""
     meta = claim["metadata"]
     name = meta["name"]
-    created = meta.get("creationTimestamp")
-    waited = (_parse_time(now) - _parse_time(created)).total_seconds() if created else 0.0
+    since, at = epoch(meta.get("creationTimestamp") or ""), epoch(now)
+    waited = at - since if since is not None and at is not None else 0.0
     if waited > CLAIM_PENDING_LIMIT_S:
         storage_class = claim["spec"].get("storageClassName") or "the default StorageClass"
         return Problem(
@@ -204,11 +204,6 @@ def _pending(claim: Mapping[str, Any], now: str) -> Problem:
         f"claim {name} is Pending: no volume bound yet (its StorageClass provisions none, "
         f"or waits for the Job's pod); kubectl describe pvc {name}",
     )
-
-
-def _parse_time(stamp: str) -> datetime.datetime:
-    """RFC 3339 in seconds, UTC: how the API server and the status write times."""
-    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
 
 
 def _users(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
