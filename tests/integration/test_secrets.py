@@ -96,6 +96,8 @@ def test_the_token_is_never_read_logged_or_written(
 
             wait_for(serving, 60, "serving")
             wait_for(lambda: len(requests) > 50, what="a few resyncs")  # several passes
+            # The resolve Job is pruned by a resync after the resolution: only the download stays.
+            wait_for(lambda: len(client.list(JOB, NS)) == 1 or None, 60, "the resolve Job pruned")
 
     written = [
         obj
