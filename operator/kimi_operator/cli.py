@@ -1,7 +1,7 @@
 """`kimi-operator`: validate | render | crd (and the subcommands other modules register).
 
-Imports stay inside the subcommands so that `validate` loads only pydantic and PyYAML: no kopf,
-no Kubernetes client.
+Imports stay inside the subcommands so that `validate` loads only pydantic and PyYAML: no
+Kubernetes client, no HTTP stack.
 """
 
 import argparse
@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-EXIT_OK, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
+EXIT_OK, EXIT_INVALID, EXIT_UNREADABLE, EXIT_LEADERSHIP_LOST = 0, 1, 2, 3
 
 
 class InputError(Exception):
@@ -192,15 +192,29 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
     import logging  # noqa: PLC0415
 
     from kimi_operator.builders import OperatorDefaults  # noqa: PLC0415
-    from kimi_operator.runner import RunConfig, run_operator  # noqa: PLC0415
+    from kimi_operator.controller.leader import LeaseConfig  # noqa: PLC0415
+    from kimi_operator.runner import LeadershipLost, RunConfig, run_operator  # noqa: PLC0415
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=err,
     )
-    if not args.verbose:  # kopf says "Handler succeeded" for every watch event
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    try:
+        lease = (
+            LeaseConfig(
+                namespace=args.leader_elect_resource_namespace or own_namespace(),
+                name=args.leader_elect_resource_name,
+                lease_duration_s=args.leader_elect_lease_duration,
+                renew_deadline_s=args.leader_elect_renew_deadline,
+                retry_period_s=args.leader_elect_retry_period,
+            )
+            if args.leader_elect
+            else None
+        )
+    except ValueError as error:  # the three durations out of order
+        print(f"error: --leader-elect-*: {error}", file=err)
+        return EXIT_INVALID
     config = RunConfig(
         namespaces=tuple(args.namespace or ()),
         defaults=OperatorDefaults(
@@ -214,10 +228,31 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
         discovery_ttl_s=args.discovery_interval,
         health=args.health_address or None,
         metrics=args.metrics_address or None,
-        peering=args.peering,
+        leader_election=lease,
     )
-    run_operator(config)
+    try:
+        run_operator(config)
+    except LeadershipLost as lost:
+        print(f"error: {lost}", file=err)
+        return EXIT_LEADERSHIP_LOST
     return EXIT_OK
+
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def own_namespace() -> str:
+    """The namespace the operator's pod runs in: POD_NAMESPACE, the ServiceAccount's, or
+    `default` (outside a cluster)."""
+    import os  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return Path(SERVICE_ACCOUNT_NAMESPACE).read_text().strip() or "default"
+    except OSError:
+        return "default"
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -325,11 +360,36 @@ def _add_operator_parsers(sub: Any) -> None:
         help="serve the kimi_operator_* Prometheus metrics here; empty: off (default %(default)s)",
     )
     run.add_argument(
-        "--peering",
-        metavar="NAME",
-        help="use kopf peering under this name, so that of several replicas one is active "
-        "(needs kopf's peering CRDs); default: standalone",
+        "--leader-elect",
+        action="store_true",
+        help="elect a leader on a Lease among the operator's replicas: only the leader "
+        "reconciles, the others stand by (needed with more than one replica, and for a "
+        "rolling update without two operators at once)",
     )
+    run.add_argument(
+        "--leader-elect-resource-name",
+        default="kimi-operator",
+        metavar="NAME",
+        help="the Lease's name (default %(default)s)",
+    )
+    run.add_argument(
+        "--leader-elect-resource-namespace",
+        default="",
+        metavar="NAMESPACE",
+        help="the Lease's namespace (default: $POD_NAMESPACE, else the ServiceAccount's)",
+    )
+    for flag, default, what in (
+        ("lease-duration", 15.0, "how long a standby waits on a Lease not renewed"),
+        ("renew-deadline", 10.0, "how long the leader tries to renew before it stops"),
+        ("retry-period", 2.0, "how often the leader renews and a standby tries"),
+    ):
+        run.add_argument(
+            f"--leader-elect-{flag}",
+            type=float,
+            default=default,
+            metavar="SECONDS",
+            help=f"{what} (default %(default)s)",
+        )
     run.add_argument("--verbose", action="store_true", help="debug logging")
     run.set_defaults(run=cmd_run)
 

@@ -1,36 +1,42 @@
-"""Start the operator: the controller (controller/), kopf watching KimiDeployments (and peering),
-the child watches, a health endpoint, Prometheus metrics.
+"""Start the operator: with leader election, wait for the Lease; then the controller
+(controller/), the KimiDeployment and child watches (k8s/watch.py), and meanwhile a health
+endpoint and the Prometheus metrics (docs/architecture.md, "The controller loop").
 
-kopf is used for what it does well here: the KimiDeployment watch (list, watch, resume after a
-dropped stream), peering between replicas and its liveness endpoint. Its one handler only hands
-each event to the controller's queue (docs/architecture.md, "The controller loop").
+Everything the operator sends and watches goes through one HTTP client (`k8s/client.py`); the
+watches only enqueue.
 
 `run_operator` blocks (`kimi-operator run`); `OperatorThread` runs the same operator in a thread of
 its own for the demo, the tests and the benchmark.
 """
 
-import asyncio
+import signal
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
+from typing import Self
 
-import kopf
 from prometheus_client import start_http_server
 
-from kimi_operator.api import constants as c
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import MANAGER
+from kimi_operator.controller.leader import LeaderElector, LeaseConfig
 from kimi_operator.controller.loop import Controller
 from kimi_operator.controller.metrics import Metrics
-from kimi_operator.k8s.client import Client, credentials, load_configuration
+from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
     JOB,
+    KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
     PERSISTENT_VOLUME_CLAIM,
 )
-from kimi_operator.k8s.watch import ChildWatch
+from kimi_operator.k8s.watch import Watch, refreshing
+
+
+class LeadershipLost(RuntimeError):
+    """The Lease could not be renewed: the process ends (and its container restarts) so that it
+    never reconciles beside the new leader, as client-go's controllers do."""
 
 
 @dataclass(frozen=True)
@@ -43,23 +49,12 @@ class RunConfig:
     workers: int = 16
     api_timeout_s: float = 15.0  # an API request without an answer this long is retried
     discovery_ttl_s: float = 30.0  # how soon a CRD installed or removed is noticed
-    # "ADDRESS:PORT" for the health endpoint (kopf's /healthz) and the metrics; None: off.
+    # "ADDRESS:PORT" for the health endpoint (/healthz) and the metrics; None: off.
     health: str | None = None
     metrics: str | None = None
-    # kopf peering (its KopfPeering/ClusterKopfPeering CRDs must be installed): with several
-    # replicas, one handles events and the others stand by. None: standalone.
-    peering: str | None = None
-
-
-def settings(config: RunConfig) -> kopf.OperatorSettings:
-    """Peering only: an event-watching handler keeps no progress, diff base or finalizer, and
-    posts no Events of kopf's."""
-    s = kopf.OperatorSettings()
-    s.peering.standalone = config.peering is None
-    if config.peering is not None:
-        s.peering.name = config.peering
-        s.peering.mandatory = True
-    return s
+    # With several replicas: the Lease they elect a leader on. None: this replica reconciles
+    # alone, from the start.
+    leader_election: LeaseConfig | None = None
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -67,159 +62,191 @@ def _split(address: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-def controller(config: RunConfig) -> tuple[Controller, Any]:
-    """The controller, and the `kubernetes` Configuration it and kopf authenticate with."""
+def controller(config: RunConfig) -> Controller:
+    """The controller, on a client authenticated from `config` (or the cluster's config)."""
     metrics = Metrics()
-    configuration = load_configuration(config.server, config.token)
     client = Client(
-        configuration,
+        load_configuration(config.server, config.token),
         timeout_s=config.api_timeout_s,
         discovery_ttl_s=config.discovery_ttl_s,
         pool_size=config.workers + 4,
         on_request=metrics.observe_request,
     )
-    loop = Controller(
+    return Controller(
         client,
         config.defaults,
         metrics,
         workers=config.workers,
         resync_interval_s=config.resync_interval_s,
     )
-    return loop, configuration
 
 
-def registry(loop: Controller, configuration: Any) -> kopf.OperatorRegistry:
-    """kopf's part: log in with the operator's credentials, hand every event to the queue."""
-    registry = kopf.OperatorRegistry()
-
-    @kopf.on.login(registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        info = credentials(configuration)
-        return kopf.ConnectionInfo(
-            server=info.server,
-            ca_path=info.ca_path,
-            insecure=info.insecure,
-            username=info.username,
-            password=info.password,
-            scheme=info.scheme,
-            token=info.token,
-            certificate_path=info.certificate_path,
-            private_key_path=info.private_key_path,
-        )
-
-    @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, id="enqueue", registry=registry)
-    async def on_event(event: Mapping[str, Any], **_: Any) -> None:
-        loop.observe(event.get("type"), event["object"])
-
-    return registry
-
-
-def child_watches(loop: Controller, namespaces: Sequence[str]) -> list[ChildWatch]:
-    """A watch per resource whose status feeds a deployment's, per namespace (or cluster-wide):
-    a change refreshes its owner now rather than at the next resync."""
-    return [
-        ChildWatch(
+def watches(loop: Controller, namespaces: Sequence[str]) -> list[Watch]:
+    """The KimiDeployments (each event to `Controller.observe`), and a watch per resource whose
+    status feeds a deployment's (a change refreshes its owner now rather than at the next
+    resync); per namespace, or cluster-wide."""
+    where = [*namespaces] if namespaces else [None]
+    deployments = [
+        Watch(loop.client, KIMI_DEPLOYMENT, namespace, loop.observe, with_items=True)
+        for namespace in where
+    ]
+    children = [
+        Watch(
             loop.client,
             resource,
             namespace,
-            loop.child_changed,
+            refreshing(loop.child_changed),
             label_selector=f"app.kubernetes.io/managed-by={MANAGER}",
         )
         for resource in (LEADER_WORKER_SET, COMPUTE_DOMAIN, JOB, PERSISTENT_VOLUME_CLAIM)
-        for namespace in ([*namespaces] if namespaces else [None])
+        for namespace in where
     ]
+    return deployments + children
 
 
-async def operate(
-    config: RunConfig,
-    loop: Controller,
-    configuration: Any,
-    *,
-    stop: threading.Event | None = None,
-    ready: threading.Event | None = None,
-) -> None:
-    metrics_server = None
-    if config.metrics:
-        host, port = _split(config.metrics)
-        metrics_server, _ = start_http_server(port, host, registry=loop.metrics.registry)
-    liveness = None
-    if config.health:
-        host, port = _split(config.health)
-        liveness = f"http://{host}:{port}/healthz"
-    loop.start()
-    watches = child_watches(loop, config.namespaces)
-    threads = [
-        threading.Thread(target=w.run, name=f"kimi-watch-{w.resource.plural}", daemon=True)
-        for w in watches
-    ]
-    for thread in threads:
-        thread.start()
-    try:
-        await kopf.operator(
-            registry=registry(loop, configuration),
-            settings=settings(config),
-            clusterwide=not config.namespaces,
-            namespaces=list(config.namespaces),
-            standalone=config.peering is None,
-            peering_name=config.peering,
-            liveness_endpoint=liveness,
-            stop_flag=stop,
-            ready_flag=ready,
+def health_server(address: str, healthy: Callable[[], bool]) -> ThreadingHTTPServer:
+    """GET /healthz: 200 while `healthy()`, else 503 (the kubelet's liveness probe)."""
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] != "/healthz":
+                self.send_error(404)
+                return
+            ok = healthy()
+            body = b"ok\n" if ok else b"unhealthy\n"
+            self.send_response(200 if ok else 503)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:  # probes every few seconds: not logged
+            pass
+
+    server = ThreadingHTTPServer(_split(address), Health)
+    threading.Thread(target=server.serve_forever, name="kimi-health", daemon=True).start()
+    return server
+
+
+class Operator:
+    """One replica: it stands by until it leads (with leader election), then reconciles until
+    `stop` is set or the Lease is lost."""
+
+    def __init__(self, config: RunConfig, loop: Controller) -> None:
+        self.config, self.controller = config, loop
+        self.elector = (
+            None
+            if config.leader_election is None
+            else LeaderElector(loop.client, config.leader_election)
         )
-    finally:
-        for watch in watches:
+        self.stop = threading.Event()
+        self.started = threading.Event()  # serving, and leading or standing by
+        self.leading = threading.Event()
+        self._watches: list[Watch] = []
+        self._threads: list[threading.Thread] = []
+
+    def healthy(self) -> bool:
+        """A leader that missed its renew deadline is about to stop: not healthy."""
+        if self.elector is None or not self.leading.is_set():
+            return True
+        return self.elector.leading()
+
+    def run(self) -> None:
+        """Until `stop`; `LeadershipLost` when the Lease was lost."""
+        config, loop = self.config, self.controller
+        servers: list[HTTPServer] = []
+        lost = False
+        try:
+            if config.metrics:
+                host, port = _split(config.metrics)
+                servers.append(start_http_server(port, host, registry=loop.metrics.registry)[0])
+            if config.health:
+                servers.append(health_server(config.health, self.healthy))
+            loop.metrics.leader.set(0)
+            if self.elector is None:
+                self._lead()
+                self.started.set()
+                self.stop.wait()
+                return
+            self.started.set()  # standing by
+            if self.elector.acquire(self.stop):
+                self._lead()
+                lost = not self.elector.hold(self.stop)
+        finally:
+            self._step_down(release=not lost)
+            for server in servers:
+                server.shutdown()
+                server.server_close()
+            loop.client.close()
+        if lost:
+            raise LeadershipLost("the leader Lease was lost; stopping so as not to reconcile twice")
+
+    def _lead(self) -> None:
+        loop = self.controller
+        loop.start()
+        self._watches = watches(loop, self.config.namespaces)
+        self._threads = [
+            threading.Thread(target=w.run, name=f"kimi-watch-{w.resource.plural}", daemon=True)
+            for w in self._watches
+        ]
+        for thread in self._threads:
+            thread.start()
+        loop.metrics.leader.set(1)
+        self.leading.set()
+
+    def _step_down(self, *, release: bool) -> None:
+        for watch in self._watches:
             watch.stop()
-        await asyncio.to_thread(_join, threads)
-        await asyncio.to_thread(loop.stop)
-        if metrics_server is not None:
-            metrics_server.shutdown()
-            metrics_server.server_close()
-        loop.client.close()
-
-
-def _join(threads: Sequence[threading.Thread], timeout_s: float = 30.0) -> None:
-    for thread in threads:
-        thread.join(timeout_s)
+        for thread in self._threads:
+            thread.join(30.0)
+        if self.leading.is_set():
+            self.controller.stop()
+            self.controller.metrics.leader.set(0)
+            self.leading.clear()
+        if self.elector is not None and release:
+            self.elector.release()
 
 
 def run_operator(config: RunConfig) -> None:
-    asyncio.run(operate(config, *controller(config)))
+    """Until SIGTERM (the kubelet stopping the pod) or SIGINT: then a clean stop, the Lease
+    given up."""
+    operator = Operator(config, controller(config))
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: operator.stop.set())
+    operator.run()
 
 
 class OperatorThread:
-    """The operator in a thread of its own; a context manager that waits until it is ready."""
+    """The operator in a thread of its own; a context manager that waits until it has started
+    (leading, or standing by with leader election)."""
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
-        self.controller, self._configuration = controller(config)
-        self._stop, self._ready = threading.Event(), threading.Event()
-        self._failure: BaseException | None = None
+        self.controller = controller(config)
+        self.operator = Operator(config, self.controller)
+        self.failure: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="kimi-operator", daemon=True)
 
     def _main(self) -> None:
         try:
-            asyncio.run(
-                operate(
-                    self.config,
-                    self.controller,
-                    self._configuration,
-                    stop=self._stop,
-                    ready=self._ready,
-                )
-            )
+            self.operator.run()
         except BaseException as error:  # reported by __enter__/__exit__
-            self._failure = error
-            self._ready.set()
+            self.failure = error
+            self.operator.started.set()
 
     def __enter__(self) -> Self:
         self._thread.start()
-        self._ready.wait(timeout=60)
-        if self._failure is not None:
-            raise RuntimeError(f"the operator did not start: {self._failure!r}")
+        self.operator.started.wait(timeout=60)
+        if self.failure is not None:
+            raise RuntimeError(f"the operator did not start: {self.failure!r}")
         return self
 
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
+    def stop(self) -> None:
+        """Stop it and wait until it has (its Lease released)."""
+        self.operator.stop.set()
         self._thread.join(timeout=60)
         if self._thread.is_alive():
             raise RuntimeError("the operator did not stop within 60 s")
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()

@@ -34,7 +34,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "image": {"repository": "registry.example.com/kimi/operator", "digest": DIGEST},
         "servingImage": {"repository": "registry.example.com/kimi/vllm", "digest": DIGEST},
     },
-    "peering": {"replicaCount": 3, "peering": {"enabled": True}, "crds": {"keep": False}},
+    "replicas": {"replicaCount": 3, "crds": {"keep": False}},
+    "standalone": {"leaderElection": {"enabled": False}},
     "autoscaling": {
         "autoscaling": {
             "prometheusUrl": "http://prometheus.example:9090",
@@ -46,9 +47,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 
 def _custom_resources() -> dict[str, CustomResource]:
     """Kind -> its v1 as the API server admits it, for the custom kinds the chart renders: the
-    upstream Prometheus Operator CRDs and kopf's peering CRDs (which the chart ships)."""
+    upstream Prometheus Operator CRDs."""
     crds = [upstream_crd("ServiceMonitor"), upstream_crd("PrometheusRule")]
-    crds += yaml.safe_load_all((CHART / "files" / "kopf-peering-crds.yaml").read_text())
     return {
         crd["spec"]["names"]["kind"]: CustomResource.of(crd, f"{crd['spec']['group']}/v1")
         for crd in crds
@@ -115,6 +115,8 @@ def test_default_install(rendered: dict[str, list[dict[str, Any]]]) -> None:
         "ClusterRoleBinding",
         "CustomResourceDefinition",
         "Deployment",
+        "Role",  # the leader-election Lease's
+        "RoleBinding",
         "Service",
         "ServiceAccount",
     ]
@@ -135,17 +137,13 @@ def test_rendered_crd_is_crds(rendered: dict[str, list[dict[str, Any]]]) -> None
 
 
 def test_crds_not_kept_when_asked(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    crds = of_kind(rendered["peering"], "CustomResourceDefinition")
-    assert sorted(c["metadata"]["name"] for c in crds) == [
-        "clusterkopfpeerings.kopf.dev",
-        "kimideployments.kimi-operator.io",
-        "kopfpeerings.kopf.dev",
-    ]
-    assert all("annotations" not in c["metadata"] for c in crds)
+    (crd,) = of_kind(rendered["replicas"], "CustomResourceDefinition")
+    assert crd["metadata"]["name"] == "kimideployments.kimi-operator.io"
+    assert "annotations" not in crd["metadata"]
 
 
 def test_no_crds_when_disabled(tmp_path: Path) -> None:
-    objects = template({"crds": {"enabled": False}, "peering": {"enabled": True}}, tmp_path)
+    objects = template({"crds": {"enabled": False}}, tmp_path)
     assert not of_kind(objects, "CustomResourceDefinition")
 
 
@@ -162,7 +160,9 @@ def test_operator_pod_is_hardened(rendered: dict[str, list[dict[str, Any]]]) -> 
     (deployment,) = of_kind(rendered["defaults"], "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert "strategy" not in deployment["spec"]  # rolling: the new pod stands by for the Lease
+    (standalone,) = of_kind(rendered["standalone"], "Deployment")
+    assert standalone["spec"]["strategy"] == {"type": "Recreate"}  # never two at once
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 65532
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -199,8 +199,30 @@ def test_operator_arguments(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert _parsed(rendered["namespaced"]).namespace == ["inference", "research"]
 
 
-def test_peering_arguments(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    assert _parsed(rendered["peering"]).peering == "kimi-operator"
+def test_leader_election_arguments(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """On by default (a rolling update of the operator never runs two at once): the release's
+    Lease in the release's namespace, which the chart's Role lets it read and renew."""
+    args = _parsed(rendered["replicas"])
+    assert args.leader_elect
+    assert (args.leader_elect_resource_name, args.leader_elect_resource_namespace) == (
+        "kimi-kimi-operator",
+        "kimi-system",
+    )
+    durations = (
+        args.leader_elect_lease_duration,
+        args.leader_elect_renew_deadline,
+        args.leader_elect_retry_period,
+    )
+    assert durations == (15, 10, 2)
+    (role,) = [
+        r for r in of_kind(rendered["replicas"], "Role") if "leader" in r["metadata"]["name"]
+    ]
+    assert role["metadata"]["namespace"] == "kimi-system"
+    names = [rule.get("resourceNames") for rule in role["rules"]]
+    assert names == [None, ["kimi-kimi-operator"]]  # only `create` is not limited to the Lease
+    standalone = rendered["standalone"]
+    assert not _parsed(standalone).leader_elect
+    assert not [r for r in of_kind(standalone, "Role") if "leader" in r["metadata"]["name"]]
 
 
 def test_images_by_digest(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -322,7 +344,11 @@ def test_readme_has_every_key() -> None:
 
 
 BAD_VALUES = [
-    ({"replicaCount": 2}, "at '/peering/enabled': value must be true"),
+    (
+        {"replicaCount": 2, "leaderElection": {"enabled": False}},
+        "at '/leaderElection/enabled': value must be true",
+    ),
+    ({"leaderElection": {"retryPeriodSeconds": 0}}, "at '/leaderElection/retryPeriodSeconds'"),
     ({"replicas": 1}, "additional properties 'replicas' not allowed"),
     ({"image": {"digest": "sha256:nothex"}}, "at '/image/digest'"),
     ({"crds": {"keep": "yes"}}, "at '/crds/keep': got string, want boolean"),
@@ -341,6 +367,23 @@ def test_bad_values_are_refused(values: dict[str, Any], message: str, tmp_path: 
     assert result.returncode != 0
     assert "values don't meet the specifications of the schema" in result.stderr
     assert message in result.stderr
+
+
+@pytest.mark.parametrize(
+    "durations",
+    [{"renewDeadlineSeconds": 15}, {"retryPeriodSeconds": 10}, {"leaseDurationSeconds": 5}],
+)
+def test_leader_election_durations_out_of_order_are_refused(
+    durations: dict[str, int], tmp_path: Path
+) -> None:
+    """The order the operator would refuse at start (a crash loop), refused at install."""
+    values = write_values(tmp_path, {"leaderElection": durations})
+    result = helm("template", "kimi", str(CHART), "--values", str(values), check=False)
+    assert result.returncode != 0
+    wanted = (
+        "leaderElection: needs retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds"
+    )
+    assert wanted in result.stderr
 
 
 def test_notes_say_what_was_installed_and_what_to_apply() -> None:

@@ -1,9 +1,10 @@
 """The chart's RBAC allows exactly what the operator does: no more, no less, no wildcards.
 
-What the operator does is observed, not declared: the real operator (kopf included) runs against the
-embedded API server, as the chart's ServiceAccount, through a scenario that reaches every call of
-the Kubernetes client in the operator's in-cluster code (found by reading that code: a call added
-later that the scenario does not reach fails `test_scenario_reaches_every_client_call`). The server
+What the operator does is observed, not declared: the real operator (leader election included)
+runs against the embedded API server, as the chart's ServiceAccount, through a scenario that
+reaches every call of the Kubernetes client in the operator's in-cluster code (found by reading
+that code: a call added later that the scenario does not reach fails
+`test_scenario_reaches_every_client_call`). The server
 authorizes every request by the chart's rendered RBAC, as kube-apiserver does, including the
 owner-reference check of the OwnerReferencesPermissionEnforcement admission plugin, and records
 each decision (API group, resource[/subresource], verb); those are compared with the rules
@@ -29,6 +30,8 @@ import pytest
 import yaml
 
 from kimi_operator.api.crd import crd
+from kimi_operator.controller.leader import LeaseConfig
+from kimi_operator.embedded.chart import NAMESPACE as RELEASE_NAMESPACE
 from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.hub import FakeHub
 from kimi_operator.embedded.jobs import JobRunner, running
@@ -43,6 +46,7 @@ from kimi_operator.k8s.resources import (
     HORIZONTAL_POD_AUTOSCALER,
     JOB,
     LEADER_WORKER_SET,
+    LEASE,
     POD_MONITOR,
     SCALED_OBJECT,
     SERVICE,
@@ -61,8 +65,7 @@ CLIENT_MODULE = PACKAGE / "k8s" / "client.py"
 NOT_IN_CLUSTER = ("embedded", "bench")
 SAMPLES = ROOT / "crds" / "samples"
 NAMESPACE = "inference"
-PEERING = "kimi-operator"
-PEERING_CRDS = ROOT / "charts" / "kimi-operator" / "files" / "kopf-peering-crds.yaml"
+LEASE_NAME = "kimi-kimi-operator"  # the release's full name (embedded.chart renders release kimi)
 
 CACHES = "labelSelector=app.kubernetes.io/component%3Dweights-cache"
 Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb)
@@ -166,6 +169,7 @@ def test_call_sites_are_found() -> None:
 class Observed:
     cluster: set[Permission] = field(default_factory=set)
     namespaced: set[Permission] = field(default_factory=set)
+    lease: set[Permission] = field(default_factory=set)  # in the release's namespace
     reached: set[tuple[str, int]] = field(default_factory=set)  # (file, line) of client calls
 
 
@@ -397,37 +401,18 @@ def _weights_scenario(api: EmbeddedApiServer, kimi: str) -> None:
     admin.close()
 
 
-def _peering_objects(namespaces: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
-    """(collection path, body) of the peering objects the chart creates (templates/peering.yaml)."""
-    group = "/apis/kopf.dev/v1"
-    if not namespaces:
-        body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering"}
-        return [(f"{group}/clusterkopfpeerings", {**body, "metadata": {"name": PEERING}})]
-    body = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering"}
-    return [
-        (
-            f"{group}/namespaces/{ns}/kopfpeerings",
-            {**body, "metadata": {"name": PEERING, "namespace": ns}},
-        )
-        for ns in namespaces
-    ]
-
-
 def _observe(
-    monkeypatch: pytest.MonkeyPatch, namespaces: tuple[str, ...], peering: str | None = None
+    monkeypatch: pytest.MonkeyPatch, namespaces: tuple[str, ...], *, leader_election: bool = True
 ) -> Observed:
     observed = Observed()
     _record_call_sites(monkeypatch, observed.reached)
     sites = client_call_sites()
     values: dict[str, Any] = {"watchNamespaces": list(namespaces)}
-    if peering:
-        values |= {"replicaCount": 2, "peering": {"enabled": True, "name": PEERING}}
+    if not leader_election:
+        values["leaderElection"] = {"enabled": False}
     with EmbeddedApiServer() as api:
         upstream = [*child_crds(), upstream_crd("ScaledObject")]
-        kopf_crds = list(yaml.safe_load_all(PEERING_CRDS.read_text())) if peering else []
-        api.install_crds([crd(), *upstream, *kopf_crds])
-        for path, body in _peering_objects(namespaces) if peering else []:
-            _send(api.url, "POST", path, body)
+        api.install_crds([crd(), *upstream])
         config = RunConfig(
             server=api.url,
             token=operator_identity(api, values),
@@ -435,14 +420,22 @@ def _observe(
             resync_interval_s=0.3,
             discovery_ttl_s=0.3,  # KEDA's removal noticed at once
             workers=2,
-            peering=peering,
+            leader_election=(
+                LeaseConfig(RELEASE_NAMESPACE, LEASE_NAME, "rbac", 3.0, 2.0, 0.2)
+                if leader_election
+                else None
+            ),
         )
         # A timeout is reported by test_scenario_reaches_every_client_call.
         with OperatorThread(config), contextlib.suppress(AssertionError):
             _scenario(api, observed.reached, sites)
         for check in api.checks():
             needed = (check.group, check.resource, check.verb)
-            (observed.namespaced if check.namespaced else observed.cluster).add(needed)
+            if check.group == LEASE.group:
+                assert check.namespaced
+                observed.lease.add(needed)
+            else:
+                (observed.namespaced if check.namespaced else observed.cluster).add(needed)
     return observed
 
 
@@ -459,15 +452,9 @@ def namespaced() -> Iterator[Observed]:
 
 
 @pytest.fixture(scope="module")
-def cluster_wide_peering() -> Iterator[Observed]:
+def standalone() -> Iterator[Observed]:
     with pytest.MonkeyPatch.context() as monkeypatch:
-        yield _observe(monkeypatch, (), PEERING)
-
-
-@pytest.fixture(scope="module")
-def namespaced_peering() -> Iterator[Observed]:
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        yield _observe(monkeypatch, (NAMESPACE,), PEERING)
+        yield _observe(monkeypatch, (), leader_election=False)
 
 
 # --- what the chart grants ---------------------------------------------------------------
@@ -485,34 +472,42 @@ def granted(rules: list[dict[str, Any]]) -> set[Permission]:
     return out
 
 
-def rbac(
-    values: dict[str, Any], tmp_path: Path
-) -> tuple[set[Permission], dict[str, set[Permission]]]:
-    """(the ClusterRole's permissions, each namespace's Role's permissions); checks the bindings."""
+@dataclass
+class Granted:
+    cluster: set[Permission]  # the ClusterRole's (none when watching named namespaces)
+    roles: dict[str, set[Permission]]  # each watched namespace's Role's
+    lease: set[Permission]  # the leader-election Role's, in the release's namespace
+
+
+def rbac(values: dict[str, Any], tmp_path: Path) -> Granted:
+    """What the chart grants; checks each binding's role and subject."""
     objects = template(values, tmp_path)
-    (cluster_role,) = of_kind(objects, "ClusterRole")
-    (cluster_binding,) = of_kind(objects, "ClusterRoleBinding")
     (account,) = of_kind(objects, "ServiceAccount")
     subject = {
         "kind": "ServiceAccount",
         "name": account["metadata"]["name"],
-        "namespace": "kimi-system",
+        "namespace": RELEASE_NAMESPACE,
     }
-    assert cluster_binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
-    assert cluster_binding["subjects"] == [subject]
-    roles = {r["metadata"]["namespace"]: r for r in of_kind(objects, "Role")}
-    bindings = {b["metadata"]["namespace"]: b for b in of_kind(objects, "RoleBinding")}
-    assert roles.keys() == bindings.keys()
-    for namespace, binding in bindings.items():
-        assert binding["roleRef"] == {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "Role",
-            "name": roles[namespace]["metadata"]["name"],
-        }
+    bindings = of_kind(objects, "ClusterRoleBinding") + of_kind(objects, "RoleBinding")
+    by_name = {
+        (r["kind"], r["metadata"].get("namespace"), r["metadata"]["name"]): r for r in objects
+    }
+    for binding in bindings:
+        ref = binding["roleRef"]
+        namespace = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
+        assert (ref["kind"], namespace, ref["name"]) in by_name, binding
+        assert ref["apiGroup"] == "rbac.authorization.k8s.io"
         assert binding["subjects"] == [subject]
-    return granted(cluster_role["rules"]), {
-        ns: granted(role["rules"]) for ns, role in roles.items()
-    }
+    assert len(bindings) == len(of_kind(objects, "ClusterRole") + of_kind(objects, "Role"))
+    cluster = set().union(*(granted(r["rules"]) for r in of_kind(objects, "ClusterRole")))
+    roles, lease = {}, set()
+    for role in of_kind(objects, "Role"):
+        if role["metadata"]["name"].endswith("-leader-election"):
+            assert role["metadata"]["namespace"] == RELEASE_NAMESPACE
+            lease = granted(role["rules"])
+        else:
+            roles[role["metadata"]["namespace"]] = granted(role["rules"])
+    return Granted(cluster, roles, lease)
 
 
 def _missing(sites: list[CallSite], reached: set[tuple[str, int]]) -> list[str]:
@@ -523,12 +518,12 @@ def _missing(sites: list[CallSite], reached: set[tuple[str, int]]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize(
-    "mode", ["cluster_wide", "namespaced", "cluster_wide_peering", "namespaced_peering"]
-)
+@pytest.mark.parametrize("mode", ["cluster_wide", "namespaced", "standalone"])
 def test_scenario_reaches_every_client_call(mode: str, request: pytest.FixtureRequest) -> None:
     observed: Observed = request.getfixturevalue(mode)
     missing = _missing(client_call_sites(), observed.reached)
+    if mode == "standalone":  # no Lease to read or write
+        missing = [site for site in missing if "leader.py" not in site]
     assert not missing, (
         "the RBAC scenario never made these client calls, so the permissions they need are not "
         f"checked: extend _scenario in tests/chart/test_rbac.py: {missing}"
@@ -538,42 +533,27 @@ def test_scenario_reaches_every_client_call(mode: str, request: pytest.FixtureRe
 def test_cluster_wide_rbac_is_exactly_what_the_operator_does(
     cluster_wide: Observed, tmp_path: Path
 ) -> None:
-    cluster, roles = rbac({}, tmp_path)
-    assert roles == {}
-    assert cluster == cluster_wide.cluster | cluster_wide.namespaced
+    granted = rbac({}, tmp_path)
+    assert granted.roles == {}
+    assert granted.cluster == cluster_wide.cluster | cluster_wide.namespaced
+    assert granted.lease == cluster_wide.lease
 
 
 def test_namespaced_rbac_is_exactly_what_the_operator_does(
     namespaced: Observed, tmp_path: Path
 ) -> None:
-    cluster, roles = rbac({"watchNamespaces": [NAMESPACE, "other"]}, tmp_path)
-    assert cluster == namespaced.cluster
-    assert roles == {NAMESPACE: namespaced.namespaced, "other": namespaced.namespaced}
+    granted = rbac({"watchNamespaces": [NAMESPACE, "other"]}, tmp_path)
+    assert granted.cluster == namespaced.cluster == set()  # nothing cluster-scoped
+    assert granted.roles == {NAMESPACE: namespaced.namespaced, "other": namespaced.namespaced}
+    assert granted.lease == namespaced.lease
 
 
-def test_peering_rbac_is_exactly_what_the_operator_does(
-    cluster_wide_peering: Observed, namespaced_peering: Observed, tmp_path: Path
+def test_without_leader_election_no_lease_is_granted_or_used(
+    standalone: Observed, tmp_path: Path
 ) -> None:
-    peering = {"replicaCount": 2, "peering": {"enabled": True, "name": PEERING}}
-    cluster, _ = rbac(peering, tmp_path)
-    assert cluster == cluster_wide_peering.cluster | cluster_wide_peering.namespaced
-    cluster, roles = rbac({**peering, "watchNamespaces": [NAMESPACE]}, tmp_path)
-    assert cluster == namespaced_peering.cluster
-    assert roles == {NAMESPACE: namespaced_peering.namespaced}
-
-
-def test_peering_objects_are_the_chart_s(tmp_path: Path) -> None:
-    """The scenario's peering objects are those the chart creates."""
-    peering = {"replicaCount": 2, "peering": {"enabled": True, "name": PEERING}}
-    for namespaces in ((), (NAMESPACE, "other")):
-        values = {**peering, "watchNamespaces": list(namespaces)}
-        objects = [o for o in template(values, tmp_path) if o["apiVersion"] == "kopf.dev/v1"]
-        expected = [body for _, body in _peering_objects(namespaces)]
-        assert [
-            {k: o[k] for k in ("apiVersion", "kind")}
-            | {"metadata": {k: v for k, v in o["metadata"].items() if k in {"name", "namespace"}}}
-            for o in objects
-        ] == expected
+    granted = rbac({"leaderElection": {"enabled": False}}, tmp_path)
+    assert granted.lease == standalone.lease == set()
+    assert granted.cluster == standalone.cluster | standalone.namespaced
 
 
 def test_no_rbac_when_disabled(tmp_path: Path) -> None:

@@ -168,14 +168,14 @@ def test_validate_a_sample(built: tuple[Buildah, str]) -> None:
 
 
 def test_runtime_dependencies_only(built: tuple[Buildah, str]) -> None:
-    """What `run` imports is there; what only development, the demo, the bench's plots or the
-    serving image need is not, nor pip."""
+    """What `run` imports is there; what only development, the demo, the bench or the serving
+    image need is not, nor pip; nor a second HTTP stack."""
     buildah, container = built
-    imports = "import kopf, kubernetes, prometheus_client, kimi_operator.runner"
+    imports = "import kubernetes, prometheus_client, kimi_operator.runner"
     assert buildah.run(container, "python3", "-c", imports).returncode == 0
     absent = (
-        "pytest", "kmock", "celpy", "matplotlib", "kimi_kernels", "kimi_operator.embedded",
-        "kimi_operator.bench.stub", "pip", "setuptools",
+        "pytest", "kmock", "celpy", "matplotlib", "aiohttp", "kopf", "kimi_kernels",
+        "kimi_operator.embedded", "kimi_operator.bench.stub", "pip", "setuptools",
     )  # fmt: skip
     for module in absent:
         result = buildah.run(container, "python3", "-c", f"import {module}")

@@ -1,5 +1,6 @@
-"""kopf running in-process against the embedded API server (kmock's emulator) on 127.0.0.1, as
-the chart's ServiceAccount: every request it makes is allowed or refused by the chart's RBAC."""
+"""The operator running in-process against the embedded API server (kmock's emulator) on
+127.0.0.1, as the chart's ServiceAccount: every request it makes is allowed or refused by the
+chart's RBAC."""
 
 from collections.abc import Iterator
 from typing import TypeVar

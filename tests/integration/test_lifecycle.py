@@ -65,7 +65,7 @@ def test_create_builds_every_child_owned_and_labelled(client: Client) -> None:
         labels = child["metadata"]["labels"]
         assert labels["app.kubernetes.io/managed-by"] == "kimi-operator"
         assert {"app.kubernetes.io/name", "app.kubernetes.io/component"} <= labels.keys()
-    # No bookkeeping of kopf's on the object: no finalizer, no annotations.
+    # No bookkeeping on the object: no finalizer, no annotations.
     assert "finalizers" not in kd["metadata"]
     assert not kd["metadata"].get("annotations")
     assert status["replicas"] == 1

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kimi_operator.cli import main
+from kimi_operator.cli import main, own_namespace
 from tests.support.repo import ROOT
 from tests.support.specs import edited
 
@@ -260,11 +260,11 @@ def test_render_refuses_an_invalid_spec(tmp_path: Path, capsys: pytest.CaptureFi
     assert err[0].startswith(f"{path}: spec.gpus: ")
 
 
-def test_validate_never_imports_kopf_aiohttp_or_the_kubernetes_client(tmp_path: Path) -> None:
+def test_validate_never_imports_the_kubernetes_client_or_an_http_stack(tmp_path: Path) -> None:
     path = write(tmp_path, "k3.yaml", edited({"spec.gpus": 12}))
     probe = (
         "import sys; from kimi_operator.cli import main; code = main(['validate', sys.argv[1]]); "
-        "heavy = ('kopf', 'kubernetes', 'kmock', 'aiohttp'); "
+        "heavy = ('kubernetes', 'urllib3', 'kmock', 'aiohttp'); "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in heavy); "
         "print(bad); sys.exit(code)"
     )
@@ -305,3 +305,21 @@ def test_demo_without_the_embedded_server_says_what_to_install(
     assert len(err) == 1
     assert err[0].startswith("error: the demo runs from a clone of the repository with the demo ")
     assert "`make demo`" in err[0]
+
+
+def test_run_refuses_leader_election_durations_out_of_order(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(capsys, "run", "--leader-elect", "--leader-elect-renew-deadline", "20")
+    assert code == 1
+    assert err == [
+        "error: --leader-elect-*: leader election needs retry period < renew deadline < lease "
+        "duration, got 2.0 s, 20.0 s, 15.0 s"
+    ]
+
+
+def test_the_lease_s_namespace_is_the_pod_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "kimi-system")
+    assert own_namespace() == "kimi-system"
+    monkeypatch.delenv("POD_NAMESPACE")
+    assert own_namespace() == "default"  # no ServiceAccount mounted here

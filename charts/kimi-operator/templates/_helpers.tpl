@@ -65,11 +65,11 @@ app.kubernetes.io/component: operator
 
 {{/*
 What the operator does in the namespaces it watches, as RBAC rules: exactly the API calls of
-operator/kimi_operator/k8s/ and of kopf (tests/chart/test_rbac.py compares them with the calls an
+operator/kimi_operator/k8s/ (tests/chart/test_rbac.py compares them with the calls an
 operator run makes). No wildcards.
 */}}
 {{- define "kimi-operator.namespacedRules" -}}
-# kopf: watch KimiDeployments; the operator: read one before a resync.
+# Watch KimiDeployments; read one before a resync.
 - apiGroups: ["kimi-operator.io"]
   resources: ["kimideployments"]
   verbs: ["get", "list", "watch"]
@@ -84,8 +84,8 @@ operator run makes). No wildcards.
   resources: ["kimideployments/finalizers"]
   verbs: ["update"]
 # The children of a KimiDeployment: listed by label and deleted once the spec no longer has them
-# (and adopting one whose ownerReference was removed needs delete on it, by the same plugin); kopf
-# also watches the groups and domains (their status changes refresh the owner's status at once).
+# (and adopting one whose ownerReference was removed needs delete on it, by the same plugin); the
+# groups and domains are watched too (their status changes refresh the owner's status at once).
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
@@ -123,34 +123,9 @@ operator run makes). No wildcards.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]
-# Warning Events on KimiDeployments (the operator's and kopf's).
+# Warning Events on KimiDeployments.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
-{{- if and .Values.peering.enabled .Values.watchNamespaces }}
-# kopf peering in namespaced mode.
-- apiGroups: ["kopf.dev"]
-  resources: ["kopfpeerings"]
-  verbs: ["list", "watch", "patch"]
-{{- end }}
 {{- end }}
 
-{{/* Cluster-scoped needs, whatever the mode. */}}
-{{- define "kimi-operator.clusterRules" -}}
-# kopf: which resources the cluster serves (CRDs appearing and disappearing).
-- apiGroups: ["apiextensions.k8s.io"]
-  resources: ["customresourcedefinitions"]
-  verbs: ["list", "watch"]
-{{- if .Values.watchNamespaces }}
-# kopf, watching named namespaces: which of them exist (without this it assumes they all do).
-- apiGroups: [""]
-  resources: ["namespaces"]
-  verbs: ["list", "watch"]
-{{- end }}
-{{- if and .Values.peering.enabled (not .Values.watchNamespaces) }}
-# kopf peering in cluster-wide mode.
-- apiGroups: ["kopf.dev"]
-  resources: ["clusterkopfpeerings"]
-  verbs: ["list", "watch", "patch"]
-{{- end }}
-{{- end }}

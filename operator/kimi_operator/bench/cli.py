@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INTERRUPTED = 130  # as shells report SIGINT
+BENCH_EXTRA = frozenset({"aiohttp", "matplotlib"})  # pyproject.toml's `bench` extra
 PROFILES = ("headline", "long-context", "agentic")
 
 
@@ -171,6 +172,15 @@ def _guard(err: TextIO, action: Any) -> int:
     except BenchError as error:
         print(f"error: {error}", file=err)
         return EXIT_BAD_INPUT
+    except ModuleNotFoundError as error:  # the operator image has neither: the bench extra
+        if (error.name or "").split(".")[0] not in BENCH_EXTRA:
+            raise
+        print(
+            f"error: kimi-operator bench needs the bench extra (no module {error.name!r}): "
+            "pip install 'kimi-operator[bench]', or run it in the bench image",
+            file=err,
+        )
+        return EXIT_FAILED
     return result
 
 

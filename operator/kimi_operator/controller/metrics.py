@@ -4,7 +4,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -38,6 +38,12 @@ class Metrics:
             "kimi_operator_api_requests",
             "Requests to the Kubernetes API server by verb, kind and HTTP status (0: no answer).",
             ["verb", "kind", "code"],
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            "kimi_operator_leader",
+            "1 while this replica holds the leader Lease and reconciles (or runs without leader "
+            "election), 0 while it stands by.",
             registry=self.registry,
         )
         # KimiDeployment uid -> condition type -> status. By uid: a deployment deleted and

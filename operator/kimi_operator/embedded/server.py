@@ -1,8 +1,8 @@
 """An API server on 127.0.0.1 for the demo, the tests and the benchmark: kmock's emulator with the
 bookkeeping and the checks a real API server does.
 
-kmock 0.8's `KubernetesEmulator` stores objects as plain dicts. This subclass adds what kopf and the
-operator rely on: `uid`, `resourceVersion`, `generation` (bumped on spec changes only), the status
+kmock 0.8's `KubernetesEmulator` stores objects as plain dicts. This subclass adds what the
+operator relies on: `uid`, `resourceVersion`, `generation` (bumped on spec changes only), the status
 subresource (status writes touch only status, object writes never touch it), 404 for resources
 whose CRD is not installed, a garbage collector stand-in (deleting an owner deletes what it
 controls), and injectable faults; and what a real one refuses or rewrites: every installed CRD's
@@ -13,7 +13,6 @@ docs/embedded-api-server.md lists what it reproduces, with the tests, and what i
 
 import asyncio
 import collections
-import contextlib
 import contextvars
 import copy
 import dataclasses
@@ -63,6 +62,7 @@ BUILT_IN = {
         kind="PersistentVolumeClaim", namespaced=True, subresources={"status"}
     ),
     "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True, subresources={"status"}),
+    "coordination.k8s.io/v1/leases": kmock.ResourceInfo(kind="Lease", namespaced=True),
     CRDS: kmock.ResourceInfo(kind="CustomResourceDefinition", namespaced=False),
     **{
         f"{rbac.RBAC_GROUP}/v1/{plural}": kmock.ResourceInfo(
@@ -112,6 +112,24 @@ def _patched(current: Mapping[str, Any], change: Any) -> dict[str, Any]:
         return dict(merge_patch(current, change or {}))
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, ValueError) as error:
         raise kmock.KubernetesError(status=422, reason="Invalid", message=str(error)) from None
+
+
+def _action(request: kmock.Request) -> action | None:
+    """kmock's action for the request; a PUT of a named object (kmock has no action for it) is
+    an update, as a PATCH is."""
+    if request.action is None and request.method.value == "PUT" and request.name:
+        return action.UPDATE
+    return request.action
+
+
+def _check_version(sent: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """kube-apiserver's optimistic concurrency: a write naming a resourceVersion other than the
+    object's is refused with 409 Conflict."""
+    version = (sent.get("metadata") or {}).get("resourceVersion")
+    if version and version != current["metadata"]["resourceVersion"]:
+        name = current["metadata"].get("name")
+        message = f"{name}: the object has been modified; apply your changes to the latest"
+        raise kmock.KubernetesError(409, "Conflict", message + " version and try again")
 
 
 def _get_path(obj: Mapping[str, Any], path: str) -> Any:
@@ -282,10 +300,6 @@ class ApiServer(kmock.KubernetesEmulator):
             if resource.plural == plural and not obj.deleted
         ]
 
-    def namespaces(self) -> list[str]:
-        """Every namespace an object lives in, and `default`."""
-        return sorted({"default"} | {ns for _, ns, _ in self.objects if ns})
-
     def issue_token(self, namespace: str, name: str) -> str:
         """A bearer token for the ServiceAccount `namespace/name`."""
         token = uuid.uuid4().hex
@@ -331,32 +345,10 @@ class ApiServer(kmock.KubernetesEmulator):
             why = f'User "{user.name}" cannot {wanted}'
             return self._status(403, "Forbidden", *rbac.forbidden(wanted, why))
         _USER.set(user)
-        # kmock cannot parse the namespace collection's path: serve it here, list and watch.
-        if raw_request.method == "GET" and raw_request.path == "/api/v1/namespaces":
-            if raw_request.query.get("watch") == "true":
-                return await self._watch_namespaces(raw_request)
-            items = [{"metadata": {"name": ns}} for ns in self.namespaces()]
-            return aiohttp.web.json_response(
-                {"kind": "NamespaceList", "apiVersion": "v1", "metadata": {}, "items": items}
-            )
         if raw_request.method == "GET" and raw_request.path == TIMELINE_PATH:
             since = int(raw_request.query.get("since", "0"))
             return aiohttp.web.json_response(self.timeline[since:])
         return await super().__call__(raw_request)
-
-    async def _watch_namespaces(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        """ADDED for each namespace there is or comes (polled: namespaces come from objects)."""
-        response = aiohttp.web.StreamResponse()
-        await response.prepare(raw)
-        seen: set[str] = set()  # the existing ones first: one may have appeared since the list
-        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-            while True:
-                for ns in sorted(set(self.namespaces()) - seen):
-                    event = {"type": "ADDED", "object": {"metadata": {"name": ns}}}
-                    await response.write(json.dumps(event).encode() + b"\n")
-                    seen.add(ns)
-                await asyncio.sleep(0.2)
-        return response
 
     def install_crd(self, crd: Mapping[str, Any]) -> None:
         """Serve the CRD's versions and keep the CRD object, as `kubectl apply` of it would."""
@@ -474,8 +466,15 @@ class ApiServer(kmock.KubernetesEmulator):
     def _updated(
         self, request: kmock.Request, current: Mapping[str, Any]
     ) -> tuple[dict[str, Any], list[str]]:
-        """What a patch makes of the object, as a merge patch kmock can apply; the warnings."""
-        new = _patched(current, request.data)
+        """What a patch or a PUT makes of the object, as a merge patch kmock can apply; the
+        warnings. A resourceVersion in what was sent is a precondition (409 when it is stale)."""
+        if isinstance(request.data, dict):
+            _check_version(request.data, current)
+        if request.method.value == "PUT":
+            new = dict(request.data) if isinstance(request.data, dict) else {}
+            new.setdefault("metadata", {})
+        else:
+            new = _patched(current, request.data)
         if request.subresource == "status":
             new = {**current, "status": new.get("status")}
         elif request.resource is not None and self._has_status(request.resource):
@@ -567,7 +566,7 @@ class ApiServer(kmock.KubernetesEmulator):
     async def _serve(self, request: kmock.Request) -> Any:
         resource = request.resource
         scale = request.subresource == "scale" and bool(request.name)  # PUT has no kmock action
-        if resource is None or resource.plural is None or (request.action is None and not scale):
+        if resource is None or resource.plural is None or (_action(request) is None and not scale):
             return await super()._handle(request)  # discovery and other non-object paths
         if request.method.value in WRITES:
             data = request.data if isinstance(request.data, dict) else {}
@@ -592,7 +591,7 @@ class ApiServer(kmock.KubernetesEmulator):
             raise kmock.KubernetesResourceNotFoundError()
         if request.subresource == "scale":
             return await self._scale(request, resource)
-        if request.action in DIRECT and (request.name or request.action == action.CREATE):
+        if _action(request) in DIRECT and (request.name or request.action == action.CREATE):
             response = await self._direct(request, resource)
             if resource.group == rbac.RBAC_GROUP:
                 self._authorizer = None  # roles or bindings changed
@@ -660,7 +659,7 @@ class ApiServer(kmock.KubernetesEmulator):
             assert obj is not None
             if request.action == action.FETCH:
                 return aiohttp.web.json_response(obj.raw)
-            if request.action == action.UPDATE:
+            if _action(request) == action.UPDATE:
                 change, warnings = self._updated(request, obj.raw)
                 obj.patch(change)
                 raw = obj.raw
@@ -711,12 +710,7 @@ class ApiServer(kmock.KubernetesEmulator):
             if type(replicas) is not int or replicas < 0:
                 message = f"spec.replicas: Invalid value: {replicas!r}: must be an integer >= 0"
                 raise kmock.KubernetesError(422, "Invalid", message)
-            version = (wanted.get("metadata") or {}).get("resourceVersion")
-            if version and version != current["metadata"]["resourceVersion"]:
-                message = (
-                    f"{key[2]}: the object has been modified; apply your changes to the latest"
-                )
-                raise kmock.KubernetesError(409, "Conflict", message + " version and try again")
+            _check_version(wanted, current)
             new = copy.deepcopy(dict(current))
             _set_path(new, paths["specReplicasPath"], replicas)
             change, warnings = self._stamped(request, current, new)

@@ -241,6 +241,16 @@ class Client:
         )
         return patched
 
+    def replace(self, resource: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT the whole object. With `metadata.resourceVersion` it is a compare-and-swap: a
+        409 `ApiError` when the object changed since that version was read."""
+        meta = body["metadata"]
+        path = resource.item(meta["namespace"], meta["name"])
+        replaced: dict[str, Any] = self._request(
+            "replace", resource.kind, "PUT", path, body=dict(body)
+        )
+        return replaced
+
     def delete(self, resource: Resource, namespace: str, name: str) -> bool:
         """False when it was already gone. What it owns goes too, in the background (a Job's
         default for a plain DELETE is to orphan its pods)."""
@@ -251,17 +261,28 @@ class Client:
         )
         return answer is not None
 
-    def list_version(
-        self, resource: Resource, namespace: str | None = None, *, label_selector: str = ""
-    ) -> str | None:
-        """The collection's resourceVersion, where a watch starts; None when `resource` is not
-        served (its CRD not installed)."""
-        query = {"limit": "1", **({"labelSelector": label_selector} if label_selector else {})}
+    def listing(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str = "",
+        limit: int | None = None,
+    ) -> "Listing | None":
+        """The collection's resourceVersion, where a watch starts, and its objects (the first
+        `limit` of them); None when `resource` is not served (its CRD not installed)."""
+        query = {
+            **({"limit": str(limit)} if limit is not None else {}),
+            **({"labelSelector": label_selector} if label_selector else {}),
+        }
         path = _collection_path(resource, namespace)
-        answer = self._request("list", resource.kind, "GET", path, query=query, missing_ok=True)
+        answer = self._request(
+            "list", resource.kind, "GET", path, query=query or None, missing_ok=True
+        )
         if answer is None:
             return None
-        return str((answer.get("metadata") or {}).get("resourceVersion", ""))
+        version = str((answer.get("metadata") or {}).get("resourceVersion", ""))
+        return Listing(version, answer.get("items") or [])
 
     def watch(
         self, resource: Resource, namespace: str | None, *, version: str, label_selector: str = ""
@@ -285,6 +306,12 @@ class Client:
             retry_after = response.headers.get("Retry-After")
             raise classify("watch", f"{resource.kind} {path}", response.status, data, retry_after)
         return WatchStream(response, what)
+
+
+@dataclass(frozen=True)
+class Listing:
+    version: str
+    items: list[dict[str, Any]]
 
 
 def _collection_path(resource: Resource, namespace: str | None) -> str:

@@ -77,6 +77,8 @@ EVENT = Resource("", "v1", "events", "Event")
 POD_DISRUPTION_BUDGET = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 JOB = Resource("batch", "v1", "jobs", "Job")
 PERSISTENT_VOLUME_CLAIM = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
+# Leader election among the operator's replicas (controller/leader.py).
+LEASE = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 
 CHILD_RESOURCES = (
     COMPUTE_DOMAIN,

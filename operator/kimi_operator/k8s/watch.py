@@ -1,13 +1,14 @@
-"""Watch the children whose status the operator reports (LeaderWorkerSets, ComputeDomains, the
-weights caches' Jobs and claims), leanly.
+"""Lean list-and-watch: the KimiDeployments, and the children whose status the operator reports
+(LeaderWorkerSets, ComputeDomains, the weights caches' Jobs and claims).
 
-All the operator needs from such an event is which KimiDeployment to refresh. kopf's per-event
-machinery (made for handlers: body copies, diff bases, progress storage) cost about 1.2 ms of CPU
-per event, a fifth of the operator's CPU in a burst of 200 new deployments; here an event costs one
-JSON decode. Each watch is the client-go pattern: list for a resourceVersion, watch from it with
-bookmarks, list again on 410 Gone, reconnect from the last version seen after a dropped stream,
-and wait quietly while the resource is not served (its CRD not installed). A watch runs in a
-thread of its own on the operator's one HTTP client (`Client.watch`).
+Each watch is the client-go pattern: list for a resourceVersion, watch from it with bookmarks,
+list again on 410 Gone, reconnect from the last version seen after a dropped stream, and wait
+quietly while the resource is not served (its CRD not installed). A watch runs in a thread of its
+own on the operator's one HTTP client (`Client.watch`) and hands each event to a callback that
+must not block (the controller's only enqueue: docs/architecture.md, "The controller loop").
+A child event costs one JSON decode: all the operator needs from it is which KimiDeployment to
+refresh (`owners_to_refresh`); a KimiDeployment watch hands whole objects, and the objects of
+each listing with the event type None (as after a restart: children may have drifted meanwhile).
 """
 
 import json
@@ -23,6 +24,8 @@ from kimi_operator.k8s.resources import Resource
 
 log = logging.getLogger("kimi_operator.watch")
 
+# (event type, object): ADDED, MODIFIED or DELETED; None for an object of a listing.
+EventHandler = Callable[[str | None, Mapping[str, Any]], None]
 # The KimiDeployment uid whose child changed.
 OwnerChanged = Callable[[str], None]
 RETRY_S = 5.0
@@ -30,15 +33,14 @@ NOT_SERVED_RETRY_S = 30.0
 GONE = 410
 
 
-def owners_to_refresh(event: Mapping[str, Any]) -> list[str]:
+def owners_to_refresh(event_type: str | None, obj: Mapping[str, Any]) -> list[str]:
     """The uids of the KimiDeployments to refresh for the event's object, when the event can
     change what their status says: a status appeared or changed, or the object is gone. A child
     the operator has just created has no status yet: nothing to refresh. The KimiDeployment that
     controls the object; for a shared weights cache (no controller), every one using it."""
-    obj = event.get("object") or {}
-    if event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
+    if event_type not in ("ADDED", "MODIFIED", "DELETED"):
         return []
-    if event["type"] != "DELETED" and not obj.get("status"):
+    if event_type != "DELETED" and not obj.get("status"):
         return []
     refs = [
         ref
@@ -60,25 +62,38 @@ def json_lines(chunks: Iterable[bytes]) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
-class ChildWatch:
-    """One resource, in one namespace or all of them; `run` until `stop`."""
+def refreshing(on_owner: OwnerChanged) -> EventHandler:
+    """A child watch's handler: refresh the deployments an event concerns."""
+
+    def handle(event_type: str | None, obj: Mapping[str, Any]) -> None:
+        for uid in owners_to_refresh(event_type, obj):
+            on_owner(uid)
+
+    return handle
+
+
+class Watch:
+    """One resource, in one namespace or all of them; `run` until `stop`. `with_items`: hand
+    the listed objects too (a child watch lists one item, for the version only)."""
 
     def __init__(
         self,
         client: Client,
         resource: Resource,
         namespace: str | None,
-        on_owner: OwnerChanged,
+        on_event: EventHandler,
         *,
-        label_selector: str,
+        label_selector: str = "",
+        with_items: bool = False,
         retry_s: float = RETRY_S,
         not_served_retry_s: float = NOT_SERVED_RETRY_S,
     ) -> None:
         self.client = client
         self.resource = resource
         self.namespace = namespace
-        self.on_owner = on_owner
+        self.on_event = on_event
         self.label_selector = label_selector
+        self.with_items = with_items
         self.retry_s = retry_s
         self.not_served_retry_s = not_served_retry_s
         self._stopping = threading.Event()
@@ -96,10 +111,13 @@ class ChildWatch:
         not_served_said = False
         while not self._stopping.is_set():
             try:
-                version = self.client.list_version(
-                    self.resource, self.namespace, label_selector=self.label_selector
+                listing = self.client.listing(
+                    self.resource,
+                    self.namespace,
+                    label_selector=self.label_selector,
+                    limit=None if self.with_items else 1,
                 )
-                if version is None:
+                if listing is None:
                     if not not_served_said:
                         log.info(
                             "%s is not served; looking again every %.0f s",
@@ -110,6 +128,9 @@ class ChildWatch:
                     self._stopping.wait(self.not_served_retry_s)
                     continue
                 not_served_said = False
+                version = listing.version
+                for item in listing.items if self.with_items else ():
+                    self.on_event(None, item)
                 while not self._stopping.is_set():
                     version = self._watch(version)
             except (ApiError, ValueError) as error:
@@ -141,13 +162,14 @@ class ChildWatch:
         return version
 
     def _handle(self, event: Mapping[str, Any]) -> str | None:
-        """Refresh the owner the event concerns; the event's resourceVersion."""
+        """Hand the event on (a bookmark only moves the version); its resourceVersion."""
         obj = event.get("object") or {}
-        if event.get("type") == "ERROR":
+        event_type = event.get("type")
+        if event_type == "ERROR":
             if obj.get("code") == GONE:
                 raise ApiError(f"watch {self.resource.kind}: too old", code=GONE)
             raise ValueError(f"watch error: {obj.get('message', obj)}")
-        for uid in owners_to_refresh(event):
-            self.on_owner(uid)
+        if event_type in ("ADDED", "MODIFIED", "DELETED"):
+            self.on_event(event_type, obj)
         version: str | None = (obj.get("metadata") or {}).get("resourceVersion")
         return version

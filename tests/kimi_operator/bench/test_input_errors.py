@@ -1,12 +1,16 @@
 """Bad input and unreachable servers: one clear line on stderr, a non-zero exit, no traceback."""
 
+import io
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
+from kimi_operator.bench.cli import _guard
 from kimi_operator.bench.stub import Schedule, serve_app_in_thread, serve_in_thread
 from tests.support.bench import Cli
 
@@ -311,3 +315,34 @@ def test_interrupt_stops_with_one_line(tmp_path: Path) -> None:
     assert process.returncode == 130
     assert err.strip() == "error: interrupted: no results written"
     assert not (tmp_path / "results.json").exists()
+
+
+def test_without_the_bench_extra_it_says_which_extra_to_install(tmp_path: Path) -> None:
+    """The operator image has no aiohttp (the bench extra's streaming client): `bench` names the
+    extra instead of a traceback. A fresh interpreter where aiohttp cannot be imported."""
+    argv = ["bench", "--endpoint", "http://127.0.0.1:9/v1", "--output", str(tmp_path)]
+    script = (
+        "import sys; sys.modules['aiohttp'] = None; "  # importing it raises ModuleNotFoundError
+        f"from kimi_operator.cli import main; sys.exit(main({argv!r}))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode == 1, run.stderr
+    line = one_error_line(run.stderr)
+    assert "no module 'aiohttp'" in line
+    assert "pip install 'kimi-operator[bench]'" in line
+
+
+def test_a_missing_plotting_module_names_the_extra_and_any_other_is_a_bug() -> None:
+    def missing(name: str) -> Callable[[], int]:
+        def action() -> int:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+        return action
+
+    err = io.StringIO()
+    assert _guard(err, missing("matplotlib.pyplot")) == 1
+    assert "kimi-operator[bench]" in one_error_line(err.getvalue())
+    with pytest.raises(ModuleNotFoundError):
+        _guard(io.StringIO(), missing("yaml"))

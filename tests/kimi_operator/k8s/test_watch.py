@@ -1,10 +1,11 @@
-"""The lean child watch: which events refresh an owner, and list+watch against a scripted server
-on 127.0.0.1 (410 Gone, dropped streams, resources not served, huge and split lines)."""
+"""The lean watch: which child events refresh an owner, and list+watch against a scripted server
+on 127.0.0.1 (410 Gone, dropped streams, resources not served, huge and split lines, a listing's
+objects handed on)."""
 
 import asyncio
 import json
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp.web
@@ -12,7 +13,7 @@ import pytest
 
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import LEADER_WORKER_SET
-from kimi_operator.k8s.watch import ChildWatch, owners_to_refresh
+from kimi_operator.k8s.watch import Watch, owners_to_refresh, refreshing
 
 OWNER = {"kind": "KimiDeployment", "uid": "u-1", "controller": True}
 
@@ -47,15 +48,15 @@ SHARED = {**OWNER, "controller": False}
 def test_only_status_changes_and_deletions_of_controlled_children_refresh(
     event: dict[str, Any], expected: list[str]
 ) -> None:
-    assert owners_to_refresh(event) == expected
+    assert owners_to_refresh(event["type"], event["object"]) == expected
 
 
 def test_a_shared_cache_refreshes_all_its_users_and_a_controlled_child_only_its_owner() -> None:
     obj = child(SHARED, {"succeeded": 1})
     obj["metadata"]["ownerReferences"].append({**SHARED, "uid": "u-2"})
-    assert owners_to_refresh({"type": "MODIFIED", "object": obj}) == ["u-1", "u-2"]
+    assert owners_to_refresh("MODIFIED", obj) == ["u-1", "u-2"]
     obj["metadata"]["ownerReferences"].append({**OWNER, "uid": "u-3"})
-    assert owners_to_refresh({"type": "MODIFIED", "object": obj}) == ["u-3"]
+    assert owners_to_refresh("MODIFIED", obj) == ["u-3"]
 
 
 Script = Callable[[aiohttp.web.Request], Awaitable[aiohttp.web.StreamResponse]]
@@ -81,10 +82,12 @@ async def watch_against(
     wanted: int,
     watches_wanted: int = 1,
     token: str | None = None,
+    with_items: bool = False,
 ) -> tuple[list[str], list[dict[str, str]], list[aiohttp.web.Request]]:
-    """Run a ChildWatch against a server answering its lists and watches in turn (the last
+    """Run a child watch against a server answering its lists and watches in turn (the last
     answer repeats) until `wanted` owners were refreshed and `watches_wanted` watches made; the
-    owners, the watches' query parameters and every request."""
+    owners, the watches' query parameters and every request. `with_items`: a watch that hands
+    whole objects on, listed ones too; then "TYPE name" of each object instead of owners."""
     requests: list[aiohttp.web.Request] = []
 
     async def serve(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
@@ -110,12 +113,16 @@ async def watch_against(
     def watches_made() -> int:
         return sum(1 for r in requests if r.query.get("watch") == "true")
 
-    watch = ChildWatch(
+    def handed(event_type: str | None, obj: Mapping[str, Any]) -> None:
+        owners.append(f"{event_type} {obj['metadata']['name']}")
+
+    watch = Watch(
         Client(configuration),
         LEADER_WORKER_SET,
         "inference",
-        owners.append,
-        label_selector="app.kubernetes.io/managed-by=kimi-operator",
+        handed if with_items else refreshing(owners.append),
+        label_selector="" if with_items else "app.kubernetes.io/managed-by=kimi-operator",
+        with_items=with_items,
         retry_s=0.05,
         not_served_retry_s=0.05,
     )
@@ -135,9 +142,11 @@ async def watch_against(
     return owners, queries, requests
 
 
-def listed(version: str) -> Script:
-    async def answer(_: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
-        return aiohttp.web.json_response({"metadata": {"resourceVersion": version}, "items": []})
+def listed(version: str, *items: Any) -> Script:
+    async def answer(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        limit = int(request.query.get("limit", len(items)))
+        listing = {"metadata": {"resourceVersion": version}, "items": list(items[:limit])}
+        return aiohttp.web.json_response(listing)
 
     return answer
 
@@ -239,3 +248,48 @@ def test_a_broken_stream_is_retried() -> None:
         )
     )
     assert owners == ["a"]
+
+
+def named(name: str, version: str) -> Any:
+    return {"metadata": {"name": name, "resourceVersion": version}}
+
+
+def test_a_watch_of_whole_objects_hands_each_listing_on_then_the_events() -> None:
+    """The KimiDeployment watch: the listed objects (type None, as after a restart), every
+    event but bookmarks, and after 410 Gone the new listing's objects again."""
+    gone = line("ERROR", {"kind": "Status", "code": 410, "message": "too old"})
+    handed, queries, requests = asyncio.run(
+        watch_against(
+            [listed("5", named("a", "4"), named("b", "5")), listed("9", named("b", "8"))],
+            [
+                watched(
+                    line("BOOKMARK", {"metadata": {"resourceVersion": "6"}}),
+                    line("MODIFIED", named("a", "7")),
+                    line("DELETED", named("a", "8")),
+                    gone,
+                ),
+                watched(line("ADDED", named("c", "10"))),
+                hang,
+            ],
+            wanted=6,
+            with_items=True,
+        )
+    )
+    assert handed == ["None a", "None b", "MODIFIED a", "DELETED a", "None b", "ADDED c"]
+    lists = [dict(r.query) for r in requests if r.query.get("watch") != "true"]
+    assert all("limit" not in q for q in lists)  # every object, not one for the version
+    assert [q.get("resourceVersion") for q in queries[:2]] == ["5", "9"]
+
+
+def test_a_child_watch_lists_one_object_for_the_version_only() -> None:
+    owners, _, requests = asyncio.run(
+        watch_against(
+            [listed("3", child(owner("x"), {"r": 1}, "2"))],
+            [watched(line("MODIFIED", child(owner("a"), {"r": 1}, "4"))), hang],
+            wanted=1,
+        )
+    )
+    assert owners == ["a"]  # the listed child refreshes nothing
+    lists = [dict(r.query) for r in requests if r.query.get("watch") != "true"]
+    assert lists
+    assert all(q["limit"] == "1" for q in lists)
