@@ -7,13 +7,13 @@ on by default since Kubernetes 1.30), so that an object stored before a stricter
 written, its status first of all.
 """
 
-import copy
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kimi_operator.embedded import cel
-from kimi_operator.embedded.schema import FieldError, default, prune, validate
+from kimi_operator.embedded.schema import FieldError, annotated, default, prune, validate
 
 _MISSING = object()
 # Errors after which kube-apiserver runs no CEL rule, saying so (its hasBlockingErr).
@@ -69,7 +69,7 @@ class CustomResource:
         self.kind: str = crd["spec"]["names"]["kind"]
         self.group: str = crd["spec"]["group"]
         self.version: str = version["name"]
-        self.schema: dict[str, Any] = (version.get("schema") or {}).get("openAPIV3Schema") or {}
+        self.schema = annotated((version.get("schema") or {}).get("openAPIV3Schema") or {})
         self.rules = cel.compile_rules(self.schema)
         # The scale subresource's paths (specReplicasPath, ...), when the version has one.
         self.scale: dict[str, str] | None = (version.get("subresources") or {}).get("scale")
@@ -98,7 +98,8 @@ class CustomResource:
         """The object as it is stored: pruned, defaulted; `Refused` (400 with `strict` for an
         unknown field, 422 for invalid values) when the API server refuses it."""
         unknown: list[str] = []
-        pruned = prune(self.schema, copy.deepcopy(dict(obj)), (), unknown)
+        # A JSON document: copied by a JSON round trip, a few times faster than deepcopy.
+        pruned = prune(self.schema, json.loads(json.dumps(obj)), (), unknown)
         name = (obj.get("metadata") or {}).get("name", "")
         if unknown and strict:
             fields = ", ".join(f'unknown field "{f}"' for f in unknown)
@@ -108,7 +109,7 @@ class CustomResource:
             )
             raise Refused(400, "BadRequest", message, {})
         stored: dict[str, Any] = default(self.schema, pruned)
-        errors = _changed(validate(self.schema, stored), old, stored)
+        errors = _changed(validate(self.schema, stored, old=old), old, stored)
         if self.rules is not None and any(e.reason in BLOCKING for e in errors):
             errors.append(NOT_CHECKED)
         elif self.rules is not None:

@@ -272,6 +272,10 @@ class ApiServer(kmock.KubernetesEmulator):
     _tokens: dict[str, rbac.User] = attrs.field(factory=dict, init=False)
     checks: set[Check] = attrs.field(factory=set, init=False)
     _authorizer: rbac.Authorizer | None = attrs.field(default=None, init=False)
+    # (the served resources, {(apiVersion, kind): plural}) for `_plural_of`.
+    _plurals: tuple[tuple[Any, ...], dict[tuple[str, Any], str | None]] | None = attrs.field(
+        default=None, init=False
+    )
     # Called on the server's thread after every write to an object, before the next request is
     # served: a check of the whole cluster at every step (the rollout tests' audit).
     observers: list[Callable[["ApiServer"], None]] = attrs.field(factory=list, init=False)
@@ -521,13 +525,18 @@ class ApiServer(kmock.KubernetesEmulator):
         return new, warnings
 
     def _plural_of(self, api_version: str, kind: str) -> str | None:
-        group, _, version = api_version.rpartition("/")
-        for key, info in self.resources.items():
-            known = kmock.resource(key)
-            same_version = (known.group or "", known.version) == (group, version)
-            if same_version and getattr(info, "kind", None) == kind:
-                return known.plural
-        return None
+        """The plural served for `kind` in `api_version` (asked for every owner reference of
+        every write: indexed once per set of served resources)."""
+        served = tuple(self.resources)
+        if self._plurals is None or self._plurals[0] != served:
+            index: dict[tuple[str, Any], str | None] = {}
+            for key, info in self.resources.items():
+                known = kmock.resource(key)
+                version = str(known.version)
+                group_version = f"{known.group}/{version}" if known.group else version
+                index.setdefault((group_version, getattr(info, "kind", None)), known.plural)
+            self._plurals = (served, index)
+        return self._plurals[1].get((api_version, kind))
 
     def _check_owner_references(
         self, request: kmock.Request, new: Mapping[str, Any], old: Mapping[str, Any] | None
