@@ -13,11 +13,13 @@ setup: $(STAMP)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# `make demo`: the operator and the embedded API server only (kimi-operator[demo]), no torch, vLLM
-# or CuTe DSL. --no-compile halves the install: Python compiles what the demo imports as it runs
-# (the kubernetes client alone has thousands of modules it never imports).
-$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+# `make demo`: the operator and the embedded API server (kimi-operator[demo]) and the weights
+# downloader its Jobs run (kimi-kernels, without its vLLM requirement); no torch, vLLM or CuTe DSL.
+# --no-compile halves the install: Python compiles what the demo imports as it runs (the kubernetes
+# client alone has thousands of modules it never imports).
+$(DEMO_STAMP): pyproject.toml kernels/pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --no-compile -e '.[demo]'
+	$(BIN)/pip install --quiet --no-compile --no-deps -e ./kernels
 	touch $@
 
 # Everything `make test` needs: both distributions editable (kimi-operator with its dev extra,
