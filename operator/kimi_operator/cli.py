@@ -450,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kimi_operator.bench.cli import add_bench_parser  # noqa: PLC0415  (stdlib-only module)
 
     add_bench_parser(sub)
+    from kimi_operator.plan.cli import add_plan_parser  # noqa: PLC0415  (stdlib-only module)
+
+    add_plan_parser(sub)
     _add_operator_parsers(sub)
     return parser
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INTERRUPTED = 130  # as shells report SIGINT
 BENCH_EXTRA = frozenset({"aiohttp", "matplotlib"})  # pyproject.toml's `bench` extra
-PROFILES = ("headline", "long-context", "agentic")
+PROFILES = ("headline", "long-context", "agentic", "calibration")
 
 
 def _positive_int(text: str) -> int:
@@ -356,6 +356,17 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
         replay = args.replay or ("closed" if has_dependencies(entries) else "open")
         if args.requests is not None:
             tasks_cut = _tasks_cut(plan, plan_trace(entries, None))
+    elif args.profile == "calibration":
+        from kimi_operator.bench.calibration import calibration_plan  # noqa: PLC0415
+
+        if args.requests is not None:
+            raise BenchError("--requests does not apply to --profile calibration (a fixed sweep)")
+        plan = calibration_plan(
+            args.concurrency or defaults.concurrency or 1,
+            args.prompt_tokens or defaults.prompt_tokens,
+            args.output_tokens or defaults.output_tokens,
+        )
+        replay = "closed"  # each phase waits for the previous one's answers
     else:
         plan = fixed_plan(
             args.requests or defaults.requests or 1,

@@ -41,6 +41,11 @@ PROFILE_DEFAULTS: Final[dict[Profile, ProfileDefaults]] = {
     ),
     # Lengths and arrivals come from the trace; no cap on requests in flight unless asked.
     "agentic": ProfileDefaults(prompt_tokens=0, output_tokens=0, concurrency=None, requests=None),
+    # `kimi-operator plan`'s sweep (bench/calibration.py): batches up to the concurrency, prompts
+    # up to the prompt length, this many tokens out per decode request.
+    "calibration": ProfileDefaults(
+        prompt_tokens=32768, output_tokens=64, concurrency=64, requests=None
+    ),
 }
 
 

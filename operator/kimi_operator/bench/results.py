@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
 
-Profile = Literal["headline", "long-context", "agentic"]
+Profile = Literal["headline", "long-context", "agentic", "calibration"]
 Api = Literal["completions", "chat"]
 # Open: every request at its trace time. Closed: a request waits for the answers it depends on.
 Replay = Literal["open", "closed"]
