@@ -204,6 +204,6 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         directory, planned, workload.trace, args.gpu_hour_price, str(target) if target else None
     ):
         print(note, file=err)
-    out.write(text_table(table_rows(planned), HEADER) + "\n")
+    out.write(text_table(table_rows(planned, str(target) if target else None), HEADER) + "\n")
     out.write(f"\nplan: {directory / 'plan.json'}, {directory / 'report.md'}\n")
     return EXIT_OK

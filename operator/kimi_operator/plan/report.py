@@ -14,7 +14,7 @@ from kimi_operator.bench.results import Results, TraceInfo
 from kimi_operator.bench.stats import percentile
 from kimi_operator.plan import PlanError
 from kimi_operator.plan.calibration import Calibration
-from kimi_operator.plan.configs import Configuration
+from kimi_operator.plan.configs import MAX_GROUPS, Configuration
 
 PLAN, REPORT, PLOT = "plan.json", "report.md", "plan.png"
 SCHEMA_VERSION = 1
@@ -34,7 +34,7 @@ def decode_p10(results: Results) -> float | None:
     return percentile(rates, 10) if rates else None
 
 
-def _entry(planned: Planned) -> dict[str, Any]:
+def _entry(planned: Planned, target: str | None) -> dict[str, Any]:
     summary = planned.results.summary
     tasks = summary.tasks
     entry: dict[str, Any] = {
@@ -47,8 +47,8 @@ def _entry(planned: Planned) -> dict[str, Any]:
         "cost_per_task_usd": tasks.cost_per_task_usd if tasks else None,
         "cost_per_million_output_tokens_usd": summary.cost_per_million_output_tokens_usd,
     }
-    if planned.groups_for_target is not None:
-        entry["groups_for_target"] = planned.groups_for_target
+    if target is not None:
+        entry["groups_for_target"] = planned.groups_for_target  # None: not met with MAX_GROUPS
     entry["summary"] = summary.model_dump(mode="json")
     return entry
 
@@ -59,7 +59,14 @@ def _calibration_entry(calibration: Calibration) -> dict[str, Any]:
     return body
 
 
-def table_rows(planned: list[Planned]) -> list[list[str]]:
+def _groups(planned: Planned, target: str | None) -> str:
+    if target is None:
+        return "-"
+    found = planned.groups_for_target
+    return f"> {MAX_GROUPS}" if found is None else str(found)
+
+
+def table_rows(planned: list[Planned], target: str | None) -> list[list[str]]:
     rows = []
     for item in planned:
         s = item.results.summary
@@ -80,7 +87,7 @@ def table_rows(planned: list[Planned]) -> list[list[str]]:
                 pct(s.server_metrics.fast_path_fraction),
                 usd(t.cost_per_task_usd if t else None),
                 usd(s.cost_per_million_output_tokens_usd),
-                "-" if item.groups_for_target is None else str(item.groups_for_target),
+                _groups(item, target),
             ]
         )
     return rows
@@ -118,9 +125,9 @@ def write_plan(
         "gpu_hour_price_usd": price,
         "target": target,
         "calibrations": [_calibration_entry(c) for c in {p.calibration.name: p.calibration for p in planned}.values()],
-        "configurations": [_entry(p) for p in planned],
+        "configurations": [_entry(p, target) for p in planned],
     }
-    table = markdown_table(table_rows(planned), HEADER)
+    table = markdown_table(table_rows(planned, target), HEADER)
     report = (
         "# kimi-operator plan\n\n"
         f"Trace `{trace.source}` ({trace.entries} entries, sha256 {trace.sha256[:12]}), "
