@@ -41,7 +41,9 @@ def decode_contexts(longest: int) -> list[int]:
     return sorted({max(longest // 8, 1), max(longest // 2, 1)})
 
 
-def calibration_plan(largest_batch: int, longest_prompt: int, output_tokens: int) -> list[PlannedRequest]:
+def calibration_plan(
+    largest_batch: int, longest_prompt: int, output_tokens: int
+) -> list[PlannedRequest]:
     plan: list[PlannedRequest] = []
     previous: tuple[int, ...] = ()
 

@@ -4,7 +4,7 @@ Decode: in each `decode:b{B}:c{C}` phase, the gaps between chunks in the later h
 stream (by then all B requests have prefilled) are decode steps of B sequences; their median is
 the step time, their tokens per chunk 1 + the accepted drafts. Prefill: the TTFT of each
 `prefill:` request and of the second (cache-hitting) `prefix:` request against the prompt tokens
-it had to compute. With a `latency_specialized` deployment, the phases whose batch × (1 + draft
+it had to compute. With a `latency_specialized` deployment, the phases whose batch x (1 + draft
 tokens) fits in 64 ran on the fast path and fit its costs; the others fit the ordinary path's.
 """
 

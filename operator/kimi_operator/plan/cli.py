@@ -5,6 +5,7 @@ not slow down `kimi-operator validate`.
 """
 
 import argparse
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -83,7 +84,7 @@ def _calibrations(args: argparse.Namespace) -> "list[Calibration]":
     from kimi_operator.plan import PlanError  # noqa: PLC0415
     from kimi_operator.plan.calibration import from_run  # noqa: PLC0415
 
-    calibrations = []
+    calibrations: list[Calibration] = []
     for path in args.calibration:
         label = Path(path).name if Path(path).is_dir() else Path(path).parent.name
         calibration = from_run(load_results(path), label or path, args.calibration_drafts)
@@ -197,7 +198,7 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         groups = None
         if target is not None:
             groups = fewest_groups(
-                config, target, lambda c, cal=calibration: predict(c, cal, workload)
+                config, target, partial(predict, calibration=calibration, workload=workload)
             )
         planned.append(Planned(config, calibration, predict(config, calibration, workload), groups))
     for note in write_plan(

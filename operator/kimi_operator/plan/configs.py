@@ -91,7 +91,9 @@ def load_configurations(path: str) -> list[Configuration]:
         text = Path(path).read_text(encoding="utf-8")
         bodies = [b for b in yaml.safe_load_all(text) if b is not None]
     except (OSError, UnicodeDecodeError) as error:
-        raise PlanError(f"{path}: cannot read: {getattr(error, 'strerror', None) or error}") from None
+        raise PlanError(
+            f"{path}: cannot read: {getattr(error, 'strerror', None) or error}"
+        ) from None
     except yaml.YAMLError as error:
         raise PlanError(f"{path}: not valid YAML: {str(error).splitlines()[0]}") from None
     if not bodies:

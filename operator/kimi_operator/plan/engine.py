@@ -73,12 +73,13 @@ class Engine:
     waiting: deque[Live] = field(default_factory=deque)
     running: list[Live] = field(default_factory=list)
     cached: dict[str, int] = field(default_factory=dict)  # prefix group -> tokens cached
+    arriving: int = 0  # routed here, still on their way in
     decode_steps: int = 0
     fast_steps: int = 0
 
     @property
     def load(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return self.arriving + len(self.waiting) + len(self.running)
 
     def _cache_hit(self, request: PlannedRequest) -> int:
         if not self.spec.prefix_caching or request.group is None:

@@ -1,6 +1,6 @@
 """Least squares with non-negative coefficients, for a handful of points and columns.
 
-`y ≈ intercept + Σ coefficient_j × x_j`. A column that does not vary across the points, or whose
+`y ≈ intercept + Σ coefficient_j x x_j`. A column that does not vary across the points, or whose
 coefficient comes out negative (noise on a small effect), is dropped and the rest refitted: a
 step cost never shrinks as a batch or a context grows.
 """

@@ -124,7 +124,10 @@ def write_plan(
         "trace": trace.model_dump(mode="json"),
         "gpu_hour_price_usd": price,
         "target": target,
-        "calibrations": [_calibration_entry(c) for c in {p.calibration.name: p.calibration for p in planned}.values()],
+        "calibrations": [
+            _calibration_entry(c)
+            for c in {p.calibration.name: p.calibration for p in planned}.values()
+        ],
         "configurations": [_entry(p, target) for p in planned],
     }
     table = markdown_table(table_rows(planned, target), HEADER)
@@ -156,7 +159,7 @@ def _plot(path: Path, planned: list[Planned]) -> list[str]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt  # noqa: PLC0415
     except ModuleNotFoundError:
-        return [f"plot skipped: matplotlib is missing (pip install 'kimi-operator[bench]')"]
+        return ["plot skipped: matplotlib is missing (pip install 'kimi-operator[bench]')"]
     names = [p.config.name for p in planned]
     tasks = [p.results.summary.tasks for p in planned]
     p50 = [t.completion_s.p50 if t and t.completion_s else 0.0 for t in tasks]

@@ -3,7 +3,8 @@
 Event-driven and deterministic: no wall clock. Each group runs one step at a time; a request that
 arrives during a step joins at the next one, and a group that sits idle starts a step as soon as
 work arrives (after every other event of that instant, so that requests sent together are
-scheduled together). A closed replay sends a turn at the later of its trace time and the answers
+scheduled together). A request reaches the scheduler after its way into the server
+(`request_overhead_s`). A closed replay sends a turn at the later of its trace time and the answers
 it waits for plus its think time, as `bench --replay closed` does.
 
 Routing: `prefix` keeps a prefix group (or else a task) on the group that served its first
@@ -16,9 +17,11 @@ import heapq
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 from kimi_operator.bench.profiles import PlannedRequest
+from kimi_operator.plan.costs import request_overhead_s
 from kimi_operator.plan.engine import Engine, EngineSpec, Live, Step
 
 Routing = Literal["prefix", "round-robin"]
@@ -83,7 +86,7 @@ class _Run:
     def run(self) -> Outcome:
         for request in self.plan:
             if not self.waiting_on[request.index]:
-                self.at(request.start_s, lambda r=request, t=request.start_s: self.arrive(r, t))
+                self.at(request.start_s, partial(self.arrive, request, request.start_s))
         while self.events:
             _, _, _, action = heapq.heappop(self.events)
             action()
@@ -98,12 +101,18 @@ class _Run:
         live = Live(request, sent_s=now)
         self.lives[request.index] = live
         engine = self.entry.pick(request)
+        engine.arriving += 1
+        ready = now + request_overhead_s(engine.spec.costs)
+        self.at(ready, partial(self.enqueue, engine, live, ready))
+
+    def enqueue(self, engine: Engine, live: Live, now: float) -> None:
+        engine.arriving -= 1
         engine.waiting.append(live)
         self.wake(engine, now)
 
     def wake(self, engine: Engine, now: float) -> None:
         if id(engine) not in self.busy:
-            self.at(now, lambda: self.start(engine, now), later=True)
+            self.at(now, partial(self.start, engine, now), later=True)
 
     def start(self, engine: Engine, now: float) -> None:
         if id(engine) in self.busy:
@@ -113,7 +122,7 @@ class _Run:
             return
         self.busy.add(id(engine))
         end = now + step.seconds
-        self.at(end, lambda: self.end(engine, step, end))
+        self.at(end, partial(self.end, engine, step, end))
 
     def end(self, engine: Engine, step: Step, now: float) -> None:
         self.busy.discard(id(engine))
@@ -122,7 +131,7 @@ class _Run:
                 self.done(live)
             else:
                 arrival = now + self.kv_transfer_s
-                self.at(arrival, lambda live=live, t=arrival: self.hand_over(live, t))
+                self.at(arrival, partial(self.hand_over, live, arrival))
         self.wake(engine, now)
 
     def hand_over(self, live: Live, now: float) -> None:
@@ -142,7 +151,7 @@ class _Run:
             request = self.plan[child]
             answers = max(self.lives[p].finished_s or 0.0 for p in request.after)
             due = max(request.start_s, answers + request.think_s)
-            self.at(due, lambda r=request, t=due: self.arrive(r, t))
+            self.at(due, partial(self.arrive, request, due))
 
 
 def simulate(plan: list[PlannedRequest], topology: Topology, closed: bool) -> Outcome:

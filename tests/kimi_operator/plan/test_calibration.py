@@ -3,7 +3,15 @@
 import pytest
 
 from kimi_operator.bench.calibration import batch_sizes, calibration_plan, prompt_lengths
-from kimi_operator.bench.results import RequestRecord, Results, RunConfig, ServerInfo, ServerMetrics, Summary
+from kimi_operator.bench.results import (
+    Profile,
+    RequestRecord,
+    Results,
+    RunConfig,
+    ServerInfo,
+    ServerMetrics,
+    Summary,
+)
 from kimi_operator.plan import PlanError
 from kimi_operator.plan.calibration import from_run
 from kimi_operator.plan.fit import fit
@@ -22,7 +30,7 @@ def test_the_sweep_runs_in_phases_each_after_the_last() -> None:
     assert groups.count("prefix:p256") == 2
     assert len(plan) == 30 + 4 + 8
     for request, previous in zip(plan[1:], plan, strict=False):
-        if request.group != previous.group or request.group.startswith("prefix"):
+        if request.group != previous.group or str(request.group).startswith("prefix"):
             assert previous.index in request.after  # a phase waits for the one before
     hit = [r for r in plan if r.group == "prefix:p256"][1]
     assert (hit.prompt_tokens, hit.shared_prefix_tokens) == (256, 240)
@@ -41,7 +49,9 @@ def test_fit_recovers_a_line_and_drops_a_negative_slope() -> None:
     assert (intercept, a) == pytest.approx((3.0, 0.0))
 
 
-def record(index: int, group: str, prompt: int, ttft: float, gaps: list[float], tokens: int) -> RequestRecord:
+def record(
+    index: int, group: str, prompt: int, ttft: float, *, gaps: list[float], tokens: int
+) -> RequestRecord:
     times = [ttft]
     for gap in gaps:
         times.append(times[-1] + gap)
@@ -53,9 +63,11 @@ def record(index: int, group: str, prompt: int, ttft: float, gaps: list[float], 
     )  # fmt: skip
 
 
-def run_of(records: list[RequestRecord], backend: str = "auto", profile: str = "calibration") -> Results:
+def run_of(
+    records: list[RequestRecord], backend: str = "auto", profile: Profile = "calibration"
+) -> Results:
     config = RunConfig(
-        endpoint="http://127.0.0.1:1/v1", model="m", api="completions", profile=profile,  # type: ignore[arg-type]
+        endpoint="http://127.0.0.1:1/v1", model="m", api="completions", profile=profile,
         concurrency=8, requests=len(records), warmup=0, prompt_tokens=1.0, output_tokens=1.0,
         ignore_eos=True, seed=0, trace=None, gpus=1, gpu_hour_price_usd=None, deployment=None,
         server=ServerInfo(decode_backend=backend), started_at="", tool_version="",
@@ -73,16 +85,31 @@ def run_of(records: list[RequestRecord], backend: str = "auto", profile: str = "
 def sweep(tokens_per_chunk: int = 1) -> list[RequestRecord]:
     """A run whose decode steps cost 0.020 + 0.005 per further sequence and whose prefill costs
     0.050 + 0.0001 per prompt token computed (a context term of zero)."""
-    records = []
+    records: list[RequestRecord] = []
     for batch in (1, 2, 4, 8):
         step = 0.020 + 0.005 * (batch - 1)
         for _ in range(batch):
-            records.append(record(len(records), f"decode:b{batch}:c64", 64, 0.1, [step] * 9, tokens_per_chunk))
-    records.append(record(len(records), "prefill:p512", 512, 0.050 + 0.0512, [0.01], 1))
-    records.append(record(len(records), "prefill:p1024", 1024, 0.050 + 0.1024, [0.01], 1))
-    records.append(record(len(records), "prefix:p1024", 1024, 0.050 + 0.1024, [0.01], 1))
+            records.append(
+                record(
+                    len(records),
+                    f"decode:b{batch}:c64",
+                    64,
+                    0.1,
+                    gaps=[step] * 9,
+                    tokens=tokens_per_chunk,
+                )
+            )
+    records.append(record(len(records), "prefill:p512", 512, 0.050 + 0.0512, gaps=[0.01], tokens=1))
+    records.append(
+        record(len(records), "prefill:p1024", 1024, 0.050 + 0.1024, gaps=[0.01], tokens=1)
+    )
+    records.append(
+        record(len(records), "prefix:p1024", 1024, 0.050 + 0.1024, gaps=[0.01], tokens=1)
+    )
     # The hit: 1008 shared tokens, all in whole blocks: 16 computed.
-    records.append(record(len(records), "prefix:p1024", 1024, 0.050 + 0.0016, [0.01], 1))
+    records.append(
+        record(len(records), "prefix:p1024", 1024, 0.050 + 0.0016, gaps=[0.01], tokens=1)
+    )
     return records
 
 
@@ -104,7 +131,7 @@ def test_a_speculating_run_needs_its_draft_count_and_splits_the_paths() -> None:
     assert calibration.acceptance == pytest.approx(7.0)
     # 8 x (1 + 7) = 64 fits the fast path, so every measured batch did: no ordinary figures.
     assert calibration.costs.fast is not None
-    assert calibration.notes and "no batch over the fast path" in calibration.notes[0]
+    assert "no batch over the fast path" in calibration.notes[0]
     # With 15 drafts, 16 tokens a sequence: batches 1, 2 and 4 fit 64, batch 8 does not.
     costs = from_run(results, "cal", 15).costs
     assert costs.fast is not None

@@ -1,4 +1,4 @@
-"""`kimi-operator plan` from the command line: what it writes, and one line, exit 2, for bad input."""
+"""`kimi-operator plan` on the command line: what it writes; one line, exit 2, for bad input."""
 
 import json
 from pathlib import Path
@@ -17,7 +17,10 @@ CONFIGS = """\
 configurations:
   - {name: tp16-latency, gpus: 16, backend: latency_specialized, draftTokens: 7}
   - {name: tp16-auto, gpus: 16, backend: auto, draftTokens: 7}
-  - {name: tp8x2-split, gpus: 8, draftTokens: 7, disaggregated: {prefillReplicas: 1, kvTransferS: 0.01}}
+  - name: tp8x2-split
+    gpus: 8
+    draftTokens: 7
+    disaggregated: {prefillReplicas: 1, kvTransferS: 0.01}
 """
 
 
@@ -35,7 +38,9 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def plan(cli: Cli, trace: Path, out: Path, *extra: str) -> Any:
-    run = cli("plan", "--trace", str(trace), "--gpu-hour-price", "6.5", "--output", str(out), *extra)
+    run = cli(
+        "plan", "--trace", str(trace), "--gpu-hour-price", "6.5", "--output", str(out), *extra
+    )
     assert run.code == 0, run.err
     return json.loads((out / "plan.json").read_text())
 
@@ -44,7 +49,8 @@ def one_error_line(cli: Cli, *argv: str) -> str:
     run = cli(*argv)
     assert run.code == 2
     lines = run.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), run.err
+    assert len(lines) == 1, run.err
+    assert lines[0].startswith("error: ")
     return lines[0]
 
 
@@ -70,7 +76,9 @@ def test_a_plan_has_benchs_summary_keys_and_compares_with_bench(
     assert "fast-path fraction" in compared.out
 
 
-def test_a_kimideployment_is_planned_as_its_spec_says(cli: Cli, trace: Path, tmp_path: Path) -> None:
+def test_a_kimideployment_is_planned_as_its_spec_says(
+    cli: Cli, trace: Path, tmp_path: Path
+) -> None:
     data = plan(cli, trace, tmp_path / "plan", "--config", str(SAMPLES / "k3-tp8-dspark.yaml"))
     (entry,) = data["configurations"]
     assert entry["name"] == "k3-tp8-dspark"
@@ -95,7 +103,9 @@ def test_target_finds_the_fewest_groups(cli: Cli, trace: Path, tmp_path: Path) -
     groups = found["configurations"][0]["groups_for_target"]
     assert 1 < groups <= 4
     assert p90(groups) <= seconds < p90(groups - 1)
-    hopeless = plan(cli, trace, tmp_path / "h", "--config", str(config), "--target", "ttft_p50=0.001")
+    hopeless = plan(
+        cli, trace, tmp_path / "h", "--config", str(config), "--target", "ttft_p50=0.001"
+    )
     assert hopeless["configurations"][0]["groups_for_target"] is None  # not even with 64
     assert hopeless["target"] == "ttft_p50 <= 0.001 s"
 
@@ -127,7 +137,9 @@ def test_bad_inputs_are_one_line(cli: Cli, trace: Path, tmp_path: Path) -> None:
     assert "cannot read the trace" in one_error_line(cli, *base, "--trace", missing, *config)
     bad = write(tmp_path, "bad.jsonl", "{nope\n")
     assert "line 1: not JSON" in one_error_line(cli, *base, "--trace", str(bad), *config)
-    assert "needs --calibration RUN or --config" in one_error_line(cli, *base, "--trace", str(trace))
+    assert "needs --calibration RUN or --config" in one_error_line(
+        cli, *base, "--trace", str(trace)
+    )
     says = one_error_line(cli, *base, "--trace", str(trace), *config, "--target", "speed=2")
     assert "--target: 'speed=2': expected METRIC_PERCENTILE=SECONDS" in says
     agentic = tmp_path / "agentic"
@@ -142,7 +154,9 @@ def test_bad_inputs_are_one_line(cli: Cli, trace: Path, tmp_path: Path) -> None:
     assert "give its draft tokens with --calibration-drafts N" in says
 
 
-def test_a_calibration_run_is_planned_as_measured_first(cli: Cli, trace: Path, tmp_path: Path) -> None:
+def test_a_calibration_run_is_planned_as_measured_first(
+    cli: Cli, trace: Path, tmp_path: Path
+) -> None:
     measured = tmp_path / "cpu"
     measured.mkdir()
     (measured / "results.json").write_text(run_of(sweep()).model_dump_json())
