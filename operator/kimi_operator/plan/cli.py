@@ -9,13 +9,23 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from kimi_operator.bench.cli import EXIT_BAD_INPUT, EXIT_OK, _non_negative_int, _positive_float
-
 if TYPE_CHECKING:
     from kimi_operator.plan.calibration import Calibration
     from kimi_operator.plan.configs import Configuration
 
 AS_MEASURED = "as-measured"
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+MAX_DRAFTS = 7
+
+
+def _price(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of USD: {text}")
+    return value
 
 
 def add_plan_parser(sub: Any) -> None:
@@ -39,7 +49,8 @@ def add_plan_parser(sub: Any) -> None:
     )
     plan.add_argument(
         "--calibration-drafts",
-        type=_non_negative_int,
+        type=int,
+        choices=range(MAX_DRAFTS + 1),
         metavar="N",
         help="draft tokens of the calibrated deployment (needed when it speculates)",
     )
@@ -51,7 +62,7 @@ def add_plan_parser(sub: Any) -> None:
         help="configurations: descriptions or KimiDeployments (YAML; repeatable)",
     )
     plan.add_argument(
-        "--gpu-hour-price", type=_positive_float, metavar="USD", required=True, help="per GPU-hour"
+        "--gpu-hour-price", type=_price, metavar="USD", required=True, help="per GPU-hour"
     )
     plan.add_argument("--output", metavar="DIR", required=True, help="plan.json, report.md, plot")
     plan.add_argument("--force", action="store_true", help="overwrite a plan in --output")
