@@ -4,8 +4,9 @@ Decode: in each `decode:b{B}:c{C}` phase, the gaps between chunks in the later h
 stream (by then all B requests have prefilled) are decode steps of B sequences; their median is
 the step time, their tokens per chunk 1 + the accepted drafts. Prefill: the TTFT of each
 `prefill:` request and of the second (cache-hitting) `prefix:` request against the prompt tokens
-it had to compute. With a `latency_specialized` deployment, the phases whose batch x (1 + draft
-tokens) fits in 64 ran on the fast path and fit its costs; the others fit the ordinary path's.
+it had to compute and those it took from the cache. With a `latency_specialized` deployment, the
+phases whose batch x (1 + draft tokens) fits in 64 ran on the fast path and fit its costs; the
+others fit the ordinary path's.
 """
 
 import re
@@ -75,9 +76,9 @@ def decode_points(records: list[RequestRecord]) -> list[DecodePoint]:
     return points
 
 
-def prefill_points(records: list[RequestRecord]) -> list[tuple[int, float]]:
-    """(prompt tokens computed, TTFT) of the prefill requests and the prefix hits."""
-    points: list[tuple[int, float]] = []
+def prefill_points(records: list[RequestRecord]) -> list[tuple[int, int, float]]:
+    """(prompt tokens computed, tokens from the cache, TTFT) of the prefill requests and hits."""
+    points: list[tuple[int, int, float]] = []
     seen_prefix: set[str] = set()
     for record in records:
         found = PHASE.match(record.group or "")
@@ -85,13 +86,14 @@ def prefill_points(records: list[RequestRecord]) -> list[tuple[int, float]]:
             continue
         prompt = record.prompt_tokens or 0
         if found["kind"] == "prefill":
-            points.append((prompt, record.ttft_s))
+            points.append((prompt, 0, record.ttft_s))
         elif record.group in seen_prefix:  # the second of its pair: the cache hit
             shared = prompt - PREFIX_UNSHARED_TOKENS
-            points.append((prompt - (shared - shared % BLOCK_TOKENS), record.ttft_s))
+            cached = shared - shared % BLOCK_TOKENS
+            points.append((prompt - cached, cached, record.ttft_s))
         else:
             seen_prefix.add(record.group or "")
-            points.append((prompt, record.ttft_s))
+            points.append((prompt, 0, record.ttft_s))
     return points
 
 
@@ -136,7 +138,9 @@ def from_run(results: Results, label: str, draft_tokens: int | None) -> Calibrat
             )
     else:
         ordinary_points = points
-    intercept, (per_token,) = fit([(tokens,) for tokens, _ in prefill], [t for _, t in prefill])
+    intercept, (per_token, per_cached) = fit(
+        [(computed, cached) for computed, cached, _ in prefill], [t for _, _, t in prefill]
+    )
     return Calibration(
         name=label,
         origin=f"measured: {label}",
@@ -147,7 +151,7 @@ def from_run(results: Results, label: str, draft_tokens: int | None) -> Calibrat
         max_num_seqs=max(p.batch for p in points),
         costs=StepCosts(
             ordinary=_decode_cost(ordinary_points),
-            prefill=PrefillCost(intercept, per_token),
+            prefill=PrefillCost(intercept, per_token, per_cached),
             fast=fast,
         ),
         notes=notes,

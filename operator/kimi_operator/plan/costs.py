@@ -3,7 +3,9 @@
 A decode step of `batch` sequences holding `context` tokens of KV cache between them takes
 `fixed_s + per_sequence_s x (batch - 1) + per_context_token_s x context`: the weights are read
 once a step, each further sequence adds its share of the MoE and projection work, and attention
-reads every sequence's cache. Prefill costs `per_token_s` per prompt token computed.
+reads every sequence's cache. Prefill costs `per_token_s` per prompt token computed, and
+`per_cached_token_s` per token a request takes from the prefix cache (its new tokens still attend
+to them: MLA decompresses the cached latents).
 
 `PrefillCost.fixed_s` is what a request alone waits before its first token beyond its prompt's
 tokens (a calibration's TTFT intercept). Part of it is a step's own fixed cost (launch, sampling:
@@ -35,6 +37,7 @@ class DecodeCost:
 class PrefillCost:
     fixed_s: float  # TTFT of a request alone, less its prompt tokens' cost
     per_token_s: float
+    per_cached_token_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -59,10 +62,20 @@ def on_fast_path(costs: StepCosts, prefill_tokens: int, batch: int, draft_tokens
 
 
 def step_seconds(
-    costs: StepCosts, prefill_tokens: int, batch: int, context: int, draft_tokens: int
+    costs: StepCosts,
+    *,
+    prefill_tokens: int,
+    cached_tokens: int,
+    batch: int,
+    context: int,
+    draft_tokens: int,
 ) -> float:
-    """One step: `batch` decoding sequences with `context` KV tokens, and `prefill_tokens`."""
-    prefill = costs.prefill.per_token_s * prefill_tokens
+    """One step: `batch` decoding sequences with `context` KV tokens, and `prefill_tokens`
+    computed after `cached_tokens` taken from the prefix cache (by requests starting theirs)."""
+    prefill = (
+        costs.prefill.per_token_s * prefill_tokens
+        + costs.prefill.per_cached_token_s * cached_tokens
+    )
     if batch == 0:
         return costs.prefill.fixed_s - request_overhead_s(costs) + prefill
     fast = on_fast_path(costs, prefill_tokens, batch, draft_tokens)

@@ -95,6 +95,7 @@ class Engine:
         per_decode = 1 + spec.draft_tokens
         prefill: list[tuple[Live, int]] = []
         decode: list[Live] = []
+        cached = 0
         for live in self.running:
             if live.prefill_done:
                 if budget >= per_decode:
@@ -113,6 +114,7 @@ class Engine:
                 budget -= per_decode
             else:
                 live.prefilled = self._cache_hit(live.request)
+                cached += live.prefilled
                 tokens = min(live.request.prompt_tokens - live.prefilled, budget)
                 prefill.append((live, tokens))
                 budget -= tokens
@@ -124,7 +126,14 @@ class Engine:
         return Step(
             prefill=prefill,
             decode=decode,
-            seconds=step_seconds(spec.costs, prompt, len(decode), context, spec.draft_tokens),
+            seconds=step_seconds(
+                spec.costs,
+                prefill_tokens=prompt,
+                cached_tokens=cached,
+                batch=len(decode),
+                context=context,
+                draft_tokens=spec.draft_tokens,
+            ),
             fast=on_fast_path(spec.costs, prompt, len(decode), spec.draft_tokens),
         )
 

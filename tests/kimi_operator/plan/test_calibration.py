@@ -84,7 +84,8 @@ def run_of(
 
 def sweep(tokens_per_chunk: int = 1) -> list[RequestRecord]:
     """A run whose decode steps cost 0.020 + 0.005 per further sequence and whose prefill costs
-    0.050 + 0.0001 per prompt token computed (a context term of zero)."""
+    0.050 + 0.0001 per prompt token computed + 0.00002 per token from the prefix cache (a
+    context term of zero)."""
     records: list[RequestRecord] = []
     for batch in (1, 2, 4, 8):
         step = 0.020 + 0.005 * (batch - 1)
@@ -106,9 +107,9 @@ def sweep(tokens_per_chunk: int = 1) -> list[RequestRecord]:
     records.append(
         record(len(records), "prefix:p1024", 1024, 0.050 + 0.1024, gaps=[0.01], tokens=1)
     )
-    # The hit: 1008 shared tokens, all in whole blocks: 16 computed.
+    # The hit: 1008 shared tokens, all in whole blocks, from the cache: 16 computed.
     records.append(
-        record(len(records), "prefix:p1024", 1024, 0.050 + 0.0016, gaps=[0.01], tokens=1)
+        record(len(records), "prefix:p1024", 1024, 0.050 + 0.0016 + 0.02016, gaps=[0.01], tokens=1)
     )
     return records
 
@@ -119,7 +120,8 @@ def test_a_stock_run_fits_the_ordinary_path() -> None:
     assert costs.fast is None
     assert (costs.ordinary.fixed_s, costs.ordinary.per_sequence_s) == pytest.approx((0.020, 0.005))
     assert costs.ordinary.per_context_token_s == pytest.approx(0.0, abs=1e-12)
-    assert (costs.prefill.fixed_s, costs.prefill.per_token_s) == pytest.approx((0.050, 0.0001))
+    prefill = (costs.prefill.fixed_s, costs.prefill.per_token_s, costs.prefill.per_cached_token_s)
+    assert prefill == pytest.approx((0.050, 0.0001, 0.00002))
     assert (calibration.max_num_seqs, calibration.draft_tokens, calibration.gpus) == (8, 0, 1)
 
 

@@ -123,6 +123,16 @@ def test_a_closed_turn_waits_for_its_answer_and_reuses_the_cached_prefix() -> No
     assert b.token_times == pytest.approx([1.210])
 
 
+def test_tokens_from_the_cache_cost_what_the_calibration_says() -> None:
+    first = request(0, prompt=100, output=1, group="g", shared_prefix_tokens=100)
+    second = request(1, prompt=100, output=1, start=1.0, group="g", shared_prefix_tokens=100)
+    prefill = PrefillCost(fixed_s=0.030, per_token_s=0.001, per_cached_token_s=0.0001)
+    costs = StepCosts(ordinary=ORDINARY, prefill=prefill)
+    _, b = run([first, second], EngineSpec(costs, max_num_seqs=8)).lives
+    # 96 tokens from the cache (0.0096), 4 computed (0.004), 0.030 a lone request's fixed cost.
+    assert b.token_times == pytest.approx([1.0436])
+
+
 def test_without_prefix_caching_the_whole_prompt_is_computed() -> None:
     first = request(0, prompt=100, output=1, group="g", shared_prefix_tokens=100)
     second = request(1, prompt=100, output=1, start=1.0, group="g", shared_prefix_tokens=100)
