@@ -1,8 +1,9 @@
 """Step costs from a `bench --profile calibration` run (bench/calibration.py says what it sends).
 
 Decode: in each `decode:b{B}:c{C}` phase, the gaps between chunks in the later half of every
-stream (by then all B requests have prefilled) are decode steps of B sequences; their median is
-the step time, their tokens per chunk 1 + the accepted drafts. Prefill: the TTFT of each
+stream (by then all B requests have prefilled) are decode steps of B sequences; their mean is the
+step time (a mean, not a median: a task's time is the sum of its steps, stalls included), their
+tokens per chunk 1 + the accepted drafts. Prefill: the TTFT of each
 `prefill:` request and of the second (cache-hitting) `prefix:` request against the prompt tokens
 it had to compute and those it took from the cache. With a `latency_specialized` deployment, the
 phases whose batch x (1 + draft tokens) fits in 64 ran on the fast path and fit its costs; the
@@ -69,7 +70,7 @@ def decode_points(records: list[RequestRecord]) -> list[DecodePoint]:
             DecodePoint(
                 batch=batch,
                 context=batch * (context + 0.75 * output),
-                step_s=statistics.median(gaps),
+                step_s=statistics.mean(gaps),
                 tokens_per_step=statistics.mean(tokens),
             )
         )
