@@ -1,6 +1,7 @@
 """`kimi-operator plan` on the command line: what it writes; one line, exit 2, for bad input."""
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +174,16 @@ def test_bench_refuses_requests_with_the_calibration_profile(cli: Cli, tmp_path:
     argv = ["bench", "--endpoint", "http://127.0.0.1:1/v1", "--profile", "calibration"]
     says = one_error_line(cli, *argv, "--requests", "3", "--output", str(tmp_path))
     assert "--requests does not apply to --profile calibration" in says
+
+
+def test_without_matplotlib_the_plot_is_skipped_with_one_line(
+    cli: Cli, trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as when not installed
+    config = write(tmp_path, "c.yaml", "configurations: [{name: a, gpus: 8}]\n")
+    argv = ["--trace", str(trace), "--gpu-hour-price", "1", "--config", str(config)]
+    run = cli("plan", *argv, "--output", str(tmp_path / "o"))
+    assert run.code == 0
+    assert run.err == "plot skipped: matplotlib is missing (pip install 'kimi-operator[bench]')\n"
+    assert (tmp_path / "o" / "plan.json").exists()
+    assert not (tmp_path / "o" / "plan.png").exists()
