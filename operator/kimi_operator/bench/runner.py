@@ -233,7 +233,7 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
         server_metrics=metrics,
         warnings=warnings,
     )
-    if options.replay is None:
+    if options.replay is None or options.profile == "calibration":  # its phases are no tasks
         return Results(config=config, summary=summary, requests=records)
     tasks = task_records(plan, records)
     summary.tasks = summarize_tasks(

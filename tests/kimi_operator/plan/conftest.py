@@ -1,5 +1,5 @@
-"""The CLI fixture of the bench tests, shared."""
+"""The CLI and stub-server fixtures of the bench tests, shared."""
 
-from tests.kimi_operator.bench.conftest import cli
+from tests.kimi_operator.bench.conftest import cli, stub
 
-__all__ = ["cli"]
+__all__ = ["cli", "stub"]

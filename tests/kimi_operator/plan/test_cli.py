@@ -2,12 +2,14 @@
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kimi_operator.bench.results import Summary
+from kimi_operator.bench.stub import StubApp
 from kimi_operator.bench.traces import dump_trace, generate_trace
 from tests.kimi_operator.plan.test_calibration import run_of, sweep
 from tests.support.bench import Cli
@@ -187,3 +189,34 @@ def test_without_matplotlib_the_plot_is_skipped_with_one_line(
     assert run.err == "plot skipped: matplotlib is missing (pip install 'kimi-operator[bench]')\n"
     assert (tmp_path / "o" / "plan.json").exists()
     assert not (tmp_path / "o" / "plan.png").exists()
+
+
+def test_a_calibration_run_against_a_server_plans(
+    cli: Cli, stub: Callable[..., tuple[str, StubApp]], trace: Path, tmp_path: Path
+) -> None:
+    """bench --profile calibration over real HTTP (the scheduled stub), then plan from it."""
+    root, app = stub(ttft_s=0.01, step_s=0.002, decode_backend="auto")
+    run = tmp_path / "cal"
+    argv = ["bench", "--endpoint", root, "--profile", "calibration", "--concurrency", "2"]
+    argv += ["--prompt-tokens", "64", "--output-tokens", "6", "--gpus", "1", "--warmup", "0"]
+    done = cli(*argv, "--output", str(run), "--no-progress")
+    assert done.code == 0, done.err
+    results = json.loads((run / "results.json").read_text())
+    assert results["config"]["profile"] == "calibration"
+    assert results["config"]["replay"] == "closed"
+    assert results["tasks"] == []  # phases, not tasks
+    assert results["summary"]["tasks"] is None
+    groups = [r["group"] for r in results["requests"]]
+    # Batches 1 and 2 at contexts 8 and 32, prompts 32 and 64 alone and as prefix pairs.
+    assert groups == [
+        "decode:b1:c8", "decode:b2:c8", "decode:b2:c8",
+        "decode:b1:c32", "decode:b2:c32", "decode:b2:c32",
+        "prefill:p32", "prefill:p64",
+        "prefix:p32", "prefix:p32", "prefix:p64", "prefix:p64",
+    ]  # fmt: skip
+    assert app.state.requests == len(groups)
+    data = plan(cli, trace, tmp_path / "p", "--calibration", str(run))
+    (first,) = data["configurations"]
+    assert (first["name"], first["calibration"], first["gpus"]) == ("as-measured", "cal", 1)
+    assert first["configuration"]["maxNumSeqs"] == 2
+    assert first["summary"]["tasks"]["completed"] == 4
