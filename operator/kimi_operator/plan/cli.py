@@ -177,7 +177,14 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         trace_digest,
     )
     from kimi_operator.plan.predict import Workload, predict  # noqa: PLC0415
-    from kimi_operator.plan.report import HEADER, Planned, table_rows, write_plan  # noqa: PLC0415
+    from kimi_operator.plan.report import (  # noqa: PLC0415
+        HEADER,
+        PLAN,
+        REPORT,
+        Planned,
+        table_rows,
+        write_plan,
+    )
     from kimi_operator.plan.target import fewest_groups, parse_target  # noqa: PLC0415
 
     target = parse_target(args.target) if args.target else None
@@ -217,5 +224,5 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ):
         print(note, file=err)
     out.write(text_table(table_rows(planned, str(target) if target else None), HEADER) + "\n")
-    out.write(f"\nplan: {directory / 'plan.json'}, {directory / 'report.md'}\n")
+    out.write(f"\nplan: {directory / PLAN}, {directory / REPORT}\n")
     return EXIT_OK
