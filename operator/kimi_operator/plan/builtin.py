@@ -28,6 +28,7 @@ TP16_PREFILL_TOK_S: Final = 25_000.0  # prompt tokens per second of one TP16 gro
 TP8_PREFILL_FACTOR: Final = 2.0
 PREFILL_FIXED_S: Final = 0.030
 MAX_NUM_SEQS: Final = 8
+MODEL: Final = "moonshotai/Kimi-K3"
 
 
 def _decode(short_tok_s: float, long_tok_s: float, factor: float) -> DecodeCost:
@@ -61,4 +62,5 @@ def builtin_calibration(gpus: int, backend: str, draft_tokens: int) -> Calibrati
             prefill=PrefillCost(PREFILL_FIXED_S, prefill_factor / TP16_PREFILL_TOK_S),
             fast=fast if backend == "latency_specialized" else None,
         ),
+        model=MODEL,
     )

@@ -35,6 +35,7 @@ class Calibration:
     acceptance: float  # mean drafts accepted per step
     max_num_seqs: int
     costs: StepCosts
+    model: str  # the served model name, so that `bench compare` sets a plan beside its runs
     notes: list[str] = field(default_factory=list)
 
 
@@ -155,5 +156,6 @@ def from_run(results: Results, label: str, draft_tokens: int | None) -> Calibrat
             prefill=PrefillCost(intercept, per_token, per_cached),
             fast=fast,
         ),
+        model=results.config.model,
         notes=notes,
     )

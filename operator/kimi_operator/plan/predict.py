@@ -111,7 +111,7 @@ def predict(config: Configuration, calibration: Calibration, workload: Workload)
     )
     run_config = RunConfig(
         endpoint=f"plan:{config.name}",
-        model="modelled",
+        model=calibration.model,
         api="completions",
         profile="agentic",
         concurrency=None,

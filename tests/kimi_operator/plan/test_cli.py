@@ -77,6 +77,7 @@ def test_a_plan_has_benchs_summary_keys_and_compares_with_bench(
     compared = cli("bench", "compare", str(out / "tp16-auto"), str(out / "tp16-latency"))
     assert compared.code == 0, compared.err
     assert "fast-path fraction" in compared.out
+    assert "NOT COMPARABLE" not in compared.out  # same trace, model, GPUs: a fair A/B
 
 
 def test_a_kimideployment_is_planned_as_its_spec_says(
@@ -192,7 +193,7 @@ def test_without_matplotlib_the_plot_is_skipped_with_one_line(
 
 
 def test_a_calibration_run_against_a_server_plans(
-    cli: Cli, stub: Callable[..., tuple[str, StubApp]], trace: Path, tmp_path: Path
+    cli: Cli, stub: Callable[..., tuple[str, StubApp]], tmp_path: Path
 ) -> None:
     """bench --profile calibration over real HTTP (the scheduled stub), then plan from it."""
     root, app = stub(ttft_s=0.01, step_s=0.002, decode_backend="auto")
@@ -215,8 +216,21 @@ def test_a_calibration_run_against_a_server_plans(
         "prefix:p32", "prefix:p32", "prefix:p64", "prefix:p64",
     ]  # fmt: skip
     assert app.state.requests == len(groups)
-    data = plan(cli, trace, tmp_path / "p", "--calibration", str(run))
+    turns = [
+        {"start_s": 0, "prompt_tokens": 40, "output_tokens": 8, "id": "a", "session": "s"},
+        {"start_s": 0, "prompt_tokens": 60, "output_tokens": 8, "id": "b", "session": "s"}
+        | {"after": "a", "think_s": 0.1},
+    ]
+    small = write(tmp_path, "small.jsonl", "".join(json.dumps(t) + "\n" for t in turns))
+    data = plan(cli, small, tmp_path / "p", "--calibration", str(run))
     (first,) = data["configurations"]
     assert (first["name"], first["calibration"], first["gpus"]) == ("as-measured", "cal", 1)
     assert first["configuration"]["maxNumSeqs"] == 2
-    assert first["summary"]["tasks"]["completed"] == 4
+    assert first["summary"]["tasks"]["completed"] == 1
+    # The same trace measured: a plan and a measurement set side by side as comparable.
+    argv = ["bench", "--endpoint", root, "--profile", "agentic", "--trace", str(small)]
+    measured = cli(*argv, "--gpus", "1", "--output", str(tmp_path / "m"), "--no-progress")
+    assert measured.code == 0, measured.err
+    compared = cli("bench", "compare", str(tmp_path / "p" / "as-measured"), str(tmp_path / "m"))
+    assert compared.code == 0, compared.err
+    assert "NOT COMPARABLE" not in compared.out, compared.out
