@@ -18,6 +18,7 @@ from kmock import action
 NAMESPACES = kmock.resource("", "v1", "namespaces")
 PREFIX = "/api/v1/namespaces"
 # What a new cluster has.
+EVENT_FIELDS = frozenset({"involvedObject", "reason", "type", "source"})
 INITIAL = ("default", "kube-node-lease", "kube-public", "kube-system")
 
 
@@ -103,19 +104,30 @@ def initial(name: str) -> dict[str, Any]:
     return new_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
 
+def _field(obj: Mapping[str, Any], key: str) -> str | None:
+    """The value of a selectable field: metadata.name and metadata.namespace of every kind, and
+    an Event's involvedObject.*, reason, type and source (what `kubectl describe` selects by)."""
+    top = key.split(".", 1)[0]
+    if key not in {"metadata.name", "metadata.namespace"} and (
+        obj.get("kind") != "Event" or top not in EVENT_FIELDS
+    ):
+        message = (
+            f'"{key}" is not a known field selector: only "metadata.name", "metadata.namespace"'
+        )
+        raise kmock.KubernetesError(400, "BadRequest", message)
+    value: Any = obj
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    if top == "source" and isinstance(value, Mapping):
+        value = value.get("component")
+    return None if value is None else str(value)
+
+
 def _field_matches(obj: Mapping[str, Any], selector: str) -> bool:
-    meta = obj.get("metadata") or {}
     for term in filter(None, selector.split(",")):
         negated = "!=" in term
         key, _, value = term.replace("!=", "=").replace("==", "=").partition("=")
-        if key not in {"metadata.name", "metadata.namespace"}:
-            raise kmock.KubernetesError(
-                400,
-                "BadRequest",
-                f'"{key}" is not a known field selector: only "metadata.name", '
-                '"metadata.namespace"',
-            )
-        if (meta.get(key.split(".", 1)[1]) == value) == negated:
+        if (_field(obj, key) == value) == negated:
             return False
     return True
 

@@ -1,7 +1,8 @@
 """The Kubernetes protobuf bodies kubectl's and helm's typed clients send (`kubectl create
 namespace` and helm's release Secrets are posted as `application/vnd.kubernetes.protobuf`),
-decoded for those kinds: Namespace and Secret. Any other kind is refused with kube-apiserver's
-415, as an API server that does not know the kind's protobuf would. Answers are JSON, which those clients accept too.
+decoded for those kinds: Namespace, Secret and DeleteOptions. Any other kind is refused with
+kube-apiserver's 415, as an API server that does not know the kind's protobuf would. Answers are
+JSON, which those clients accept too.
 
 The wire format: `k8s\\x00`, then a runtime.Unknown (1: TypeMeta{1: apiVersion, 2: kind},
 2: raw, the object's own message); a Namespace is {1: ObjectMeta, 2: NamespaceSpec{1: finalizers}}.
@@ -82,7 +83,7 @@ def decode(body: bytes) -> dict[str, Any]:
     assert isinstance(raw, bytes)
     names = {number: _text(value) for number, value in _fields(type_meta)}
     api_version, kind = names.get(1, ""), names.get(2, "")
-    if api_version != "v1" or kind not in DECODERS:
+    if kind not in DECODERS or api_version not in {"v1", "meta.k8s.io/v1"}:
         raise Unsupported(f"protobuf bodies of {api_version} {kind} are not decoded")
     obj: dict[str, Any] = {"apiVersion": api_version, "kind": kind}
     for number, value in _fields(raw):
@@ -113,7 +114,18 @@ def _secret_field(obj: dict[str, Any], number: int, value: int | bytes) -> None:
         obj["immutable"] = bool(value)
 
 
+def _delete_options_field(obj: dict[str, Any], number: int, value: int | bytes) -> None:
+    """DeleteOptions: 1 gracePeriodSeconds, 4 propagationPolicy, 5 dryRun."""
+    if number == 1 and isinstance(value, int):
+        obj["gracePeriodSeconds"] = value
+    elif number == 4:
+        obj["propagationPolicy"] = _text(value)
+    elif number == 5:
+        obj.setdefault("dryRun", []).append(_text(value))
+
+
 DECODERS: dict[str, Callable[[dict[str, Any], int, int | bytes], None]] = {
     "Namespace": _namespace_field,
     "Secret": _secret_field,
+    "DeleteOptions": _delete_options_field,
 }
