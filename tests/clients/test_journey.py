@@ -75,17 +75,7 @@ def test_helm_install_upgrade_and_uninstall_keep_the_crd(kubectl: Kubectl, clien
     assert client.get(CRD, "", CRD_NAME) is not None
 
 
-def test_the_readme_journey(kubectl: Kubectl, client: Client, tmp_path: Path) -> None:
-    install_chart(kubectl)
-    assert ok(kubectl, "create", "namespace", "inference") == "namespace/inference created\n"
-    namespace = client.get(NAMESPACE, "", "inference")
-    assert namespace is not None
-    assert namespace["status"] == {"phase": "Active"}
-    assert ok(kubectl, "get", "namespace", "inference").split("\n")[1].split()[:2] == [
-        "inference",
-        "Active",
-    ]
-
+def apply_client_and_server_side(kubectl: Kubectl, client: Client, tmp_path: Path) -> None:
     # Client-side apply: created, unchanged, then a merge patch of what changed.
     assert "k3-tp16-latency created" in ok(kubectl, "apply", "-f", str(LATENCY))
     assert "k3-tp16-latency unchanged" in ok(kubectl, "apply", "-f", str(LATENCY))
@@ -109,6 +99,20 @@ def test_the_readme_journey(kubectl: Kubectl, client: Client, tmp_path: Path) ->
     (entry,) = stock["metadata"]["managedFields"]
     assert (entry["manager"], entry["operation"]) == ("kubectl", "Apply")
     assert "f:gpus" in entry["fieldsV1"]["f:spec"]
+
+
+def test_the_readme_journey(kubectl: Kubectl, client: Client, tmp_path: Path) -> None:
+    install_chart(kubectl)
+    assert ok(kubectl, "create", "namespace", "inference") == "namespace/inference created\n"
+    namespace = client.get(NAMESPACE, "", "inference")
+    assert namespace is not None
+    assert namespace["status"] == {"phase": "Active"}
+    assert ok(kubectl, "get", "namespace", "inference").split("\n")[1].split()[:2] == [
+        "inference",
+        "Active",
+    ]
+
+    apply_client_and_server_side(kubectl, client, tmp_path)
 
     # get: the CRD's printer columns, by its short name, with no ambiguity warning.
     listed = kubectl.call("kubectl", "get", "kimi", "-A")

@@ -158,7 +158,12 @@ def apply(
     conflicts = []
     for entry in others:
         owned = _owned(entry)
-        clashing = {p for p in wanted & owned if present(base, p) and at(base, p) != at(applied, p)}
+        # A list-map item itself is there on both sides: only its fields can clash.
+        clashing = {
+            p
+            for p in wanted & owned
+            if not p[-1].startswith("k:") and present(base, p) and at(base, p) != at(applied, p)
+        }
         if clashing and force:
             entry["fieldsV1"] = to_fields_v1(owned - clashing)
         conflicts += [(entry, p) for p in sorted(clashing)]
@@ -166,7 +171,7 @@ def apply(
         raise _conflict(conflicts)
     result: dict[str, Any] = merged(base, dict(applied), schema)
     owned_by_others = set().union(*(_owned(e) for e in others)) if others else set()
-    for path in sorted(previous - wanted - owned_by_others, key=len, reverse=True):
+    for path in sorted(previous - wanted - owned_by_others, key=len):  # items before fields
         remove(result, path)
     api_version = str(applied.get("apiVersion", base.get("apiVersion", "")))
     result.setdefault("metadata", {})["managedFields"] = _with(
