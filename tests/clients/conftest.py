@@ -17,7 +17,7 @@ from tests.support.tools import require_tool
 def api() -> Iterator[EmbeddedApiServer]:
     """A bare cluster: the children's CRDs (their own operators'), not kimi-operator's."""
     with EmbeddedApiServer() as server:
-        server.install_crds(child_crds())
+        server.install_crds([*child_crds()])
         yield server
 
 

@@ -17,7 +17,7 @@ items removed, the `$setElementOrder`/`$retainKeys` directives dropped.
 
 import copy
 import datetime
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kmock
@@ -122,7 +122,7 @@ def _with(entries: list[dict[str, Any]], entry: dict[str, Any]) -> list[dict[str
     return [*kept, entry] if entry["fieldsV1"] else kept
 
 
-def _conflict(conflicts: list[tuple[Mapping[str, Any], Path]]) -> kmock.KubernetesError:
+def _conflict(conflicts: Sequence[tuple[Mapping[str, Any], Path]]) -> kmock.KubernetesError:
     lines, causes = [], []
     for entry, path in conflicts:
         using = f" using {entry['apiVersion']}" if entry.get("operation") == "Update" else ""

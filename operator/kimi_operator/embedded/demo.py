@@ -224,7 +224,7 @@ def run_demo(samples: Path, out: TextIO) -> None:
     upstream = child_crds()
     with EmbeddedApiServer() as api, tempfile.TemporaryDirectory(prefix="kimi-demo-") as work:
         print(f"embedded API server (kmock emulator) listening on {api.url}", file=out)
-        api.install_crds(upstream)
+        api.install_crds([*upstream])
         for installed in upstream:
             print(f"  installed CRD {installed['metadata']['name']} (its own operator's)", file=out)
         kubectl = Kubectl.for_server(api.url, Path(work), out)

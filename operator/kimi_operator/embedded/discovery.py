@@ -57,10 +57,11 @@ class Served:
         return f"{self.group}/{self.version}" if self.group else self.version
 
 
-def served(resources: Mapping[Any, kmock.ResourceInfo]) -> list[Served]:
-    """The declared resources (keys as `ApiServer.resources` holds them), sorted."""
+def served(resources: Iterable[tuple[Any, Any]]) -> list[Served]:
+    """The declared resources ((key, kmock.ResourceInfo) as `ApiServer.resources` holds them),
+    sorted."""
     found = []
-    for key, info in resources.items():
+    for key, info in resources:
         resource = kmock.resource(key)
         plural = str(resource.plural)
         kind = info.kind or plural.capitalize()

@@ -2,7 +2,7 @@
 (embedded.openapi), answered before kmock sees the request."""
 
 import json
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import aiohttp.web
@@ -38,7 +38,7 @@ class Endpoints:
     def __init__(
         self,
         served: Callable[[], list[discovery.Served]],
-        crds: Callable[[], list[Mapping[str, Any]]],
+        crds: Callable[[], Sequence[Mapping[str, Any]]],
         state: Callable[[], Hashable],
     ) -> None:
         self._served, self._crds, self._state = served, crds, state

@@ -153,7 +153,9 @@ def _operation(resource: Served, action: str, ref: str, *, v3: bool) -> dict[str
     }
 
 
-def _paths(resources: Iterable[Served], index: Mapping[tuple[str, str, str], str], *, v3: bool):  # type: ignore[no-untyped-def]
+def _paths(
+    resources: Iterable[Served], index: Mapping[tuple[str, str, str], str], *, v3: bool
+) -> dict[str, Any]:
     prefix = "#/components/schemas/" if v3 else "#/definitions/"
     paths: dict[str, Any] = {}
     for resource in resources:

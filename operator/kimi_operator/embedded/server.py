@@ -314,7 +314,7 @@ class ApiServer(kmock.KubernetesEmulator):
         for name in namespaces.INITIAL:
             self.store(namespaces.initial(name))
         self._endpoints = Endpoints(
-            lambda: discovery.served(self.resources), self.crds, self._served_state
+            lambda: discovery.served(self.resources.items()), self.crds, self._served_state
         )
 
     def crds(self) -> list[dict[str, Any]]:
@@ -418,7 +418,8 @@ class ApiServer(kmock.KubernetesEmulator):
                 request = await namespaces.request_of(raw_request, decoded)
                 if request is None:
                     raise kmock.KubernetesNotFoundError()
-                return await self._handle(request)
+                response: aiohttp.web.StreamResponse = await self._handle(request)
+                return response
             except Exception as error:  # answered as kmock answers the others
                 return await self._render_error(error)
         return await super().__call__(raw_request)
@@ -835,7 +836,7 @@ class ApiServer(kmock.KubernetesEmulator):
         for known, info in self.resources.items():
             if resource == kmock.resource(known):
                 group, version = resource.group or "", str(resource.version)
-                return (f"{group}/{version}" if group else version), str(info.kind)
+                return (f"{group}/{version}" if group else version), str(getattr(info, "kind", ""))
         raise kmock.KubernetesResourceNotFoundError()
 
     def _printer_columns(self, resource: kmock.resource) -> list[dict[str, Any]] | None:
