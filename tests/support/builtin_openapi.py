@@ -10,12 +10,10 @@ that it is what this makes.
 """
 
 import json
-from collections.abc import Iterator
 from importlib import resources
 from typing import Any
 
-from kimi_operator.embedded import discovery
-from kimi_operator.embedded.openapi import BUILT_IN_FILE
+from kimi_operator.embedded import discovery, openapi
 
 # Every built-in kind the server serves, and the meta kinds its answers are.
 ROOTS = (
@@ -64,35 +62,16 @@ def _converted(node: Any) -> Any:
     return out
 
 
-def _refs(node: Any) -> Iterator[str]:
-    if isinstance(node, dict):
-        ref = node.get("$ref")
-        if isinstance(ref, str):
-            yield ref.rsplit("/", 1)[-1]
-        for value in node.values():
-            yield from _refs(value)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _refs(item)
-
-
 def definitions() -> dict[str, Any]:
     """The converted definitions of ROOTS and everything they refer to."""
     folder = resources.files("kubernetes_validate") / "kubernetes-json-schema"
     source = folder / f"{discovery.GIT_VERSION}-local" / "_definitions.json"
     every = json.loads(source.read_text())["$defs"]
-    wanted, todo = {}, list(ROOTS)
-    while todo:
-        name = todo.pop()
-        if name in wanted:
-            continue
-        wanted[name] = _converted(every[name])
-        todo.extend(_refs(wanted[name]))
-    return dict(sorted(wanted.items()))
+    return openapi.closure({name: _converted(d) for name, d in every.items()}, ROOTS)
 
 
 def main() -> None:
-    BUILT_IN_FILE.write_text(json.dumps(definitions(), indent=1, sort_keys=True) + "\n")
+    openapi.BUILT_IN_FILE.write_text(json.dumps(definitions(), indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

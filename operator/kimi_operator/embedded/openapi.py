@@ -111,7 +111,8 @@ def _refs(node: Any) -> Iterator[str]:
             yield from _refs(item)
 
 
-def _closure(definitions: Mapping[str, Any], roots: Iterable[str]) -> dict[str, Any]:
+def closure(definitions: Mapping[str, Any], roots: Iterable[str]) -> dict[str, Any]:
+    """The definitions of `roots` and of everything they refer to, by name."""
     wanted: dict[str, Any] = {}
     todo = list(roots)
     while todo:
@@ -184,7 +185,7 @@ def v2(resources: list[Served], crds: Iterable[Mapping[str, Any]]) -> dict[str, 
         "swagger": "2.0",
         "info": {"title": "Kubernetes", "version": GIT_VERSION},
         "paths": _paths(resources, index, v3=False),
-        "definitions": _closure(definitions, [*served_roots, OBJECT_META]),
+        "definitions": closure(definitions, [*served_roots, OBJECT_META]),
     }
 
 
@@ -208,7 +209,7 @@ def v3(resources: list[Served], crds: Iterable[Mapping[str, Any]]) -> dict[str, 
             "openapi": "3.0.0",
             "info": {"title": "Kubernetes", "version": GIT_VERSION},
             "paths": _paths(served, index, v3=True),
-            "components": {"schemas": _closure(definitions, roots)},
+            "components": {"schemas": closure(definitions, roots)},
         }
         text = json.dumps(document).replace('"#/definitions/', '"#/components/schemas/')
         documents[_group_version_path(group_version)] = text.encode()
