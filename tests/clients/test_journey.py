@@ -4,6 +4,7 @@ output, and what the server stored."""
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -226,3 +227,39 @@ def test_server_side_apply_conflicts_with_another_manager(kubectl: Kubectl, clie
     managers = {e["manager"]: e for e in stock["metadata"]["managedFields"]}
     assert "f:gpus" in managers["kubectl"]["fieldsV1"]["f:spec"]
     assert "f:gpus" not in (managers.get("by-hand", {}).get("fieldsV1") or {}).get("f:spec", {})
+
+
+def test_client_side_apply_of_a_built_in_kind_is_a_strategic_merge(
+    kubectl: Kubectl, client: Client, tmp_path: Path
+) -> None:
+    """kubectl sends a strategic merge patch for built-in kinds: containers merged by name, the
+    one left out deleted (`$patch: delete`), the directives never stored."""
+    web: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "containers": [
+                        {"name": "main", "image": "nginx:1"},
+                        {"name": "side", "image": "side:1"},
+                    ]
+                },
+            },
+        },
+    }
+    path = tmp_path / "web.yaml"
+    path.write_text(yaml.safe_dump(web))
+    assert ok(kubectl, "apply", "-f", str(path)) == "deployment.apps/web created\n"
+    web["spec"]["template"]["spec"]["containers"] = [{"name": "main", "image": "nginx:2"}]
+    path.write_text(yaml.safe_dump(web))
+    assert ok(kubectl, "apply", "-f", str(path)) == "deployment.apps/web configured\n"
+    stored = client.get(DEPLOYMENT, "default", "web")
+    assert stored is not None
+    assert stored["spec"]["template"]["spec"]["containers"] == [
+        {"name": "main", "image": "nginx:2"}
+    ]
+    assert "$" not in json.dumps(stored)
