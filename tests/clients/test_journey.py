@@ -2,14 +2,17 @@
 output, and what the server stored."""
 
 import json
+import os
 import re
+import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from kimi_operator.embedded.chart import CHART
-from kimi_operator.embedded.clients import Kubectl
+from kimi_operator.embedded.clients import Kubectl, tool
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, Resource
 from tests.support.repo import ROOT
@@ -263,3 +266,24 @@ def test_client_side_apply_of_a_built_in_kind_is_a_strategic_merge(
         {"name": "main", "image": "nginx:2"}
     ]
     assert "$" not in json.dumps(stored)
+
+
+def test_get_watch_prints_rows_of_the_crd_s_columns(kubectl: Kubectl, client: Client) -> None:
+    """`kubectl get -w`: the listed rows, then one row per change (not the unchanged ones again)."""
+    install_chart(kubectl)
+    ok(kubectl, "create", "namespace", "inference")
+    ok(kubectl, "apply", "-f", str(LATENCY))
+    env = {**os.environ, "KUBECONFIG": str(kubectl.kubeconfig), "HOME": str(kubectl.home)}
+    command = [tool("kubectl"), "get", "kimi", "-n", "inference", "-w"]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) as watch:
+        assert watch.stdout is not None
+        deadline = threading.Timer(30, watch.kill)  # a watch that prints nothing fails, not hangs
+        deadline.start()
+        header, listed = watch.stdout.readline(), watch.stdout.readline()
+        assert header.split()[:4] == ["NAME", "GPUS", "DESIRED", "READY-GROUPS"]
+        assert listed.split()[:3] == ["k3-tp16-latency", "1", "latency_specialized"]
+        client.patch(KIMI_DEPLOYMENT, "inference", "k3-tp16-latency", {"spec": {"replicas": 3}})
+        changed = watch.stdout.readline()
+        watch.kill()
+        deadline.cancel()
+    assert changed.split()[:3] == ["k3-tp16-latency", "3", "latency_specialized"]

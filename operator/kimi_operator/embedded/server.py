@@ -789,8 +789,11 @@ class ApiServer(kmock.KubernetesEmulator):
         assert raw is not None
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
         await response.prepare(raw)
+        events = self._serve_watch(request)
+        if tables.wanted(request.headers.get("Accept", "")):
+            events = self._table_events(request, events)
         try:
-            async for event in self._serve_watch(request):
+            async for event in events:
                 chunk = event if isinstance(event, bytes) else json.dumps(event).encode() + b"\n"
                 if chunk:
                     await response.write(chunk)
@@ -849,18 +852,39 @@ class ApiServer(kmock.KubernetesEmulator):
                         return list(version.get("additionalPrinterColumns") or [])
         return None
 
+    def _table_body(
+        self, request: kmock.Request, resource: kmock.resource, objects: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        return tables.table(
+            objects,
+            self._printer_columns(resource),
+            str(resource.plural),
+            resource_version=str(self._version),
+            include=request.url.query.get("includeObject", "Metadata"),
+        )
+
     def _table(
         self, request: kmock.Request, resource: kmock.resource, objects: list[dict[str, Any]]
     ) -> aiohttp.web.Response:
-        return aiohttp.web.json_response(
-            tables.table(
-                objects,
-                self._printer_columns(resource),
-                str(resource.plural),
-                resource_version=str(self._version),
-                include=request.url.query.get("includeObject", "Metadata"),
-            )
-        )
+        return aiohttp.web.json_response(self._table_body(request, resource, objects))
+
+    async def _table_events(
+        self, request: kmock.Request, events: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        """A watch of Tables (`kubectl get -w`): each event's object a one-row Table; from a
+        `resourceVersion` (what kubectl listed), the objects not changed since are not replayed,
+        nor are bookmarks sent."""
+        assert request.resource is not None
+        since = int(request.url.query.get("resourceVersion") or 0)
+        async for event in events:
+            if not isinstance(event, dict):
+                yield event
+                continue
+            version = int(event["object"]["metadata"].get("resourceVersion") or 0)
+            if event["type"] == "BOOKMARK" or (event["type"] == "ADDED" and version <= since):
+                continue
+            table = self._table_body(request, request.resource, [event["object"]])
+            yield {"type": event["type"], "object": table}
 
     async def _list(
         self, request: kmock.Request, resource: kmock.resource
