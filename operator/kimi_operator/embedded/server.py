@@ -8,6 +8,9 @@ whose CRD is not installed, a garbage collector stand-in (deleting an owner dele
 controls), and injectable faults; and what a real one refuses or rewrites: every installed CRD's
 structural schema and CEL rules (embedded.admission), bearer-token users authorized by the stored
 RBAC objects, and the OwnerReferencesPermissionEnforcement admission plugin (embedded.rbac).
+For the real kubectl and helm: /version, discovery and OpenAPI (embedded.endpoints), namespaces
+and list kinds (embedded.namespaces), Tables (embedded.tables), server-side apply and managed
+fields (embedded.apply_patch), protobuf bodies (embedded.protobuf), Status errors.
 docs/embedded-api-server.md lists what it reproduces, with the tests, and what it does not.
 """
 
@@ -140,21 +143,22 @@ def _check_version(sent: Mapping[str, Any], current: Mapping[str, Any]) -> None:
         raise kmock.KubernetesError(409, "Conflict", message + " version and try again")
 
 
-def not_found(resource: kmock.resource, name: str) -> kmock.KubernetesError:
-    """kube-apiserver's 404 for an object: `<plural>.<group> "<name>" not found`."""
+def _object_error(
+    resource: kmock.resource, name: str, status: int, reason: str, what: str
+) -> kmock.KubernetesError:
+    """kube-apiserver's error about one object: `<plural>.<group> "<name>" <what>`."""
     group = resource.group or ""
     qualified = f"{resource.plural}.{group}" if group else str(resource.plural)
     details = {"name": name, "group": group, "kind": resource.plural}
-    return kmock.KubernetesError(404, "NotFound", f'{qualified} "{name}" not found', details)
+    return kmock.KubernetesError(status, reason, f'{qualified} "{name}" {what}', details)
+
+
+def not_found(resource: kmock.resource, name: str) -> kmock.KubernetesError:
+    return _object_error(resource, name, 404, "NotFound", "not found")
 
 
 def already_exists(resource: kmock.resource, name: str) -> kmock.KubernetesError:
-    group = resource.group or ""
-    qualified = f"{resource.plural}.{group}" if group else str(resource.plural)
-    details = {"name": name, "group": group, "kind": resource.plural}
-    return kmock.KubernetesError(
-        409, "AlreadyExists", f'{qualified} "{name}" already exists', details
-    )
+    return _object_error(resource, name, 409, "AlreadyExists", "already exists")
 
 
 def _get_path(obj: Mapping[str, Any], path: str) -> Any:
