@@ -5,7 +5,6 @@ chart's own RBAC (embedded.rbac)."""
 
 import functools
 import json
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -14,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from kimi_operator.embedded.clients import tool
 from kimi_operator.embedded.server import EmbeddedApiServer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -25,11 +25,7 @@ IDENTITY_KINDS = frozenset(
 
 
 def helm_binary() -> str:
-    local = ROOT / ".tools" / "bin" / "helm"
-    found = str(local) if local.exists() else shutil.which("helm")
-    if found is None:
-        raise RuntimeError("helm is not installed: run `make tools` (scripts/install-helm.sh)")
-    return found
+    return tool("helm")
 
 
 @functools.lru_cache(maxsize=16)
