@@ -32,7 +32,7 @@ import kmock
 import multidict
 from kmock import action
 
-from kimi_operator.embedded import rbac
+from kimi_operator.embedded import rbac, webhooks
 from kimi_operator.embedded.admission import CustomResource, Refused
 
 T = TypeVar("T")
@@ -63,6 +63,9 @@ BUILT_IN = {
     ),
     "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True, subresources={"status"}),
     "coordination.k8s.io/v1/leases": kmock.ResourceInfo(kind="Lease", namespaced=True),
+    f"admissionregistration.k8s.io/v1/{webhooks.CONFIGURATIONS}": kmock.ResourceInfo(
+        kind="ValidatingWebhookConfiguration", namespaced=False
+    ),
     CRDS: kmock.ResourceInfo(kind="CustomResourceDefinition", namespaced=False),
     **{
         f"{rbac.RBAC_GROUP}/v1/{plural}": kmock.ResourceInfo(
@@ -279,6 +282,8 @@ class ApiServer(kmock.KubernetesEmulator):
     # Called on the server's thread after every write to an object, before the next request is
     # served: a check of the whole cluster at every step (the rollout tests' audit).
     observers: list[Callable[["ApiServer"], None]] = attrs.field(factory=list, init=False)
+    # The stored ValidatingWebhookConfigurations (None: to be read again after a write to them).
+    _webhooks: list[dict[str, Any]] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -321,6 +326,7 @@ class ApiServer(kmock.KubernetesEmulator):
         key = (kmock.resource(group, version, plural), meta.get("namespace"), meta["name"])
         self.objects[key] = self._new_object(dict(obj))
         self._authorizer = None
+        self._webhooks = None
 
     def _authorize(self, user: rbac.User, wanted: rbac.Attributes) -> bool:
         if user.admin:
@@ -522,6 +528,10 @@ class ApiServer(kmock.KubernetesEmulator):
                 ) from None
             new, warnings = admitted.obj, admitted.warnings
         self._check_owner_references(request, new, old)
+        if self._webhooks is None:
+            self._webhooks = self.stored(webhooks.CONFIGURATIONS)
+        attempt = webhooks.Attempt(resource, request.subresource, new, old, _USER.get())
+        warnings = [*warnings, *webhooks.review(self._webhooks, self.stored, attempt)]
         return new, warnings
 
     def _plural_of(self, api_version: str, kind: str) -> str | None:
@@ -604,6 +614,8 @@ class ApiServer(kmock.KubernetesEmulator):
             response = await self._direct(request, resource)
             if resource.group == rbac.RBAC_GROUP:
                 self._authorizer = None  # roles or bindings changed
+            if resource.plural == webhooks.CONFIGURATIONS:
+                self._webhooks = None
             if request.action == action.DELETE:
                 await self._collect_garbage()
             elif request.action == action.CREATE:
