@@ -298,8 +298,6 @@ def cmd_admission(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=err,
     )
-    if not args.verbose:  # a refusal goes back to its user; each one is no error of the webhook
-        logging.getLogger("kopf.objects").setLevel(logging.CRITICAL)
     config = ServeConfig(
         address="127.0.0.1" if args.insecure else args.address,
         port=args.port,

@@ -3,17 +3,15 @@ and `kimi-operator admission` answers: a spec that the CRD's CEL rules let throu
 pydantic model's lines, the fast path's warning as a `Warning` header, updates that leave the spec
 alone and status writes never blocked, the namespace selector and the failure policy obeyed."""
 
-import copy
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kimi_operator.embedded.chart import webhook_configuration
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
-from tests.chart.helm import of_kind, template
 from tests.support.admission import Webhook, running_webhook
 from tests.support.corpus import DRAFT
 from tests.support.specs import edited
@@ -32,18 +30,6 @@ def webhook() -> Iterator[Webhook]:
         yield process
 
 
-def configuration(tmp_path: Path, url: str, **values: Any) -> dict[str, Any]:
-    """The chart's ValidatingWebhookConfiguration, its Service reference replaced by `url` (no
-    cluster network here)."""
-    objects = template(values, tmp_path)
-    (found,) = of_kind(objects, "ValidatingWebhookConfiguration", webhook=True)
-    found = copy.deepcopy(found)
-    for hook in found["webhooks"]:
-        path = hook["clientConfig"]["service"]["path"]
-        hook["clientConfig"] = {"url": url + path}
-    return dict(found)
-
-
 def _collection(namespace: str = NS) -> str:
     return KIMI_DEPLOYMENT.collection(namespace)
 
@@ -53,10 +39,10 @@ def _doc(edits: dict[str, Any], name: str = "k3", namespace: str = NS) -> dict[s
 
 
 def test_cel_lets_it_through_the_webhook_refuses_with_the_models_lines(
-    api: EmbeddedApiServer, webhook: Webhook, tmp_path: Path
+    api: EmbeddedApiServer, webhook: Webhook
 ) -> None:
     doc = _doc({**BAD_ARGS, "spec.replicas": 2})
-    api.store([configuration(tmp_path, webhook.url)])
+    api.store([webhook_configuration(webhook.url)])
     code, answer, _ = send(api, "POST", _collection(), doc)
     assert code == 422, answer
     assert answer["message"].startswith(DENIED + "spec.engineArgs: vLLM 0.33.0's serve parser")
@@ -70,13 +56,13 @@ def test_cel_lets_it_through_the_webhook_refuses_with_the_models_lines(
 
 
 def test_updates_that_leave_the_spec_alone_and_status_writes_pass(
-    api: EmbeddedApiServer, webhook: Webhook, tmp_path: Path
+    api: EmbeddedApiServer, webhook: Webhook
 ) -> None:
     """An object stored before the webhook was registered (an older operator accepted it): its
     labels, finalizers and status can still be written; its spec only into a valid one."""
     code, _, _ = send(api, "POST", _collection(), _doc(BAD_ARGS))
     assert code == 201  # CEL alone
-    api.store([configuration(tmp_path, webhook.url, admissionWebhook={"failurePolicy": "Fail"})])
+    api.store([webhook_configuration(webhook.url, {"admissionWebhook": {"failurePolicy": "Fail"}})])
     path = f"{_collection()}/k3"
     code, _, _ = send(api, "PATCH", path, {"metadata": {"labels": {"team": "a"}}}, merge=True)
     assert code == 200
@@ -91,9 +77,9 @@ def test_updates_that_leave_the_spec_alone_and_status_writes_pass(
 
 
 def test_the_namespace_selector_follows_watch_namespaces(
-    api: EmbeddedApiServer, webhook: Webhook, tmp_path: Path
+    api: EmbeddedApiServer, webhook: Webhook
 ) -> None:
-    api.store([configuration(tmp_path, webhook.url, watchNamespaces=[NS])])
+    api.store([webhook_configuration(webhook.url, {"watchNamespaces": [NS]})])
     code, _, _ = send(api, "POST", _collection("research"), _doc(BAD_ARGS, namespace="research"))
     assert code == 201  # not watched: CEL alone
     code, _, _ = send(api, "POST", _collection(), _doc(BAD_ARGS))
@@ -102,12 +88,12 @@ def test_the_namespace_selector_follows_watch_namespaces(
 
 @pytest.mark.parametrize(("policy", "created"), [("Ignore", True), ("Fail", False)])
 def test_a_webhook_that_does_not_answer_obeys_the_failure_policy(
-    api: EmbeddedApiServer, tmp_path: Path, policy: str, created: bool
+    api: EmbeddedApiServer, policy: str, created: bool
 ) -> None:
     with socket.socket() as closed:  # a port nothing listens on: a webhook that is down
         closed.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{closed.getsockname()[1]}"
-    api.store([configuration(tmp_path, url, admissionWebhook={"failurePolicy": policy})])
+    api.store([webhook_configuration(url, {"admissionWebhook": {"failurePolicy": policy}})])
     code, answer, _ = send(api, "POST", _collection(), _doc({}))
     assert (code == 201) is created, answer
     if not created:

@@ -120,6 +120,11 @@ def test_demo_runs_the_samples_live() -> None:
         "cache rows only (allowed: fp8, fp8_e4m3; or decode.backend auto)\n"
     ) in text
     assert 'The KimiDeployment "k3-bad" is invalid: \n* spec.gpus: Unsupported value: 12' in text
+    # A spec CEL lets through, refused by the admission webhook with the model's message.
+    assert (
+        'Error from server: admission webhook "kimideployments.kimi-operator.io" denied the '
+        "request: spec.engineArgs: vLLM 0.33.0's serve parser would refuse this"
+    ) in text
     assert "operator running as the chart's ServiceAccount, its RBAC enforced" in text
     assert "kubelet stand-in" in text
     assert "marked LeaderWorkerSet inference/k3-tp8-dspark-g0 ready" in text

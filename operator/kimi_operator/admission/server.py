@@ -61,6 +61,17 @@ class _NoMemories(admission.MemoGetter):
         return ephemera.AnyMemo(kopf.Memo())
 
 
+class _RefusalsUnlogged(logging.Filter):
+    """kopf logs each refusal (an AdmissionError) as an error of the handler; it is the user's,
+    and goes back to them. Other failures of the handler are still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "failed permanently" not in record.getMessage()
+
+
+_REFUSALS_UNLOGGED = _RefusalsUnlogged()
+
+
 def review_function() -> kopf.WebhookFn:
     """kopf's admission engine for the handlers of `REGISTRY`, on KimiDeployments alone."""
     insights = references.Insights()
@@ -80,6 +91,7 @@ def review_function() -> kopf.WebhookFn:
 
 async def serve(config: ServeConfig, announce: Callable[[str], None]) -> None:
     """Serve until cancelled; `announce` gets the URL each time the server (re)starts."""
+    logging.getLogger("kopf.objects").addFilter(_REFUSALS_UNLOGGED)
     server = kopf.WebhookServer(
         addr=config.address,
         port=config.port or None,

@@ -8,23 +8,28 @@ repository (embedded.jobs), plays the kubelet (says so), prints a `kubectl get k
 children, and shuts everything down.
 """
 
+import asyncio
 import base64
+import contextlib
 import copy
 import datetime
 import json
+import queue
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 
+from kimi_operator.admission.server import ServeConfig, serve
 from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
-from kimi_operator.embedded.chart import operator_identity
+from kimi_operator.embedded.chart import operator_identity, webhook_configuration
 from kimi_operator.embedded.hub import FakeHub
 from kimi_operator.embedded.jobs import SECRET, JobRunner
 from kimi_operator.embedded.kubelet import mark_ready
@@ -41,6 +46,7 @@ from kimi_operator.k8s.resources import (
 from kimi_operator.runner import OperatorThread, RunConfig
 
 RESYNC_S = 1.0
+BAD_ARGS = '["--max-num-batched-tokens", "abc"]'  # CEL lets it through, vLLM's parser does not
 TIMEOUT_S = 20.0
 DEMO_TOKEN = "hf_demoToken"  # the fake hub's, for the samples' token Secrets
 # The tiny repository the fake hub serves for every Hugging Face source of the samples.
@@ -152,7 +158,8 @@ def kubectl_apply(url: str, doc: Mapping[str, Any]) -> str:
     details = status.get("details") or {}
     causes = [f"{c['field']}: {c['message']}" for c in details.get("causes", [])]
     if not causes:
-        return f"Error from server ({status['reason']}): {status['message']}"
+        reason = f" ({status['reason']})" if status.get("reason") else ""
+        return f"Error from server{reason}: {status['message']}"
     head = f"The {details['kind']} {json.dumps(details['name'])} is invalid: "
     return head + (causes[0] if len(causes) == 1 else "\n" + "\n".join(f"* {c}" for c in causes))
 
@@ -170,6 +177,50 @@ def _show_refusals(url: str, good: Mapping[str, Any], rejected: Path, out: TextI
     for path in sorted(rejected.glob("*.yaml")):
         print(f"\n$ kubectl apply -f {path}", file=out)
         print(kubectl_apply(url, yaml.safe_load(path.read_text())), file=out)
+
+
+@contextlib.contextmanager
+def admission_webhook() -> Iterator[str]:
+    """`kimi-operator admission --insecure` (plain HTTP on 127.0.0.1) in a thread: its URL."""
+    urls: queue.Queue[str] = queue.Queue()
+    loop = asyncio.new_event_loop()
+    config = ServeConfig(address="127.0.0.1", port=0)
+    task = loop.create_task(serve(config, urls.put))
+
+    def run() -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # stopped
+            loop.run_until_complete(task)
+        loop.close()
+
+    thread = threading.Thread(target=run, name="admission-webhook", daemon=True)
+    thread.start()
+    try:
+        yield urls.get(timeout=TIMEOUT_S)
+    finally:
+        loop.call_soon_threadsafe(task.cancel)
+        thread.join(timeout=TIMEOUT_S)
+
+
+def _show_webhook_refusal(
+    api: EmbeddedApiServer, url: str, good: Mapping[str, Any], out: TextIO
+) -> None:
+    """`kubectl apply` of a good sample with engineArgs that CEL lets through, refused by the
+    admission webhook at `url`, registered as the chart registers it, with the model's message."""
+    try:
+        api.store([webhook_configuration(url)])
+    except RuntimeError as error:  # no helm here: `make tools`
+        print(f"\n(the admission webhook is not registered: {error})", file=out)
+        return
+    edited = copy.deepcopy(dict(good))
+    edited["spec"]["engineArgs"] = json.loads(BAD_ARGS)
+    name = edited["metadata"]["name"]
+    print(
+        "\nthe admission webhook (`kimi-operator admission`, kopf) registered as the chart does "
+        "checks what CEL cannot:",
+        file=out,
+    )
+    print(f"$ kubectl apply -f {name}.yaml    # with spec.engineArgs: {BAD_ARGS}", file=out)
+    print(kubectl_apply(api.url, edited), file=out)
 
 
 def _load_samples(samples: Path, out: TextIO) -> list[dict[str, Any]]:
@@ -237,13 +288,14 @@ def run_demo(samples: Path, out: TextIO) -> None:
     started = time.monotonic()
     docs = _load_samples(samples, out)
     upstream = child_crds()
-    with EmbeddedApiServer() as api:
+    with EmbeddedApiServer() as api, admission_webhook() as webhook_url:
         print(f"embedded API server (kmock emulator) listening on {api.url}", file=out)
         api.install_crds([crd(), *upstream])
         for installed in [crd(), *upstream]:
             print(f"  installed CRD {installed['metadata']['name']}", file=out)
         print("the API server applies every CRD's schema and CEL rules at admission:", file=out)
         _show_refusals(api.url, docs[0], samples / "rejected", out)
+        _show_webhook_refusal(api, webhook_url, docs[0], out)
         client = Client(load_configuration(api.url))
         try:
             token: str | None = operator_identity(api)

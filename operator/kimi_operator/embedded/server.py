@@ -762,7 +762,7 @@ class ApiServer(kmock.KubernetesEmulator):
             return await super()._render_error(exc)
         retry_after = getattr(exc, "retry_after", None)
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-        reason = exc.reason or type(exc).__name__
+        reason = type(exc).__name__ if exc.reason is None else exc.reason  # "": a webhook's
         return self._status(exc.status, reason, exc.message or repr(exc), exc.details, headers)
 
     async def _collect_orphan(self, key: Any) -> None:
