@@ -101,7 +101,7 @@ async def serve(config: ServeConfig, announce: Callable[[str], None]) -> None:
         file_check_interval=config.cert_check_interval_s,
     )
     async for client_config in server(review_function()):
-        announce(client_config.get("url", ""))
+        announce(client_config.get("url") or "")
 
 
 def run(config: ServeConfig, announce: Callable[[str], None]) -> None:
