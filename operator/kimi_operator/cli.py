@@ -280,6 +280,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_admission(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
     import logging  # noqa: PLC0415
+    import os  # noqa: PLC0415
 
     from kimi_operator.admission.server import ServeConfig, run  # noqa: PLC0415
 
@@ -290,6 +291,10 @@ def cmd_admission(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
             file=err,
         )
         return EXIT_INVALID
+    for flag, path in (("--cert-file", args.cert_file), ("--key-file", args.key_file)):
+        if not args.insecure and not os.path.isfile(path):
+            print(f"error: {flag}: {path}: no such file (allowed: a PEM file)", file=err)
+            return EXIT_INVALID
     if not 0 <= args.port <= 65535:
         print(f"error: --port: {args.port} is not a port (allowed: 0 to 65535)", file=err)
         return EXIT_INVALID

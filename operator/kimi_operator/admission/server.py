@@ -10,11 +10,13 @@ serve. The webhook needs nothing from the cluster: the one resource it serves is
 the process has no credentials, no client and no RBAC (the chart mounts no token into its pods).
 """
 
+import asyncio
 import functools
 import logging
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import kopf
 from kopf._cogs.structs import bodies, ephemera, references
@@ -77,7 +79,7 @@ def review_function() -> kopf.WebhookFn:
     insights = references.Insights()
     insights.webhook_resources.add(KIMIDEPLOYMENTS)
     insights.ready_resources.set()
-    fn: Any = functools.partial(
+    fn = functools.partial(
         admission.serve_admission_request,
         settings=kopf.OperatorSettings(),
         registry=REGISTRY,
@@ -86,7 +88,7 @@ def review_function() -> kopf.WebhookFn:
         memobase=ephemera.AnyMemo(kopf.Memo()),
         indices=indexing.OperatorIndexers().indices,
     )
-    return fn  # type: ignore[no-any-return]
+    return cast("kopf.WebhookFn", fn)
 
 
 async def serve(config: ServeConfig, announce: Callable[[str], None]) -> None:
@@ -106,8 +108,6 @@ async def serve(config: ServeConfig, announce: Callable[[str], None]) -> None:
 
 def run(config: ServeConfig, announce: Callable[[str], None]) -> None:
     """`serve` until SIGTERM or SIGINT (a pod's termination: the server closes its socket)."""
-    import asyncio  # noqa: PLC0415
-    import signal  # noqa: PLC0415
 
     async def main() -> None:
         task = asyncio.current_task()

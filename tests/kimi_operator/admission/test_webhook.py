@@ -154,6 +154,14 @@ def test_tls_without_certificates_is_refused_naming_the_flags() -> None:
     assert "--insecure" in err
 
 
+def test_a_missing_certificate_file_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    cert, _ = self_signed(tmp_path, "only")
+    missing = str(tmp_path / "none.key")
+    code, _, err = run_cli(["admission", "--cert-file", str(cert), "--key-file", missing], b"")
+    assert code == 1
+    assert f"--key-file: {missing}: no such file" in err
+
+
 def test_a_port_out_of_range_is_refused() -> None:
     code, _, err = run_cli(["admission", "--port", "70000", "--insecure"], b"")
     assert code == 1
