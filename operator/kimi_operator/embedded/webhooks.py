@@ -83,7 +83,7 @@ def _matches(webhook: Mapping[str, Any], attempt: Attempt, stored: Stored) -> bo
         _one_of(rule.get("apiGroups"), resource.group or "")
         and _one_of(rule.get("apiVersions"), resource.version or "")
         and _one_of(rule.get("operations"), attempt.operation)
-        and any(_resource_matches(pattern, name) for pattern in rule.get("resources") or [])
+        and any(resource_matches(pattern, name) for pattern in rule.get("resources") or [])
         and rule.get("scope", "*") in ("*", scope)
         for rule in webhook.get("rules") or []
     ):
@@ -96,17 +96,16 @@ def _matches(webhook: Mapping[str, Any], attempt: Attempt, stored: Stored) -> bo
 
 
 def _one_of(allowed: Sequence[str] | None, value: str) -> bool:
-    return bool(allowed) and ("*" in allowed or value in allowed)  # type: ignore[operator]
+    return allowed is not None and ("*" in allowed or value in allowed)
 
 
-def _resource_matches(pattern: str, name: str) -> bool:
-    """`kimideployments` matches the resource only, `kimideployments/*` its subresources, `*` every
-    resource (not subresource), `*/*` everything, `*/status` every status."""
+def resource_matches(pattern: str, name: str) -> bool:
+    """kube-apiserver's rule matcher: `resource/subresource` patterns where `*` stands for any
+    resource, or any subresource including none (`kimideployments/*` matches the resource itself
+    too); without `/` only the resource itself (`kimideployments`, `*`)."""
     want_resource, _, want_sub = pattern.partition("/")
     have_resource, _, have_sub = name.partition("/")
-    if want_resource not in ("*", have_resource):
-        return False
-    return want_sub == have_sub or (want_sub == "*" and bool(have_sub))
+    return want_resource in ("*", have_resource) and want_sub in ("*", have_sub)
 
 
 def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
