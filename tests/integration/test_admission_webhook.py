@@ -101,3 +101,19 @@ def test_a_webhook_that_does_not_answer_obeys_the_failure_policy(
         assert answer["message"].startswith(
             'Internal error occurred: failed calling webhook "kimideployments.kimi-operator.io"'
         )
+
+
+def test_a_configuration_created_through_the_api_takes_effect_at_once(
+    api: EmbeddedApiServer, webhook: Webhook
+) -> None:
+    configurations = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    code, _, _ = send(api, "POST", configurations, webhook_configuration(webhook.url))
+    assert code == 201
+    code, answer, _ = send(api, "POST", _collection(), _doc(BAD_ARGS))
+    assert code == 422
+    assert answer["message"].startswith(DENIED)
+    name = webhook_configuration(webhook.url)["metadata"]["name"]
+    code, _, _ = send(api, "DELETE", f"{configurations}/{name}")
+    assert code == 200
+    code, _, _ = send(api, "POST", _collection(), _doc(BAD_ARGS))
+    assert code == 201  # CEL alone again
