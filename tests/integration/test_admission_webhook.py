@@ -3,8 +3,10 @@ and `kimi-operator admission` answers: a spec that the CRD's CEL rules let throu
 pydantic model's lines, the fast path's warning as a `Warning` header, updates that leave the spec
 alone and status writes never blocked, the namespace selector and the failure policy obeyed."""
 
+import base64
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,13 +14,14 @@ import pytest
 from kimi_operator.embedded.chart import webhook_configuration
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
-from tests.support.admission import Webhook, running_webhook
+from tests.support.admission import Webhook, running_webhook, self_signed
 from tests.support.corpus import DRAFT
 from tests.support.specs import edited
 
 from .test_embedded_server import send
 
 NS = "inference"
+FAIL = {"failurePolicy": "Fail"}
 DENIED = 'admission webhook "kimideployments.kimi-operator.io" denied the request: '
 BAD_ARGS = {"spec.engineArgs": ["--max-num-batched-tokens", "abc"]}
 WARNED = {"spec.decode.maxNumSeqs": 16, "spec.speculative": {**DRAFT, "numSpeculativeTokens": 7}}
@@ -117,3 +120,22 @@ def test_a_configuration_created_through_the_api_takes_effect_at_once(
     assert code == 200
     code, _, _ = send(api, "POST", _collection(), _doc(BAD_ARGS))
     assert code == 201  # CEL alone again
+
+
+def test_https_with_the_configurations_ca_bundle(api: EmbeddedApiServer, tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path, "webhook")
+    other, _ = self_signed(tmp_path, "other")
+    args = ["--address", "127.0.0.1", "--cert-file", str(cert), "--key-file", str(key)]
+    with running_webhook(*args) as tls:
+        configuration = webhook_configuration(tls.url, {"admissionWebhook": FAIL})
+        (hook,) = configuration["webhooks"]
+        hook["clientConfig"]["caBundle"] = base64.b64encode(other.read_bytes()).decode()
+        api.store([configuration])
+        code, answer, _ = send(api, "POST", _collection(), _doc(BAD_ARGS))
+        assert code == 500  # a CA that did not sign the webhook's certificate
+        assert "CERTIFICATE_VERIFY_FAILED" in answer["message"]
+        hook["clientConfig"]["caBundle"] = base64.b64encode(cert.read_bytes()).decode()
+        api.store([configuration])
+        code, answer, _ = send(api, "POST", _collection(), _doc(BAD_ARGS))
+        assert code == 422
+        assert answer["message"].startswith(DENIED + "spec.engineArgs: ")
