@@ -47,7 +47,8 @@ def install_chart(kubectl: Kubectl) -> None:
 
 
 def operator_args(client: Client) -> list[str]:
-    (deployment,) = client.list(DEPLOYMENT, "kimi-system")
+    operator = "app.kubernetes.io/component=operator"
+    (deployment,) = client.list(DEPLOYMENT, "kimi-system", label_selector=operator)
     args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     return args
 

@@ -128,6 +128,11 @@ def test_demo_runs_the_samples_live() -> None:
     ) in text
     assert 'KimiDeployment.kimi-operator.io "k3-bad" is invalid: [' in text
     assert "the operator as the chart's ServiceAccount" in text
+    # A spec CEL lets through, refused by the admission webhook with the model's message.
+    assert (
+        'args.yaml": admission webhook "kimideployments.kimi-operator.io" denied the '
+        "request: spec.engineArgs: vLLM 0.33.0's serve parser would refuse this"
+    ) in text
     assert "kubelet stand-in" in text
     assert "marked LeaderWorkerSet inference/k3-tp8-dspark-g0 ready" in text
     header = "NAMESPACE   NAME                 GPUS   DESIRED   READY-GROUPS   BACKEND"

@@ -36,6 +36,7 @@ ROOTS = (
     "io.k8s.api.rbac.v1.ClusterRoleBinding",
     "io.k8s.api.rbac.v1.Role",
     "io.k8s.api.rbac.v1.RoleBinding",
+    "io.k8s.api.admissionregistration.v1.ValidatingWebhookConfiguration",
     "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
     "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
     "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",

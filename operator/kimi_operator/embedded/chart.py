@@ -59,3 +59,13 @@ def operator_identity(api: EmbeddedApiServer, values: Mapping[str, Any] | None =
     api.store(objects)
     (account,) = [o["metadata"] for o in objects if o["kind"] == "ServiceAccount"]
     return api.issue_token(account.get("namespace", NAMESPACE), account["name"])
+
+
+def webhook_configuration(url: str, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The chart's ValidatingWebhookConfiguration (rendered with `values`), the webhook called at
+    `url` instead of its Service (there is no cluster network here)."""
+    (found,) = [o for o in render(values) if o["kind"] == "ValidatingWebhookConfiguration"]
+    found = json.loads(json.dumps(found))  # a copy: render's result is cached
+    for webhook in found["webhooks"]:
+        webhook["clientConfig"] = {"url": url + webhook["clientConfig"]["service"]["path"]}
+    return dict(found)

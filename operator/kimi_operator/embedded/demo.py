@@ -8,20 +8,26 @@ repository (embedded.jobs), plays the kubelet (says so), prints a `kubectl get k
 children, and shuts everything down.
 """
 
+import asyncio
 import base64
+import contextlib
 import copy
+import json
+import queue
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 
+from kimi_operator.admission.server import ServeConfig, serve
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.cli import build_parser
-from kimi_operator.embedded.chart import CHART, RELEASE
+from kimi_operator.embedded.chart import CHART, RELEASE, webhook_configuration
 from kimi_operator.embedded.chart import NAMESPACE as CHART_NAMESPACE
 from kimi_operator.embedded.clients import Kubectl, step
 from kimi_operator.embedded.hub import FakeHub
@@ -42,6 +48,7 @@ from kimi_operator.runner import OperatorThread, RunConfig
 
 DEPLOYMENT = Resource("apps", "v1", "deployments", "Deployment")
 RESYNC_S = 1.0
+BAD_ARGS = '["--max-num-batched-tokens", "abc"]'  # CEL lets it through, vLLM's parser does not
 TIMEOUT_S = 20.0
 DEMO_TOKEN = "hf_demoToken"  # the fake hub's, for the samples' token Secrets
 # The tiny repository the fake hub serves for every Hugging Face source of the samples.
@@ -183,12 +190,52 @@ def _refused_apply(kubectl: Kubectl, good: Mapping[str, Any], rejected: Path, wo
     kubectl.run("apply", "-f", str(rejected), check=False)
 
 
+@contextlib.contextmanager
+def admission_webhook() -> Iterator[str]:
+    """`kimi-operator admission --insecure` (plain HTTP on 127.0.0.1) in a thread: its URL."""
+    urls: queue.Queue[str] = queue.Queue()
+    loop = asyncio.new_event_loop()
+    config = ServeConfig(address="127.0.0.1", port=0)
+    task = loop.create_task(serve(config, urls.put))
+
+    def run() -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # stopped
+            loop.run_until_complete(task)
+        loop.close()
+
+    thread = threading.Thread(target=run, name="admission-webhook", daemon=True)
+    thread.start()
+    try:
+        yield urls.get(timeout=TIMEOUT_S)
+    finally:
+        loop.call_soon_threadsafe(task.cancel)
+        thread.join(timeout=TIMEOUT_S)
+
+
+def _webhook_refusal(
+    kubectl: Kubectl, api: EmbeddedApiServer, url: str, good: Mapping[str, Any], work: Path
+) -> None:
+    """The chart's ValidatingWebhookConfiguration pointed at `kimi-operator admission` on
+    127.0.0.1 (as the operator, the webhook runs locally: there is no cluster network), then
+    `kubectl apply` of a good sample with engineArgs that CEL lets through: refused by the webhook
+    with the model's message."""
+    api.store([webhook_configuration(url)])
+    edited = copy.deepcopy(dict(good))
+    edited["spec"]["engineArgs"] = json.loads(BAD_ARGS)
+    name = edited["metadata"]["name"]
+    path = work / f"{name}-args.yaml"
+    path.write_text(yaml.safe_dump(edited))
+    kubectl.out.write(f"# {path.name}: {name} with spec.engineArgs: {BAD_ARGS}\n")
+    kubectl.run("apply", "-f", str(path), check=False)
+
+
 def _chart_operator(api: EmbeddedApiServer, client: Client) -> RunConfig:
     """The operator as the chart deployed it: its ServiceAccount's identity (a token the server
     issues for it, as the kubelet mounts one) and the arguments the chart rendered for its
     container; only the resync interval is the demo's (1 s) and it serves no health or metrics
     ports."""
-    (deployment,) = client.list(DEPLOYMENT, CHART_NAMESPACE)
+    operator = "app.kubernetes.io/component=operator"
+    (deployment,) = client.list(DEPLOYMENT, CHART_NAMESPACE, label_selector=operator)
     pod = deployment["spec"]["template"]["spec"]
     args = build_parser().parse_args(["run", *pod["containers"][0]["args"]])
     token = api.issue_token(CHART_NAMESPACE, pod["serviceAccountName"])
@@ -222,7 +269,11 @@ def run_demo(samples: Path, out: TextIO) -> None:
     started = time.monotonic()
     docs = _load_samples(samples, out)
     upstream = child_crds()
-    with EmbeddedApiServer() as api, tempfile.TemporaryDirectory(prefix="kimi-demo-") as work:
+    with (
+        EmbeddedApiServer() as api,
+        tempfile.TemporaryDirectory(prefix="kimi-demo-") as work,
+        admission_webhook() as webhook_url,
+    ):
         print(f"embedded API server (kmock emulator) listening on {api.url}", file=out)
         api.install_crds([*upstream])
         for installed in upstream:
@@ -254,6 +305,9 @@ def run_demo(samples: Path, out: TextIO) -> None:
         namespace = docs[0]["metadata"]["namespace"]
         kubectl.run("create", "namespace", namespace)
         _refused_apply(kubectl, docs[0], samples / "rejected", Path(work))
+
+        step(out, "the admission webhook (kimi-operator admission, kopf) checks what CEL cannot")
+        _webhook_refusal(kubectl, api, webhook_url, docs[0], Path(work))
 
         hub = fake_hub(client, docs)
         with OperatorThread(config):

@@ -36,7 +36,15 @@ import kmock
 import multidict
 from kmock import action
 
-from kimi_operator.embedded import apply_patch, discovery, namespaces, protobuf, rbac, tables
+from kimi_operator.embedded import (
+    apply_patch,
+    discovery,
+    namespaces,
+    protobuf,
+    rbac,
+    tables,
+    webhooks,
+)
 from kimi_operator.embedded.admission import CustomResource, Refused
 from kimi_operator.embedded.endpoints import Endpoints
 from kimi_operator.embedded.fieldsets import Schema
@@ -74,6 +82,9 @@ BUILT_IN = {
     ),
     "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True, subresources={"status"}),
     "coordination.k8s.io/v1/leases": kmock.ResourceInfo(kind="Lease", namespaced=True),
+    f"admissionregistration.k8s.io/v1/{webhooks.CONFIGURATIONS}": kmock.ResourceInfo(
+        kind="ValidatingWebhookConfiguration", namespaced=False
+    ),
     CRDS: kmock.ResourceInfo(kind="CustomResourceDefinition", namespaced=False),
     **{
         f"{rbac.RBAC_GROUP}/v1/{plural}": kmock.ResourceInfo(
@@ -310,6 +321,8 @@ class ApiServer(kmock.KubernetesEmulator):
     observers: list[Callable[["ApiServer"], None]] = attrs.field(factory=list, init=False)
     # /version, discovery and OpenAPI (embedded.endpoints).
     _endpoints: Endpoints | None = attrs.field(default=None, init=False)
+    # The stored ValidatingWebhookConfigurations (None: to be read again after a write to them).
+    _webhooks: list[dict[str, Any]] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -370,6 +383,7 @@ class ApiServer(kmock.KubernetesEmulator):
         key = (kmock.resource(group, version, plural), meta.get("namespace"), meta["name"])
         self.objects[key] = self._new_object(dict(obj))
         self._authorizer = None
+        self._webhooks = None
 
     def _authorize(self, user: rbac.User, wanted: rbac.Attributes) -> bool:
         if user.admin:
@@ -683,6 +697,10 @@ class ApiServer(kmock.KubernetesEmulator):
                 ) from None
             new, warnings = admitted.obj, admitted.warnings
         self._check_owner_references(request, new, old)
+        if self._webhooks is None:
+            self._webhooks = self.stored(webhooks.CONFIGURATIONS)
+        attempt = webhooks.Attempt(resource, request.subresource, new, old, _USER.get())
+        warnings = [*warnings, *webhooks.review(self._webhooks, self.stored, attempt)]
         return new, warnings
 
     def _plural_of(self, api_version: str, kind: str) -> str | None:
@@ -774,6 +792,8 @@ class ApiServer(kmock.KubernetesEmulator):
             response = await self._direct(request, resource)
             if resource.group == rbac.RBAC_GROUP:
                 self._authorizer = None  # roles or bindings changed
+            if resource.plural == webhooks.CONFIGURATIONS:
+                self._webhooks = None
             if request.action == action.DELETE:
                 await self._collect_garbage()
             elif request.action == action.CREATE:
@@ -1031,7 +1051,7 @@ class ApiServer(kmock.KubernetesEmulator):
             return self._status(500, "InternalError", message, {})
         retry_after = getattr(exc, "retry_after", None)
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-        reason = exc.reason or type(exc).__name__
+        reason = type(exc).__name__ if exc.reason is None else exc.reason  # "": a webhook's
         return self._status(exc.status, reason, exc.message or repr(exc), exc.details, headers)
 
     async def _collect_orphan(self, key: Any) -> None:
