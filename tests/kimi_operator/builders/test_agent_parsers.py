@@ -1,0 +1,147 @@
+"""The agent settings do what they say: the flags a default KimiDeployment renders, read by vLLM
+0.33.0's own `serve` parser, select its own `kimi_k3` tool and reasoning parsers, and those turn
+Kimi K3's XTML output into structured `tool_calls` and `reasoning`, as its chat completion
+serving does (`entrypoints/openai/chat_completion/serving.py`: `ParserManager.get_parser`, one
+parser per request, `parse`, `assemble_chat_message_fields`). Without them the markup lands in
+`content`.
+
+The tokenizer is a small one built here with K3's XTML special tokens (`<|open|>`, `<|close|>`,
+`<|sep|>`), loaded through vLLM's `kimi_k3` tokenizer mode: the reasoning parser finds its markers
+by their token ids.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.builders.vllm_args import leader_args
+from tests.support.specs import edited
+from tests.support.vllm_cli import parse
+
+SPECIAL_TOKENS = ["<|open|>", "<|close|>", "<|sep|>", "<|media_pad|>", "[UNK]"]
+WORDS = ["think", "response", "tools", "call", "argument", "message"]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run_python",
+            "description": "Run Python code and return what it prints.",
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string"}, "timeout_s": {"type": "number"}},
+                "required": ["code"],
+            },
+        },
+    }
+]
+THOUGHT = "The user wants 17 * 23; running it is safer than guessing."
+ANSWER = "Let me compute that."
+CODE = "print(17 * 23)"
+# What K3 generates for a tool-using turn: think, response and tools channels of special tokens.
+K3_OUTPUT = (
+    f"<|open|>think<|sep|>{THOUGHT}<|close|>think<|sep|>"
+    f"<|open|>response<|sep|>{ANSWER}<|close|>response<|sep|>"
+    "<|open|>tools<|sep|>"
+    '<|open|>call tool="run_python" index="1"<|sep|>'
+    f'<|open|>argument key="code" type="string"<|sep|>{CODE}<|close|>argument<|sep|>'
+    '<|open|>argument key="timeout_s" type="number"<|sep|>30<|close|>argument<|sep|>'
+    "<|close|>call<|sep|>"
+    "<|close|>tools<|sep|>"
+)
+
+
+@pytest.fixture(scope="module")
+def k3_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    pytest.importorskip("vllm", reason="vLLM 0.33.0 is installed by `make setup`")
+    from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: PLC0415
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+    from vllm.tokenizers.registry import get_tokenizer  # noqa: PLC0415
+
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + WORDS)}
+    model = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    model.pre_tokenizer = pre_tokenizers.Whitespace()
+    model.add_special_tokens(SPECIAL_TOKENS)
+    folder: Path = tmp_path_factory.mktemp("k3-tokenizer")
+    PreTrainedTokenizerFast(tokenizer_object=model, unk_token="[UNK]").save_pretrained(folder)
+    return get_tokenizer(str(folder), tokenizer_mode="kimi_k3")
+
+
+def _chat(vllm_parser: Any, tokenizer: Any, doc: dict[str, Any]) -> dict[str, Any]:
+    """The assistant message vLLM's chat completion serving returns for K3_OUTPUT, with the
+    leader's rendered flags."""
+    from vllm.entrypoints.openai.chat_completion.message_assembly import (  # noqa: PLC0415
+        assemble_chat_message_fields,
+    )
+    from vllm.entrypoints.openai.chat_completion.protocol import (  # noqa: PLC0415
+        ChatCompletionRequest,
+        ChatMessage,
+    )
+    from vllm.parser.parser_manager import ParserManager  # noqa: PLC0415
+
+    args = parse(vllm_parser, ["/models/weights", *leader_args(KimiDeployment(**doc).spec)[1:]])
+    assert args is not None, "vLLM's parser refused the rendered flags"
+    auto_tools = args["enable_auto_tool_choice"]
+    parser_cls = ParserManager.get_parser(
+        tool_parser_name=args["tool_call_parser"],
+        reasoning_parser_name=args["reasoning_parser"],
+        enable_auto_tools=auto_tools,
+        tokenizer=tokenizer,
+    )
+    request = ChatCompletionRequest(
+        model="moonshotai/Kimi-K3",
+        messages=[{"role": "user", "content": "What is 17 * 23?"}],
+        tools=TOOLS,
+        tool_choice="auto",
+    )
+    if parser_cls is None:  # no parser: the text as generated
+        reasoning, content, calls = None, K3_OUTPUT, []
+    else:
+        parser = parser_cls(tokenizer, request.tools, chat_template_kwargs={})
+        request = parser.adjust_request(request)
+        reasoning, content, calls = parser.parse(K3_OUTPUT, request, enable_auto_tools=auto_tools)
+    fields = assemble_chat_message_fields(
+        request, reasoning, content, calls, enable_auto_tools=auto_tools, parser_cls=parser_cls
+    )
+    message = ChatMessage(
+        role="assistant",
+        content=fields.content,
+        reasoning=fields.reasoning,
+        tool_calls=fields.tool_calls,
+    )
+    answer: dict[str, Any] = json.loads(message.model_dump_json())
+    return answer
+
+
+def test_a_default_deployment_returns_structured_tool_calls_and_reasoning(
+    vllm_parser: Any, k3_tokenizer: Any
+) -> None:
+    message = _chat(vllm_parser, k3_tokenizer, edited({}))
+    (call,) = message["tool_calls"]
+    assert call["type"] == "function"
+    assert call["function"]["name"] == "run_python"
+    assert json.loads(call["function"]["arguments"]) == {"code": CODE, "timeout_s": 30}
+    assert call["id"]
+    assert message["reasoning"] == THOUGHT
+    assert message["content"] == ANSWER
+
+
+def test_without_the_agent_settings_the_markup_lands_in_the_content(
+    vllm_parser: Any, k3_tokenizer: Any
+) -> None:
+    doc = edited({"spec.serving": {"toolCalling": False, "reasoning": False}})
+    message = _chat(vllm_parser, k3_tokenizer, doc)
+    assert "tool_calls" not in message
+    assert message["reasoning"] is None
+    assert message["content"] == K3_OUTPUT
+
+
+def test_reasoning_alone_separates_the_thinking_but_returns_no_tool_calls(
+    vllm_parser: Any, k3_tokenizer: Any
+) -> None:
+    message = _chat(vllm_parser, k3_tokenizer, edited({"spec.serving.toolCalling": False}))
+    assert message["reasoning"] == THOUGHT
+    assert "tool_calls" not in message
+    assert '<|open|>call tool="run_python"' in message["content"]
