@@ -5,9 +5,8 @@ serving does (`entrypoints/openai/chat_completion/serving.py`: `ParserManager.ge
 parser per request, `parse`, `assemble_chat_message_fields`). Without them the markup lands in
 `content`.
 
-The tokenizer is a small one built here with K3's XTML special tokens (`<|open|>`, `<|close|>`,
-`<|sep|>`), loaded through vLLM's `kimi_k3` tokenizer mode: the reasoning parser finds its markers
-by their token ids.
+The tokenizer is a small one with K3's XTML special tokens (tests/support/k3_tokenizer.py), loaded
+through vLLM's `kimi_k3` tokenizer mode.
 """
 
 import json
@@ -18,11 +17,10 @@ import pytest
 
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.vllm_args import leader_args
+from tests.support.k3_tokenizer import write_k3_tokenizer
 from tests.support.specs import edited
 from tests.support.vllm_cli import parse
 
-SPECIAL_TOKENS = ["<|open|>", "<|close|>", "<|sep|>", "<|media_pad|>", "[UNK]"]
-WORDS = ["think", "response", "tools", "call", "argument", "message"]
 TOOLS = [
     {
         "type": "function",
@@ -56,16 +54,10 @@ K3_OUTPUT = (
 @pytest.fixture(scope="module")
 def k3_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
     pytest.importorskip("vllm", reason="vLLM 0.33.0 is installed by `make setup`")
-    from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: PLC0415
-    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
     from vllm.tokenizers.registry import get_tokenizer  # noqa: PLC0415
 
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + WORDS)}
-    model = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    model.pre_tokenizer = pre_tokenizers.Whitespace()
-    model.add_special_tokens(SPECIAL_TOKENS)
     folder: Path = tmp_path_factory.mktemp("k3-tokenizer")
-    PreTrainedTokenizerFast(tokenizer_object=model, unk_token="[UNK]").save_pretrained(folder)
+    write_k3_tokenizer(folder)
     return get_tokenizer(str(folder), tokenizer_mode="kimi_k3")
 
 
