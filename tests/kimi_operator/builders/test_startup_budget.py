@@ -37,7 +37,8 @@ def _probe_window_s(container: dict[str, Any]) -> int:
 def test_a_default_deployment_allows_90_minutes_and_vllm_waits_as_long() -> None:
     containers = _serving(edited({}))
     leaders = [c for _, c in containers if "startupProbe" in c]
-    assert len(leaders) == 1 and len(containers) == 2  # the leader and the worker template
+    assert len(leaders) == 1
+    assert len(containers) == 2  # the leader and the worker template
     assert _probe_window_s(leaders[0]) == 90 * 60
     for _, container in containers:  # leader and workers alike
         assert _engine_ready_s(container) == 90 * 60 - API_SERVER_START_S
