@@ -18,4 +18,5 @@ def write_k3_tokenizer(folder: Path) -> None:
     model = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     model.pre_tokenizer = pre_tokenizers.Whitespace()
     model.add_special_tokens(list(SPECIAL_TOKENS))
-    PreTrainedTokenizerFast(tokenizer_object=model, unk_token="[UNK]").save_pretrained(folder)
+    fast = PreTrainedTokenizerFast(tokenizer_object=model, unk_token="[UNK]")  # type: ignore[no-untyped-call]  # transformers 5 leaves it untyped
+    fast.save_pretrained(folder)
