@@ -195,6 +195,8 @@ FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
         ),
         "the agent endpoint is spec.serving: toolCalling (the kimi_k3 tool parser), reasoning "
         "(the kimi_k3 reasoning parser), multimodal (false: --language-model-only)",
+        shown_as="--enable-auto-tool-choice, --tool-call-parser, --reasoning-parser, "
+        "--language-model-only (and their --no-/--disable- forms)",
     ),
     ForbiddenFlags(
         _options("kv_cache_dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype"),

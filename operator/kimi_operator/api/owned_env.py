@@ -57,8 +57,8 @@ OWNED_ENV: Final = (
     OwnedEnv(
         "VLLM_ENGINE_READY_TIMEOUT_S",
         "",  # from spec.serving.startupTimeoutMinutes (builders/pod.py)
-        "vLLM's wait for its engines, derived from spec.serving.startupTimeoutMinutes so that it "
-        "ends with the startup probe's window",
+        "vLLM's wait for its engines at start, set from spec.serving.startupTimeoutMinutes (5 "
+        "minutes inside the startup probe's window)",
         "",
         "",
     ),

@@ -5,19 +5,18 @@ serving does (`entrypoints/openai/chat_completion/serving.py`: `ParserManager.ge
 parser per request, `parse`, `assemble_chat_message_fields`). Without them the markup lands in
 `content`.
 
-The tokenizer is a small one with K3's XTML special tokens (tests/support/k3_tokenizer.py), loaded
-through vLLM's `kimi_k3` tokenizer mode.
+The tokenizer is a small one with K3's XTML special tokens, in a stand-in K3 checkpoint
+(tests/support/k3_checkpoint.py), loaded as vLLM loads it for K3 (its `kimi_k3` tokenizer mode).
 """
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.vllm_args import leader_args
-from tests.support.k3_tokenizer import write_k3_tokenizer
+from tests.support.k3_checkpoint import write_k3_checkpoint
 from tests.support.specs import edited
 from tests.support.vllm_cli import parse
 
@@ -56,9 +55,8 @@ def k3_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
     pytest.importorskip("vllm", reason="vLLM 0.33.0 is installed by `make setup`")
     from vllm.tokenizers.registry import get_tokenizer  # noqa: PLC0415
 
-    folder: Path = tmp_path_factory.mktemp("k3-tokenizer")
-    write_k3_tokenizer(folder)
-    return get_tokenizer(str(folder), tokenizer_mode="kimi_k3")
+    checkpoint = write_k3_checkpoint(tmp_path_factory.mktemp("checkpoints") / "k3")
+    return get_tokenizer(checkpoint, tokenizer_mode="kimi_k3")
 
 
 def _chat(vllm_parser: Any, tokenizer: Any, doc: dict[str, Any]) -> dict[str, Any]:
