@@ -2,14 +2,15 @@
 0.33.0's own `serve` parser, select its own `kimi_k3` tool and reasoning parsers, and those turn
 Kimi K3's XTML output into structured `tool_calls` and `reasoning`, as its chat completion
 serving does (`entrypoints/openai/chat_completion/serving.py`: `ParserManager.get_parser`, one
-parser per request, `parse`, `assemble_chat_message_fields`). Without them the markup lands in
-`content`.
+parser per request, `parse` and `assemble_chat_message_fields`, or streamed, `parse_delta`).
+Without them the markup lands in `content`.
 
 The tokenizer is a small one with K3's XTML special tokens, in a stand-in K3 checkpoint
 (tests/support/k3_checkpoint.py), loaded as vLLM loads it for K3 (its `kimi_k3` tokenizer mode).
 """
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -59,15 +60,11 @@ def k3_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return get_tokenizer(checkpoint, tokenizer_mode="kimi_k3")
 
 
-def _chat(vllm_parser: Any, tokenizer: Any, doc: dict[str, Any]) -> dict[str, Any]:
-    """The assistant message vLLM's chat completion serving returns for K3_OUTPUT, with the
-    leader's rendered flags."""
-    from vllm.entrypoints.openai.chat_completion.message_assembly import (  # noqa: PLC0415
-        assemble_chat_message_fields,
-    )
+def _serving(vllm_parser: Any, tokenizer: Any, doc: dict[str, Any], stream: bool) -> Any:
+    """What vLLM's chat completion serving holds for a tool-offering request, given the leader's
+    rendered flags: (the parser class it built at start, --enable-auto-tool-choice, the request)."""
     from vllm.entrypoints.openai.chat_completion.protocol import (  # noqa: PLC0415
         ChatCompletionRequest,
-        ChatMessage,
     )
     from vllm.parser.parser_manager import ParserManager  # noqa: PLC0415
 
@@ -85,7 +82,19 @@ def _chat(vllm_parser: Any, tokenizer: Any, doc: dict[str, Any]) -> dict[str, An
         messages=[{"role": "user", "content": "What is 17 * 23?"}],
         tools=TOOLS,
         tool_choice="auto",
+        stream=stream,
     )
+    return parser_cls, auto_tools, request
+
+
+def _chat(vllm_parser: Any, tokenizer: Any, doc: dict[str, Any]) -> dict[str, Any]:
+    """The assistant message vLLM returns for K3_OUTPUT (not streamed)."""
+    from vllm.entrypoints.openai.chat_completion.message_assembly import (  # noqa: PLC0415
+        assemble_chat_message_fields,
+    )
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatMessage  # noqa: PLC0415
+
+    parser_cls, auto_tools, request = _serving(vllm_parser, tokenizer, doc, stream=False)
     if parser_cls is None:  # no parser: the text as generated
         reasoning, content, calls = None, K3_OUTPUT, []
     else:
@@ -135,3 +144,38 @@ def test_reasoning_alone_separates_the_thinking_but_returns_no_tool_calls(
     assert message["reasoning"] == THOUGHT
     assert "tool_calls" not in message
     assert '<|open|>call tool="run_python"' in message["content"]
+
+
+def test_a_default_deployment_streams_the_tool_call_and_the_reasoning_apart(
+    vllm_parser: Any, k3_tokenizer: Any
+) -> None:
+    """As `kimi-operator bench` reads it: K3_OUTPUT generated piece by piece (each special token
+    one step), through the parser's streaming path (`parse_delta`)."""
+    from vllm.entrypoints.openai.chat_completion.message_assembly import (  # noqa: PLC0415
+        keeps_tool_calls,
+    )
+
+    parser_cls, auto_tools, request = _serving(vllm_parser, k3_tokenizer, edited({}), stream=True)
+    assert keeps_tool_calls(request, enable_auto_tools=auto_tools, parser_cls=parser_cls)
+    parser = parser_cls(k3_tokenizer, request.tools, chat_template_kwargs={})
+    request = parser.adjust_request(request)
+    pieces = [p for p in re.split(r"(<\|open\|>|<\|close\|>|<\|sep\|>)", K3_OUTPUT) if p]
+    assert len(pieces) > 30
+    deltas = []
+    for step, piece in enumerate(pieces):
+        ids = k3_tokenizer.encode(piece, add_special_tokens=False)
+        delta = parser.parse_delta(
+            piece,
+            ids,
+            request,
+            prompt_token_ids=k3_tokenizer.encode("What is 17 * 23?") if step == 0 else None,
+            finished=step == len(pieces) - 1,
+        )
+        if delta is not None:
+            deltas.append(delta)
+    assert "".join(d.reasoning or "" for d in deltas) == THOUGHT
+    assert "".join(d.content or "" for d in deltas) == ANSWER
+    (call,) = [c for d in deltas for c in d.tool_calls or ()]
+    assert call.index == 0
+    assert call.function.name == "run_python"
+    assert json.loads(call.function.arguments) == {"code": CODE, "timeout_s": 30}
