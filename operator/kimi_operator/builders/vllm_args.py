@@ -72,6 +72,7 @@ def serving_flags(serving: ServingSpec) -> list[str]:
 
 
 def recipe_defaults(engine_args: list[str]) -> list[str]:
+    """RECIPE_DEFAULTS' flags but those whose option engineArgs sets, however spelled."""
     chosen = destinations(engine_args)
     return [flag for dest, flags in RECIPE_DEFAULTS if dest not in chosen for flag in flags]
 
