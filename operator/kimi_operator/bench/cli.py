@@ -157,6 +157,11 @@ def add_bench_parser(sub: Any) -> None:
     trace.add_argument("--sessions", type=_positive_int, default=8, help="agent sessions")
     trace.add_argument("--turns", type=_positive_int, default=6, help="turns per session")
     trace.add_argument(
+        "--tools",
+        action="store_true",
+        help="every turn offers a coding agent's tools (send it with --api chat)",
+    )
+    trace.add_argument(
         "--duration",
         type=_positive_float,
         default=60.0,
@@ -201,7 +206,11 @@ def _trace(args: argparse.Namespace, out: TextIO) -> int:
 
     text = dump_trace(
         generate_trace(
-            seed=args.seed, sessions=args.sessions, turns=args.turns, duration_s=args.duration
+            seed=args.seed,
+            sessions=args.sessions,
+            turns=args.turns,
+            duration_s=args.duration,
+            tools=args.tools,
         )
     )
     if args.output == "-":
@@ -353,6 +362,11 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
             seed=None if args.trace else args.seed,
         )
         plan = plan_trace(entries, args.requests)
+        if args.api != "chat" and any(request.tools for request in plan):
+            raise BenchError(
+                f"{trace.source}: its requests offer tools, which only the chat API takes: "
+                "add --api chat"
+            )
         replay = args.replay or ("closed" if has_dependencies(entries) else "open")
         if args.requests is not None:
             tasks_cut = _tasks_cut(plan, plan_trace(entries, None))
