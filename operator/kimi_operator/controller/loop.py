@@ -19,8 +19,10 @@ from typing import Any
 
 from kimi_operator.api.constants import API_VERSION, KIND
 from kimi_operator.api.problem import Problem
+from kimi_operator.api.status import progressing_reason
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
+from kimi_operator.conditions import TERMINATING
 from kimi_operator.controller.metrics import Metrics
 from kimi_operator.controller.queue import Clock, WorkQueue
 from kimi_operator.controller.retry import retry_delay, temporary
@@ -28,12 +30,13 @@ from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError, KubernetesError
 from kimi_operator.k8s.events import post_warning
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
-from kimi_operator.reconcile import Outcome, reconcile
+from kimi_operator.reconcile import Outcome, reconcile, terminating
 
 log = logging.getLogger("kimi_operator")
 # Reasons that come with the watched object: a late or repeated one is skipped.
 EVENT_REASONS = frozenset({"create", "update", "resume"})
 Reconcile = Callable[..., Outcome]
+UNEXPECTED = "unexpected"  # the errors counter's kind for a bug (an exception not from the API)
 # Validated once before the workers start: the engineArgs rules compile their patterns on first
 # use (0.2 s alone), under a lock that a burst's first reconciles would all wait on.
 WARM_UP = {
@@ -62,6 +65,8 @@ class Deployment:
 def trigger(event_type: str | None, obj: Mapping[str, Any]) -> str | None:
     """Why a KimiDeployment watch event calls for a reconcile, or None when it does not."""
     status = obj.get("status") or {}
+    if terminating(obj):  # status only, once: a deletion is no new spec
+        return None if progressing_reason(status) == TERMINATING else "terminating"
     if not status:
         return "create"
     if event_type is None:  # the listing at start-up: children may have drifted meanwhile
@@ -152,9 +157,10 @@ class Controller:
         uid, reason = item
         try:
             self._sync(uid, reason)
-        except Exception:  # a bug must not end the worker: logged, retried at the resync
-            log.exception("reconcile of %s (%s) failed", uid, reason)
-            self.metrics.errors.labels("permanent").inc()
+        except Exception:  # a bug must not end the worker: logged with its traceback, retried
+            # at the resync, and counted apart from the API's refusals (an alert, a failed test)
+            log.exception("reconcile of %s (%s) raised unexpectedly", uid, reason)
+            self.metrics.errors.labels(UNEXPECTED).inc()
         finally:
             self.queue.done(uid)
         return True

@@ -34,6 +34,7 @@ from kmock import action
 
 from kimi_operator.embedded import rbac
 from kimi_operator.embedded.admission import CustomResource, Refused
+from kimi_operator.embedded.deletion import Collector, propagation_policy
 
 T = TypeVar("T")
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -280,8 +281,11 @@ class ApiServer(kmock.KubernetesEmulator):
     # served: a check of the whole cluster at every step (the rollout tests' audit).
     observers: list[Callable[["ApiServer"], None]] = attrs.field(factory=list, init=False)
 
+    _deletion: Collector = attrs.field(init=False)  # propagation policies (embedded.deletion)
+
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
+        self._deletion = Collector(self.objects, self._announce, self._next_version)
         for key, info in BUILT_IN.items():
             self.resources[key] = info
 
@@ -291,6 +295,9 @@ class ApiServer(kmock.KubernetesEmulator):
     def clear_faults(self) -> None:
         """Forget the faults not yet used up (the counts of those answered stay)."""
         self._faults.clear()
+
+    async def _announce(self, resource: kmock.resource, kind: str, obj: dict[str, Any]) -> None:
+        await self._buses[resource].put({"type": kind, "object": obj})
 
     def _next_version(self) -> str:
         self._version += 1
@@ -604,7 +611,7 @@ class ApiServer(kmock.KubernetesEmulator):
             response = await self._direct(request, resource)
             if resource.group == rbac.RBAC_GROUP:
                 self._authorizer = None  # roles or bindings changed
-            if request.action == action.DELETE:
+            if request.action == action.DELETE or self._deletion.terminating:
                 await self._collect_garbage()
             elif request.action == action.CREATE:
                 await self._collect_orphan(key_of(request, resource))
@@ -681,15 +688,8 @@ class ApiServer(kmock.KubernetesEmulator):
                     obj.delete()
                     await self._buses[resource].put({"type": "DELETED", "object": raw})
                 return aiohttp.web.json_response(raw, headers=_warned(warnings))
-            if obj.get("metadata", {}).get("finalizers"):  # delete: wait for the finalizers
-                stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                obj.patch({"metadata": {"deletionTimestamp": stamp}})
-                await self._buses[resource].put({"type": "MODIFIED", "object": obj.raw})
-                return aiohttp.web.json_response(obj.raw)
-            raw = obj.raw
-            obj.delete()
-            await self._buses[resource].put({"type": "DELETED", "object": raw})
-            return aiohttp.web.json_response(raw)
+            policy = propagation_policy(request.url.query, request.data)
+            return aiohttp.web.json_response(await self._deletion.delete(key, obj, policy))
 
     async def _scale(
         self, request: kmock.Request, resource: kmock.resource
@@ -774,6 +774,8 @@ class ApiServer(kmock.KubernetesEmulator):
         """Delete every object whose owners are all gone, until none is left; an object that
         keeps some owner loses its references to the others (as Kubernetes' collector does)."""
         while True:
+            if await self._deletion.settle():
+                continue
             alive = self._live_uids()
             orphans = []
             for key, obj in self.objects.items():

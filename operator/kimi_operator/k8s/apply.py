@@ -7,7 +7,7 @@ annotation on the child.
 """
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +125,16 @@ def _label(obj: Mapping[str, Any]) -> str:
     return f"{obj['kind']}/{obj['metadata']['name']}"
 
 
+def owner_is_current(client: Client, owner: Mapping[str, Any]) -> bool:
+    """Read afresh: whether `owner` still exists, as the same object, and is not being deleted.
+    Asked before adopting an orphan (as client-go's ControllerRefManager does): the reconcile's
+    copy of the owner may predate an orphan deletion, whose orphans must stay orphans."""
+    meta = owner["metadata"]
+    found = client.get(BY_KIND[owner["kind"]], meta["namespace"], meta["name"])
+    found_meta = (found or {}).get("metadata") or {}
+    return found_meta.get("uid") == meta["uid"] and not found_meta.get("deletionTimestamp")
+
+
 def apply_child(
     client: Client,
     desired: Mapping[str, Any],
@@ -132,9 +142,11 @@ def apply_child(
     into: Applied,
     *,
     likely_missing: bool = False,
+    can_adopt: Callable[[], bool] = lambda: True,
 ) -> None:
     """Create, patch or leave alone one child. `likely_missing` (a deployment never reconciled
-    before): try to create first and read only if the name is taken."""
+    before): try to create first and read only if the name is taken. `can_adopt`: asked before
+    an orphan is adopted."""
     resource = BY_KIND[desired["kind"]]
     namespace, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
     if likely_missing and client.create_if_absent(resource, desired):
@@ -146,11 +158,14 @@ def apply_child(
         into.live.append(client.create(resource, desired))
         into.created.append(_label(desired))
         return
-    if not owned_by(actual, owner_uid) and not adoptable(actual, desired):
-        raise NotOwned(
-            f"{resource.kind} {namespace}/{name} exists and is not owned by this KimiDeployment; "
-            "rename the deployment or delete that object"
-        )
+    if not owned_by(actual, owner_uid):
+        if not adoptable(actual, desired):
+            raise NotOwned(
+                f"{resource.kind} {namespace}/{name} exists and is not owned by this "
+                "KimiDeployment; rename the deployment or delete that object"
+            )
+        if not can_adopt():
+            raise NotOwned(f"{resource.kind} {namespace}/{name} not adopted: the owner is gone")
     patch = drift_patch(actual, desired)
     if patch is None:
         into.live.append(actual)

@@ -47,40 +47,6 @@ def load_configuration(server: str | None = None, token: str | None = None) -> A
     return configuration
 
 
-@dataclass(frozen=True)
-class Credentials:
-    """How to reach and authenticate to the API server, from a `kubernetes` Configuration."""
-
-    server: str
-    ca_path: str | None
-    insecure: bool
-    username: str | None
-    password: str | None
-    scheme: str | None  # "Bearer" with `token`
-    token: str | None
-    certificate_path: str | None
-    private_key_path: str | None
-
-
-def credentials(configuration: Any) -> Credentials:
-    """Read afresh on every call: in-cluster tokens rotate."""
-    scheme, token = None, None
-    bearer = configuration.get_api_key_with_prefix("authorization") or ""
-    if bearer:
-        scheme, _, token = bearer.partition(" ")
-    return Credentials(
-        server=configuration.host,
-        ca_path=configuration.ssl_ca_cert,
-        insecure=not configuration.verify_ssl,
-        username=configuration.username or None,
-        password=configuration.password or None,
-        scheme=scheme,
-        token=token,
-        certificate_path=configuration.cert_file,
-        private_key_path=configuration.key_file,
-    )
-
-
 def classify(verb: str, what: str, status: int, body: bytes, retry_after: str | None) -> ApiError:
     """The error for an HTTP failure, with the server's message and Retry-After."""
     try:
@@ -251,11 +217,14 @@ class Client:
         )
         return replaced
 
-    def delete(self, resource: Resource, namespace: str, name: str) -> bool:
-        """False when it was already gone. What it owns goes too, in the background (a Job's
-        default for a plain DELETE is to orphan its pods)."""
+    def delete(
+        self, resource: Resource, namespace: str, name: str, *, propagation: str = "Background"
+    ) -> bool:
+        """False when it was already gone. What it owns goes too, in the background by default
+        (a Job's default for a plain DELETE is to orphan its pods); `propagation`: Foreground or
+        Orphan, as `kubectl delete --cascade` sends them."""
         path = resource.item(namespace, name)
-        query = {"propagationPolicy": "Background"}
+        query = {"propagationPolicy": propagation}
         answer = self._request(
             "delete", resource.kind, "DELETE", path, query=query, missing_ok=True
         )
