@@ -11,6 +11,7 @@ its own for the demo, the tests and the benchmark.
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
@@ -20,7 +21,7 @@ from prometheus_client import start_http_server
 
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import MANAGER
-from kimi_operator.controller.leader import LeaderElector, LeaseConfig
+from kimi_operator.controller.leader import LeaderElector, LeaseConfig, Watchdog
 from kimi_operator.controller.loop import Controller
 from kimi_operator.controller.metrics import Metrics
 from kimi_operator.k8s.client import Client, load_configuration
@@ -32,6 +33,10 @@ from kimi_operator.k8s.resources import (
     PERSISTENT_VOLUME_CLAIM,
 )
 from kimi_operator.k8s.watch import Watch, refreshing
+
+# How long a replica that lost the Lease waits for its threads before the process ends anyway.
+LOST_STEP_DOWN_S = 5.0
+STEP_DOWN_S = 30.0  # a graceful stop's bound
 
 
 class LeadershipLost(RuntimeError):
@@ -142,6 +147,7 @@ class Operator:
         self.stop = threading.Event()
         self.started = threading.Event()  # serving, and leading or standing by
         self.leading = threading.Event()
+        self.fenced = threading.Event()  # the leadership was lost: no write, ever again
         self._watches: list[Watch] = []
         self._threads: list[threading.Thread] = []
 
@@ -170,8 +176,9 @@ class Operator:
                 return
             self.started.set()  # standing by
             if self.elector.acquire(self.stop):
-                self._lead()
-                lost = not self.elector.hold(self.stop)
+                elector = self.elector
+                loop.client.fence = lambda: not self.fenced.is_set() and elector.leading()
+                lost = not self._lead_and_hold(elector)
         finally:
             self._step_down(release=not lost)
             for server in servers:
@@ -180,6 +187,40 @@ class Operator:
             loop.client.close()
         if lost:
             raise LeadershipLost("the leader Lease was lost; stopping so as not to reconcile twice")
+
+    def _lead_and_hold(self, elector: LeaderElector) -> bool:
+        """Start leading while renewing (starting takes a while: the renewals must not wait),
+        until `stop` (True) or the loss (False); a watchdog fences at the deadline even while a
+        renewal hangs."""
+        done = threading.Event()
+        kept: list[bool] = []
+        watchdog = Watchdog(elector, self._fence)
+        threads = [
+            threading.Thread(target=watchdog.run, args=(done,), name="kimi-lease-watchdog"),
+            threading.Thread(
+                target=lambda: kept.append(elector.hold(self.stop)), name="kimi-lease"
+            ),
+        ]
+        for thread in threads:
+            thread.daemon = True
+            thread.start()
+        try:
+            self._lead()
+            threads[1].join()
+        finally:
+            done.set()
+        if not kept or not kept[0]:
+            self._fence()
+            return False
+        return True
+
+    def _fence(self) -> None:
+        """The leadership is lost: the queue hands out no more work (first), and the client
+        refuses every write but the Lease's, so that reconciles in flight end at their next
+        write; then the process ends (`run`)."""
+        self.controller.queue.shut_down()
+        self.fenced.set()
+        self.controller.metrics.leader.set(0)
 
     def _lead(self) -> None:
         loop = self.controller
@@ -195,12 +236,17 @@ class Operator:
         self.leading.set()
 
     def _step_down(self, *, release: bool) -> None:
+        """Within a bounded time: a replica that lost the Lease must end soon, whatever its
+        threads wait for (they are daemons; the process exit ends them)."""
+        deadline = time.monotonic() + (STEP_DOWN_S if release else LOST_STEP_DOWN_S)
+        if not release:
+            self.controller.queue.shut_down()  # first: no new work while the watches stop
         for watch in self._watches:
             watch.stop()
         for thread in self._threads:
-            thread.join(30.0)
+            thread.join(max(0.0, deadline - time.monotonic()))
         if self.leading.is_set():
-            self.controller.stop()
+            self.controller.stop(max(0.0, deadline - time.monotonic()))
             self.controller.metrics.leader.set(0)
             self.leading.clear()
         if self.elector is not None and release:

@@ -18,7 +18,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from kimi_operator.k8s.errors import ApiError
+from kimi_operator.k8s.errors import ApiError, NotLeading
 from kimi_operator.k8s.resources import Resource
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -28,6 +28,8 @@ WATCH_TIMEOUT_S = 300  # the server ends each watch after this; it is resumed fr
 Request = tuple[bytes | None, Mapping[str, str] | None, str]
 # (verb, kind, HTTP status or 0 for no answer): observed after every request, for metrics.
 RequestHook = Callable[[str, str, int], None]
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+LEASE_KIND = "Lease"  # the election's own writes are never fenced
 
 
 def load_configuration(server: str | None = None, token: str | None = None) -> Any:
@@ -82,16 +84,32 @@ class Client:
         self._discovered: dict[str, tuple[float, frozenset[str]]] = {}
         self._discovering = threading.Lock()
         self._on_request = on_request
+        # Asked before every write but the Lease's: with leader election, whether this replica
+        # still holds a fresh Lease (controller/leader.py). None: no leader election.
+        self.fence: Callable[[], bool] | None = None
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
 
-    def _send(
-        self, what: tuple[str, str], method: str, path: str, request: Request, stream: bool
+    def _send(  # noqa: PLR0917 (a private helper: what, method, path, request, stream)
+        self,
+        what: tuple[str, str],
+        method: str,
+        path: str,
+        request: Request,
+        stream: bool,
+        timeout_s: float | None = None,
     ) -> urllib3.BaseHTTPResponse:
         """The response to one request; `what` is (verb, kind), for metrics and messages;
-        `stream`: its body not read yet."""
+        `stream`: its body not read yet; `timeout_s`: the whole request's bound, instead of the
+        client's timeouts. A write is refused (`NotLeading`) when the fence says so."""
         (verb, kind), (body, query, content_type) = what, request
+        fence = self.fence
+        if method in WRITE_METHODS and kind != LEASE_KIND and fence is not None and not fence():
+            raise NotLeading(f"{verb} {kind} {path}: refused: this replica is not the leader")
+        timeout = self._watch_timeout if stream else self._timeout
+        if timeout_s is not None:
+            timeout = urllib3.Timeout(total=timeout_s)
         headers = {"Accept": "application/json", "Content-Type": content_type}
         self._api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
         url = self.host + path + (f"?{urlencode(query)}" if query else "")
@@ -103,7 +121,7 @@ class Client:
                 url,
                 body=body,
                 headers=headers,
-                timeout=self._watch_timeout if stream else self._timeout,
+                timeout=timeout,
                 # No retrying inside urllib3: it would sleep out a 429's or 503's Retry-After on
                 # GET and DELETE in the reconcile thread, unseen by the status and the metrics.
                 retries=False,
@@ -128,11 +146,13 @@ class Client:
         missing_ok: bool = False,
         exists_ok: bool = False,
         decode: bool = True,
+        timeout_s: float | None = None,
     ) -> Any:
         """The decoded JSON answer ({} unless `decode`); None for a 404 when `missing_ok`, a 409
         when `exists_ok`."""
         encoded = None if body is None else json.dumps(body).encode()
-        response = self._send((verb, kind), method, path, (encoded, query, content_type), False)
+        request = (encoded, query, content_type)
+        response = self._send((verb, kind), method, path, request, False, timeout_s)
         status, data = response.status, response.data
         if (status == 404 and missing_ok) or (status == 409 and exists_ok):
             return None
@@ -159,10 +179,12 @@ class Client:
                 cached = self._discovered[path] = (now + self._discovery_ttl_s, plurals)
         return resource.plural in cached[1]
 
-    def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(
+        self, resource: Resource, namespace: str, name: str, *, timeout_s: float | None = None
+    ) -> dict[str, Any] | None:
         path = resource.item(namespace, name)
         found: dict[str, Any] | None = self._request(
-            "get", resource.kind, "GET", path, missing_ok=True
+            "get", resource.kind, "GET", path, missing_ok=True, timeout_s=timeout_s
         )
         return found
 
@@ -176,9 +198,13 @@ class Client:
         items: list[dict[str, Any]] = answer.get("items", [])
         return items
 
-    def create(self, resource: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+    def create(
+        self, resource: Resource, body: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         path = resource.collection(body["metadata"]["namespace"])
-        created: dict[str, Any] = self._request("create", resource.kind, "POST", path, body=body)
+        created: dict[str, Any] = self._request(
+            "create", resource.kind, "POST", path, body=body, timeout_s=timeout_s
+        )
         return created
 
     def create_if_absent(self, resource: Resource, body: Mapping[str, Any]) -> bool:
@@ -207,13 +233,15 @@ class Client:
         )
         return patched
 
-    def replace(self, resource: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+    def replace(
+        self, resource: Resource, body: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         """PUT the whole object. With `metadata.resourceVersion` it is a compare-and-swap: a
         409 `ApiError` when the object changed since that version was read."""
         meta = body["metadata"]
         path = resource.item(meta["namespace"], meta["name"])
         replaced: dict[str, Any] = self._request(
-            "replace", resource.kind, "PUT", path, body=dict(body)
+            "replace", resource.kind, "PUT", path, body=dict(body), timeout_s=timeout_s
         )
         return replaced
 
