@@ -22,9 +22,10 @@ from prometheus_client import start_http_server
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import MANAGER
 from kimi_operator.controller.leader import LeaderElector, LeaseConfig, Watchdog
-from kimi_operator.controller.loop import Controller
+from kimi_operator.controller.loop import RELIST_INTERVAL_S, Controller
 from kimi_operator.controller.metrics import Metrics
 from kimi_operator.k8s.client import Client, load_configuration
+from kimi_operator.k8s.ratelimit import TokenBucket
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
     JOB,
@@ -51,8 +52,13 @@ class RunConfig:
     namespaces: Sequence[str] = ()  # empty: all namespaces
     defaults: OperatorDefaults = field(default_factory=OperatorDefaults)
     resync_interval_s: float = 60.0
+    relist_interval_s: float = RELIST_INTERVAL_S  # every KimiDeployment listed (a missed ADDED)
     workers: int = 16
     api_timeout_s: float = 15.0  # an API request without an answer this long is retried
+    # Client-side rate limit (client-go's QPS and burst); None: none (tests, the benchmark's
+    # in-process uses).
+    kube_api_qps: float | None = None
+    kube_api_burst: int = 1000
     discovery_ttl_s: float = 30.0  # how soon a CRD installed or removed is noticed
     # "ADDRESS:PORT" for the health endpoint (/healthz) and the metrics; None: off.
     health: str | None = None
@@ -76,6 +82,11 @@ def controller(config: RunConfig) -> Controller:
         discovery_ttl_s=config.discovery_ttl_s,
         pool_size=config.workers + 4,
         on_request=metrics.observe_request,
+        rate_limit=(
+            None
+            if config.kube_api_qps is None
+            else TokenBucket(config.kube_api_qps, config.kube_api_burst)
+        ),
     )
     return Controller(
         client,
@@ -83,6 +94,8 @@ def controller(config: RunConfig) -> Controller:
         metrics,
         workers=config.workers,
         resync_interval_s=config.resync_interval_s,
+        relist_interval_s=config.relist_interval_s,
+        namespaces=config.namespaces,
     )
 
 
@@ -152,7 +165,11 @@ class Operator:
         self._threads: list[threading.Thread] = []
 
     def healthy(self) -> bool:
-        """A leader that missed its renew deadline is about to stop: not healthy."""
+        """Not healthy: a watch whose thread died (the kubelet restarts the container rather
+        than let the operator go blind), or a leader that missed its renew deadline (about to
+        stop)."""
+        if any(watch.failed is not None for watch in self._watches):
+            return False
         if self.elector is None or not self.leading.is_set():
             return True
         return self.elector.leading()

@@ -36,6 +36,8 @@ log = logging.getLogger("kimi_operator")
 # Reasons that come with the watched object: a late or repeated one is skipped.
 EVENT_REASONS = frozenset({"create", "update", "resume"})
 Reconcile = Callable[..., Outcome]
+# How often every KimiDeployment is listed, to find one whose ADDED event a watch missed.
+RELIST_INTERVAL_S = 300.0
 UNEXPECTED = "unexpected"  # the errors counter's kind for a bug (an exception not from the API)
 # Validated once before the workers start: the engineArgs rules compile their patterns on first
 # use (0.2 s alone), under a lock that a burst's first reconciles would all wait on.
@@ -89,11 +91,14 @@ class Controller:
         *,
         workers: int = 16,
         resync_interval_s: float = 60.0,
+        relist_interval_s: float = RELIST_INTERVAL_S,
+        namespaces: Sequence[str] = (),
         clock: Clock = time.monotonic,
         reconcile_fn: Reconcile = reconcile,
     ) -> None:
         self.client, self.defaults, self.metrics = client, defaults, metrics
         self.workers, self.resync_interval_s = workers, resync_interval_s
+        self.relist_interval_s, self.namespaces = relist_interval_s, namespaces
         self.queue = WorkQueue(clock)
         self.deployments: dict[str, Deployment] = {}
         self._reconcile = reconcile_fn
@@ -287,9 +292,31 @@ class Controller:
         while self.process_one():
             pass
 
+    def relist(self) -> int:
+        """List every KimiDeployment and queue those the controller does not know (an ADDED
+        event lost with a dropped watch: the resync revisits known ones only); how many."""
+        found = 0
+        for namespace in self.namespaces or (None,):
+            try:
+                listed = self.client.list(KIMI_DEPLOYMENT, namespace)
+            except KubernetesError as error:
+                log.warning("relisting KimiDeployments: %s; again at the next relist", error)
+                continue
+            known = self.known()
+            for obj in listed:
+                if obj["metadata"]["uid"] not in known:
+                    self.observe(None, obj)
+                    found += 1
+        return found
+
     def _resync_forever(self) -> None:
+        next_relist = time.monotonic() + self.relist_interval_s
         while not self._stopping.wait(self.resync_interval_s):
             self.resync()
+            if time.monotonic() >= next_relist:
+                next_relist = time.monotonic() + self.relist_interval_s
+                if self.relist():
+                    log.warning("relist found KimiDeployments no watch event announced")
 
 
 def post_warnings(client: Client, obj: Mapping[str, Any], problems: Sequence[Problem]) -> None:

@@ -32,7 +32,7 @@ import kmock
 import multidict
 from kmock import action
 
-from kimi_operator.embedded import rbac
+from kimi_operator.embedded import paging, rbac
 from kimi_operator.embedded.admission import CustomResource, Refused
 from kimi_operator.embedded.deletion import Collector, propagation_policy
 
@@ -619,15 +619,17 @@ class ApiServer(kmock.KubernetesEmulator):
                 for observe in self.observers:
                     observe(self)
             return response
-        selector = request.url.query.get("labelSelector")
-        if request.action == action.LIST and selector:
+        selector = request.url.query.get("labelSelector") or ""
+        paged = "limit" in request.url.query or "continue" in request.url.query
+        if request.action == action.LIST and (selector or paged):
             return await self._list_selected(request, resource, selector)
         return await super()._handle(request)  # list and watch
 
     async def _list_selected(
         self, request: kmock.Request, resource: kmock.resource, selector: str
     ) -> aiohttp.web.StreamResponse:
-        """A list narrowed by an equality label selector (`k=v,k2=v2`), which kmock ignores."""
+        """A list narrowed by an equality label selector (`k=v,k2=v2`), which kmock ignores, in
+        pages (embedded.paging)."""
         wanted = dict(term.split("=", 1) for term in selector.split(",") if "=" in term)
         async with self._lock:
             items = [
@@ -639,7 +641,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 and wanted.items() <= (obj.raw.get("metadata", {}).get("labels") or {}).items()
             ]
         version = str(self._version)
-        return aiohttp.web.json_response({"metadata": {"resourceVersion": version}, "items": items})
+        return aiohttp.web.json_response(paging.page(items, request.url.query, version))
 
     async def _direct(
         self, request: kmock.Request, resource: kmock.resource

@@ -19,10 +19,15 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from kimi_operator.k8s.errors import ApiError, NotLeading
+from kimi_operator.k8s.ratelimit import TokenBucket
 from kimi_operator.k8s.resources import Resource
 
 MERGE_PATCH = "application/merge-patch+json"
 WATCH_TIMEOUT_S = 300  # the server ends each watch after this; it is resumed from the last version
+# A watch with neither event nor bookmark this long is taken for a dead connection and resumed
+# (kube-apiserver sends a bookmark about every minute; kopf waits 70 s too).
+WATCH_INACTIVITY_S = 70.0
+LIST_PAGE_SIZE = 500  # objects per page of a list (limit/continue)
 
 # A request's body (encoded), query and content type.
 Request = tuple[bytes | None, Mapping[str, str] | None, str]
@@ -72,14 +77,18 @@ class Client:
         discovery_ttl_s: float = 30.0,
         pool_size: int = 32,
         on_request: RequestHook | None = None,
+        rate_limit: TokenBucket | None = None,
+        watch_inactivity_s: float = WATCH_INACTIVITY_S,
+        page_size: int = LIST_PAGE_SIZE,
     ) -> None:
         configuration.connection_pool_maxsize = pool_size
         self._api = k8s_client.ApiClient(configuration)
         self.host: str = configuration.host
         self._pool: urllib3.PoolManager = self._api.rest_client.pool_manager
         self._timeout = urllib3.Timeout(connect=5.0, read=timeout_s)
-        # A watch is quiet for long stretches; the server ends it after WATCH_TIMEOUT_S.
-        self._watch_timeout = urllib3.Timeout(connect=5.0, read=WATCH_TIMEOUT_S + 30)
+        # Bookmarks keep a live watch talking; silence this long is a dead connection.
+        self._watch_timeout = urllib3.Timeout(connect=5.0, read=watch_inactivity_s)
+        self._rate_limit, self._page_size = rate_limit, page_size
         self._discovery_ttl_s = discovery_ttl_s
         self._discovered: dict[str, tuple[float, frozenset[str]]] = {}
         self._discovering = threading.Lock()
@@ -107,6 +116,8 @@ class Client:
         fence = self.fence
         if method in WRITE_METHODS and kind != LEASE_KIND and fence is not None and not fence():
             raise NotLeading(f"{verb} {kind} {path}: refused: this replica is not the leader")
+        if self._rate_limit is not None and kind != LEASE_KIND:  # renewals never wait their turn
+            self._rate_limit.wait()
         timeout = self._watch_timeout if stream else self._timeout
         if timeout_s is not None:
             timeout = urllib3.Timeout(total=timeout_s)
@@ -192,11 +203,9 @@ class Client:
         self, resource: Resource, namespace: str | None = None, *, label_selector: str = ""
     ) -> list[dict[str, Any]]:
         """Every object of `resource` in `namespace` (or in all namespaces) with the labels."""
-        path = _collection_path(resource, namespace)
-        query = {"labelSelector": label_selector} if label_selector else None
-        answer = self._request("list", resource.kind, "GET", path, query=query)
-        items: list[dict[str, Any]] = answer.get("items", [])
-        return items
+        found = self._pages(resource, namespace, label_selector, missing_ok=False)
+        assert found is not None  # a 404 raised
+        return found.items
 
     def create(
         self, resource: Resource, body: Mapping[str, Any], *, timeout_s: float | None = None
@@ -266,20 +275,43 @@ class Client:
         label_selector: str = "",
         limit: int | None = None,
     ) -> "Listing | None":
-        """The collection's resourceVersion, where a watch starts, and its objects (the first
-        `limit` of them); None when `resource` is not served (its CRD not installed)."""
-        query = {
-            **({"limit": str(limit)} if limit is not None else {}),
-            **({"labelSelector": label_selector} if label_selector else {}),
-        }
+        """The collection's resourceVersion, where a watch starts, and its objects (all of
+        them, page by page, or the first `limit`); None when `resource` is not served (its CRD
+        not installed)."""
+        return self._pages(resource, namespace, label_selector, missing_ok=True, limit=limit)
+
+    def _pages(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        label_selector: str,
+        *,
+        missing_ok: bool,
+        limit: int | None = None,
+    ) -> "Listing | None":
+        """A list read in pages of `page_size` (limit and continue, as client-go's pager); the
+        version is the first page's, the snapshot the later pages continue. An expired continue
+        token is a 410 `ApiError`."""
         path = _collection_path(resource, namespace)
-        answer = self._request(
-            "list", resource.kind, "GET", path, query=query or None, missing_ok=True
-        )
-        if answer is None:
-            return None
-        version = str((answer.get("metadata") or {}).get("resourceVersion", ""))
-        return Listing(version, answer.get("items") or [])
+        selector = {"labelSelector": label_selector} if label_selector else {}
+        version, items, token = "", [], ""
+        while True:
+            query = {
+                "limit": str(limit or self._page_size),
+                **selector,
+                **({"continue": token} if token else {}),
+            }
+            answer = self._request(
+                "list", resource.kind, "GET", path, query=query, missing_ok=missing_ok
+            )
+            if answer is None:
+                return None
+            meta = answer.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion", ""))
+            items += answer.get("items") or []
+            token = meta.get("continue") or ""
+            if limit is not None or not token:
+                return Listing(version, items)
 
     def watch(
         self, resource: Resource, namespace: str | None, *, version: str, label_selector: str = ""

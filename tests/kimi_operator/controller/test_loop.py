@@ -293,3 +293,21 @@ def test_a_bug_is_counted_apart_from_the_api_s_refusals(
     (record,) = [r for r in caplog.records if "raised unexpectedly" in r.getMessage()]
     assert record.exc_info is not None
     assert record.exc_info[0] is KeyError
+
+
+def test_a_relist_finds_a_deployment_whose_added_event_was_missed(
+    client: CountingClient,
+) -> None:
+    """The resync revisits known deployments only: one created while the watch was down (no
+    ADDED event) is found by the periodic relist, and only that one."""
+    harness = Harness(client)
+    harness.controller.namespaces = ("relisting",)  # the module's server holds others' too
+    announced = client.create(KIMI_DEPLOYMENT, deployment("announced", "relisting"))
+    harness.controller.observe("ADDED", announced)
+    assert harness.run_due() == 1
+    missed = client.create(KIMI_DEPLOYMENT, deployment("missed", "relisting"))
+    assert harness.controller.relist() == 1
+    assert missed["metadata"]["uid"] in harness.controller.known()
+    assert harness.run_due() == 1
+    assert client.get(SERVICE, "relisting", "missed") is not None
+    assert harness.controller.relist() == 0
