@@ -41,7 +41,5 @@ def test_the_client_waits_its_turn_but_never_for_the_lease() -> None:
         assert slept == pytest.approx([0.1, 0.1])
         for _ in range(3):
             client.get(LEASE, "default", "missing")
-        assert slept == pytest.approx(
-            [0.1, 0.1]
-        )  # renewals never wait behind reconciles
+        assert slept == pytest.approx([0.1, 0.1])  # renewals never wait behind reconciles
         client.close()
