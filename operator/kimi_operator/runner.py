@@ -24,7 +24,7 @@ from kimi_operator.builders.meta import MANAGER
 from kimi_operator.controller.leader import LeaderElector, LeaseConfig, Watchdog
 from kimi_operator.controller.loop import RELIST_INTERVAL_S, Controller
 from kimi_operator.controller.metrics import Metrics
-from kimi_operator.k8s.client import Client, load_configuration
+from kimi_operator.k8s.client import WATCH_INACTIVITY_S, Client, load_configuration
 from kimi_operator.k8s.ratelimit import TokenBucket
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
@@ -60,6 +60,7 @@ class RunConfig:
     kube_api_qps: float | None = None
     kube_api_burst: int = 1000
     discovery_ttl_s: float = 30.0  # how soon a CRD installed or removed is noticed
+    watch_inactivity_s: float = WATCH_INACTIVITY_S  # a silent watch is resumed after this
     # "ADDRESS:PORT" for the health endpoint (/healthz) and the metrics; None: off.
     health: str | None = None
     metrics: str | None = None
@@ -82,6 +83,7 @@ def controller(config: RunConfig) -> Controller:
         discovery_ttl_s=config.discovery_ttl_s,
         pool_size=config.workers + 4,
         on_request=metrics.observe_request,
+        watch_inactivity_s=config.watch_inactivity_s,
         rate_limit=(
             None
             if config.kube_api_qps is None

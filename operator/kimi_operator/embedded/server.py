@@ -231,6 +231,9 @@ class Fault:
     retry_after: int | None = None
     delay_s: float = 0.0
     drop_watch: bool = False
+    # With drop_watch: the stream goes silent instead (open, no event nor bookmark ever again),
+    # as a connection lost without a reset does.
+    silent: bool = False
     message: str = ""  # the error answer's message ("injected <kind>" when empty)
 
     @property
@@ -238,7 +241,7 @@ class Fault:
         """The label faults are counted under: conflict, throttle, server-error, timeout,
         watch-drop, or http-<status>."""
         if self.drop_watch:
-            return "watch-drop"
+            return "watch-silence" if self.silent else "watch-drop"
         if self.delay_s and not self.status:
             return "timeout"
         return {409: "conflict", 429: "throttle"}.get(
@@ -455,7 +458,10 @@ class ApiServer(kmock.KubernetesEmulator):
                 isinstance(event, dict)
                 and int(event["object"]["metadata"].get("resourceVersion") or 0) > since
             )
-            if newer and self._fault_for(request, streaming=True) is not None:
+            fault = self._fault_for(request, streaming=True) if newer else None
+            if fault is not None and fault.silent:
+                await asyncio.Event().wait()  # until the client gives up on it
+            if fault is not None:
                 line = json.dumps(event).encode()
                 yield line[: len(line) // 2]
                 raw = request._raw_request  # private in kmock: no public way to cut a stream

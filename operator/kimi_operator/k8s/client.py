@@ -294,7 +294,8 @@ class Client:
         token is a 410 `ApiError`."""
         path = _collection_path(resource, namespace)
         selector = {"labelSelector": label_selector} if label_selector else {}
-        version, items, token = "", [], ""
+        version, token = "", ""
+        items: list[dict[str, Any]] = []
         while True:
             query = {
                 "limit": str(limit or self._page_size),
