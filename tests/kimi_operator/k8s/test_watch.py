@@ -75,6 +75,16 @@ def line(kind: str, obj: Any) -> bytes:
     return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
 
 
+async def started(app: aiohttp.web.Application) -> tuple[aiohttp.web.AppRunner, int]:
+    """`app` served on 127.0.0.1: its runner (to clean up) and port."""
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port: int = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, port
+
+
 async def watch_against(
     lists: list[Script],
     watches: list[Script],
@@ -100,11 +110,7 @@ async def watch_against(
     app = aiohttp.web.Application()
     app[STOPPING] = asyncio.Event()
     app.router.add_get("/{tail:.*}", serve)
-    runner = aiohttp.web.AppRunner(app)
-    await runner.setup()
-    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await started(app)
     configuration = load_configuration(f"http://127.0.0.1:{port}")
     if token is not None:
         configuration.api_key = {"authorization": token}
@@ -374,11 +380,7 @@ def test_a_watch_whose_handler_raises_dies_saying_so() -> None:
 
         app = aiohttp.web.Application()
         app.router.add_get("/{tail:.*}", serve)
-        runner = aiohttp.web.AppRunner(app)
-        await runner.setup()
-        site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        runner, port = await started(app)
         watch = Watch(
             Client(load_configuration(f"http://127.0.0.1:{port}")),
             LEADER_WORKER_SET,
