@@ -300,7 +300,7 @@ def _reconcile_valid(
                 uid,
                 outcome.applied,
                 likely_missing=first,
-                can_adopt=lambda: owner_is_current(client, body),
+                owner_current=lambda: owner_is_current(client, body),
             )
         outcome.applied.live += decision.held
         if prune:

@@ -27,7 +27,7 @@ from kimi_operator.controller.metrics import Metrics
 from kimi_operator.controller.queue import Clock, WorkQueue
 from kimi_operator.controller.retry import retry_delay, temporary
 from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.errors import ApiError, KubernetesError, NotLeading
+from kimi_operator.k8s.errors import ApiError, KubernetesError, NotLeading, OwnerTerminating
 from kimi_operator.k8s.events import post_warning
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 from kimi_operator.reconcile import Outcome, reconcile, terminating
@@ -243,7 +243,9 @@ class Controller:
         """Temporary failures are retried after their delay, permanent ones at the resync; the
         next reconcile prunes either way (a failure may have cut a scale-down short)."""
         state.failed = True
-        if isinstance(error, NotLeading):  # fenced: this replica is stepping down
+        # Fenced (this replica is stepping down), or the owner being deleted since it was read:
+        # no failure, nothing to retry (the deletion's own event brings the status-only reconcile).
+        if isinstance(error, NotLeading | OwnerTerminating):
             log.info("reconcile of %s/%s ended: %s", state.namespace, state.name, error)
             return
         log.warning("reconcile of %s/%s failed: %s", state.namespace, state.name, error)

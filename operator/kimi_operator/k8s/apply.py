@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.errors import NotOwned
+from kimi_operator.k8s.errors import NotOwned, OwnerTerminating
 from kimi_operator.k8s.resources import BY_KIND
 
 APPLIED_ANNOTATION = "kimi-operator.io/applied-spec"
+GONE = "the owner is gone or being deleted"
 
 
 def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,11 +143,12 @@ def apply_child(
     into: Applied,
     *,
     likely_missing: bool = False,
-    can_adopt: Callable[[], bool] = lambda: True,
+    owner_current: Callable[[], bool] = lambda: True,
 ) -> None:
     """Create, patch or leave alone one child. `likely_missing` (a deployment never reconciled
-    before): try to create first and read only if the name is taken. `can_adopt`: asked before
-    an orphan is adopted."""
+    before): try to create first and read only if the name is taken. `owner_current`: asked
+    before a child found missing is created again or an orphan adopted (a garbage collector
+    may have removed it because the owner is being deleted since this reconcile read it)."""
     resource = BY_KIND[desired["kind"]]
     namespace, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
     if likely_missing and client.create_if_absent(resource, desired):
@@ -155,6 +157,8 @@ def apply_child(
         return
     actual = client.get(resource, namespace, name)
     if actual is None:
+        if not owner_current():
+            raise OwnerTerminating(f"{resource.kind} {namespace}/{name} not created: {GONE}")
         into.live.append(client.create(resource, desired))
         into.created.append(_label(desired))
         return
@@ -164,8 +168,8 @@ def apply_child(
                 f"{resource.kind} {namespace}/{name} exists and is not owned by this "
                 "KimiDeployment; rename the deployment or delete that object"
             )
-        if not can_adopt():
-            raise NotOwned(f"{resource.kind} {namespace}/{name} not adopted: the owner is gone")
+        if not owner_current():
+            raise OwnerTerminating(f"{resource.kind} {namespace}/{name} not adopted: {GONE}")
     patch = drift_patch(actual, desired)
     if patch is None:
         into.live.append(actual)

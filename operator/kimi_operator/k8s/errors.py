@@ -23,3 +23,8 @@ class NotOwned(KubernetesError):
 class NotLeading(KubernetesError):
     """A write refused by the client itself: this replica does not hold a fresh Lease (it lost
     the leadership, or cannot tell that it still has it), so another may be leading."""
+
+
+class OwnerTerminating(KubernetesError):
+    """A child not created again nor adopted: its KimiDeployment, read afresh, is gone or being
+    deleted (the reconcile's copy was older)."""
