@@ -1,11 +1,14 @@
-"""The operator under faults, restarts, hand edits, churn and hostile input (issue 8), as figures.
+"""The operator under faults, restarts, hand edits, churn, teardowns and hostile input, as figures.
 
 `kimi-operator run` in a process of its own against the embedded API server (through KUBECONFIG,
 as in a cluster), with its default timeouts and backoffs: API faults on a schedule during create,
 update, scale and delete; SIGKILL at random points and restart (--kills, 50 by default); children
 and CRDs changed by hand; --deployments churned by --clients concurrent clients, then a soak of
 --soak-seconds (600 for the 10-minute figure) with its RSS sampled; the validator and CLI fuzzed
-(benchmarks/fuzz_inputs.py). Prints a table and writes benchmarks/results/reliability.json.
+(benchmarks/fuzz_inputs.py); deployments held terminating and deleted with each propagation
+policy (Foreground, Orphan, Background), and two `--leader-elect` replicas whose leader is frozen
+(SIGSTOP) in a burst and woken after the standby converged (embedded/teardown.py). Prints a table
+and writes benchmarks/results/reliability.json.
 
 Usage: python benchmarks/reliability.py [--kills 50] [--deployments 500] [--soak-seconds 600]
        python benchmarks/reliability.py --bounded   (a few minutes: fewer of everything)
@@ -21,6 +24,7 @@ from typing import Any
 
 from fuzz_inputs import run_fuzz
 from kimi_operator.api.crd import crd
+from kimi_operator.embedded.chart import NAMESPACE as RELEASE_NAMESPACE
 from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.processes import OperatorProcess, metric_total
 from kimi_operator.embedded.reliability import (
@@ -30,11 +34,25 @@ from kimi_operator.embedded.reliability import (
     run_restarts,
 )
 from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.teardown import (
+    DeletionReport,
+    run_deletions,
+    run_frozen_leader,
+    summary,
+)
 from kimi_operator.embedded.upstream import CHILD_KINDS, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATOR_TIMEOUT_S = 15.0  # the operator's read timeout (Client's default)
+LEADER_ELECTION = [
+    "--leader-elect",
+    f"--leader-elect-resource-namespace={RELEASE_NAMESPACE}",
+    "--leader-elect-resource-name=kimi-kimi-operator",  # the chart's Lease
+    "--leader-elect-lease-duration=3",
+    "--leader-elect-renew-deadline=2",
+    "--leader-elect-retry-period=0.5",
+]
 
 
 def upstream_crds() -> dict[str, dict[str, Any]]:
@@ -79,6 +97,9 @@ def main() -> None:
                 timeout_s=120,  # the operator caches discovery for 30 s
             )
             restarts = run_restarts(api, client, op, kills=args.kills, seed=args.seed)
+            deletions = run_deletions(
+                api, client, deployments=12 if args.bounded else 30, settle_s=15, timeout_s=180
+            )
             churn = run_churn(
                 client,
                 deployments=args.deployments,
@@ -89,6 +110,14 @@ def main() -> None:
                 converge_timeout_s=300,
                 sample_every_s=max(1.0, args.soak_seconds / 120),
             )
+        frozen = run_frozen_leader(
+            api,
+            client,
+            [*LEADER_ELECTION, "--resync-interval=5", "--workers=16"],
+            token=operator_identity(api),
+            burst=60 if args.bounded else 120,
+            timeout_s=180,
+        )
         client.close()
     fuzz = run_fuzz(args.fuzz_cases, args.seed)
 
@@ -116,6 +145,8 @@ def main() -> None:
             "operations": dict(churn.operations),
             "soak_seconds": round(churn.soak_s, 1),
         },
+        "deletions": summary(deletions),
+        "frozen_leader": summary(frozen),
         "fuzz": fuzz,
         "rss_mb": {"peak": churn.peak_rss_mb, "final": churn.final_rss_mb},
         "rss_mb_over_time": churn.rss_mb,
@@ -134,6 +165,15 @@ def main() -> None:
             f"{churn.deployments} deployments, {args.clients} clients, {ops} operations, "
             f"{churn.soak_s:.0f} s soak",
         ),
+        (
+            "deletions (Foreground / Orphan / Background), held terminating",
+            _deletions_row(deletions),
+        ),
+        (
+            "frozen leader woken: writes but to the Lease / exit code",
+            f"{len(frozen.writes_after_wake)} / {frozen.exit_code}   (target 0 / 3; "
+            f"burst {frozen.burst}, converged {frozen.converged.exact})",
+        ),
         ("fuzz cases run (crashes / tracebacks)", _fuzz_row(fuzz)),
         ("operator RSS peak / final", f"{churn.peak_rss_mb:.1f} / {churn.final_rss_mb:.1f} MB"),
     ]
@@ -145,6 +185,18 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out.relative_to(ROOT)}")
+
+
+def _deletions_row(report: DeletionReport) -> str:
+    counts = " / ".join(
+        str(report.deletions.get(p, 0)) for p in ("Foreground", "Orphan", "Background")
+    )
+    figures = summary(report)
+    return (
+        f"{counts}: created for a terminating owner {figures['created_for_terminating_owner']}, "
+        f"outliving their owner {figures['children_outliving_owner']}, orphans adopted back "
+        f"{figures['orphans_adopted_back']}   (target 0 / 0 / 0)"
+    )
 
 
 def _fuzz_row(fuzz: dict[str, int | float]) -> str:

@@ -216,6 +216,13 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
     except ValueError as error:  # the three durations out of order
         print(f"error: --leader-elect-*: {error}", file=err)
         return EXIT_INVALID
+    if args.kube_api_qps <= 0 or args.kube_api_burst < 1:
+        print(
+            "error: --kube-api-qps must be > 0 and --kube-api-burst >= 1, got "
+            f"{args.kube_api_qps} and {args.kube_api_burst}",
+            file=err,
+        )
+        return EXIT_INVALID
     config = RunConfig(
         namespaces=tuple(args.namespace or ()),
         defaults=OperatorDefaults(
@@ -225,6 +232,8 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
         ),
         resync_interval_s=args.resync_interval,
         workers=args.workers,
+        kube_api_qps=args.kube_api_qps,
+        kube_api_burst=args.kube_api_burst,
         api_timeout_s=args.api_timeout,
         discovery_ttl_s=args.discovery_interval,
         health=args.health_address or None,
@@ -404,6 +413,22 @@ def _add_operator_parsers(sub: Any) -> None:
     )
     run.add_argument(
         "--workers", type=int, default=16, help="reconciles at once (default %(default)s)"
+    )
+    run.add_argument(
+        "--kube-api-qps",
+        type=float,
+        default=500.0,
+        metavar="QPS",
+        help="client-side rate limit on API requests, as client-go's: the average a second once "
+        "the burst is spent; Lease renewals are never held back (default %(default)s)",
+    )
+    run.add_argument(
+        "--kube-api-burst",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="client-side rate limit: requests sent at once before --kube-api-qps applies "
+        "(default %(default)s)",
     )
     run.add_argument(
         "--api-timeout",

@@ -202,6 +202,20 @@ def _carry(
             out.set(kind, status, why, before.get("message", ""))
 
 
+TERMINATING = "Terminating"
+
+
+def terminating_conditions(old: Mapping[str, Any]) -> ConditionSet:
+    """A deployment being deleted: Progressing says so; the rest stays as last observed (its
+    children are the garbage collector's now, never the operator's)."""
+    out = ConditionSet()
+    message = "being deleted: its children are left to the garbage collector"
+    out.set("Progressing", "False", TERMINATING, message)
+    carried = tuple(kind for kind in CONDITION_TYPES if kind != "Progressing")
+    _carry(out, old, carried, TERMINATING, "not observed: the deployment is being deleted")
+    return out
+
+
 def invalid_conditions(old: Mapping[str, Any], problems: Sequence[Problem]) -> ConditionSet:
     """An invalid spec: say so, leave what was observed before (children are left untouched)."""
     out = ConditionSet()

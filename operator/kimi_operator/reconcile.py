@@ -38,7 +38,13 @@ from kimi_operator.builders.meta import (
 from kimi_operator.builders.serving import endpoint
 from kimi_operator.builders.weights import hf_sources
 from kimi_operator.controller.retry import retry_delay, temporary
-from kimi_operator.k8s.apply import Applied, apply_child, owned_by, with_owner
+from kimi_operator.k8s.apply import (
+    Applied,
+    apply_child,
+    owned_by,
+    owner_is_current,
+    with_owner,
+)
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError, KubernetesError
 from kimi_operator.k8s.resources import (
@@ -67,7 +73,7 @@ class Outcome:
     events: list[Problem] = field(default_factory=list)  # Warning Events to post
     applied: Applied = field(default_factory=Applied)
     error: KubernetesError | None = None  # the apply's failure, retried by the controller
-    result: str = "reconciled"  # reconciled | invalid | error: for metrics
+    result: str = "reconciled"  # reconciled | invalid | error | terminating: for metrics
     # Reconcile again after this many seconds even if nothing is watched to change (a deadline).
     requeue_after_s: float | None = None
 
@@ -117,6 +123,13 @@ def _document(body: Mapping[str, Any]) -> dict[str, Any]:
     return {key: body[key] for key in body}
 
 
+def terminating(body: Mapping[str, Any]) -> bool:
+    """Whether the deployment is being deleted: it gets its status only, no child is created,
+    patched, adopted or pruned (the garbage collector carries out the deletion's propagation
+    policy: docs/architecture.md, "Terminating deployments")."""
+    return bool((body.get("metadata") or {}).get("deletionTimestamp"))
+
+
 def reconcile(
     body: Mapping[str, Any],
     client: Client,
@@ -132,6 +145,10 @@ def reconcile(
     controller says when there can be any)."""
     old = dict(body.get("status") or {})
     generation = body.get("metadata", {}).get("generation")
+    if terminating(body):
+        conditions = cond.terminating_conditions(old)
+        status = cond.render(old, conditions, generation=generation, now=now)
+        return Outcome(status, result="terminating")
     try:
         report = check_document(_document(body))
         problems = report.problems
@@ -277,7 +294,14 @@ def _reconcile_valid(
         steps, plan.children = decision.steps, decision.planned
         _take_turn(defaults, kd, uid, image, steps)
         for desired in decision.write:
-            apply_child(client, desired, uid, outcome.applied, likely_missing=first)
+            apply_child(
+                client,
+                desired,
+                uid,
+                outcome.applied,
+                likely_missing=first,
+                owner_current=lambda: owner_is_current(client, body),
+            )
         outcome.applied.live += decision.held
         if prune:
             _let_go(

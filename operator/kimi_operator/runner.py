@@ -11,6 +11,7 @@ its own for the demo, the tests and the benchmark.
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
@@ -20,10 +21,11 @@ from prometheus_client import start_http_server
 
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import MANAGER
-from kimi_operator.controller.leader import LeaderElector, LeaseConfig
-from kimi_operator.controller.loop import Controller
+from kimi_operator.controller.leader import LeaderElector, LeaseConfig, Watchdog
+from kimi_operator.controller.loop import RELIST_INTERVAL_S, Controller
 from kimi_operator.controller.metrics import Metrics
-from kimi_operator.k8s.client import Client, load_configuration
+from kimi_operator.k8s.client import WATCH_INACTIVITY_S, Client, load_configuration
+from kimi_operator.k8s.ratelimit import TokenBucket
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
     JOB,
@@ -32,6 +34,10 @@ from kimi_operator.k8s.resources import (
     PERSISTENT_VOLUME_CLAIM,
 )
 from kimi_operator.k8s.watch import Watch, refreshing
+
+# How long a replica that lost the Lease waits for its threads before the process ends anyway.
+LOST_STEP_DOWN_S = 5.0
+STEP_DOWN_S = 30.0  # a graceful stop's bound
 
 
 class LeadershipLost(RuntimeError):
@@ -46,9 +52,15 @@ class RunConfig:
     namespaces: Sequence[str] = ()  # empty: all namespaces
     defaults: OperatorDefaults = field(default_factory=OperatorDefaults)
     resync_interval_s: float = 60.0
+    relist_interval_s: float = RELIST_INTERVAL_S  # every KimiDeployment listed (a missed ADDED)
     workers: int = 16
     api_timeout_s: float = 15.0  # an API request without an answer this long is retried
+    # Client-side rate limit (client-go's QPS and burst); None: none (tests, the benchmark's
+    # in-process uses).
+    kube_api_qps: float | None = None
+    kube_api_burst: int = 1000
     discovery_ttl_s: float = 30.0  # how soon a CRD installed or removed is noticed
+    watch_inactivity_s: float = WATCH_INACTIVITY_S  # a silent watch is resumed after this
     # "ADDRESS:PORT" for the health endpoint (/healthz) and the metrics; None: off.
     health: str | None = None
     metrics: str | None = None
@@ -71,6 +83,12 @@ def controller(config: RunConfig) -> Controller:
         discovery_ttl_s=config.discovery_ttl_s,
         pool_size=config.workers + 4,
         on_request=metrics.observe_request,
+        watch_inactivity_s=config.watch_inactivity_s,
+        rate_limit=(
+            None
+            if config.kube_api_qps is None
+            else TokenBucket(config.kube_api_qps, config.kube_api_burst)
+        ),
     )
     return Controller(
         client,
@@ -78,6 +96,8 @@ def controller(config: RunConfig) -> Controller:
         metrics,
         workers=config.workers,
         resync_interval_s=config.resync_interval_s,
+        relist_interval_s=config.relist_interval_s,
+        namespaces=config.namespaces,
     )
 
 
@@ -142,11 +162,16 @@ class Operator:
         self.stop = threading.Event()
         self.started = threading.Event()  # serving, and leading or standing by
         self.leading = threading.Event()
+        self.fenced = threading.Event()  # the leadership was lost: no write, ever again
         self._watches: list[Watch] = []
         self._threads: list[threading.Thread] = []
 
     def healthy(self) -> bool:
-        """A leader that missed its renew deadline is about to stop: not healthy."""
+        """Not healthy: a watch whose thread died (the kubelet restarts the container rather
+        than let the operator go blind), or a leader that missed its renew deadline (about to
+        stop)."""
+        if any(watch.failed is not None for watch in self._watches):
+            return False
         if self.elector is None or not self.leading.is_set():
             return True
         return self.elector.leading()
@@ -170,8 +195,9 @@ class Operator:
                 return
             self.started.set()  # standing by
             if self.elector.acquire(self.stop):
-                self._lead()
-                lost = not self.elector.hold(self.stop)
+                elector = self.elector
+                loop.client.fence = lambda: not self.fenced.is_set() and elector.leading()
+                lost = not self._lead_and_hold(elector)
         finally:
             self._step_down(release=not lost)
             for server in servers:
@@ -180,6 +206,40 @@ class Operator:
             loop.client.close()
         if lost:
             raise LeadershipLost("the leader Lease was lost; stopping so as not to reconcile twice")
+
+    def _lead_and_hold(self, elector: LeaderElector) -> bool:
+        """Start leading while renewing (starting takes a while: the renewals must not wait),
+        until `stop` (True) or the loss (False); a watchdog fences at the deadline even while a
+        renewal hangs."""
+        done = threading.Event()
+        kept: list[bool] = []
+        watchdog = Watchdog(elector, self._fence)
+        threads = [
+            threading.Thread(target=watchdog.run, args=(done,), name="kimi-lease-watchdog"),
+            threading.Thread(
+                target=lambda: kept.append(elector.hold(self.stop)), name="kimi-lease"
+            ),
+        ]
+        for thread in threads:
+            thread.daemon = True
+            thread.start()
+        try:
+            self._lead()
+            threads[1].join()
+        finally:
+            done.set()
+        if not kept or not kept[0]:
+            self._fence()
+            return False
+        return True
+
+    def _fence(self) -> None:
+        """The leadership is lost: the queue hands out no more work (first), and the client
+        refuses every write but the Lease's, so that reconciles in flight end at their next
+        write; then the process ends (`run`)."""
+        self.controller.queue.shut_down()
+        self.fenced.set()
+        self.controller.metrics.leader.set(0)
 
     def _lead(self) -> None:
         loop = self.controller
@@ -195,12 +255,17 @@ class Operator:
         self.leading.set()
 
     def _step_down(self, *, release: bool) -> None:
+        """Within a bounded time: a replica that lost the Lease must end soon, whatever its
+        threads wait for (they are daemons; the process exit ends them)."""
+        deadline = time.monotonic() + (STEP_DOWN_S if release else LOST_STEP_DOWN_S)
+        if not release:
+            self.controller.queue.shut_down()  # first: no new work while the watches stop
         for watch in self._watches:
             watch.stop()
         for thread in self._threads:
-            thread.join(30.0)
+            thread.join(max(0.0, deadline - time.monotonic()))
         if self.leading.is_set():
-            self.controller.stop()
+            self.controller.stop(max(0.0, deadline - time.monotonic()))
             self.controller.metrics.leader.set(0)
             self.leading.clear()
         if self.elector is not None and release:

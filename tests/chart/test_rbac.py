@@ -418,6 +418,7 @@ def _observe(
             token=operator_identity(api, values),
             namespaces=namespaces,
             resync_interval_s=0.3,
+            relist_interval_s=0.3,
             discovery_ttl_s=0.3,  # KEDA's removal noticed at once
             workers=2,
             leader_election=(

@@ -8,6 +8,8 @@ from typing import TypeVar
 import pytest
 
 from kimi_operator.api.crd import crd
+from kimi_operator.controller.loop import UNEXPECTED
+from kimi_operator.controller.metrics import Metrics
 from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import CHILD_KINDS, CRD_FILES, upstream_crd
@@ -15,6 +17,7 @@ from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.runner import OperatorThread, RunConfig
 
 RESYNC_S = 0.5
+ERRORS = "kimi_operator_reconcile_errors_total"
 T = TypeVar("T")
 
 
@@ -54,3 +57,20 @@ def operator(api: EmbeddedApiServer, token: str) -> Iterator[OperatorThread]:
     config = RunConfig(server=api.url, token=token, resync_interval_s=RESYNC_S, workers=4)
     with OperatorThread(config) as op:
         yield op
+
+
+@pytest.fixture(autouse=True)
+def no_unexpected_exceptions(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test fails if an operator it ran in-process raised unexpectedly in a reconcile (a
+    bug the controller logs and survives, so that nothing else would show it)."""
+    made: list[Metrics] = []
+    original = Metrics.__init__
+
+    def recording(self: Metrics) -> None:
+        original(self)
+        made.append(self)
+
+    monkeypatch.setattr(Metrics, "__init__", recording)
+    yield
+    raised = [m.registry.get_sample_value(ERRORS, {"kind": UNEXPECTED}) or 0 for m in made]
+    assert not any(raised), f"an operator raised unexpectedly in {sum(raised):.0f} reconciles"

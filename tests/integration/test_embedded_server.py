@@ -15,7 +15,7 @@ from kimi_operator.api.validation import check_document
 from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.server import Check, EmbeddedApiServer
 from kimi_operator.k8s.apply import owner_reference
-from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
     KIMI_DEPLOYMENT,
@@ -268,3 +268,24 @@ def test_docs_list_every_test_of_this_file() -> None:
     docs = (ROOT / "docs" / "embedded-api-server.md").read_text()
     names = [name for name in globals() if name.startswith("test_") and "docs" not in name]
     assert [n for n in names if n not in docs] == []
+
+
+def test_lists_come_in_pages(api: EmbeddedApiServer) -> None:
+    """limit and continue, as kube-apiserver pages a list (client-go's pager, `Client.list`)."""
+    asked: list[str] = []
+    client = Client(
+        load_configuration(api.url), page_size=2, on_request=lambda verb, *_: asked.append(verb)
+    )
+    names = ["e", "a", "d", "b", "c"]
+    for name in names:
+        meta = {"name": name, "namespace": "paged"}
+        client.create(SERVICE, {"apiVersion": "v1", "kind": "Service", "metadata": meta})
+    asked.clear()
+    assert [s["metadata"]["name"] for s in client.list(SERVICE, "paged")] == sorted(names)
+    assert asked == ["list", "list", "list"]  # 2 + 2 + 1
+    first = client.listing(SERVICE, "paged", limit=2)
+    assert first is not None
+    assert [s["metadata"]["name"] for s in first.items] == ["a", "b"]
+    code, answer, _ = send(api, "GET", "/api/v1/namespaces/paged/services?limit=2&continue=x")
+    assert (code, answer["message"]) == (400, "continue key is not valid")
+    client.close()

@@ -5,17 +5,18 @@ the Lease."""
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 
-from kimi_operator.controller.leader import LeaderElector, LeaseConfig
+from kimi_operator.controller.leader import LeaderElector, LeaseConfig, Watchdog
 from kimi_operator.embedded.chart import NAMESPACE as RELEASE_NAMESPACE
 from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.server import EmbeddedApiServer, Fault
-from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.errors import ApiError
-from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEASE
+from kimi_operator.k8s.client import Client, load_configuration
+from kimi_operator.k8s.errors import ApiError, NotLeading
+from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEASE, Resource
 from kimi_operator.runner import LeadershipLost, OperatorThread, RunConfig
 from tests.support.cluster import children, sample, wait_for
 
@@ -105,10 +106,10 @@ def test_hold_gives_up_when_renewals_fail_past_the_renew_deadline(
 ) -> None:
     config = LeaseConfig(RELEASE_NAMESPACE, NAME, "a", 0.6, 0.3, 0.05)
     a = LeaderElector(client, config)
+    started = time.monotonic()  # the renew deadline counts from the acquisition, not after it
     assert a.try_acquire_or_renew()
     api.inject(Fault("GET", "/leases/", status=500, times=1000))
     stop = threading.Event()
-    started = time.monotonic()
     assert not a.hold(stop)  # lost: no renewal within 0.3 s
     assert 0.3 <= time.monotonic() - started < 5.0
     assert not a.leading()
@@ -125,6 +126,120 @@ def test_hold_gives_up_at_once_when_another_candidate_holds_the_lease(client: Cl
     started = time.monotonic()
     assert not a.hold(stop)
     assert time.monotonic() - started < 5.0  # not the renew deadline's 20 s
+
+
+class RecordingClient(Client):
+    """Records the bound given to each Lease request; `slow_by` advances the virtual clock
+    during a read, as a slow answer would."""
+
+    def __init__(self, url: str, clock: Clock) -> None:
+        super().__init__(load_configuration(url))
+        self.clock, self.slow_by = clock, 0.0
+        self.timeouts: list[float | None] = []
+
+    def get(
+        self, resource: Resource, namespace: str, name: str, *, timeout_s: float | None = None
+    ) -> dict[str, Any] | None:
+        self.timeouts.append(timeout_s)
+        found = super().get(resource, namespace, name, timeout_s=timeout_s)
+        self.clock.now += self.slow_by
+        return found
+
+    def replace(
+        self, resource: Resource, body: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        self.timeouts.append(timeout_s)
+        return super().replace(resource, body, timeout_s=timeout_s)
+
+
+@pytest.fixture
+def recording(api: EmbeddedApiServer) -> Iterator[tuple[RecordingClient, Clock]]:
+    clock = Clock()
+    client = RecordingClient(api.url, clock)
+    yield client, clock
+    client.close()
+
+
+def test_a_renewal_gets_only_what_is_left_of_the_renew_deadline(
+    recording: tuple[RecordingClient, Clock],
+) -> None:
+    """client-go bounds each renewal by the renew deadline: a leader whose API connection hangs
+    must not lead on past it while a standby takes over."""
+    client, clock = recording
+    a = candidate(client, "a", clock)
+    assert a.try_acquire_or_renew()  # at 100: leads until 110 unless renewed
+    assert a.deadline() == 110.0
+    client.timeouts.clear()
+    clock.now = 108.5
+    assert a.try_acquire_or_renew(a.deadline())
+    assert client.timeouts == [1.5, 1.5]  # the GET and the PUT, each within what is left
+    assert a.deadline() == 118.5
+    client.timeouts.clear()
+    clock.now = 118.5
+    assert not a.try_acquire_or_renew(a.deadline())  # nothing left: no request at all
+    assert client.timeouts == []
+    assert not a.leading()
+
+
+def test_a_standby_dates_what_it_saw_from_after_its_read(
+    recording: tuple[RecordingClient, Clock], client: Client
+) -> None:
+    """A slow GET must not eat the margin between the lease duration and the renew deadline:
+    the standby's lease duration runs from when the answer came, not from when it asked."""
+    slow, clock = recording
+    a = candidate(client, "a", clock)
+    b = candidate(slow, "b", clock)
+    assert a.try_acquire_or_renew()  # at 100, and never again
+    slow.slow_by = 6.0
+    assert not b.try_acquire_or_renew()  # asked at 100, answered at 106
+    slow.slow_by = 0.0
+    clock.now = 115.5  # a lease duration after the question, not after the answer
+    assert not b.try_acquire_or_renew()
+    assert lease(client)["holderIdentity"] == "a"
+    clock.now = 121.1
+    assert b.try_acquire_or_renew()
+
+
+def test_the_watchdog_declares_the_loss_at_the_deadline_while_a_renewal_hangs(
+    client: Client, api: EmbeddedApiServer
+) -> None:
+    clock = Clock()
+    a = candidate(client, "a", clock)
+    assert a.try_acquire_or_renew()  # at 100: the deadline is 110
+    losses: list[float] = []
+    watchdog = Watchdog(a, lambda: losses.append(clock.now), clock=clock)
+    api.inject(Fault("GET", "/leases/", delay_s=1.0))
+    renewal = threading.Thread(target=a.try_acquire_or_renew)
+    renewal.start()
+    wait_for(lambda: api.injected().get("timeout"), what="the renewal in flight")
+    clock.now = 109.9
+    assert not watchdog.poll()
+    clock.now = 110.0
+    assert watchdog.poll()
+    assert watchdog.poll()  # said once
+    assert losses == [110.0]
+    renewal.join()
+
+
+def test_the_client_refuses_writes_without_a_fresh_lease(
+    client: Client, api: EmbeddedApiServer
+) -> None:
+    clock = Clock()
+    a = candidate(client, "a", clock)
+    client.fence = a.leading
+    body = sample()
+    body["metadata"] = {"name": "fenced", "namespace": "inference"}
+    with pytest.raises(NotLeading, match="not the leader"):
+        client.create(KIMI_DEPLOYMENT, body)  # not leading yet
+    assert a.try_acquire_or_renew()  # the Lease's own writes are never fenced
+    client.create(KIMI_DEPLOYMENT, body)
+    clock.now += 10.0  # the renew deadline passed without a renewal
+    mark = api.mark()
+    with pytest.raises(NotLeading):
+        client.patch(KIMI_DEPLOYMENT, "inference", "fenced", {"spec": {"replicas": 2}})
+    with pytest.raises(NotLeading):
+        client.delete(KIMI_DEPLOYMENT, "inference", "fenced")
+    assert api.writes(mark) == []  # refused before anything was sent
 
 
 def test_durations_out_of_order_are_refused() -> None:
@@ -216,3 +331,20 @@ def test_a_leader_that_loses_the_lease_stops_reconciling(
     create(client, "k3-c")
     wait_for(lambda: has_group(client, "k3-c"), what="the new leader to create k3-c's group")
     assert reconciles(first) == done
+
+
+def test_a_leader_whose_renewals_hang_is_fenced_at_its_deadline_and_stops(
+    replicas: tuple[OperatorThread, OperatorThread], api: EmbeddedApiServer
+) -> None:
+    """The API server holds every Lease read for 8 s (a hung connection): the leader's renewal
+    gets only what is left of its 1 s renew deadline, the watchdog fences at the deadline, and
+    the replica ends well before the hung request would have answered."""
+    first, _ = replicas
+    api.inject(Fault("GET", "/leases/", delay_s=8.0, times=1000))
+    started = time.monotonic()
+    wait_for(first.operator.fenced.is_set, 4.0, "the leader to fence itself")
+    wait_for(lambda: first.failure is not None, 4.0, "the leader to stop")
+    assert time.monotonic() - started < 8.0
+    assert isinstance(first.failure, LeadershipLost)
+    assert first.controller.queue.get(0) is None  # shut down: no more work handed out
+    api.clear_faults()

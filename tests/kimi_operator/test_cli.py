@@ -318,6 +318,16 @@ def test_run_refuses_leader_election_durations_out_of_order(
     ]
 
 
+@pytest.mark.parametrize("flags", [["--kube-api-qps", "0"], ["--kube-api-burst", "0"]])
+def test_run_refuses_a_rate_limit_that_lets_nothing_through(
+    capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
+    code, _, err = run(capsys, "run", *flags)
+    assert code == 1
+    assert len(err) == 1
+    assert err[0].startswith("error: --kube-api-qps must be > 0 and --kube-api-burst >= 1, got ")
+
+
 def test_the_lease_s_namespace_is_the_pod_s(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POD_NAMESPACE", "kimi-system")
     assert own_namespace() == "kimi-system"

@@ -10,6 +10,12 @@ resourceVersion read just before, so two standbys never both win. A leader that 
 within the renew deadline stops leading before anyone else can take over (renew deadline <
 lease duration); one that stops gracefully gives the Lease up, so a standby takes over within a
 retry period instead of a lease duration.
+
+Fencing (docs/architecture.md, "Fencing"): a renewal's requests get only what is left of the
+renew deadline; a watchdog declares the leadership lost at the deadline even while a renewal is
+in flight; `leading()` is what the client asks before every write. The leader dates its lease
+from when its renewal started, a standby dates what it saw from when its read returned: both
+err on the side of the other replica.
 """
 
 import datetime
@@ -96,12 +102,23 @@ class LeaderElector:
             and self._clock() - renewed < self.config.renew_deadline_s
         )
 
-    def try_acquire_or_renew(self) -> bool:
-        """One attempt: create the Lease, renew it, or take over an expired or released one."""
+    def _time_left(self, deadline: float | None) -> float | None:
+        """Seconds a request may take before `deadline` (our clock); None: no deadline."""
+        if deadline is None:
+            return None
+        left = deadline - self._clock()
+        if left <= 0:
+            raise ApiError("lease renewal: the renew deadline has passed", code=0)
+        return left
+
+    def try_acquire_or_renew(self, deadline: float | None = None) -> bool:
+        """One attempt: create the Lease, renew it, or take over an expired or released one.
+        `deadline` (our clock): every request of it must be answered by then."""
         config, now = self.config, self._clock()
         stamp = micro_time(self._wall_clock())
         try:
-            lease = self._read()
+            lease = self._read(self._time_left(deadline))
+            seen = self._clock()  # after the read: a slow answer must not eat the margin
             if lease is None:
                 spec = self._spec(stamp, acquired=stamp, transitions=0)
                 body = {
@@ -110,15 +127,16 @@ class LeaderElector:
                     "metadata": {"name": config.name, "namespace": config.namespace},
                     "spec": spec,
                 }
-                self.client.create(LEASE, body)  # 409: another candidate created it first
+                # 409: another candidate created it first
+                self.client.create(LEASE, body, timeout_s=self._time_left(deadline))
                 return self._won(spec, now)
             spec = lease.get("spec") or {}
             if spec != self._observed:
-                self._observed, self._observed_at = spec, now
+                self._observed, self._observed_at = spec, seen
             holder = spec.get("holderIdentity") or ""
             mine = holder == config.identity
             duration = float(spec.get("leaseDurationSeconds") or config.lease_duration_s)
-            if holder and not mine and now < self._observed_at + duration:
+            if holder and not mine and seen < self._observed_at + duration:
                 return False  # held by another candidate, who renewed it within a lease duration
             transitions = int(spec.get("leaseTransitions") or 0)
             new = self._spec(
@@ -126,7 +144,7 @@ class LeaderElector:
                 acquired=(spec.get("acquireTime") or stamp) if mine else stamp,
                 transitions=transitions if mine else transitions + 1,
             )
-            self._write(lease, new)
+            self._write(lease, new, self._time_left(deadline))
         except ApiError as error:
             log.info("lease %s/%s: %s", config.namespace, config.name, error)
             return False
@@ -134,13 +152,15 @@ class LeaderElector:
             log.info("took over lease %s/%s from %r", config.namespace, config.name, holder)
         return self._won(new, now)
 
-    def _read(self) -> dict[str, Any] | None:
-        return self.client.get(LEASE, self.config.namespace, self.config.name)
+    def _read(self, timeout_s: float | None = None) -> dict[str, Any] | None:
+        return self.client.get(LEASE, self.config.namespace, self.config.name, timeout_s=timeout_s)
 
-    def _write(self, lease: Mapping[str, Any], spec: Mapping[str, Any]) -> None:
+    def _write(
+        self, lease: Mapping[str, Any], spec: Mapping[str, Any], timeout_s: float | None = None
+    ) -> None:
         """The read's resourceVersion stays in the body: a compare-and-swap (409 when another
         candidate wrote since)."""
-        self.client.replace(LEASE, {**lease, "spec": spec})
+        self.client.replace(LEASE, {**lease, "spec": spec}, timeout_s=timeout_s)
 
     def _spec(self, stamp: str, *, acquired: str, transitions: int) -> dict[str, Any]:
         return {
@@ -151,9 +171,15 @@ class LeaderElector:
             "leaseTransitions": transitions,
         }
 
-    def _won(self, spec: Mapping[str, Any], now: float) -> bool:
-        self._observed, self._observed_at, self._renewed_at = spec, now, now
+    def _won(self, spec: Mapping[str, Any], started: float) -> bool:
+        """Leading, dated from when the winning attempt started (before its requests)."""
+        self._observed, self._observed_at, self._renewed_at = spec, started, started
         return True
+
+    def deadline(self) -> float | None:
+        """When (our clock) the leadership ends unless renewed; None when not leading."""
+        renewed = self._renewed_at
+        return None if renewed is None else renewed + self.config.renew_deadline_s
 
     def acquire(self, stop: threading.Event) -> bool:
         """Try every retry period (with a little jitter, so that standbys do not ask in step)
@@ -172,9 +198,10 @@ class LeaderElector:
     def hold(self, stop: threading.Event) -> bool:
         """Renew every retry period until `stop` is set (True), or until the Lease is lost
         (False): another candidate holds it, or no renewal succeeded within the renew
-        deadline. The caller must stop reconciling at once when it is lost."""
+        deadline (each renewal is bounded by it). The caller must stop reconciling at once when
+        it is lost; a `Watchdog` tells it at the deadline even while a renewal hangs."""
         while not stop.wait(self.config.retry_period_s):
-            if self.try_acquire_or_renew():
+            if self.try_acquire_or_renew(self.deadline()):
                 continue
             if self.holder != self.config.identity or not self.leading():
                 log.error(
@@ -209,3 +236,32 @@ class LeaderElector:
             log.info("released lease %s/%s", config.namespace, config.name)
         except ApiError as error:
             log.warning("lease %s/%s not released: %s", config.namespace, config.name, error)
+
+
+class Watchdog:
+    """Declares the leadership lost at the renew deadline, whether or not a renewal is in
+    flight: `on_lost` is called once, from the thread that runs `run` (or `poll`)."""
+
+    def __init__(
+        self, elector: LeaderElector, on_lost: Callable[[], None], *, clock: Clock = time.monotonic
+    ) -> None:
+        self.elector, self.on_lost, self._clock = elector, on_lost, clock
+        self.fired = False
+
+    def poll(self) -> bool:
+        """Whether the leadership is lost (calling `on_lost` the first time it is found so)."""
+        if not self.fired and not self.elector.leading():
+            self.fired = True
+            log.error("lease %s: renew deadline passed; leadership lost", self.elector.config.name)
+            self.on_lost()
+        return self.fired
+
+    def run(self, stop: threading.Event) -> None:
+        """Until `stop` or the loss: wake at each deadline (it moves on with each renewal)."""
+        while not self.poll():
+            deadline = self.elector.deadline()
+            wait = (
+                self.elector.config.retry_period_s if deadline is None else deadline - self._clock()
+            )
+            if stop.wait(max(0.001, wait)):
+                return

@@ -19,21 +19,26 @@ from typing import Any
 
 from kimi_operator.api.constants import API_VERSION, KIND
 from kimi_operator.api.problem import Problem
+from kimi_operator.api.status import progressing_reason
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
+from kimi_operator.conditions import TERMINATING
 from kimi_operator.controller.metrics import Metrics
 from kimi_operator.controller.queue import Clock, WorkQueue
 from kimi_operator.controller.retry import retry_delay, temporary
 from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.errors import ApiError, KubernetesError
+from kimi_operator.k8s.errors import ApiError, KubernetesError, NotLeading, OwnerTerminating
 from kimi_operator.k8s.events import post_warning
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
-from kimi_operator.reconcile import Outcome, reconcile
+from kimi_operator.reconcile import Outcome, reconcile, terminating
 
 log = logging.getLogger("kimi_operator")
 # Reasons that come with the watched object: a late or repeated one is skipped.
 EVENT_REASONS = frozenset({"create", "update", "resume"})
 Reconcile = Callable[..., Outcome]
+# How often every KimiDeployment is listed, to find one whose ADDED event a watch missed.
+RELIST_INTERVAL_S = 300.0
+UNEXPECTED = "unexpected"  # the errors counter's kind for a bug (an exception not from the API)
 # Validated once before the workers start: the engineArgs rules compile their patterns on first
 # use (0.2 s alone), under a lock that a burst's first reconciles would all wait on.
 WARM_UP = {
@@ -62,6 +67,8 @@ class Deployment:
 def trigger(event_type: str | None, obj: Mapping[str, Any]) -> str | None:
     """Why a KimiDeployment watch event calls for a reconcile, or None when it does not."""
     status = obj.get("status") or {}
+    if terminating(obj):  # status only, once: a deletion is no new spec
+        return None if progressing_reason(status) == TERMINATING else "terminating"
     if not status:
         return "create"
     if event_type is None:  # the listing at start-up: children may have drifted meanwhile
@@ -84,11 +91,14 @@ class Controller:
         *,
         workers: int = 16,
         resync_interval_s: float = 60.0,
+        relist_interval_s: float = RELIST_INTERVAL_S,
+        namespaces: Sequence[str] = (),
         clock: Clock = time.monotonic,
         reconcile_fn: Reconcile = reconcile,
     ) -> None:
         self.client, self.defaults, self.metrics = client, defaults, metrics
         self.workers, self.resync_interval_s = workers, resync_interval_s
+        self.relist_interval_s, self.namespaces = relist_interval_s, namespaces
         self.queue = WorkQueue(clock)
         self.deployments: dict[str, Deployment] = {}
         self._reconcile = reconcile_fn
@@ -152,9 +162,10 @@ class Controller:
         uid, reason = item
         try:
             self._sync(uid, reason)
-        except Exception:  # a bug must not end the worker: logged, retried at the resync
-            log.exception("reconcile of %s (%s) failed", uid, reason)
-            self.metrics.errors.labels("permanent").inc()
+        except Exception:  # a bug must not end the worker: logged with its traceback, retried
+            # at the resync, and counted apart from the API's refusals (an alert, a failed test)
+            log.exception("reconcile of %s (%s) raised unexpectedly", uid, reason)
+            self.metrics.errors.labels(UNEXPECTED).inc()
         finally:
             self.queue.done(uid)
         return True
@@ -232,6 +243,11 @@ class Controller:
         """Temporary failures are retried after their delay, permanent ones at the resync; the
         next reconcile prunes either way (a failure may have cut a scale-down short)."""
         state.failed = True
+        # Fenced (this replica is stepping down), or the owner being deleted since it was read:
+        # no failure, nothing to retry (the deletion's own event brings the status-only reconcile).
+        if isinstance(error, NotLeading | OwnerTerminating):
+            log.info("reconcile of %s/%s ended: %s", state.namespace, state.name, error)
+            return
         log.warning("reconcile of %s/%s failed: %s", state.namespace, state.name, error)
         if not (isinstance(error, ApiError) and temporary(error)):
             self.metrics.errors.labels("permanent").inc()
@@ -278,9 +294,31 @@ class Controller:
         while self.process_one():
             pass
 
+    def relist(self) -> int:
+        """List every KimiDeployment and queue those the controller does not know (an ADDED
+        event lost with a dropped watch: the resync revisits known ones only); how many."""
+        found = 0
+        for namespace in self.namespaces or (None,):
+            try:
+                listed = self.client.list(KIMI_DEPLOYMENT, namespace)
+            except KubernetesError as error:
+                log.warning("relisting KimiDeployments: %s; again at the next relist", error)
+                continue
+            known = self.known()
+            for obj in listed:
+                if obj["metadata"]["uid"] not in known:
+                    self.observe(None, obj)
+                    found += 1
+        return found
+
     def _resync_forever(self) -> None:
+        next_relist = time.monotonic() + self.relist_interval_s
         while not self._stopping.wait(self.resync_interval_s):
             self.resync()
+            if time.monotonic() >= next_relist:
+                next_relist = time.monotonic() + self.relist_interval_s
+                if self.relist():
+                    log.warning("relist found KimiDeployments no watch event announced")
 
 
 def post_warnings(client: Client, obj: Mapping[str, Any], problems: Sequence[Problem]) -> None:

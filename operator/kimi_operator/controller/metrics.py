@@ -23,7 +23,8 @@ class Metrics:
         )
         self.errors = Counter(
             "kimi_operator_reconcile_errors",
-            "Reconciles that failed, by kind: temporary (retried with backoff) or permanent.",
+            "Reconciles that failed, by kind: temporary (retried with backoff), permanent (an "
+            "API refusal, retried at the resync) or unexpected (a bug: logged with its traceback)",
             ["kind"],
             registry=self.registry,
         )

@@ -144,6 +144,19 @@ class OperatorProcess:
             text: str = response.read().decode()
             return text
 
+    def signal(self, signum: int) -> None:
+        """SIGSTOP freezes it (a long pause, a partition), SIGCONT wakes it."""
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float) -> int | None:
+        """Its exit code once it ends within `timeout`, else None."""
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
     def kill(self) -> None:
         """SIGKILL: no clean-up of any kind, as when a node dies or the OOM killer strikes."""
         if self.process is not None and self.process.poll() is None:

@@ -40,12 +40,14 @@ from kimi_operator.embedded import (
     apply_patch,
     discovery,
     namespaces,
+    paging,
     protobuf,
     rbac,
     tables,
     webhooks,
 )
 from kimi_operator.embedded.admission import CustomResource, Refused
+from kimi_operator.embedded.deletion import Collector, propagation_policy
 from kimi_operator.embedded.endpoints import Endpoints
 from kimi_operator.embedded.fieldsets import Schema
 
@@ -270,6 +272,9 @@ class Fault:
     retry_after: int | None = None
     delay_s: float = 0.0
     drop_watch: bool = False
+    # With drop_watch: the stream goes silent instead (open, no event nor bookmark ever again),
+    # as a connection lost without a reset does.
+    silent: bool = False
     message: str = ""  # the error answer's message ("injected <kind>" when empty)
 
     @property
@@ -277,7 +282,7 @@ class Fault:
         """The label faults are counted under: conflict, throttle, server-error, timeout,
         watch-drop, or http-<status>."""
         if self.drop_watch:
-            return "watch-drop"
+            return "watch-silence" if self.silent else "watch-drop"
         if self.delay_s and not self.status:
             return "timeout"
         return {409: "conflict", 429: "throttle"}.get(
@@ -324,8 +329,11 @@ class ApiServer(kmock.KubernetesEmulator):
     # The stored ValidatingWebhookConfigurations (None: to be read again after a write to them).
     _webhooks: list[dict[str, Any]] | None = attrs.field(default=None, init=False)
 
+    _deletion: Collector = attrs.field(init=False)  # propagation policies (embedded.deletion)
+
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
+        self._deletion = Collector(self.objects, self._announce, self._next_version)
         for key, info in BUILT_IN.items():
             self.resources[key] = info
         for name in namespaces.INITIAL:
@@ -353,6 +361,9 @@ class ApiServer(kmock.KubernetesEmulator):
     def clear_faults(self) -> None:
         """Forget the faults not yet used up (the counts of those answered stay)."""
         self._faults.clear()
+
+    async def _announce(self, resource: kmock.resource, kind: str, obj: dict[str, Any]) -> None:
+        await self._buses[resource].put({"type": kind, "object": obj})
 
     def _next_version(self) -> str:
         self._version += 1
@@ -564,8 +575,10 @@ class ApiServer(kmock.KubernetesEmulator):
             replayed = initial and event["type"] == "ADDED" and version <= since
             if replayed or not namespaces.selected(event["object"], request.url.query):
                 continue
-            newer = version > since
-            if newer and self._fault_for(request, streaming=True) is not None:
+            fault = self._fault_for(request, streaming=True) if version > since else None
+            if fault is not None and fault.silent:
+                await asyncio.Event().wait()  # until the client gives up on it
+            if fault is not None:
                 line = json.dumps(event).encode()
                 yield line[: len(line) // 2]
                 raw = request._raw_request  # private in kmock: no public way to cut a stream
@@ -794,7 +807,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 self._authorizer = None  # roles or bindings changed
             if resource.plural == webhooks.CONFIGURATIONS:
                 self._webhooks = None
-            if request.action == action.DELETE:
+            if request.action == action.DELETE or self._deletion.terminating:
                 await self._collect_garbage()
             elif request.action == action.CREATE:
                 await self._collect_orphan(key_of(request, resource))
@@ -913,13 +926,17 @@ class ApiServer(kmock.KubernetesEmulator):
     async def _list(
         self, request: kmock.Request, resource: kmock.resource
     ) -> aiohttp.web.StreamResponse:
-        """A list with its kind, narrowed by label and field selectors; a Table when asked."""
+        """A list with its kind, narrowed by label and field selectors, in pages
+        (embedded.paging); a Table when asked."""
         api_version, kind = self._kind(resource)
         async with self._lock:
             items = self._rows(request, resource)
         if tables.wanted(request.headers.get("Accept", "")):
             return self._table(request, resource, items)
-        body = namespaces.list_of(kind, api_version, items, str(self._version))
+        version = str(self._version)
+        paged = paging.page(items, request.url.query, version)
+        body = namespaces.list_of(kind, api_version, paged["items"], version)
+        body["metadata"] = paged["metadata"]
         return aiohttp.web.json_response(body)
 
     async def _direct(
@@ -973,15 +990,8 @@ class ApiServer(kmock.KubernetesEmulator):
                     obj.delete()
                     await self._buses[resource].put({"type": "DELETED", "object": raw})
                 return aiohttp.web.json_response(raw, headers=_warned(warnings))
-            if obj.get("metadata", {}).get("finalizers"):  # delete: wait for the finalizers
-                stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                obj.patch({"metadata": {"deletionTimestamp": stamp}})
-                await self._buses[resource].put({"type": "MODIFIED", "object": obj.raw})
-                return aiohttp.web.json_response(obj.raw)
-            raw = obj.raw
-            obj.delete()
-            await self._buses[resource].put({"type": "DELETED", "object": raw})
-            return aiohttp.web.json_response(raw)
+            policy = propagation_policy(request.url.query, request.data)
+            return aiohttp.web.json_response(await self._deletion.delete(key, obj, policy))
 
     async def _scale(
         self, request: kmock.Request, resource: kmock.resource
@@ -1075,6 +1085,8 @@ class ApiServer(kmock.KubernetesEmulator):
         """Delete every object whose owners are all gone, until none is left; an object that
         keeps some owner loses its references to the others (as Kubernetes' collector does)."""
         while True:
+            if await self._deletion.settle():
+                continue
             alive = self._live_uids()
             orphans = []
             for key, obj in self.objects.items():

@@ -7,15 +7,16 @@ annotation on the child.
 """
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.errors import NotOwned
+from kimi_operator.k8s.errors import NotOwned, OwnerTerminating
 from kimi_operator.k8s.resources import BY_KIND
 
 APPLIED_ANNOTATION = "kimi-operator.io/applied-spec"
+GONE = "the owner is gone or being deleted"
 
 
 def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,6 +126,16 @@ def _label(obj: Mapping[str, Any]) -> str:
     return f"{obj['kind']}/{obj['metadata']['name']}"
 
 
+def owner_is_current(client: Client, owner: Mapping[str, Any]) -> bool:
+    """Read afresh: whether `owner` still exists, as the same object, and is not being deleted.
+    Asked before adopting an orphan (as client-go's ControllerRefManager does): the reconcile's
+    copy of the owner may predate an orphan deletion, whose orphans must stay orphans."""
+    meta = owner["metadata"]
+    found = client.get(BY_KIND[owner["kind"]], meta["namespace"], meta["name"])
+    found_meta = (found or {}).get("metadata") or {}
+    return found_meta.get("uid") == meta["uid"] and not found_meta.get("deletionTimestamp")
+
+
 def apply_child(
     client: Client,
     desired: Mapping[str, Any],
@@ -132,9 +143,12 @@ def apply_child(
     into: Applied,
     *,
     likely_missing: bool = False,
+    owner_current: Callable[[], bool] = lambda: True,
 ) -> None:
     """Create, patch or leave alone one child. `likely_missing` (a deployment never reconciled
-    before): try to create first and read only if the name is taken."""
+    before): try to create first and read only if the name is taken. `owner_current`: asked
+    before a child found missing is created again or an orphan adopted (a garbage collector
+    may have removed it because the owner is being deleted since this reconcile read it)."""
     resource = BY_KIND[desired["kind"]]
     namespace, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
     if likely_missing and client.create_if_absent(resource, desired):
@@ -143,14 +157,19 @@ def apply_child(
         return
     actual = client.get(resource, namespace, name)
     if actual is None:
+        if not owner_current():
+            raise OwnerTerminating(f"{resource.kind} {namespace}/{name} not created: {GONE}")
         into.live.append(client.create(resource, desired))
         into.created.append(_label(desired))
         return
-    if not owned_by(actual, owner_uid) and not adoptable(actual, desired):
-        raise NotOwned(
-            f"{resource.kind} {namespace}/{name} exists and is not owned by this KimiDeployment; "
-            "rename the deployment or delete that object"
-        )
+    if not owned_by(actual, owner_uid):
+        if not adoptable(actual, desired):
+            raise NotOwned(
+                f"{resource.kind} {namespace}/{name} exists and is not owned by this "
+                "KimiDeployment; rename the deployment or delete that object"
+            )
+        if not owner_current():
+            raise OwnerTerminating(f"{resource.kind} {namespace}/{name} not adopted: {GONE}")
     patch = drift_patch(actual, desired)
     if patch is None:
         into.live.append(actual)

@@ -18,16 +18,23 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from kimi_operator.k8s.errors import ApiError
+from kimi_operator.k8s.errors import ApiError, NotLeading
+from kimi_operator.k8s.ratelimit import TokenBucket
 from kimi_operator.k8s.resources import Resource
 
 MERGE_PATCH = "application/merge-patch+json"
 WATCH_TIMEOUT_S = 300  # the server ends each watch after this; it is resumed from the last version
+# A watch with neither event nor bookmark this long is taken for a dead connection and resumed
+# (kube-apiserver sends a bookmark about every minute; kopf waits 70 s too).
+WATCH_INACTIVITY_S = 70.0
+LIST_PAGE_SIZE = 500  # objects per page of a list (limit/continue)
 
 # A request's body (encoded), query and content type.
 Request = tuple[bytes | None, Mapping[str, str] | None, str]
 # (verb, kind, HTTP status or 0 for no answer): observed after every request, for metrics.
 RequestHook = Callable[[str, str, int], None]
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+LEASE_KIND = "Lease"  # the election's own writes are never fenced
 
 
 def load_configuration(server: str | None = None, token: str | None = None) -> Any:
@@ -45,40 +52,6 @@ def load_configuration(server: str | None = None, token: str | None = None) -> A
     except k8s_config.ConfigException:
         k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     return configuration
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """How to reach and authenticate to the API server, from a `kubernetes` Configuration."""
-
-    server: str
-    ca_path: str | None
-    insecure: bool
-    username: str | None
-    password: str | None
-    scheme: str | None  # "Bearer" with `token`
-    token: str | None
-    certificate_path: str | None
-    private_key_path: str | None
-
-
-def credentials(configuration: Any) -> Credentials:
-    """Read afresh on every call: in-cluster tokens rotate."""
-    scheme, token = None, None
-    bearer = configuration.get_api_key_with_prefix("authorization") or ""
-    if bearer:
-        scheme, _, token = bearer.partition(" ")
-    return Credentials(
-        server=configuration.host,
-        ca_path=configuration.ssl_ca_cert,
-        insecure=not configuration.verify_ssl,
-        username=configuration.username or None,
-        password=configuration.password or None,
-        scheme=scheme,
-        token=token,
-        certificate_path=configuration.cert_file,
-        private_key_path=configuration.key_file,
-    )
 
 
 def classify(verb: str, what: str, status: int, body: bytes, retry_after: str | None) -> ApiError:
@@ -104,28 +77,50 @@ class Client:
         discovery_ttl_s: float = 30.0,
         pool_size: int = 32,
         on_request: RequestHook | None = None,
+        rate_limit: TokenBucket | None = None,
+        watch_inactivity_s: float = WATCH_INACTIVITY_S,
+        page_size: int = LIST_PAGE_SIZE,
     ) -> None:
         configuration.connection_pool_maxsize = pool_size
         self._api = k8s_client.ApiClient(configuration)
         self.host: str = configuration.host
         self._pool: urllib3.PoolManager = self._api.rest_client.pool_manager
         self._timeout = urllib3.Timeout(connect=5.0, read=timeout_s)
-        # A watch is quiet for long stretches; the server ends it after WATCH_TIMEOUT_S.
-        self._watch_timeout = urllib3.Timeout(connect=5.0, read=WATCH_TIMEOUT_S + 30)
+        # Bookmarks keep a live watch talking; silence this long is a dead connection.
+        self._watch_timeout = urllib3.Timeout(connect=5.0, read=watch_inactivity_s)
+        self._rate_limit, self._page_size = rate_limit, page_size
         self._discovery_ttl_s = discovery_ttl_s
         self._discovered: dict[str, tuple[float, frozenset[str]]] = {}
         self._discovering = threading.Lock()
         self._on_request = on_request
+        # Asked before every write but the Lease's: with leader election, whether this replica
+        # still holds a fresh Lease (controller/leader.py). None: no leader election.
+        self.fence: Callable[[], bool] | None = None
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
 
-    def _send(
-        self, what: tuple[str, str], method: str, path: str, request: Request, stream: bool
+    def _send(  # noqa: PLR0917 (a private helper: what, method, path, request, stream)
+        self,
+        what: tuple[str, str],
+        method: str,
+        path: str,
+        request: Request,
+        stream: bool,
+        timeout_s: float | None = None,
     ) -> urllib3.BaseHTTPResponse:
         """The response to one request; `what` is (verb, kind), for metrics and messages;
-        `stream`: its body not read yet."""
+        `stream`: its body not read yet; `timeout_s`: the whole request's bound, instead of the
+        client's timeouts. A write is refused (`NotLeading`) when the fence says so."""
         (verb, kind), (body, query, content_type) = what, request
+        fence = self.fence
+        if method in WRITE_METHODS and kind != LEASE_KIND and fence is not None and not fence():
+            raise NotLeading(f"{verb} {kind} {path}: refused: this replica is not the leader")
+        if self._rate_limit is not None and kind != LEASE_KIND:  # renewals never wait their turn
+            self._rate_limit.wait()
+        timeout = self._watch_timeout if stream else self._timeout
+        if timeout_s is not None:
+            timeout = urllib3.Timeout(total=timeout_s)
         headers = {"Accept": "application/json", "Content-Type": content_type}
         self._api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
         url = self.host + path + (f"?{urlencode(query)}" if query else "")
@@ -137,7 +132,7 @@ class Client:
                 url,
                 body=body,
                 headers=headers,
-                timeout=self._watch_timeout if stream else self._timeout,
+                timeout=timeout,
                 # No retrying inside urllib3: it would sleep out a 429's or 503's Retry-After on
                 # GET and DELETE in the reconcile thread, unseen by the status and the metrics.
                 retries=False,
@@ -162,11 +157,13 @@ class Client:
         missing_ok: bool = False,
         exists_ok: bool = False,
         decode: bool = True,
+        timeout_s: float | None = None,
     ) -> Any:
         """The decoded JSON answer ({} unless `decode`); None for a 404 when `missing_ok`, a 409
         when `exists_ok`."""
         encoded = None if body is None else json.dumps(body).encode()
-        response = self._send((verb, kind), method, path, (encoded, query, content_type), False)
+        request = (encoded, query, content_type)
+        response = self._send((verb, kind), method, path, request, False, timeout_s)
         status, data = response.status, response.data
         if (status == 404 and missing_ok) or (status == 409 and exists_ok):
             return None
@@ -193,10 +190,12 @@ class Client:
                 cached = self._discovered[path] = (now + self._discovery_ttl_s, plurals)
         return resource.plural in cached[1]
 
-    def get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(
+        self, resource: Resource, namespace: str, name: str, *, timeout_s: float | None = None
+    ) -> dict[str, Any] | None:
         path = resource.item(namespace, name)
         found: dict[str, Any] | None = self._request(
-            "get", resource.kind, "GET", path, missing_ok=True
+            "get", resource.kind, "GET", path, missing_ok=True, timeout_s=timeout_s
         )
         return found
 
@@ -204,15 +203,17 @@ class Client:
         self, resource: Resource, namespace: str | None = None, *, label_selector: str = ""
     ) -> list[dict[str, Any]]:
         """Every object of `resource` in `namespace` (or in all namespaces) with the labels."""
-        path = _collection_path(resource, namespace)
-        query = {"labelSelector": label_selector} if label_selector else None
-        answer = self._request("list", resource.kind, "GET", path, query=query)
-        items: list[dict[str, Any]] = answer.get("items", [])
-        return items
+        found = self._pages(resource, namespace, label_selector, missing_ok=False)
+        assert found is not None  # a 404 raised
+        return found.items
 
-    def create(self, resource: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+    def create(
+        self, resource: Resource, body: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         path = resource.collection(body["metadata"]["namespace"])
-        created: dict[str, Any] = self._request("create", resource.kind, "POST", path, body=body)
+        created: dict[str, Any] = self._request(
+            "create", resource.kind, "POST", path, body=body, timeout_s=timeout_s
+        )
         return created
 
     def create_if_absent(self, resource: Resource, body: Mapping[str, Any]) -> bool:
@@ -241,21 +242,26 @@ class Client:
         )
         return patched
 
-    def replace(self, resource: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+    def replace(
+        self, resource: Resource, body: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         """PUT the whole object. With `metadata.resourceVersion` it is a compare-and-swap: a
         409 `ApiError` when the object changed since that version was read."""
         meta = body["metadata"]
         path = resource.item(meta["namespace"], meta["name"])
         replaced: dict[str, Any] = self._request(
-            "replace", resource.kind, "PUT", path, body=dict(body)
+            "replace", resource.kind, "PUT", path, body=dict(body), timeout_s=timeout_s
         )
         return replaced
 
-    def delete(self, resource: Resource, namespace: str, name: str) -> bool:
-        """False when it was already gone. What it owns goes too, in the background (a Job's
-        default for a plain DELETE is to orphan its pods)."""
+    def delete(
+        self, resource: Resource, namespace: str, name: str, *, propagation: str = "Background"
+    ) -> bool:
+        """False when it was already gone. What it owns goes too, in the background by default
+        (a Job's default for a plain DELETE is to orphan its pods); `propagation`: Foreground or
+        Orphan, as `kubectl delete --cascade` sends them."""
         path = resource.item(namespace, name)
-        query = {"propagationPolicy": "Background"}
+        query = {"propagationPolicy": propagation}
         answer = self._request(
             "delete", resource.kind, "DELETE", path, query=query, missing_ok=True
         )
@@ -269,20 +275,44 @@ class Client:
         label_selector: str = "",
         limit: int | None = None,
     ) -> "Listing | None":
-        """The collection's resourceVersion, where a watch starts, and its objects (the first
-        `limit` of them); None when `resource` is not served (its CRD not installed)."""
-        query = {
-            **({"limit": str(limit)} if limit is not None else {}),
-            **({"labelSelector": label_selector} if label_selector else {}),
-        }
+        """The collection's resourceVersion, where a watch starts, and its objects (all of
+        them, page by page, or the first `limit`); None when `resource` is not served (its CRD
+        not installed)."""
+        return self._pages(resource, namespace, label_selector, missing_ok=True, limit=limit)
+
+    def _pages(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        label_selector: str,
+        *,
+        missing_ok: bool,
+        limit: int | None = None,
+    ) -> "Listing | None":
+        """A list read in pages of `page_size` (limit and continue, as client-go's pager); the
+        version is the first page's, the snapshot the later pages continue. An expired continue
+        token is a 410 `ApiError`."""
         path = _collection_path(resource, namespace)
-        answer = self._request(
-            "list", resource.kind, "GET", path, query=query or None, missing_ok=True
-        )
-        if answer is None:
-            return None
-        version = str((answer.get("metadata") or {}).get("resourceVersion", ""))
-        return Listing(version, answer.get("items") or [])
+        selector = {"labelSelector": label_selector} if label_selector else {}
+        version, token = "", ""
+        items: list[dict[str, Any]] = []
+        while True:
+            query = {
+                "limit": str(limit or self._page_size),
+                **selector,
+                **({"continue": token} if token else {}),
+            }
+            answer = self._request(
+                "list", resource.kind, "GET", path, query=query, missing_ok=missing_ok
+            )
+            if answer is None:
+                return None
+            meta = answer.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion", ""))
+            items += answer.get("items") or []
+            token = meta.get("continue") or ""
+            if limit is not None or not token:
+                return Listing(version, items)
 
     def watch(
         self, resource: Resource, namespace: str | None, *, version: str, label_selector: str = ""

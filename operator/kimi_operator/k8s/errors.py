@@ -18,3 +18,13 @@ class ApiError(KubernetesError):
 
 class NotOwned(KubernetesError):
     """A child's name is taken by an object this KimiDeployment does not own."""
+
+
+class NotLeading(KubernetesError):
+    """A write refused by the client itself: this replica does not hold a fresh Lease (it lost
+    the leadership, or cannot tell that it still has it), so another may be leading."""
+
+
+class OwnerTerminating(KubernetesError):
+    """A child not created again nor adopted: its KimiDeployment, read afresh, is gone or being
+    deleted (the reconcile's copy was older)."""

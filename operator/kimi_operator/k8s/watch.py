@@ -1,18 +1,23 @@
 """Lean list-and-watch: the KimiDeployments, and the children whose status the operator reports
 (LeaderWorkerSets, ComputeDomains, the weights caches' Jobs and claims).
 
-Each watch is the client-go pattern: list for a resourceVersion, watch from it with bookmarks,
-list again on 410 Gone, reconnect from the last version seen after a dropped stream, and wait
-quietly while the resource is not served (its CRD not installed). A watch runs in a thread of its
-own on the operator's one HTTP client (`Client.watch`) and hands each event to a callback that
-must not block (the controller's only enqueue: docs/architecture.md, "The controller loop").
-A child event costs one JSON decode: all the operator needs from it is which KimiDeployment to
-refresh (`owners_to_refresh`); a KimiDeployment watch hands whole objects, and the objects of
-each listing with the event type None (as after a restart: children may have drifted meanwhile).
+Each watch is the client-go pattern (docs/architecture.md, "Watches"): list for a
+resourceVersion, watch from it with bookmarks, resume from the last version seen after a dropped
+or silent stream (no event nor bookmark for `Client`'s inactivity timeout), list again only on
+410 Gone, retry after a jittered delay, and wait quietly while the resource is not served (its
+CRD not installed). A watch runs in a thread of its own on the operator's one HTTP client
+(`Client.watch`) and hands each event to a callback that must not block (the controller's only
+enqueue). A child event costs one JSON decode: all the operator needs from it is which
+KimiDeployment to refresh (`owners_to_refresh`). A KimiDeployment watch hands whole objects, and
+the objects of each listing with the event type None (as after a restart: children may have
+drifted meanwhile). A child watch lists one object at first, for the version only; after a 410
+it lists them all and hands them on as RELISTED: one that changed during the gap is not lost.
+A watch whose thread died of an unexpected error says so (`failed`; /healthz fails on it).
 """
 
 import json
 import logging
+import random
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -31,6 +36,7 @@ OwnerChanged = Callable[[str], None]
 RETRY_S = 5.0
 NOT_SERVED_RETRY_S = 30.0
 GONE = 410
+RELISTED = "RELISTED"  # a child listed again after 410 Gone: it may have changed meanwhile
 
 
 def owners_to_refresh(event_type: str | None, obj: Mapping[str, Any]) -> list[str]:
@@ -38,7 +44,7 @@ def owners_to_refresh(event_type: str | None, obj: Mapping[str, Any]) -> list[st
     change what their status says: a status appeared or changed, or the object is gone. A child
     the operator has just created has no status yet: nothing to refresh. The KimiDeployment that
     controls the object; for a shared weights cache (no controller), every one using it."""
-    if event_type not in ("ADDED", "MODIFIED", "DELETED"):
+    if event_type not in ("ADDED", "MODIFIED", "DELETED", RELISTED):
         return []
     if event_type != "DELETED" and not obj.get("status"):
         return []
@@ -99,6 +105,9 @@ class Watch:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._stream: WatchStream | None = None
+        self.failed: BaseException | None = None  # what ended `run` unexpectedly
+        self.version: str | None = None  # the last resourceVersion seen; None: list first
+        self._not_served_said = False
 
     def stop(self) -> None:
         """Ends `run`, at once even when a watch is waiting for the next event."""
@@ -108,43 +117,59 @@ class Watch:
                 self._stream.interrupt()
 
     def run(self) -> None:
-        not_served_said = False
+        try:
+            self._run()
+        except Exception as error:  # a bug: logged, and /healthz fails on it (runner.healthy)
+            log.exception("watching %s: the watch thread died", self.resource.kind)
+            self.failed = error
+
+    def _run(self) -> None:
+        relisting = False  # a child watch lists every object after a 410, and hands them on
         while not self._stopping.is_set():
             try:
-                listing = self.client.listing(
-                    self.resource,
-                    self.namespace,
-                    label_selector=self.label_selector,
-                    limit=None if self.with_items else 1,
-                )
-                if listing is None:
-                    if not not_served_said:
-                        log.info(
-                            "%s is not served; looking again every %.0f s",
-                            self.resource.kind,
-                            self.not_served_retry_s,
-                        )
-                        not_served_said = True
-                    self._stopping.wait(self.not_served_retry_s)
-                    continue
-                not_served_said = False
-                version = listing.version
-                for item in listing.items if self.with_items else ():
-                    self.on_event(None, item)
-                while not self._stopping.is_set():
-                    version = self._watch(version)
+                if self.version is None:
+                    self.version = self._list(handing_on=self.with_items or relisting)
+                    if self.version is None:
+                        self._stopping.wait(self.not_served_retry_s)
+                        continue
+                self._watch(self.version)  # ended by the server: resumed from the last version
             except (ApiError, ValueError) as error:
                 if isinstance(error, ApiError) and error.code == GONE:
+                    self.version, relisting = None, True
                     continue
                 if self._stopping.is_set():
                     return
-                log.warning(
-                    "watching %s: %s; again in %.0f s", self.resource.kind, error, self.retry_s
-                )
-                self._stopping.wait(self.retry_s)
+                delay = self.retry_s * random.uniform(1.0, 2.0)  # jitter, as client-go's
+                log.warning("watching %s: %s; resuming in %.1f s", self.resource.kind, error, delay)
+                self._stopping.wait(delay)
 
-    def _watch(self, version: str) -> str:
-        """Stream events until the server ends the watch; the last resourceVersion seen."""
+    def _list(self, *, handing_on: bool) -> str | None:
+        """The collection's resourceVersion (None: not served), its objects handed on when
+        `handing_on` (all of them: the client reads every page)."""
+        listing = self.client.listing(
+            self.resource,
+            self.namespace,
+            label_selector=self.label_selector,
+            limit=None if handing_on else 1,
+        )
+        if listing is None:
+            if not self._not_served_said:
+                log.info(
+                    "%s is not served; looking again every %.0f s",
+                    self.resource.kind,
+                    self.not_served_retry_s,
+                )
+                self._not_served_said = True
+            return None
+        self._not_served_said = False
+        event_type = None if self.with_items else RELISTED
+        for item in listing.items if handing_on else ():
+            self.on_event(event_type, item)
+        return listing.version
+
+    def _watch(self, version: str) -> None:
+        """Stream events until the server ends the watch, keeping the last resourceVersion seen
+        (`version`: a dropped stream resumes from there)."""
         stream = self.client.watch(
             self.resource, self.namespace, version=version, label_selector=self.label_selector
         )
@@ -155,11 +180,10 @@ class Watch:
                 stream.interrupt()
             with stream:
                 for event in json_lines(stream.chunks()):
-                    version = self._handle(event) or version
+                    self.version = self._handle(event) or self.version
         finally:
             with self._lock:
                 self._stream = None
-        return version
 
     def _handle(self, event: Mapping[str, Any]) -> str | None:
         """Hand the event on (a bookmark only moves the version); its resourceVersion."""

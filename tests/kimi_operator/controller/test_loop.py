@@ -257,3 +257,57 @@ def test_a_deployment_created_again_under_its_name_stays_counted(client: Countin
     assert harness.run_due() == 1
     assert list(harness.controller.deployments) == [new]
     assert set(harness.controller.metrics.deployments_by_condition().values()) == {1}
+
+
+def error_counts(controller: Controller) -> dict[str, float]:
+    sample = controller.metrics.registry.get_sample_value
+    return {
+        kind: sample("kimi_operator_reconcile_errors_total", {"kind": kind}) or 0.0
+        for kind in ("temporary", "permanent", "unexpected")
+    }
+
+
+def test_a_bug_is_counted_apart_from_the_api_s_refusals(
+    client: CountingClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 403 is the API refusing (permanent); an exception from our own code is a bug: its own
+    kind, logged with its traceback, so that an alert or a test can tell them apart."""
+    harness = Harness(client)
+    created(client, harness, "refused")
+
+    def forbidden(outcome: Outcome) -> Outcome:
+        outcome.error = ApiError("create Service: HTTP 403", code=403)
+        return outcome
+
+    harness.after = forbidden
+    assert harness.run_due() == 1
+    assert error_counts(harness.controller) == {"temporary": 0, "permanent": 1, "unexpected": 0}
+
+    def broken(_: Outcome) -> Outcome:
+        raise KeyError("a bug")
+
+    harness.after = broken
+    created(client, harness, "buggy")
+    assert harness.run_due() == 1
+    assert error_counts(harness.controller) == {"temporary": 0, "permanent": 1, "unexpected": 1}
+    (record,) = [r for r in caplog.records if "raised unexpectedly" in r.getMessage()]
+    assert record.exc_info is not None
+    assert record.exc_info[0] is KeyError
+
+
+def test_a_relist_finds_a_deployment_whose_added_event_was_missed(
+    client: CountingClient,
+) -> None:
+    """The resync revisits known deployments only: one created while the watch was down (no
+    ADDED event) is found by the periodic relist, and only that one."""
+    harness = Harness(client)
+    harness.controller.namespaces = ("relisting",)  # the module's server holds others' too
+    announced = client.create(KIMI_DEPLOYMENT, deployment("announced", "relisting"))
+    harness.controller.observe("ADDED", announced)
+    assert harness.run_due() == 1
+    missed = client.create(KIMI_DEPLOYMENT, deployment("missed", "relisting"))
+    assert harness.controller.relist() == 1
+    assert missed["metadata"]["uid"] in harness.controller.known()
+    assert harness.run_due() == 1
+    assert client.get(SERVICE, "relisting", "missed") is not None
+    assert harness.controller.relist() == 0

@@ -75,6 +75,16 @@ def line(kind: str, obj: Any) -> bytes:
     return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
 
 
+async def started(app: aiohttp.web.Application) -> tuple[aiohttp.web.AppRunner, int]:
+    """`app` served on 127.0.0.1: its runner (to clean up) and port."""
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port: int = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, port
+
+
 async def watch_against(
     lists: list[Script],
     watches: list[Script],
@@ -83,6 +93,7 @@ async def watch_against(
     watches_wanted: int = 1,
     token: str | None = None,
     with_items: bool = False,
+    inactivity_s: float = 70.0,
 ) -> tuple[list[str], list[dict[str, str]], list[aiohttp.web.Request]]:
     """Run a child watch against a server answering its lists and watches in turn (the last
     answer repeats) until `wanted` owners were refreshed and `watches_wanted` watches made; the
@@ -99,11 +110,7 @@ async def watch_against(
     app = aiohttp.web.Application()
     app[STOPPING] = asyncio.Event()
     app.router.add_get("/{tail:.*}", serve)
-    runner = aiohttp.web.AppRunner(app)
-    await runner.setup()
-    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await started(app)
     configuration = load_configuration(f"http://127.0.0.1:{port}")
     if token is not None:
         configuration.api_key = {"authorization": token}
@@ -117,7 +124,7 @@ async def watch_against(
         owners.append(f"{event_type} {obj['metadata']['name']}")
 
     watch = Watch(
-        Client(configuration),
+        Client(configuration, watch_inactivity_s=inactivity_s),
         LEADER_WORKER_SET,
         "inference",
         handed if with_items else refreshing(owners.append),
@@ -277,7 +284,7 @@ def test_a_watch_of_whole_objects_hands_each_listing_on_then_the_events() -> Non
     )
     assert handed == ["None a", "None b", "MODIFIED a", "DELETED a", "None b", "ADDED c"]
     lists = [dict(r.query) for r in requests if r.query.get("watch") != "true"]
-    assert all("limit" not in q for q in lists)  # every object, not one for the version
+    assert all(q["limit"] == "500" for q in lists)  # every object, a page at a time
     assert [q.get("resourceVersion") for q in queries[:2]] == ["5", "9"]
 
 
@@ -293,3 +300,99 @@ def test_a_child_watch_lists_one_object_for_the_version_only() -> None:
     lists = [dict(r.query) for r in requests if r.query.get("watch") != "true"]
     assert lists
     assert all(q["limit"] == "1" for q in lists)
+
+
+def lists_of(requests: list[aiohttp.web.Request]) -> list[dict[str, str]]:
+    return [dict(r.query) for r in requests if r.query.get("watch") != "true"]
+
+
+def test_a_dropped_stream_resumes_from_the_last_version_without_listing_again() -> None:
+    owners, queries, requests = asyncio.run(
+        watch_against(
+            [listed("5")],
+            [
+                watched(line("MODIFIED", child(owner("a"), {"r": 1}, "7")), b"not json\n"),
+                watched(line("MODIFIED", child(owner("b"), {"r": 1}, "9"))),
+                hang,
+            ],
+            wanted=2,
+            watches_wanted=3,
+        )
+    )
+    assert owners == ["a", "b"]
+    assert [q.get("resourceVersion") for q in queries[:3]] == ["5", "7", "9"]
+    assert len(lists_of(requests)) == 1  # a list only at the start: none on a dropped stream
+
+
+def test_a_silent_stream_is_taken_for_dead_and_resumed() -> None:
+    """No event nor bookmark within the inactivity timeout: the connection is presumed dead (a
+    read timeout, not the 5 minutes the server's own timeout would take) and the watch resumes
+    from its version."""
+
+    async def silent(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        response = await stream(request, b"")
+        await asyncio.sleep(3)  # longer than the inactivity timeout; then a late end
+        return response
+
+    owners, queries, requests = asyncio.run(
+        watch_against(
+            [listed("5")],
+            [silent, watched(line("MODIFIED", child(owner("a"), {"r": 1}, "6"))), hang],
+            wanted=1,
+            watches_wanted=2,
+            inactivity_s=0.3,
+        )
+    )
+    assert owners == ["a"]
+    assert [q.get("resourceVersion") for q in queries[:2]] == ["5", "5"]
+    assert len(lists_of(requests)) == 1
+
+
+def test_children_listed_again_after_gone_are_handed_on() -> None:
+    """A child that became Ready while the watch was too far behind (410) refreshes its owner
+    from the new listing, not at the next resync."""
+    gone = line("ERROR", {"kind": "Status", "code": 410, "message": "too old"})
+    owners, _, requests = asyncio.run(
+        watch_against(
+            [
+                listed("5", child(owner("a"), {"r": 1}, "4")),
+                listed("9", child(owner("b"), {"readyReplicas": 1}, "8")),
+            ],
+            [watched(gone), hang],
+            wanted=1,
+            watches_wanted=2,
+        )
+    )
+    assert owners == ["b"]  # the first listing (for the version) refreshes nothing
+    limits = [q["limit"] for q in lists_of(requests)]
+    assert limits[:2] == ["1", "500"]
+
+
+def test_a_watch_whose_handler_raises_dies_saying_so() -> None:
+    def broken(*_: object) -> None:
+        raise RuntimeError("a bug in a handler")
+
+    async def run() -> Watch:
+        async def serve(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+            if request.query.get("watch") == "true":
+                return await stream(request, line("MODIFIED", child(owner("a"), {"r": 1}, "6")))
+            return await listed("5")(request)
+
+        app = aiohttp.web.Application()
+        app.router.add_get("/{tail:.*}", serve)
+        runner, port = await started(app)
+        watch = Watch(
+            Client(load_configuration(f"http://127.0.0.1:{port}")),
+            LEADER_WORKER_SET,
+            "inference",
+            broken,
+        )
+        thread = threading.Thread(target=watch.run, daemon=True)
+        thread.start()
+        await asyncio.to_thread(thread.join, 10)
+        await runner.cleanup()
+        assert not thread.is_alive()
+        return watch
+
+    watch = asyncio.run(run())
+    assert isinstance(watch.failed, RuntimeError)

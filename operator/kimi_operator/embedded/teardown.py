@@ -1,0 +1,189 @@
+"""Reliability scenarios of a real cluster's teardowns and partitions, with their audit: deletions
+with each propagation policy while the deployments are held terminating by a finalizer, and a
+leader frozen (SIGSTOP) in the middle of a burst, then woken (SIGCONT) after the standby
+converged. Used by benchmarks/reliability.py, tests/integration/reliability and
+tests/integration/test_deposed_leader.py.
+
+The audit, checked on the server's thread after every write (`TerminatingWatch`): no child is
+created for a terminating owner; and after the deletions, none outlives its owner but the
+orphans asked for (which keep no ownerReference), and no child exists twice (embedded.audit).
+"""
+
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimi_operator.embedded.audit import Audit, audit
+from kimi_operator.embedded.processes import OperatorProcess, metric_total, wait
+from kimi_operator.embedded.reliability import NAMESPACE, converge, create_all, deployment
+from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
+from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.resources import CHILD_RESOURCES, KIMI_DEPLOYMENT
+
+HOLD = "reliability.example.com/hold"  # someone else's finalizer: the owner stays terminating
+POLICIES = ("Foreground", "Orphan", "Background")
+EXIT_LEADERSHIP_LOST = 3
+CHILD_PLURALS = frozenset(r.plural for r in CHILD_RESOURCES)
+
+
+class TerminatingWatch:
+    """An observer of the embedded server: the children that appeared for a KimiDeployment
+    after its deletion began (`created`, as "Kind namespace/name")."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+        self._known: dict[str, set[str]] = {}  # terminating owner uid -> child uids then
+
+    def __call__(self, server: ApiServer) -> None:
+        terminating = {
+            kd["metadata"]["uid"]
+            for kd in server.stored(KIMI_DEPLOYMENT.plural)
+            if kd["metadata"].get("deletionTimestamp")
+        }
+        if not terminating:
+            return
+        children: dict[str, list[dict[str, Any]]] = {}  # owner uid -> its children now
+        for plural in CHILD_PLURALS:
+            for child in server.stored(plural):
+                for ref in child["metadata"].get("ownerReferences") or []:
+                    if ref.get("uid") in terminating:
+                        children.setdefault(ref["uid"], []).append(child)
+        for owner in terminating:
+            now = children.get(owner, [])
+            known = self._known.setdefault(owner, {c["metadata"]["uid"] for c in now})
+            for child in now:
+                meta = child["metadata"]
+                if meta["uid"] not in known:
+                    known.add(meta["uid"])
+                    self.created.append(f"{child.get('kind')} {meta['namespace']}/{meta['name']}")
+
+
+@dataclass
+class DeletionReport:
+    deletions: dict[str, int] = field(default_factory=dict)  # by propagation policy
+    created_for_terminating: list[str] = field(default_factory=list)
+    orphans_kept: int = 0  # children of Orphan deletions, kept without an ownerReference
+    orphans_with_owner: list[str] = field(default_factory=list)  # wrongly adopted back
+    left_behind: list[str] = field(default_factory=list)  # of Foreground/Background deletions
+    after: Audit = field(default_factory=Audit)  # the cluster once the kept orphans are gone
+
+
+def _children_of(client: Client, name: str) -> list[dict[str, Any]]:
+    found = []
+    for resource in CHILD_RESOURCES:
+        if client.served(resource):
+            for obj in client.list(resource, NAMESPACE):
+                if (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/instance") == name:
+                    found.append({**obj, "kind": resource.kind})
+    return found
+
+
+def run_deletions(
+    api: EmbeddedApiServer, client: Client, *, deployments: int, settle_s: float, timeout_s: float
+) -> DeletionReport:
+    """`deployments` created and converged, held by a finalizer, deleted with each policy in
+    turn; `settle_s` of resyncs while they terminate; then released."""
+    watch = TerminatingWatch()
+    api.observe(watch)
+    names = [f"teardown-{i}" for i in range(deployments)]
+    create_all(client, [deployment(name) for name in names])
+    converge(client, timeout_s)
+    policy_of = {name: POLICIES[i % len(POLICIES)] for i, name in enumerate(names)}
+    for name in names:
+        client.patch(KIMI_DEPLOYMENT, NAMESPACE, name, {"metadata": {"finalizers": [HOLD]}})
+    for name, policy in policy_of.items():
+        client.delete(KIMI_DEPLOYMENT, NAMESPACE, name, propagation=policy)
+    time.sleep(settle_s)  # the operator resyncs the terminating deployments meanwhile
+    for name in names:
+        client.patch(KIMI_DEPLOYMENT, NAMESPACE, name, {"metadata": {"finalizers": None}})
+    wait(
+        lambda: all(client.get(KIMI_DEPLOYMENT, NAMESPACE, n) is None for n in names),
+        timeout_s,
+        "every deployment gone",
+    )
+    time.sleep(settle_s)
+    report = DeletionReport(
+        deletions={p: list(policy_of.values()).count(p) for p in POLICIES},
+        created_for_terminating=watch.created,
+    )
+    for name, policy in policy_of.items():
+        for child in _children_of(client, name):
+            label = f"{child['kind']} {NAMESPACE}/{child['metadata']['name']}"
+            if policy != "Orphan":
+                report.left_behind.append(label)
+            elif child["metadata"].get("ownerReferences"):
+                report.orphans_with_owner.append(label)
+            else:
+                report.orphans_kept += 1
+                resource = next(r for r in CHILD_RESOURCES if r.kind == child["kind"])
+                client.delete(resource, NAMESPACE, child["metadata"]["name"])
+    report.after = audit(client)
+    return report
+
+
+@dataclass
+class FrozenLeaderReport:
+    burst: int
+    exit_code: int | None  # of the old leader once woken (3: it stepped down)
+    writes_after_wake: list[str]  # "METHOD path" of every write but the Lease's since SIGCONT
+    converged: Audit
+
+
+def run_frozen_leader(
+    api: EmbeddedApiServer,
+    client: Client,
+    args: Sequence[str],
+    *,
+    token: str,
+    burst: int,
+    timeout_s: float,
+) -> FrozenLeaderReport:
+    """Two `kimi-operator run ARGS` (with --leader-elect among ARGS); the leader frozen in the
+    middle of a burst of `burst` creates, the standby left to converge, the old leader woken."""
+    first = OperatorProcess(api.url, args, token=token)
+    second = OperatorProcess(api.url, args, token=token)
+    with first:
+        wait(lambda: _leads(first), timeout_s, "the first replica to lead")
+        with second:
+            docs = [deployment(f"frozen-{i}") for i in range(burst)]
+            create_all(client, docs[: burst // 2])
+            wait(lambda: len(api.writes()) > burst, timeout_s, "the leader to be writing")
+            first.signal(signal.SIGSTOP)
+            create_all(client, docs[burst // 2 :])
+            wait(lambda: _leads(second), timeout_s, "the standby to take the Lease over")
+            converge(client, timeout_s)
+            woken = api.mark()
+            first.signal(signal.SIGCONT)
+            code = first.wait(timeout_s)
+            writes = [f"{w.method} {w.path}" for w in api.writes(woken)]
+            return FrozenLeaderReport(
+                burst=burst,
+                exit_code=code,
+                writes_after_wake=[w for w in writes if "/leases/" not in w],
+                converged=converge(client, timeout_s),
+            )
+
+
+def _leads(operator: OperatorProcess) -> bool:
+    return metric_total(operator.metrics(), "kimi_operator_leader") == 1
+
+
+def summary(report: DeletionReport | FrozenLeaderReport) -> Mapping[str, Any]:
+    """The figures benchmarks/reliability.py prints and writes."""
+    if isinstance(report, DeletionReport):
+        return {
+            "deletions": report.deletions,
+            "created_for_terminating_owner": len(report.created_for_terminating),
+            "orphans_kept_without_owner": report.orphans_kept,
+            "orphans_adopted_back": len(report.orphans_with_owner),
+            "children_outliving_owner": len(report.left_behind) + len(report.after.orphans),
+            "duplicates": len(report.after.duplicates),
+        }
+    return {
+        "burst": report.burst,
+        "old_leader_exit_code": report.exit_code,
+        "writes_after_wake_not_to_the_lease": len(report.writes_after_wake),
+        "converged": report.converged.exact,
+    }

@@ -1,0 +1,34 @@
+"""/healthz as the kubelet's liveness probe reads it: it fails once a watch thread has died of an
+unexpected error, so that the container is restarted rather than left blind to events."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from kimi_operator.embedded.processes import free_port, healthy
+from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
+from kimi_operator.runner import OperatorThread, RunConfig
+from tests.integration.conftest import RESYNC_S
+from tests.support.cluster import sample, wait_for
+
+
+def broken(_: str | None, __: Mapping[str, Any]) -> None:
+    raise RuntimeError("a bug in the event handler")
+
+
+def test_healthz_fails_once_a_watch_thread_has_died(
+    api: EmbeddedApiServer, token: str, client: Client
+) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    config = RunConfig(
+        server=api.url, token=token, resync_interval_s=RESYNC_S, workers=2, health=address
+    )
+    url = f"http://{address}/healthz"
+    with OperatorThread(config) as op:
+        wait_for(lambda: healthy(url), what="/healthz")
+        watch = next(w for w in op.operator._watches if w.resource == KIMI_DEPLOYMENT)
+        watch.on_event = broken
+        client.create(KIMI_DEPLOYMENT, sample())
+        wait_for(lambda: not healthy(url), what="/healthz to fail")
+        assert isinstance(watch.failed, RuntimeError)

@@ -1,0 +1,45 @@
+"""The client-side rate limit (client-go's QPS and burst) on a virtual clock, and the client
+holding its requests to it, the Lease's aside."""
+
+import pytest
+
+from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.k8s.client import Client, load_configuration
+from kimi_operator.k8s.ratelimit import TokenBucket
+from kimi_operator.k8s.resources import LEASE, SERVICE
+from tests.kimi_operator.controller.clock import VirtualClock
+
+
+def test_a_burst_at_once_then_qps_a_second_in_the_order_asked() -> None:
+    clock = VirtualClock()
+    bucket = TokenBucket(2.0, 3, clock=clock)
+    assert [bucket.reserve() for _ in range(5)] == [0.0, 0.0, 0.0, 0.5, 1.0]
+    clock.advance(1.0)  # two tokens back, both owed already
+    assert bucket.reserve() == 0.5
+    clock.advance(10.0)  # refilled, never beyond the burst
+    assert [bucket.reserve() for _ in range(4)] == [0.0, 0.0, 0.0, 0.5]
+
+
+@pytest.mark.parametrize(("qps", "burst"), [(0.0, 1), (-1.0, 5), (5.0, 0)])
+def test_a_limit_that_lets_nothing_through_is_refused(qps: float, burst: int) -> None:
+    with pytest.raises(ValueError, match="qps > 0 and burst >= 1"):
+        TokenBucket(qps, burst)
+
+
+def test_the_client_waits_its_turn_but_never_for_the_lease() -> None:
+    clock, slept = VirtualClock(), []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.advance(seconds)
+
+    bucket = TokenBucket(10.0, 2, clock=clock, sleep=sleep)
+    with EmbeddedApiServer() as api:
+        client = Client(load_configuration(api.url), rate_limit=bucket)
+        for _ in range(4):
+            client.get(SERVICE, "default", "missing")
+        assert slept == pytest.approx([0.1, 0.1])
+        for _ in range(3):
+            client.get(LEASE, "default", "missing")
+        assert slept == pytest.approx([0.1, 0.1])  # renewals never wait behind reconciles
+        client.close()
