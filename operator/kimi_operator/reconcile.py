@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_operator import caches, rollout
+from kimi_operator import caches, rollout, routing
 from kimi_operator import conditions as cond
 from kimi_operator.api.problem import INVALID, Problem
 from kimi_operator.api.spec import KimiDeployment
@@ -45,7 +45,10 @@ from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
     EXTERNAL_METRICS,
+    GATEWAY,
     HORIZONTAL_POD_AUTOSCALER,
+    HTTP_ROUTE,
+    INFERENCE_POOL,
     JOB,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -57,7 +60,14 @@ from kimi_operator.k8s.resources import (
 from kimi_operator.rollout import Steps
 
 # The upstream APIs whose presence changes the plan (each looked up, cached, per reconcile).
-UPSTREAM = (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, SCALED_OBJECT)
+UPSTREAM = (
+    LEADER_WORKER_SET,
+    COMPUTE_DOMAIN,
+    POD_MONITOR,
+    SCALED_OBJECT,
+    INFERENCE_POOL,
+    HTTP_ROUTE,
+)
 AUTOSCALERS = (SCALED_OBJECT.kind, HORIZONTAL_POD_AUTOSCALER.kind)
 
 
@@ -94,6 +104,14 @@ def served_apis(client: Client, kd: KimiDeployment) -> dict[Resource, bool]:
     if metric is not None and not served[SCALED_OBJECT]:
         served[metric] = client.served(metric)
     return served
+
+
+def routing_missing(kd: KimiDeployment, served: Mapping[Resource, bool]) -> list[Problem]:
+    """The routing APIs `kd` needs and the cluster lacks: the Service keeps serving."""
+    return [
+        Problem(missing.reason, f"{missing.message}; the Service keeps serving meanwhile")
+        for missing in (_missing(r) for r in routing.routing_apis(kd) if not served.get(r, False))
+    ]
 
 
 def _autoscaler_missing(kd: KimiDeployment, served: Mapping[Resource, bool]) -> Problem | None:
@@ -193,8 +211,9 @@ def plan_children(
         defaults,
         compute_domain_available=served[COMPUTE_DOMAIN],
         keda_available=served.get(SCALED_OBJECT, False),
+        inference_pool_available=served.get(INFERENCE_POOL, False),
     )
-    blockers, degradations = [], []
+    blockers, degradations = [], routing_missing(kd, served)
     skip = {r.kind for r, ok in served.items() if not ok}
     if not weights_ready:
         skip |= {LEADER_WORKER_SET.kind, COMPUTE_DOMAIN.kind}
@@ -301,7 +320,7 @@ def _reconcile_valid(
         groups_wanted=spec.replicas,
         groups_present=len(groups),
         groups_ready=ready,
-        endpoint=endpoint(kd),
+        endpoint=_gateway_endpoint(client, kd) or endpoint(kd),
         unschedulable=unschedulable,
         warnings=warnings,
         blockers=blockers,
@@ -320,6 +339,7 @@ def _reconcile_valid(
         stalled=_stalled(kd, steps),
         waiting=_waiting(image),
         weights=weights.condition(),
+        routing=routing.routing_condition(kd, outcome.applied.live, routing_missing(kd, served)),
     )
     conditions = cond.valid_conditions(seen)
     if retrying is not None:  # counts and endpoint as last observed too
@@ -437,6 +457,21 @@ def _waiting_for_nodes(client: Client, kd: KimiDeployment) -> str:
         if temporary(error):
             return ""
         raise
+
+
+def _gateway_endpoint(client: Client, kd: KimiDeployment) -> str:
+    """The API's URL through spec.routing.gatewayRef's Gateway; "" without one, or while the
+    Gateway has no address or cannot be read (the Service's URL is given then)."""
+    ref = kd.spec.routing.gateway_ref
+    if kd.spec.routing.mode != "InferencePool" or ref is None:
+        return ""
+    try:
+        gateway = client.get(GATEWAY, routing.gateway_namespace(kd, ref), ref.name)
+    except ApiError as error:
+        if temporary(error) or error.code == 403:
+            return ""
+        raise
+    return routing.gateway_endpoint(gateway, ref.section_name)
 
 
 def _selector(kd: KimiDeployment) -> str:
