@@ -50,11 +50,14 @@ PINS = {
         "v1.5.0",
         "config/crd/bases/inference.networking.k8s.io_inferencepools.yaml",
     ),
-    "gateway.networking.k8s.io_httproutes.yaml": Pin(
-        "kubernetes-sigs/gateway-api",
-        "v1.5.1",
-        "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml",
-    ),
+    **{
+        f"gateway.networking.k8s.io_{plural}.yaml": Pin(
+            "kubernetes-sigs/gateway-api",
+            "v1.5.1",
+            f"config/crd/standard/gateway.networking.k8s.io_{plural}.yaml",
+        )
+        for plural in ("httproutes", "gateways")
+    },
 }
 
 

@@ -17,11 +17,12 @@ CRD_FILES = {
     "ScaledObject": "keda.sh_scaledobjects.yaml",
     "InferencePool": "inference.networking.k8s.io_inferencepools.yaml",
     "HTTPRoute": "gateway.networking.k8s.io_httproutes.yaml",
+    "Gateway": "gateway.networking.k8s.io_gateways.yaml",
 }
 # The kinds of the operator's custom children: an API server needs their CRDs before it runs.
 CHILD_KINDS = ("LeaderWorkerSet", "ComputeDomain", "PodMonitor")
 # The kinds of spec.routing.mode InferencePool (docs/routing.md), installed where a test or the
-# demo routes through a pool.
+# demo routes through a pool; the Gateway is not the operator's, it reads its address.
 ROUTING_KINDS = ("InferencePool", "HTTPRoute")
 VLLM_METRICS = "vllm-0.33.0-metrics.tsv"
 EPP_RELEASE = "llm-d-router-v0.10.0-epp.yaml"
