@@ -46,8 +46,9 @@ def routing_condition(
     failing: list[tuple[str, str]] = []
     names = []
     for parent in parents:
-        ref = parent.get("parentRef") or {}
-        name = f"{ref.get('namespace') or kd.metadata.namespace}/{ref.get('name', '')}"
+        parent_ref = parent.get("parentRef") or {}
+        namespace = parent_ref.get("namespace") or kd.metadata.namespace
+        name = f"{namespace}/{parent_ref.get('name', '')}"
         names.append(name)
         found = {c.get("type"): c for c in parent.get("conditions") or []}
         for kind, reason in PARENT_CONDITIONS.items():

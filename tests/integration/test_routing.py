@@ -100,7 +100,7 @@ def test_create_scale_switch_and_delete(client: Client, api: EmbeddedApiServer) 
     # What a conformant gateway writes on the pool and the Gateway: Accepted, refs resolved,
     # an address.
     parent = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": GATEWAY}
-    pool_status = {
+    pool_status: dict[str, list[dict[str, Any]]] = {
         "parents": [
             {
                 "parentRef": parent | {"namespace": NS},
@@ -190,7 +190,7 @@ def test_without_the_httproute_crd_the_pool_is_made_and_degraded_says_so(
 
     def healed() -> bool:
         found = condition(status_of(client, NS, NAME), "Degraded")
-        return found["status"] == "False"
+        return bool(found["status"] == "False")
 
     wait_for(healed, timeout=20.0, what="Degraded False")
 

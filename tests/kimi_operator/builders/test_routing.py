@@ -14,8 +14,10 @@ import yaml
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.builders.routing import DEFAULT_EPP_IMAGE
+from kimi_operator.cli import main
 from kimi_operator.embedded.upstream import EPP_RELEASE, VLLM_METRICS, upstream_file
 from tests.kimi_operator.builders.cases import CASES, _edited, deployment
+from tests.support.repo import ROOT
 
 EPP: dict[str, Any] = yaml.safe_load(upstream_file(EPP_RELEASE).read_text())
 ROUTED = sorted(
@@ -303,3 +305,37 @@ def test_the_epp_role_grants_what_upstream_grants_it() -> None:
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"][0]["name"] == account["metadata"]["name"]
     assert epp["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+
+
+def _routing_objects(children: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What mode InferencePool adds: everything but the groups and the deployment's own Service,
+    PodDisruptionBudget and PodMonitor."""
+    name = "k3-routed"
+    kept = {"ComputeDomain", "LeaderWorkerSet", "PodDisruptionBudget", "PodMonitor"}
+    return [
+        c
+        for c in children
+        if c["kind"] not in kept and (c["kind"], c["metadata"]["name"]) != ("Service", name)
+    ]
+
+
+def test_render_shows_routing_and_docs_show_what_it_renders(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sample = ROOT / "crds" / "samples" / "k3-tp16-routed.yaml"
+    assert main(["render", str(sample)]) == 0
+    rendered = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    routing = _routing_objects(rendered)
+    assert [c["kind"] for c in routing] == [
+        "InferencePool",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "HTTPRoute",
+    ]
+    docs = (ROOT / "docs" / "routing.md").read_text()
+    block = docs.split("prints them\n", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert list(yaml.safe_load_all(block)) == routing, "docs/routing.md: paste the new render"
