@@ -54,6 +54,7 @@ from kimi_operator.k8s.resources import (
     LEADER_WORKER_SET,
     POD,
     POD_MONITOR,
+    ROUTING_RESOURCES,
     SCALED_OBJECT,
     Resource,
 )
@@ -339,7 +340,7 @@ def _reconcile_valid(
         stalled=_stalled(kd, steps),
         waiting=_waiting(image),
         weights=weights.condition(),
-        routing=routing.routing_condition(kd, outcome.applied.live, routing_missing(kd, served)),
+        routing=_routing_ready(kd, old, outcome, served),
     )
     conditions = cond.valid_conditions(seen)
     if retrying is not None:  # counts and endpoint as last observed too
@@ -434,7 +435,8 @@ def _let_go(
     Weights Jobs and caches are looked for only where there can be some: most deployments (PVC
     sources) never had any, and every list costs the API server."""
     weighted = bool(shared) or _had_weights(old)
-    _prune(client, kd, uid=uid, plan=plan, into=into, jobs=weighted)
+    routed = kd.spec.routing.mode == "InferencePool" or _had_routing(old)
+    _prune(client, kd, uid=uid, plan=plan, into=into, jobs=weighted, routed=routed)
     if weighted and weights.ready:
         keep = {(o["kind"], o["metadata"]["name"]) for o in shared}
         caches.release_unused(client, kd.metadata.namespace, uid, keep, into)
@@ -442,9 +444,33 @@ def _let_go(
 
 def _had_weights(status: Mapping[str, Any]) -> bool:
     """Whether the last status saw a Hugging Face source: resolve Jobs or caches may be left."""
-    conditions = status.get("conditions") or []
-    seen: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "WeightsReady"), {})
+    seen = _condition(status, "WeightsReady")
     return bool(status.get("weights")) or seen.get("reason", "ClaimGiven") != "ClaimGiven"
+
+
+def _routing_ready(
+    kd: KimiDeployment, old: Mapping[str, Any], outcome: Outcome, served: Mapping[Resource, bool]
+) -> tuple[cond.Status, str, str]:
+    """RoutingReady, kept as it was after a failed apply that may have left a pool unpruned (so
+    that the next reconcile still lists the routing kinds: `_had_routing`)."""
+    previous = _condition(old, "RoutingReady")
+    if outcome.error is not None and previous:
+        kept: cond.Status = previous.get("status", "Unknown")
+        return kept, previous.get("reason", ""), previous.get("message", "")
+    return routing.routing_condition(kd, outcome.applied.live, routing_missing(kd, served))
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    """The condition `kind` of a status, {} if it has none."""
+    conditions = status.get("conditions") or []
+    found: Mapping[str, Any] = next((c for c in conditions if c.get("type") == kind), {})
+    return found
+
+
+def _had_routing(status: Mapping[str, Any]) -> bool:
+    """Whether the last status saw anything but mode Service (or predates RoutingReady): a pool
+    and endpoint picker may be left to prune. Else their seven kinds are not listed."""
+    return _condition(status, "RoutingReady").get("reason") != "Service"
 
 
 def _waiting_for_nodes(client: Client, kd: KimiDeployment) -> str:
@@ -564,6 +590,7 @@ def _prune(
     plan: Plan,
     into: Applied,
     jobs: bool,
+    routed: bool,
 ) -> None:
     """Delete this deployment's children, of every kind, that the plan no longer has: groups and
     domains after a scale-down, every ComputeDomain once none is used, the PodMonitor once
@@ -571,11 +598,13 @@ def _prune(
     weights caches are let go of by caches.release_unused). They are listed by the deployment's
     labels rather than looked up by the names the plan would have given them, so that none is
     missed whatever was cut short before: a group deleted by hand, or an operator killed half-way
-    through a scale-down."""
+    through a scale-down. The routing kinds are listed only with `routed` (a pool now, or maybe
+    one left from before)."""
     namespace = kd.metadata.namespace
     planned = {(child["kind"], child["metadata"]["name"]) for child in plan.children}
     selector = _selector(kd)
-    for resource in (*CHILD_RESOURCES, JOB) if jobs else CHILD_RESOURCES:
+    kinds = [r for r in CHILD_RESOURCES if routed or r not in ROUTING_RESOURCES]
+    for resource in (*kinds, JOB) if jobs else kinds:
         if resource.kind in plan.skip:
             continue
         for obj in client.list(resource, namespace, label_selector=selector):

@@ -221,3 +221,23 @@ def _gateway() -> dict[str, Any]:
         },
         "status": {"addresses": [{"type": "IPAddress", "value": "203.0.113.7"}]},
     }
+
+
+@pytest.mark.parametrize("installed", [WITH_ROUTING], indirect=True)
+def test_a_deployment_never_routed_lists_no_routing_kind(
+    client: Client, api: EmbeddedApiServer
+) -> None:
+    """Pruning lists every child kind at each resync: the seven routing kinds only for a
+    deployment that has (or had) a pool."""
+    doc = _routed()
+    doc["spec"]["routing"] = {"mode": "Service"}
+    create(client, doc)
+
+    # Only a prune lists PodDisruptionBudgets (the first reconcile does not prune).
+    wait_for(
+        lambda: ("poddisruptionbudgets", "list") in {(c.resource, c.verb) for c in api.checks()},
+        what="a resync that prunes",
+    )
+    listed = {c.resource for c in api.checks() if c.verb == "list"}
+    assert "leaderworkersets" in listed
+    assert not listed & {r.plural for r in ROUTING}

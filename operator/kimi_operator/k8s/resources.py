@@ -104,6 +104,16 @@ PERSISTENT_VOLUME_CLAIM = Resource("", "v1", "persistentvolumeclaims", "Persiste
 # Leader election among the operator's replicas (controller/leader.py).
 LEASE = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 
+# The children of spec.routing.mode InferencePool only (builders/routing.py).
+ROUTING_RESOURCES = (
+    INFERENCE_POOL,
+    HTTP_ROUTE,
+    SERVICE_ACCOUNT,
+    ROLE,
+    ROLE_BINDING,
+    CONFIG_MAP,
+    DEPLOYMENT,
+)
 CHILD_RESOURCES = (
     COMPUTE_DOMAIN,
     LEADER_WORKER_SET,
@@ -112,13 +122,7 @@ CHILD_RESOURCES = (
     POD_MONITOR,
     SCALED_OBJECT,
     HORIZONTAL_POD_AUTOSCALER,
-    INFERENCE_POOL,
-    HTTP_ROUTE,
-    SERVICE_ACCOUNT,
-    ROLE,
-    ROLE_BINDING,
-    CONFIG_MAP,
-    DEPLOYMENT,
+    *ROUTING_RESOURCES,
 )
 # The weights cache (builders/weights.py): a deployment's resolve Jobs, and the claims and
 # download Jobs it shares with other deployments.
