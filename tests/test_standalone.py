@@ -7,7 +7,7 @@ from types import ModuleType
 
 import pytest
 
-from kimi_operator.embedded.upstream import CRD_FILES, THIRD_PARTY, VLLM_METRICS
+from kimi_operator.embedded.upstream import CRD_FILES, EPP_RELEASE, THIRD_PARTY, VLLM_METRICS
 from tests.support.repo import ROOT, load_script
 
 # Split so that this file does not match itself.
@@ -39,7 +39,7 @@ def test_no_tracked_file_refers_outside_the_repository() -> None:
     assert not found, "references to files outside the repository:\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("name", [*CRD_FILES.values(), VLLM_METRICS])
+@pytest.mark.parametrize("name", [*CRD_FILES.values(), VLLM_METRICS, EPP_RELEASE])
 def test_each_vendored_file_is_recorded_in_the_readme(name: str) -> None:
     blob = refresh_script().git_blob_hash((THIRD_PARTY / name).read_bytes())
     row = [line for line in (THIRD_PARTY / "README.md").read_text().splitlines() if name in line]
@@ -50,4 +50,4 @@ def test_each_vendored_file_is_recorded_in_the_readme(name: str) -> None:
 def test_the_refresh_script_pins_every_vendored_crd() -> None:
     assert set(refresh_script().PINS) == set(CRD_FILES.values())
     vendored = {p.name for p in THIRD_PARTY.iterdir()} - {"README.md", "refresh.py", "__pycache__"}
-    assert vendored == {*CRD_FILES.values(), VLLM_METRICS}
+    assert vendored == {*CRD_FILES.values(), VLLM_METRICS, EPP_RELEASE}

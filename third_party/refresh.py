@@ -1,6 +1,7 @@
 """Download the vendored upstream CRDs again at their pinned versions (needs network; no test runs
 it): `python third_party/refresh.py [--ref FILE=REF ...]`. Prints each file's git blob hash, to be
-recorded in README.md. The vLLM metric catalog is not downloaded: README.md says how it was made.
+recorded in README.md. The vLLM metric catalog and the endpoint picker's flags are not downloaded:
+README.md says how they were made.
 
 To move a CRD to a newer upstream version, pass its tag or commit (`--ref
 keda.sh_scaledobjects.yaml=v2.21.0`), run the tests, then update PINS and README.md."""
@@ -43,6 +44,20 @@ PINS = {
     "keda.sh_scaledobjects.yaml": Pin(
         "kedacore/keda", "v2.20.2", "config/crd/bases/keda.sh_scaledobjects.yaml"
     ),
+    # The versions llm-d-router v0.10.0 (the endpoint picker) is built against (its go.mod).
+    "inference.networking.k8s.io_inferencepools.yaml": Pin(
+        "kubernetes-sigs/gateway-api-inference-extension",
+        "v1.5.0",
+        "config/crd/bases/inference.networking.k8s.io_inferencepools.yaml",
+    ),
+    **{
+        f"gateway.networking.k8s.io_{plural}.yaml": Pin(
+            "kubernetes-sigs/gateway-api",
+            "v1.5.1",
+            f"config/crd/standard/gateway.networking.k8s.io_{plural}.yaml",
+        )
+        for plural in ("httproutes", "gateways")
+    },
 }
 
 

@@ -229,6 +229,7 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
             serving_image=args.serving_image,
             serving_image_vllm_version=args.serving_image_vllm_version,
             prometheus_url=args.prometheus_url,
+            epp_image=args.epp_image,
         ),
         resync_interval_s=args.resync_interval,
         workers=args.workers,
@@ -367,6 +368,7 @@ def _add_operator_parsers(sub: Any) -> None:
         DEFAULT_SERVING_VLLM_VERSION,
     )
     from kimi_operator.builders.autoscaling import DEFAULT_PROMETHEUS_URL  # noqa: PLC0415
+    from kimi_operator.builders.routing import DEFAULT_EPP_IMAGE  # noqa: PLC0415
 
     run = sub.add_parser(
         "run",
@@ -395,6 +397,14 @@ def _add_operator_parsers(sub: Any) -> None:
         help="the vLLM version --serving-image carries; below 0.33.0, TP groups across nodes get "
         "--disable-custom-all-reduce (vllm issue 52778). A spec.image declares its own with the "
         "annotation kimi-operator.io/vllm-version (env KIMI_OPERATOR_SERVING_IMAGE_VLLM_VERSION; "
+        "default %(default)s)",
+    )
+    run.add_argument(
+        "--epp-image",
+        default=os.environ.get("KIMI_OPERATOR_EPP_IMAGE", DEFAULT_EPP_IMAGE),
+        metavar="IMAGE",
+        help="endpoint picker image for spec.routing.mode InferencePool where "
+        "spec.routing.endpointPicker.image is empty (env KIMI_OPERATOR_EPP_IMAGE; "
         "default %(default)s)",
     )
     run.add_argument(

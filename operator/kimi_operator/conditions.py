@@ -20,6 +20,7 @@ CONDITION_TYPES: tuple[ConditionType, ...] = (
     "SpecValid",
     "MNNVLReady",
     "WeightsReady",
+    "RoutingReady",
 )
 
 
@@ -45,6 +46,7 @@ class Observation:
     stalled: str = ""  # why the rollout stopped (a group past its progress deadline)
     waiting: str = ""  # a new default image waits for this deployment's turn
     weights: tuple[Status, str, str] = ("True", "ClaimGiven", "")
+    routing: tuple[Status, str, str] = ("True", "Service", "")  # routing.routing_condition
 
 
 @dataclass
@@ -116,6 +118,7 @@ def valid_conditions(seen: Observation) -> ConditionSet:
         out.set("Degraded", "False", "AsExpected", "no known problem")
     out.set("MNNVLReady", *_mnnvl(seen))
     out.set("WeightsReady", *seen.weights)
+    out.set("RoutingReady", *seen.routing)
     return out
 
 
@@ -179,7 +182,7 @@ def retrying_conditions(
     others = [] if seen.entries["Degraded"][0] == "False" else [seen.entries["Degraded"][2]]
     out.set("Degraded", "True", failure.reason, "; ".join([failure.message, *others]))
     out.set("Progressing", "True", "RetryingAfterApiError", failure.message)
-    carried: tuple[ConditionType, ...] = ("Ready", "MNNVLReady", "WeightsReady")
+    carried: tuple[ConditionType, ...] = ("Ready", "MNNVLReady", "WeightsReady", "RoutingReady")
     _carry(out, old, carried, "RetryingAfterApiError", "not yet observed")
     return out
 
@@ -223,7 +226,7 @@ def invalid_conditions(old: Mapping[str, Any], problems: Sequence[Problem]) -> C
     out.set("SpecValid", "False", "Invalid", message)
     out.set("Degraded", "True", "SpecInvalid", f"children left as they were: {message}")
     out.set("Progressing", "False", "SpecInvalid", "waiting for a valid spec")
-    carried: tuple[ConditionType, ...] = ("Ready", "MNNVLReady", "WeightsReady")
+    carried: tuple[ConditionType, ...] = ("Ready", "MNNVLReady", "WeightsReady", "RoutingReady")
     _carry(out, old, carried, "SpecInvalid", "not reconciled: the spec is invalid")
     return out
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_operator import caches, rollout
+from kimi_operator import caches, rollout, routing
 from kimi_operator import conditions as cond
 from kimi_operator.api.problem import INVALID, Problem
 from kimi_operator.api.spec import KimiDeployment
@@ -51,19 +51,30 @@ from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
     EXTERNAL_METRICS,
+    GATEWAY,
     HORIZONTAL_POD_AUTOSCALER,
+    HTTP_ROUTE,
+    INFERENCE_POOL,
     JOB,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
     POD,
     POD_MONITOR,
+    ROUTING_RESOURCES,
     SCALED_OBJECT,
     Resource,
 )
 from kimi_operator.rollout import Steps
 
 # The upstream APIs whose presence changes the plan (each looked up, cached, per reconcile).
-UPSTREAM = (LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, SCALED_OBJECT)
+UPSTREAM = (
+    LEADER_WORKER_SET,
+    COMPUTE_DOMAIN,
+    POD_MONITOR,
+    SCALED_OBJECT,
+    INFERENCE_POOL,
+    HTTP_ROUTE,
+)
 AUTOSCALERS = (SCALED_OBJECT.kind, HORIZONTAL_POD_AUTOSCALER.kind)
 
 
@@ -100,6 +111,14 @@ def served_apis(client: Client, kd: KimiDeployment) -> dict[Resource, bool]:
     if metric is not None and not served[SCALED_OBJECT]:
         served[metric] = client.served(metric)
     return served
+
+
+def routing_missing(kd: KimiDeployment, served: Mapping[Resource, bool]) -> list[Problem]:
+    """The routing APIs `kd` needs and the cluster lacks: the Service keeps serving."""
+    return [
+        Problem(missing.reason, f"{missing.message}; the Service keeps serving meanwhile")
+        for missing in (_missing(r) for r in routing.routing_apis(kd) if not served.get(r, False))
+    ]
 
 
 def _autoscaler_missing(kd: KimiDeployment, served: Mapping[Resource, bool]) -> Problem | None:
@@ -210,8 +229,9 @@ def plan_children(
         defaults,
         compute_domain_available=served[COMPUTE_DOMAIN],
         keda_available=served.get(SCALED_OBJECT, False),
+        inference_pool_available=served.get(INFERENCE_POOL, False),
     )
-    blockers, degradations = [], []
+    blockers, degradations = [], routing_missing(kd, served)
     skip = {r.kind for r, ok in served.items() if not ok}
     if not weights_ready:
         skip |= {LEADER_WORKER_SET.kind, COMPUTE_DOMAIN.kind}
@@ -325,7 +345,7 @@ def _reconcile_valid(
         groups_wanted=spec.replicas,
         groups_present=len(groups),
         groups_ready=ready,
-        endpoint=endpoint(kd),
+        endpoint=_gateway_endpoint(client, kd) or endpoint(kd),
         unschedulable=unschedulable,
         warnings=warnings,
         blockers=blockers,
@@ -344,6 +364,7 @@ def _reconcile_valid(
         stalled=_stalled(kd, steps),
         waiting=_waiting(image),
         weights=weights.condition(),
+        routing=_routing_ready(kd, old, outcome, served),
     )
     conditions = cond.valid_conditions(seen)
     if retrying is not None:  # counts and endpoint as last observed too
@@ -438,7 +459,8 @@ def _let_go(
     Weights Jobs and caches are looked for only where there can be some: most deployments (PVC
     sources) never had any, and every list costs the API server."""
     weighted = bool(shared) or _had_weights(old)
-    _prune(client, kd, uid=uid, plan=plan, into=into, jobs=weighted)
+    routed = kd.spec.routing.mode == "InferencePool" or _had_routing(old)
+    _prune(client, kd, uid=uid, plan=plan, into=into, jobs=weighted, routed=routed)
     if weighted and weights.ready:
         keep = {(o["kind"], o["metadata"]["name"]) for o in shared}
         caches.release_unused(client, kd.metadata.namespace, uid, keep, into)
@@ -446,9 +468,33 @@ def _let_go(
 
 def _had_weights(status: Mapping[str, Any]) -> bool:
     """Whether the last status saw a Hugging Face source: resolve Jobs or caches may be left."""
-    conditions = status.get("conditions") or []
-    seen: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "WeightsReady"), {})
+    seen = _condition(status, "WeightsReady")
     return bool(status.get("weights")) or seen.get("reason", "ClaimGiven") != "ClaimGiven"
+
+
+def _routing_ready(
+    kd: KimiDeployment, old: Mapping[str, Any], outcome: Outcome, served: Mapping[Resource, bool]
+) -> tuple[cond.Status, str, str]:
+    """RoutingReady, kept as it was after a failed apply that may have left a pool unpruned (so
+    that the next reconcile still lists the routing kinds: `_had_routing`)."""
+    previous = _condition(old, "RoutingReady")
+    if outcome.error is not None and previous:
+        kept: cond.Status = previous.get("status", "Unknown")
+        return kept, previous.get("reason", ""), previous.get("message", "")
+    return routing.routing_condition(kd, outcome.applied.live, routing_missing(kd, served))
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    """The condition `kind` of a status, {} if it has none."""
+    conditions = status.get("conditions") or []
+    found: Mapping[str, Any] = next((c for c in conditions if c.get("type") == kind), {})
+    return found
+
+
+def _had_routing(status: Mapping[str, Any]) -> bool:
+    """Whether the last status saw anything but mode Service (or predates RoutingReady): a pool
+    and endpoint picker may be left to prune. Else their seven kinds are not listed."""
+    return _condition(status, "RoutingReady").get("reason") != "Service"
 
 
 def _waiting_for_nodes(client: Client, kd: KimiDeployment) -> str:
@@ -461,6 +507,21 @@ def _waiting_for_nodes(client: Client, kd: KimiDeployment) -> str:
         if temporary(error):
             return ""
         raise
+
+
+def _gateway_endpoint(client: Client, kd: KimiDeployment) -> str:
+    """The API's URL through spec.routing.gatewayRef's Gateway; "" without one, or while the
+    Gateway has no address or cannot be read (the Service's URL is given then)."""
+    ref = kd.spec.routing.gateway_ref
+    if kd.spec.routing.mode != "InferencePool" or ref is None:
+        return ""
+    try:
+        gateway = client.get(GATEWAY, routing.gateway_namespace(kd, ref), ref.name)
+    except ApiError as error:
+        if temporary(error) or error.code == 403:
+            return ""
+        raise
+    return routing.gateway_endpoint(gateway, ref.section_name)
 
 
 def _selector(kd: KimiDeployment) -> str:
@@ -553,6 +614,7 @@ def _prune(
     plan: Plan,
     into: Applied,
     jobs: bool,
+    routed: bool,
 ) -> None:
     """Delete this deployment's children, of every kind, that the plan no longer has: groups and
     domains after a scale-down, every ComputeDomain once none is used, the PodMonitor once
@@ -560,11 +622,13 @@ def _prune(
     weights caches are let go of by caches.release_unused). They are listed by the deployment's
     labels rather than looked up by the names the plan would have given them, so that none is
     missed whatever was cut short before: a group deleted by hand, or an operator killed half-way
-    through a scale-down."""
+    through a scale-down. The routing kinds are listed only with `routed` (a pool now, or maybe
+    one left from before)."""
     namespace = kd.metadata.namespace
     planned = {(child["kind"], child["metadata"]["name"]) for child in plan.children}
     selector = _selector(kd)
-    for resource in (*CHILD_RESOURCES, JOB) if jobs else CHILD_RESOURCES:
+    kinds = [r for r in CHILD_RESOURCES if routed or r not in ROUTING_RESOURCES]
+    for resource in (*kinds, JOB) if jobs else kinds:
         if resource.kind in plan.skip:
             continue
         for obj in client.list(resource, namespace, label_selector=selector):

@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from kimi_operator.api.crd import crd
+from kimi_operator.builders.meta import MANAGER
 from kimi_operator.controller.leader import LeaseConfig
 from kimi_operator.embedded.chart import NAMESPACE as RELEASE_NAMESPACE
 from kimi_operator.embedded.chart import operator_identity
@@ -38,12 +39,13 @@ from kimi_operator.embedded.jobs import JobRunner, running
 from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.rbac import Attributes, request_attributes
 from kimi_operator.embedded.server import EmbeddedApiServer
-from kimi_operator.embedded.upstream import child_crds, upstream_crd
+from kimi_operator.embedded.upstream import child_crds, routing_crds, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
     HORIZONTAL_POD_AUTOSCALER,
+    INFERENCE_POOL,
     JOB,
     LEADER_WORKER_SET,
     LEASE,
@@ -68,8 +70,12 @@ NAMESPACE = "inference"
 LEASE_NAME = "kimi-kimi-operator"  # the release's full name (embedded.chart renders release kimi)
 
 CACHES = "labelSelector=app.kubernetes.io/component%3Dweights-cache"
+MANAGED_BY = "app.kubernetes.io/managed-by"
 Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb)
 AUTOSCALING = {"maxReplicas": 4, "target": {"waitingRequestsPerGroup": 8}}
+# Routed through an InferencePool and a Gateway (whose address is read): the endpoint picker's
+# objects, its Role among them (granting what the operator holds), and an HTTPRoute.
+ROUTING = {"mode": "InferencePool", "gatewayRef": {"name": "inference-gateway"}}
 # The children of an autoscaled deployment while KEDA is installed: every kind but the HPA.
 WITH_KEDA = [r for r in CHILD_RESOURCES if r != HORIZONTAL_POD_AUTOSCALER]
 
@@ -248,20 +254,23 @@ def _scale_down_to_one(
 
 
 def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list[CallSite]) -> None:
-    """Create a two-group multi-node deployment, edit and disown a child of every kind by hand,
-    delete one, scale it down, drop its ComputeDomains and PodMonitor, create an invalid one and
-    delete it; then let resyncs run until every client call was made."""
+    """Create a two-group multi-node deployment routed through an InferencePool, edit and disown
+    a child of every kind by hand, delete one, scale it down, drop its ComputeDomains, PodMonitor
+    and pool, create an invalid one and delete it; then let resyncs run until every client call
+    was made."""
     url = api.url
     kimi = "/apis/kimi-operator.io/v1alpha1/namespaces/" + NAMESPACE + "/kimideployments"
     good = _sample("k3-tp16-latency")
     good["metadata"] = {"name": "k3", "namespace": NAMESPACE}
     good["spec"]["replicas"] = 2
     good["spec"]["autoscaling"] = AUTOSCALING  # with KEDA installed: a ScaledObject
+    good["spec"]["routing"] = ROUTING
     _send(url, "POST", kimi, good)
 
     def children(resource: Resource) -> list[dict[str, Any]]:
+        """The operator's objects of a kind (not the chart's Role and RoleBinding there)."""
         found: list[dict[str, Any]] = _send(url, "GET", resource.collection(NAMESPACE))["items"]
-        return found
+        return [c for c in found if c["metadata"].get("labels", {}).get(MANAGED_BY) == MANAGER]
 
     _wait(lambda: all(children(r) for r in WITH_KEDA), "a child of every kind")
     # A child deleted by hand: the operator creates it again.
@@ -301,12 +310,14 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
             "decode": {"backend": "auto"},
             "monitoring": {"podMonitor": False},
             "autoscaling": None,
+            "routing": {"mode": "Service", "gatewayRef": None},
         }
     }
     _send(url, "PATCH", f"{kimi}/k3", dropped, merge=True)
     _wait(lambda: not children(COMPUTE_DOMAIN), "the ComputeDomains gone")
     _wait(lambda: not children(POD_MONITOR), "the PodMonitor gone")
     _wait(lambda: not children(HORIZONTAL_POD_AUTOSCALER), "the HPA gone")
+    _wait(lambda: not children(INFERENCE_POOL), "the InferencePool gone")
     bad = _sample("k3-tp16-latency")
     bad["metadata"] = {"name": "bad", "namespace": NAMESPACE}
     bad["spec"]["gpus"] = 12
@@ -411,7 +422,7 @@ def _observe(
     if not leader_election:
         values["leaderElection"] = {"enabled": False}
     with EmbeddedApiServer() as api:
-        upstream = [*child_crds(), upstream_crd("ScaledObject")]
+        upstream = [*child_crds(), upstream_crd("ScaledObject"), *routing_crds()]
         api.install_crds([crd(), *upstream])
         config = RunConfig(
             server=api.url,

@@ -249,6 +249,73 @@ def test_blocking_an_owner_s_deletion_needs_its_finalizers(
     assert "cannot set an ownerRef on a resource you can't delete" in status["message"]
 
 
+def test_granting_a_permission_not_held_is_refused(api: EmbeddedApiServer) -> None:
+    """kube-apiserver's RBAC escalation check: a user who may write Roles and RoleBindings may
+    grant only what it holds itself (the operator grants its endpoint pickers their Role)."""
+    rbac_group = "rbac.authorization.k8s.io"
+    writes = ["create", "patch"]
+    held = [
+        {"apiGroups": [rbac_group], "resources": ["roles", "rolebindings"], "verbs": writes},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+    ]
+    api.store(
+        [
+            {
+                "apiVersion": f"{rbac_group}/v1",
+                "kind": "Role",
+                "metadata": {"name": "granter", "namespace": NS},
+                "rules": held,
+            },
+            _binding("granter", "granter"),
+        ]
+    )
+    token = api.issue_token(NS, "granter")
+    roles = f"/apis/{rbac_group}/v1/namespaces/{NS}/roles"
+    bindings = f"/apis/{rbac_group}/v1/namespaces/{NS}/rolebindings"
+
+    def role(name: str, verbs: list[str]) -> dict[str, Any]:
+        rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]
+        return {
+            "apiVersion": f"{rbac_group}/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": NS},
+            "rules": rules,
+        }
+
+    assert send(api, "POST", roles, role("readers", ["get", "list"]), token=token)[0] == 201
+    code, status, _ = send(api, "POST", roles, role("watchers", ["get", "watch"]), token=token)
+    assert (code, status["reason"]) == (403, "Forbidden")
+    account = f"system:serviceaccount:{NS}:granter"
+    assert status["message"] == (
+        f'roles.rbac.authorization.k8s.io "watchers" is forbidden: user "{account}" '
+        f'(groups=["system:authenticated" "system:serviceaccounts" "system:serviceaccounts:{NS}"]) '
+        "is attempting to grant RBAC permissions not currently held:\n"
+        '{APIGroups:[""], Resources:["pods"], Verbs:["watch"]}'
+    )
+    # Widening a Role it may patch: refused the same way.
+    wider = {"rules": role("readers", ["get", "list", "delete"])["rules"]}
+    code, status, _ = send(api, "PATCH", f"{roles}/readers", wider, token=token, merge=True)
+    assert code == 403
+    assert 'Verbs:["delete"]' in status["message"]
+    # Binding a role: allowed for one whose permissions it holds, not for another.
+    api.store([role("admins", ["get", "list", "delete"])])
+    assert send(api, "POST", bindings, _binding("b1", "readers"), token=token)[0] == 201
+    code, status, _ = send(api, "POST", bindings, _binding("b2", "admins"), token=token)
+    assert code == 403
+    assert status["message"].startswith('rolebindings.rbac.authorization.k8s.io "b2" is forbidden')
+    assert 'Verbs:["delete"]' in status["message"]
+
+
+def _binding(name: str, role: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": "granter", "namespace": NS}],
+    }
+
+
 @pytest.mark.usefixtures("operator")
 def test_the_chart_lets_the_operator_block_its_deployments_deletion(
     client: Client, api: EmbeddedApiServer

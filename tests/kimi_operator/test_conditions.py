@@ -91,6 +91,7 @@ def test_transition_time_moves_only_when_the_status_changes() -> None:
         "SpecValid": "T1",
         "MNNVLReady": "T1",
         "WeightsReady": "T1",
+        "RoutingReady": "T1",
     }
 
 

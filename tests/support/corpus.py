@@ -78,6 +78,42 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     ("rollout-surge-2", {"spec.rollout.maxSurge": 2}, False),
     ("rollout-deadline-0", {"spec.rollout.progressDeadlineSeconds": 0}, False),
     ("image-policy-pinned", {"spec.imagePolicy": "Pinned"}, True),
+    ("routing-service", {"spec.routing.mode": "Service"}, True),
+    ("routing-pool", {"spec.routing.mode": "InferencePool"}, True),
+    (
+        "routing-pool-gateway",
+        {
+            "spec.routing": {
+                "mode": "InferencePool",
+                "gatewayRef": {"name": "inference", "namespace": "gw", "sectionName": "http"},
+                "endpointPicker": {
+                    "image": "registry.example/epp:v0.10.0",
+                    "weights": {"queue": 1, "kvCacheUtilization": 0, "prefixCache": 5},
+                },
+            }
+        },
+        True,
+    ),
+    ("routing-gateway-without-pool", {"spec.routing.gatewayRef": {"name": "inference"}}, False),
+    ("routing-mode-unknown", {"spec.routing.mode": "Mesh"}, False),
+    (
+        "routing-gateway-no-name",
+        {"spec.routing": {"mode": "InferencePool", "gatewayRef": {}}},
+        False,
+    ),
+    (
+        "routing-gateway-bad-namespace",
+        {
+            "spec.routing": {
+                "mode": "InferencePool",
+                "gatewayRef": {"name": "g", "namespace": "A_b"},
+            }
+        },
+        False,
+    ),
+    ("routing-weight-over-100", {"spec.routing.endpointPicker.weights.queue": 101}, False),
+    ("routing-weight-negative", {"spec.routing.endpointPicker.weights.prefixCache": -1}, False),
+    ("routing-unknown-field", {"spec.routing.endpointPicker.replicas": 2}, False),
     ("image-policy-unknown", {"spec.imagePolicy": "Latest"}, False),
     ("unknown-spec-field", {"spec.tensorParallelSize": 16}, False),
     ("unknown-nested-field", {"spec.decode.turbo": True}, False),

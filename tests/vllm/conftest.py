@@ -88,8 +88,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             server.stop()
 
 
-def timed_requests(served: Served, count: int, tokens: int, api: str = "completions") -> None:
-    """`count` requests, one after the other, each `tokens` long (ignore_eos)."""
+def timed_requests(
+    served: Served, count: int, tokens: int, api: str = "completions", prompt: str = ""
+) -> None:
+    """`count` requests, one after the other, each `tokens` long (ignore_eos); completions with
+    `prompt` when given (else one of their own)."""
     for i in range(count):
         body: dict[str, object] = {
             "model": served.model,
@@ -100,7 +103,7 @@ def timed_requests(served: Served, count: int, tokens: int, api: str = "completi
         if api == "chat":
             body["messages"] = [{"role": "user", "content": f"the time {i}"}]
         else:
-            body["prompt"] = f"the way of {i}"
+            body["prompt"] = prompt or f"the way of {i}"
         path = "chat/completions" if api == "chat" else "completions"
         request = urllib.request.Request(
             f"{served.root}/v1/{path}",

@@ -2,8 +2,11 @@
 count every request and agree with vLLM's own (vLLM 0.32.0, CPU build)."""
 
 import pytest
+import yaml
 
 from kimi_kernels.decode_metrics import names
+from kimi_operator.bench.server_metrics import PREFIX_HITS, PREFIX_QUERIES
+from kimi_operator.embedded.upstream import EPP_RELEASE, upstream_file
 from tests.vllm.conftest import Served, timed_requests, version_of
 
 AGREEMENT = 0.10
@@ -49,3 +52,27 @@ def test_plugin_counts_every_request_and_agrees_with_vllm(served: Served, api: s
     ttft = change(f"{names.REQUEST_TTFT}_sum") / requests
     vllm_ttft = change("vllm:time_to_first_token_seconds_sum") / requests
     assert ttft == pytest.approx(vllm_ttft, rel=AGREEMENT)
+
+
+def test_what_the_endpoint_picker_reads_is_served_and_the_prefix_cache_counts(
+    served: Served,
+) -> None:
+    """The metrics llm-d's endpoint picker scrapes from each leader (spec.routing.mode
+    InferencePool) under the names it reads, and prefix caching on by default: a long prompt
+    sent again is found in the cache, the counters bench reads around a replay."""
+    epp = yaml.safe_load(upstream_file(EPP_RELEASE).read_text())
+    lines = served.metrics_text().splitlines()
+    families = {line.split()[2] for line in lines if line.startswith("# TYPE")}
+    assert set(epp["vllmMetrics"]) - families == set()
+    info = next(line for line in lines if line.startswith("vllm:cache_config_info{"))
+    assert [label for label in epp["cacheInfoLabels"] if f'{label}="' not in info] == []
+    assert 'enable_prefix_caching="True"' in info
+    prompt = " ".join(f"step {i} of the plan" for i in range(150))  # several blocks of tokens
+    before = served.metrics()
+    timed_requests(served, 2, 1, prompt=prompt)
+    after = served.metrics()
+    queries = after.totals[PREFIX_QUERIES] - before.totals.get(PREFIX_QUERIES, 0.0)
+    hits = after.totals[PREFIX_HITS] - before.totals.get(PREFIX_HITS, 0.0)
+    # The second request finds the first's whole blocks: about half of all tokens looked up.
+    assert queries > 0
+    assert 0.3 < hits / queries <= 0.5

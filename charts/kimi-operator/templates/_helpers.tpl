@@ -117,12 +117,38 @@ operator run makes). No wildcards.
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["get", "list", "create", "patch", "delete"]
+# spec.routing.mode InferencePool (docs/routing.md): the pool and the route from a Gateway, and
+# the endpoint picker's Deployment, Service (above), ConfigMap, ServiceAccount, Role and
+# RoleBinding; the Gateway is read for its address (status.endpoint).
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["httproutes"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["gateways"]
+  verbs: ["get"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps", "serviceaccounts"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+# What the endpoint picker's Role grants, which Kubernetes lets the operator grant only if it
+# holds it too: its InferenceObjectives and InferenceModelRewrites (either group), read.
+- apiGroups: ["inference.networking.x-k8s.io", "llm-d.ai"]
+  resources: ["inferenceobjectives", "inferencemodelrewrites"]
+  verbs: ["get", "list", "watch"]
 # Pods, listed: a weights Job's result (commit, size, progress, failure) is its pod's termination
 # message (the Job itself gets no API access); and whether the scheduler left a group's pods
-# Pending (InsufficientCapacity).
+# Pending (InsufficientCapacity). get and watch: the endpoint picker's Role grants them.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["get", "list", "watch"]
 # Warning Events on KimiDeployments.
 - apiGroups: [""]
   resources: ["events"]

@@ -170,6 +170,7 @@ def crd() -> dict[str, Any]:
                             "jsonPath": ".status.readyReplicas",
                         },
                         {"name": "BACKEND", "type": "string", "jsonPath": ".spec.decode.backend"},
+                        {"name": "ROUTING", "type": "string", "jsonPath": ".spec.routing.mode"},
                         {"name": "READY", "type": "string", "jsonPath": ready},
                         {"name": "ENDPOINT", "type": "string", "jsonPath": ".status.endpoint"},
                         {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

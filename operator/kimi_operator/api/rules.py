@@ -466,6 +466,17 @@ RULES: tuple[Rule, ...] = (
         allowed=", ".join(AUTOSCALING_TARGETS),
         got=lambda a: _targets(a["target"]),
     ),
+    # An HTTPRoute attaches an InferencePool to the Gateway: there is none without the pool.
+    Rule(
+        scope=("routing",),
+        reads=(("mode",), ("gatewayRef",)),
+        field="gatewayRef",
+        cel="self.mode == 'InferencePool' || !has(self.gatewayRef)",
+        check=lambda r: r["mode"] == "InferencePool" or "gatewayRef" not in r,
+        problem="a Gateway routes to an InferencePool, which mode Service does not create",
+        allowed="mode InferencePool, or no gatewayRef",
+        got=lambda r: r["mode"],
+    ),
     # A rollout that may take every group down at once is an outage; one that may take none down
     # and add none can never start.
     Rule(

@@ -339,6 +339,70 @@ class ServingSpec(ApiModel):
     )
 
 
+class ScorerWeights(ApiModel):
+    """The weights of the endpoint picker's scorers in its default scheduling profile."""
+
+    queue: Annotated[int, Field(ge=0, le=100)] = Field(
+        2, description="Weight of queue-scorer (fewest requests waiting); 0 leaves it out."
+    )
+    kv_cache_utilization: Annotated[int, Field(ge=0, le=100)] = Field(
+        2,
+        description="Weight of kv-cache-utilization-scorer (most KV cache free); 0 leaves it out.",
+    )
+    prefix_cache: Annotated[int, Field(ge=0, le=100)] = Field(
+        3,
+        description="Weight of prefix-cache-scorer (the group most likely to hold the request's "
+        "prefix); 0 leaves it out.",
+    )
+
+
+class EndpointPickerSpec(ApiModel):
+    image: str = Field(
+        "",
+        max_length=512,
+        description="Endpoint picker image; empty: the operator's configured default (llm-d-router "
+        "v0.10.0's).",
+    )
+    weights: ScorerWeights = Field(
+        default_factory=ScorerWeights,
+        json_schema_extra=nested_default(),
+        description="Scorer weights of the default scheduling profile.",
+    )
+
+
+class GatewayRef(ApiModel):
+    name: Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)] = Field(
+        description="Name of the Gateway (gateway.networking.k8s.io) that routes to the pool."
+    )
+    namespace: Annotated[
+        str, Field(max_length=63, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")
+    ] = Field("", description="Namespace of the Gateway; empty: the deployment's.")
+    section_name: Annotated[
+        str, Field(max_length=253, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")
+    ] = Field("", description="Listener of the Gateway to attach to; empty: all of them.")
+
+
+class RoutingSpec(ApiModel):
+    """How requests reach the TP groups (docs/routing.md)."""
+
+    mode: Literal["Service", "InferencePool"] = Field(
+        "Service",
+        description="Service: one Service in front of the leaders (kube-proxy picks a group per "
+        "connection). InferencePool: also an InferencePool and llm-d's endpoint picker, which a "
+        "Gateway asks for the group holding a request's prefix; the Service stays.",
+    )
+    gateway_ref: GatewayRef | None = Field(
+        None,
+        description="With mode InferencePool: the Gateway an HTTPRoute attaches the pool to; "
+        "omitted: no HTTPRoute (route to the pool yourself).",
+    )
+    endpoint_picker: EndpointPickerSpec = Field(
+        default_factory=EndpointPickerSpec,
+        json_schema_extra=nested_default(),
+        description="The endpoint picker, with mode InferencePool.",
+    )
+
+
 class KimiDeploymentSpec(ApiModel):
     model: ModelSpec = Field(description="The model served and where its weights come from.")
     speculative: SpeculativeSpec | None = Field(
@@ -432,6 +496,11 @@ class KimiDeploymentSpec(ApiModel):
         default_factory=RolloutSpec,
         json_schema_extra=nested_default(),
         description="How pod template changes roll through the TP groups.",
+    )
+    routing: RoutingSpec = Field(
+        default_factory=RoutingSpec,
+        json_schema_extra=nested_default(),
+        description="How requests reach the TP groups: a Service, or also an InferencePool.",
     )
 
     @model_validator(mode="after")

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 ConditionType = Literal[
-    "Ready", "Progressing", "Degraded", "SpecValid", "MNNVLReady", "WeightsReady"
+    "Ready", "Progressing", "Degraded", "SpecValid", "MNNVLReady", "WeightsReady", "RoutingReady"
 ]
 
 

@@ -124,6 +124,15 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument(
         "--metrics-url", metavar="URL", help="default: /metrics on the endpoint's server"
     )
+    bench.add_argument(
+        "--group-metrics-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a TP group leader's /metrics (repeat for each group, e.g. "
+        "http://NAME-gN-0.NAME-gN.NAMESPACE:8000/metrics in the cluster): the prefix-cache hit "
+        "rate per group and over all of them",
+    )
     bench.add_argument("--output", metavar="DIR", help="where results.json, report.md, plots go")
     bench.add_argument("--force", action="store_true", help="overwrite results in --output")
     bench.add_argument("--no-progress", dest="progress", action="store_false")
@@ -244,6 +253,8 @@ def _job_args(args: argparse.Namespace) -> list[str]:
         value = getattr(args, dest)
         if value is not None:
             passed += [flag, str(value)]
+    for url in args.group_metrics_url:
+        passed += ["--group-metrics-url", url]
     if not args.ignore_eos:
         passed.append("--no-ignore-eos")
     return passed
@@ -344,6 +355,8 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
 
     if args.metrics_url:
         parse_endpoint(args.metrics_url, "--metrics-url")  # same rules as endpoints
+    for url in args.group_metrics_url:
+        parse_endpoint(url, "--group-metrics-url")
     target = resolve(args.deployment) if args.deployment else None
     gpus = args.gpus or (target.gpus if target else None)
     if args.gpu_hour_price is not None and gpus is None:
@@ -406,6 +419,7 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
         api_key=args.api_key or os.environ.get("OPENAI_API_KEY") or None,
         timeout_s=args.timeout,
         metrics_url=args.metrics_url or f"{endpoint.root}/metrics",
+        group_metrics_urls=tuple(args.group_metrics_url),
         replay=replay,
         tasks_cut=tasks_cut,
     )

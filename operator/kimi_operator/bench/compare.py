@@ -121,6 +121,13 @@ def _rows(a: Results, b: Results, hardware: bool) -> list[list[str]]:
 
     sa, sb = a.summary, b.summary
     dist("TTFT (ms)", sa.ttft_s, sb.ttft_s, "ms")
+    # Beside TTFT: a prefill skipped for the tokens found in the cache (routing by prefix).
+    value(
+        "prefix-cache hit rate",
+        sa.server_metrics.prefix_cache_hit_rate,
+        sb.server_metrics.prefix_cache_hit_rate,
+        "pct",
+    )
     dist("decode tok/s", sa.decode_tokens_per_s, sb.decode_tokens_per_s, "num")
     dist("ITL/token (ms)", sa.itl_s, sb.itl_s, "ms")
     dist("ITL/chunk (ms)", sa.itl_chunk_s, sb.itl_chunk_s, "ms")

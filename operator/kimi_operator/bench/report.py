@@ -64,6 +64,11 @@ def total_rows(results: Results) -> list[list[str]]:
         ["spec-decode acceptance length", num(m.spec_decode_acceptance_length, 2)],
         ["fast-path fraction of decode steps", pct(m.fast_path_fraction)],
         ["fallback reasons", reasons or "-"],
+        ["prefix-cache hit rate", pct(m.prefix_cache_hit_rate)],
+        *(
+            [f"prefix-cache hit rate, {group.metrics_url}", pct(group.hit_rate)]
+            for group in m.prefix_cache_groups
+        ),
         *tool_rows(results),
     ]
 

@@ -96,6 +96,13 @@ class RequestRecord(Model):
     )
 
 
+class PrefixCacheGroup(Model):
+    metrics_url: str = Field(description="The group's leader's /metrics.")
+    queries: float | None = Field(description="Prompt tokens looked up in the prefix cache.")
+    hits: float | None = Field(description="Of those, tokens found there.")
+    hit_rate: float | None = Field(description="hits / queries; None when unreachable or idle.")
+
+
 class ServerMetrics(Model):
     reachable: bool
     spec_decode_acceptance_length: float | None = None
@@ -110,6 +117,15 @@ class ServerMetrics(Model):
     )
     inter_token_latency_s: float | None = Field(
         default=None, description="The server's own mean inter-token latency over the run."
+    )
+    prefix_cache_hit_rate: float | None = Field(
+        default=None,
+        description="Prompt tokens found in vLLM's prefix cache over those looked up, during the "
+        "run (vllm:prefix_cache_hits / vllm:prefix_cache_queries; over every group when "
+        "prefix_cache_groups are read).",
+    )
+    prefix_cache_groups: list[PrefixCacheGroup] = Field(
+        default_factory=list, description="Per TP group (--group-metrics-url), when given."
     )
 
 

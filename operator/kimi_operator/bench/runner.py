@@ -32,7 +32,13 @@ from kimi_operator.bench.results import (
     ServerMetrics,
     TraceInfo,
 )
-from kimi_operator.bench.server_metrics import Snapshot, delta, parse
+from kimi_operator.bench.server_metrics import (
+    Snapshot,
+    delta,
+    parse,
+    prefix_cache_groups,
+    with_groups,
+)
 from kimi_operator.bench.stats import mark_bursts, summarize
 from kimi_operator.bench.tasks import summarize_tasks, task_records
 
@@ -62,6 +68,7 @@ class RunOptions:
     timeout_s: float
     metrics_url: str
     replay: Replay | None = None  # trace replays only
+    group_metrics_urls: tuple[str, ...] = ()  # each TP group's leader: its prefix cache
     tasks_cut: int = 0  # tasks that --requests left incomplete
 
 
@@ -75,6 +82,12 @@ def tool_version() -> str:
 async def _scrape(session: aiohttp.ClientSession, url: str) -> Snapshot | None:
     text = await get_text(session, url)
     return parse(text) if text is not None else None
+
+
+async def _scrape_groups(
+    session: aiohttp.ClientSession, urls: tuple[str, ...]
+) -> list[Snapshot | None]:
+    return list(await asyncio.gather(*(_scrape(session, url) for url in urls)))
 
 
 def _warnings(
@@ -185,6 +198,7 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
                 progress=Progress(total=options.warmup),
             )
         before = await _scrape(session, options.metrics_url)
+        groups_before = await _scrape_groups(session, options.group_metrics_urls)
         progress = Progress(total=len(options.plan))
         ticker = asyncio.create_task(progress.ticker(progress_out)) if progress_out else None
         try:
@@ -205,7 +219,10 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
         if progress_out is not None and progress_out.isatty():
             progress_out.write(f"\r{progress.line()}\n")
         after = await _scrape(session, options.metrics_url)
-    metrics = delta(before, after)
+        groups_after = await _scrape_groups(session, options.group_metrics_urls)
+    scraped = zip(groups_before, groups_after, strict=True)
+    groups = prefix_cache_groups(dict(zip(options.group_metrics_urls, scraped, strict=True)))
+    metrics = with_groups(delta(before, after), groups)
     records = mark_bursts(records, metrics.inter_token_latency_s)
     info = ServerInfo(
         version=server or (after.info.get("vllm_version") if after else None),

@@ -1,11 +1,13 @@
-"""The server's Prometheus counters before and after a run: spec-decode acceptance, fast path, and
-the server's own per-request decode rate and inter-token latency (to check the client's timing)."""
+"""The server's Prometheus counters before and after a run: spec-decode acceptance, fast path, the
+server's own per-request decode rate and inter-token latency (to check the client's timing), and
+the prefix-cache hit rate, overall and per TP group (what routing by prefix is for)."""
 
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kimi_operator.bench.results import ServerMetrics
+from kimi_operator.bench.results import PrefixCacheGroup, ServerMetrics
 
 _SAMPLE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$"
@@ -21,6 +23,9 @@ KIMI_DECODE_RATE = "kimi_request_decode_tokens_per_second"  # kimi_kernels: mean
 DECODE_TIME = "vllm:request_decode_time_seconds"  # vLLM's own, per request: first to last token
 GENERATION_TOKENS = "vllm:request_generation_tokens"
 ITL = "vllm:inter_token_latency_seconds"
+# Counters of prompt tokens looked up in, and found in, vLLM's prefix cache (0.33.0 catalog).
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
 
 
 @dataclass
@@ -88,4 +93,43 @@ def delta(before: Snapshot | None, after: Snapshot | None) -> ServerMetrics:
         decode_tokens_per_s=rate,
         decode_rate_metric=source if rate is not None else None,
         inter_token_latency_s=mean(ITL),
+        prefix_cache_hit_rate=_ratio(change(PREFIX_HITS), change(PREFIX_QUERIES)),
+    )
+
+
+def _ratio(hits: float, queries: float) -> float | None:
+    return hits / queries if queries > 0 else None
+
+
+def prefix_cache_groups(
+    scraped: Mapping[str, tuple[Snapshot | None, Snapshot | None]],
+) -> list[PrefixCacheGroup]:
+    """Each group's prefix-cache counters over the run, from its leader's /metrics before and
+    after (URL -> snapshots)."""
+    groups = []
+    for url, (before, after) in scraped.items():
+        if before is None or after is None:
+            groups.append(PrefixCacheGroup(metrics_url=url, queries=None, hits=None, hit_rate=None))
+            continue
+        queries = after.totals.get(PREFIX_QUERIES, 0.0) - before.totals.get(PREFIX_QUERIES, 0.0)
+        hits = after.totals.get(PREFIX_HITS, 0.0) - before.totals.get(PREFIX_HITS, 0.0)
+        groups.append(
+            PrefixCacheGroup(
+                metrics_url=url, queries=queries, hits=hits, hit_rate=_ratio(hits, queries)
+            )
+        )
+    return groups
+
+
+def with_groups(metrics: ServerMetrics, groups: list[PrefixCacheGroup]) -> ServerMetrics:
+    """The run's metrics with the groups' prefix caches; the overall hit rate over all of them
+    (the one server behind --metrics-url is only one group)."""
+    if not groups:
+        return metrics
+    read = [g for g in groups if g.queries is not None and g.hits is not None]
+    queries = sum(g.queries or 0.0 for g in read)
+    hits = sum(g.hits or 0.0 for g in read)
+    overall = _ratio(hits, queries) if len(read) == len(groups) else None
+    return metrics.model_copy(
+        update={"prefix_cache_groups": groups, "prefix_cache_hit_rate": overall}
     )

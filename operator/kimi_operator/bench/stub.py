@@ -6,7 +6,8 @@ It answers `/v1/completions` and `/v1/chat/completions` on a fixed timetable: th
 request's arrival so that lateness does not accumulate. It reports usage as vLLM does
 (`stream_options.include_usage` / `continuous_usage_stats`), serves `/v1/models`, `/version` and
 a `/metrics` page with vLLM's spec-decode counters and inter-token latency, the kimi_kernels
-decode-path counters and per-request decode rate (all as its timetable says), and
+decode-path counters and per-request decode rate (all as its timetable says), vLLM's prefix-cache
+counters (a prompt's whole blocks of PREFIX_BLOCK words whose prefix an earlier prompt had), and
 can fail every Nth request (HTTP 500) or break every Nth stream. With `burst` N it holds chunks
 back and writes N at a time, as a proxy that buffers SSE (or a client too busy to read) delivers
 them: the timetable still says when each chunk was ready. A chat request that offers `tools`
@@ -17,6 +18,7 @@ It only listens on 127.0.0.1.
 """
 
 import asyncio
+import hashlib
 import json
 import multiprocessing
 import threading
@@ -29,6 +31,7 @@ from typing import Any
 from aiohttp import web
 
 HOST = "127.0.0.1"
+PREFIX_BLOCK = 16  # words per prefix-cache block (vLLM's default block of 16 tokens)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,21 @@ class _State:
     gaps: int = 0  # chunk gaps of those streams
     bodies: list[dict[str, Any]] = field(default_factory=list)
     sends: dict[str, list[float]] = field(default_factory=dict)
+    prefix_queries: int = 0  # prompt words looked up in the prefix cache
+    prefix_hits: int = 0  # of those, found there
+    blocks: set[str] = field(default_factory=set)  # every cached block, by its prefix's hash
+
+    def look_up(self, words: list[str]) -> None:
+        """The prompt through the prefix cache: its leading blocks already cached are hits, as
+        in vLLM (by the hash of the whole prefix up to each block), then all of it is cached."""
+        self.prefix_queries += len(words)
+        digest, hit = hashlib.sha256(), True
+        for start in range(0, len(words) - len(words) % PREFIX_BLOCK, PREFIX_BLOCK):
+            digest.update(" ".join(words[start : start + PREFIX_BLOCK]).encode() + b"\0")
+            key = digest.hexdigest()
+            hit = hit and key in self.blocks
+            self.prefix_hits += PREFIX_BLOCK if hit else 0
+            self.blocks.add(key)
 
 
 def _sse(event: dict[str, Any]) -> bytes:
@@ -139,6 +157,8 @@ class StubApp:
             f"kimi_request_decode_tokens_per_second_count{{{labels}}} {state.finished}\n"
             f"vllm:inter_token_latency_seconds_sum{{{labels}}} {state.gaps * s.step_s}\n"
             f"vllm:inter_token_latency_seconds_count{{{labels}}} {state.gaps}\n"
+            f"vllm:prefix_cache_queries_total{{{labels}}} {state.prefix_queries}\n"
+            f"vllm:prefix_cache_hits_total{{{labels}}} {state.prefix_hits}\n"
         )
         return web.Response(text=text, content_type="text/plain")
 
@@ -154,6 +174,7 @@ class StubApp:
         chat = request.path.endswith("/chat/completions")
         prompt = body["messages"][-1]["content"] if chat else body["prompt"]
         prompt_tokens = len(prompt.split())
+        state.look_up(prompt.split())
         options = body.get("stream_options") or {}
         usage = s.usage and bool(options.get("include_usage"))
         continuous = usage and s.continuous_usage and bool(options.get("continuous_usage_stats"))

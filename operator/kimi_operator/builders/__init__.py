@@ -13,6 +13,7 @@ from kimi_operator.builders.autoscaling import (
     scaled_object,
 )
 from kimi_operator.builders.images import DefaultImageGate
+from kimi_operator.builders.routing import DEFAULT_EPP_IMAGE, routing_children
 from kimi_operator.builders.serving import pod_disruption_budget, pod_monitor, service
 from kimi_operator.builders.weights import (
     cache_claim,
@@ -55,6 +56,11 @@ class OperatorDefaults:
     prometheus_url: str = DEFAULT_PROMETHEUS_URL
     # With spec.autoscaling: whether the cluster serves KEDA's ScaledObject API (else an HPA).
     keda_available: bool = True
+    # The endpoint picker of spec.routing.mode InferencePool (chart value endpointPicker.image).
+    epp_image: str = DEFAULT_EPP_IMAGE
+    # With spec.routing.mode InferencePool: whether the cluster serves the InferencePool API
+    # (else no pool and no endpoint picker: the Service alone, Degraded says why).
+    inference_pool_available: bool = True
     # Operator-wide: whose turn it is to move to serving_image (shared by copies of this object).
     image_gate: DefaultImageGate = field(default_factory=DefaultImageGate, compare=False)
 
@@ -135,6 +141,8 @@ def build_children(
         caches = {role: w.claim_name for role, w in weights.items()}
         children += _groups(kd, defaults, spares, caches)
     children += [service(kd), pod_disruption_budget(kd)]
+    if defaults.inference_pool_available:
+        children += routing_children(kd, defaults.epp_image)
     if spec.monitoring.pod_monitor:
         children.append(pod_monitor(kd))
     if spec.autoscaling is not None:

@@ -141,6 +141,46 @@ class Authorizer:
     def allowed(self, user: User, wanted: Attributes) -> bool:
         return user.admin or any(_matches(r, wanted) for r in self._rules(user, wanted.namespace))
 
+    def referred_rules(self, ref: Mapping[str, Any], namespace: str) -> list[Mapping[str, Any]]:
+        """The rules of the Role (in `namespace`) or ClusterRole a binding's roleRef names."""
+        role = (
+            self._cluster_roles.get(ref.get("name", ""), {})
+            if ref.get("kind") == "ClusterRole"
+            else self._roles.get((namespace, ref.get("name", "")), {})
+        )
+        return list(role.get("rules", []))
+
+
+def escalation_refusal(
+    user: User,
+    rules: Iterable[Mapping[str, Any]],
+    namespace: str,
+    allowed: Callable[[Attributes], bool],
+) -> str:
+    """Why kube-apiserver refuses `user` writing a Role with these `rules`, or a binding to a
+    role with them, in `namespace` ("" at the cluster scope): every permission granted must be
+    held (its RBAC escalation check); "" when they all are. kube-apiserver also lets through
+    users allowed the `escalate` (roles) or `bind` (bindings) verb; the chart grants neither, so
+    they are not asked for here (an ask would be recorded as a permission the operator needs)."""
+    missing = []
+    for rule in rules:
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                for verb in rule.get("verbs", []):
+                    for name in rule.get("resourceNames") or [""]:
+                        if not allowed(Attributes(verb, group, resource, namespace, name)):
+                            missing.append(
+                                f'{{APIGroups:["{group}"], Resources:["{resource}"], '
+                                f'Verbs:["{verb}"]}}'
+                            )
+    if not missing:
+        return ""
+    groups = " ".join(f'"{g}"' for g in sorted(user.groups))
+    return (
+        f'user "{user.name}" (groups=[{groups}]) is attempting to grant RBAC permissions not '
+        "currently held:\n" + "\n".join(missing)
+    )
+
 
 def forbidden(wanted: Attributes, why: str) -> tuple[str, dict[str, Any]]:
     """(message, details) of the 403 kube-apiserver answers: `<resource> "<name>" is forbidden:

@@ -77,6 +77,8 @@ BUILT_IN = {
         kind="PodDisruptionBudget", namespaced=True
     ),
     "v1/serviceaccounts": kmock.ResourceInfo(kind="ServiceAccount", namespaced=True),
+    "v1/configmaps": kmock.ResourceInfo(kind="ConfigMap", namespaced=True),
+    "apps/v1/deployments": kmock.ResourceInfo(kind="Deployment", namespaced=True),
     "v1/secrets": kmock.ResourceInfo(kind="Secret", namespaced=True),
     "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True, subresources={"status"}),
     "v1/persistentvolumeclaims": kmock.ResourceInfo(
@@ -396,9 +398,7 @@ class ApiServer(kmock.KubernetesEmulator):
         self._authorizer = None
         self._webhooks = None
 
-    def _authorize(self, user: rbac.User, wanted: rbac.Attributes) -> bool:
-        if user.admin:
-            return True
+    def _stored_rbac(self) -> rbac.Authorizer:
         if self._authorizer is None:
             stored = [
                 obj.raw
@@ -406,7 +406,12 @@ class ApiServer(kmock.KubernetesEmulator):
                 if resource.group == rbac.RBAC_GROUP and not obj.deleted
             ]
             self._authorizer = rbac.Authorizer(stored)
-        allowed = self._authorizer.allowed(user, wanted)
+        return self._authorizer
+
+    def _authorize(self, user: rbac.User, wanted: rbac.Attributes) -> bool:
+        if user.admin:
+            return True
+        allowed = self._stored_rbac().allowed(user, wanted)
         namespaced = bool(wanted.namespace)
         self.checks.add(
             Check(user.name, wanted.group, wanted.resource, wanted.verb, namespaced, allowed)
@@ -710,6 +715,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 ) from None
             new, warnings = admitted.obj, admitted.warnings
         self._check_owner_references(request, new, old)
+        self._check_escalation(request, new, old)
         if self._webhooks is None:
             self._webhooks = self.stored(webhooks.CONFIGURATIONS)
         attempt = webhooks.Attempt(resource, request.subresource, new, old, _USER.get())
@@ -751,6 +757,29 @@ class ApiServer(kmock.KubernetesEmulator):
             verb = "create" if old is None else "update"
             message, details = rbac.forbidden(dataclasses.replace(this, verb=verb), why)
             raise kmock.KubernetesError(403, "Forbidden", message, details)
+
+    def _check_escalation(
+        self, request: kmock.Request, new: Mapping[str, Any], old: Mapping[str, Any] | None
+    ) -> None:
+        """kube-apiserver's RBAC escalation check (embedded.rbac.escalation_refusal): a role or
+        binding written grants nothing its writer does not hold."""
+        user, resource = _USER.get(), request.resource
+        assert resource is not None
+        if user.admin or resource.group != rbac.RBAC_GROUP:
+            return
+        meta = new.get("metadata") or {}
+        namespace, name = request.namespace or meta.get("namespace") or "", meta.get("name", "")
+        if resource.plural in ("roles", "clusterroles"):
+            rules = list(new.get("rules") or [])
+        else:
+            rules = self._stored_rbac().referred_rules(new.get("roleRef") or {}, namespace)
+        why = rbac.escalation_refusal(
+            user, rules, namespace, lambda wanted: self._authorize(user, wanted)
+        )
+        if why:
+            verb = "create" if old is None else "update"
+            this = rbac.Attributes(verb, resource.group, resource.plural or "", namespace, name)
+            raise kmock.KubernetesError(403, "Forbidden", *rbac.forbidden(this, why))
 
     async def _handle(self, request: kmock.Request) -> Any:
         try:

@@ -15,10 +15,17 @@ CRD_FILES = {
     "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
     "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml",
     "ScaledObject": "keda.sh_scaledobjects.yaml",
+    "InferencePool": "inference.networking.k8s.io_inferencepools.yaml",
+    "HTTPRoute": "gateway.networking.k8s.io_httproutes.yaml",
+    "Gateway": "gateway.networking.k8s.io_gateways.yaml",
 }
 # The kinds of the operator's custom children: an API server needs their CRDs before it runs.
 CHILD_KINDS = ("LeaderWorkerSet", "ComputeDomain", "PodMonitor")
+# The kinds of spec.routing.mode InferencePool (docs/routing.md), installed where a test or the
+# demo routes through a pool; the Gateway is not the operator's, it reads its address.
+ROUTING_KINDS = ("InferencePool", "HTTPRoute")
 VLLM_METRICS = "vllm-0.33.0-metrics.tsv"
+EPP_RELEASE = "llm-d-router-v0.10.0-epp.yaml"
 
 
 def upstream_file(name: str) -> Path:
@@ -38,6 +45,11 @@ def upstream_crd(kind: str) -> dict[str, Any]:
         raise KeyError(f"no vendored CRD for kind {kind!r}; vendored: {', '.join(CRD_FILES)}")
     loaded: dict[str, Any] = yaml.safe_load(upstream_file(CRD_FILES[kind]).read_text())
     return loaded
+
+
+def routing_crds() -> list[dict[str, Any]]:
+    """The CRDs of ROUTING_KINDS, in that order."""
+    return [upstream_crd(kind) for kind in ROUTING_KINDS]
 
 
 def child_crds() -> list[dict[str, Any]]:

@@ -17,6 +17,15 @@ from kimi_operator.k8s.resources import BY_KIND
 
 APPLIED_ANNOTATION = "kimi-operator.io/applied-spec"
 GONE = "the owner is gone or being deleted"
+NOT_SET_BY_US = ("apiVersion", "kind", "metadata", "status")
+
+
+def _set_fields(obj: Mapping[str, Any], like: Mapping[str, Any]) -> Any:
+    """What the operator sets beside metadata, in `obj` shaped as in `like`: the `spec`, or for
+    kinds without one (ConfigMap, Role, RoleBinding, ServiceAccount) the other top-level fields."""
+    if "spec" in like:
+        return obj.get("spec")
+    return {key: value for key, value in obj.items() if key not in NOT_SET_BY_US}
 
 
 def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
@@ -62,7 +71,7 @@ def removals(previous: Any, desired: Any) -> Any:
 
 def with_owner(child: Mapping[str, Any], owner: Mapping[str, Any]) -> dict[str, Any]:
     """The child as the operator writes it: owned by `owner`, remembering what was applied."""
-    applied = json.dumps(child["spec"], sort_keys=True, separators=(",", ":"))
+    applied = json.dumps(_set_fields(child, child), sort_keys=True, separators=(",", ":"))
     metadata = {
         **child["metadata"],
         "annotations": {**child["metadata"].get("annotations", {}), APPLIED_ANNOTATION: applied},
@@ -79,7 +88,8 @@ def drift_patch(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[s
         and covers(actual_meta.get("annotations", {}), meta.get("annotations", {}))
         and covers(actual_meta.get("ownerReferences", []), meta["ownerReferences"])
     )
-    same_spec = covers(actual.get("spec"), desired["spec"]) and actual_meta.get(
+    wanted = _set_fields(desired, desired)
+    same_spec = covers(_set_fields(actual, desired), wanted) and actual_meta.get(
         "annotations", {}
     ).get(APPLIED_ANNOTATION) == meta["annotations"].get(APPLIED_ANNOTATION)
     if same_meta and same_spec:
@@ -96,7 +106,8 @@ def drift_patch(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[s
             previous = json.loads(actual_meta.get("annotations", {}).get(APPLIED_ANNOTATION, "{}"))
         except ValueError:
             previous = {}
-        patch["spec"] = removals(previous, desired["spec"])
+        fix = removals(previous, wanted)
+        patch |= {"spec": fix} if "spec" in desired else fix
     return patch
 
 

@@ -65,6 +65,24 @@ SCALED_OBJECT = Resource(
     "ScaledObject",
     install="install KEDA (helm install keda kedacore/keda --namespace keda --create-namespace)",
 )
+# spec.routing.mode InferencePool (docs/routing.md): the pool, and the route from a Gateway to it.
+INFERENCE_POOL = Resource(
+    "inference.networking.k8s.io",
+    "v1",
+    "inferencepools",
+    "InferencePool",
+    install="install the Gateway API Inference Extension's CRDs: kubectl apply -f https://github.com/"
+    "kubernetes-sigs/gateway-api-inference-extension/releases/download/v1.5.0/manifests.yaml",
+)
+HTTP_ROUTE = Resource(
+    "gateway.networking.k8s.io",
+    "v1",
+    "httproutes",
+    "HTTPRoute",
+    install="install the Gateway API (standard channel): kubectl apply --server-side -f https://"
+    "github.com/kubernetes-sigs/gateway-api/releases/download/v1.5.1/standard-install.yaml",
+)
+GATEWAY = Resource("gateway.networking.k8s.io", "v1", "gateways", "Gateway")
 # prometheus-adapter serves each external metric as a resource of external.metrics.k8s.io:
 # discovering the one the HPA reads tells whether its rules are installed.
 EXTERNAL_METRICS = "external.metrics.k8s.io"
@@ -76,10 +94,26 @@ SERVICE = Resource("", "v1", "services", "Service")
 EVENT = Resource("", "v1", "events", "Event")
 POD_DISRUPTION_BUDGET = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 JOB = Resource("batch", "v1", "jobs", "Job")
+# The endpoint picker's own objects.
+DEPLOYMENT = Resource("apps", "v1", "deployments", "Deployment")
+CONFIG_MAP = Resource("", "v1", "configmaps", "ConfigMap")
+SERVICE_ACCOUNT = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+ROLE = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDING = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 PERSISTENT_VOLUME_CLAIM = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 # Leader election among the operator's replicas (controller/leader.py).
 LEASE = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 
+# The children of spec.routing.mode InferencePool only (builders/routing.py).
+ROUTING_RESOURCES = (
+    INFERENCE_POOL,
+    HTTP_ROUTE,
+    SERVICE_ACCOUNT,
+    ROLE,
+    ROLE_BINDING,
+    CONFIG_MAP,
+    DEPLOYMENT,
+)
 CHILD_RESOURCES = (
     COMPUTE_DOMAIN,
     LEADER_WORKER_SET,
@@ -88,6 +122,7 @@ CHILD_RESOURCES = (
     POD_MONITOR,
     SCALED_OBJECT,
     HORIZONTAL_POD_AUTOSCALER,
+    *ROUTING_RESOURCES,
 )
 # The weights cache (builders/weights.py): a deployment's resolve Jobs, and the claims and
 # download Jobs it shares with other deployments.
@@ -95,5 +130,17 @@ CACHE_RESOURCES = (PERSISTENT_VOLUME_CLAIM, JOB)
 BY_KIND = {r.kind: r for r in (KIMI_DEPLOYMENT, *CHILD_RESOURCES, *CACHE_RESOURCES)}
 # Served by every cluster: never looked up.
 BUILT_IN = frozenset(
-    {SERVICE, POD_DISRUPTION_BUDGET, HORIZONTAL_POD_AUTOSCALER, JOB, PERSISTENT_VOLUME_CLAIM, POD}
+    {
+        SERVICE,
+        POD_DISRUPTION_BUDGET,
+        HORIZONTAL_POD_AUTOSCALER,
+        JOB,
+        PERSISTENT_VOLUME_CLAIM,
+        POD,
+        DEPLOYMENT,
+        CONFIG_MAP,
+        SERVICE_ACCOUNT,
+        ROLE,
+        ROLE_BINDING,
+    }
 )

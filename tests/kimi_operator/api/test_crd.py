@@ -79,12 +79,13 @@ def test_printer_columns_point_at_fields() -> None:
         "DESIRED",
         "READY-GROUPS",
         "BACKEND",
+        "ROUTING",
         "READY",
         "ENDPOINT",
         "AGE",
     ]
     known = {p for p, _ in nodes(SCHEMA)}
-    for name in ("GPUS", "DESIRED", "READY-GROUPS", "BACKEND", "ENDPOINT"):
+    for name in ("GPUS", "DESIRED", "READY-GROUPS", "BACKEND", "ROUTING", "ENDPOINT"):
         assert columns[name] in known, name
     assert columns["READY"].startswith('.status.conditions[?(@.type=="Ready")]')
 

@@ -31,6 +31,9 @@ CONTEXT: dict[Path, dict[str, Any]] = {
     ("spec", "speculative", "draftSource", "huggingface"): {
         "spec.speculative": {"draftSource": {"huggingface": {"repo": "moonshotai/draft"}}}
     },
+    ("spec", "routing", "gatewayRef"): {
+        "spec.routing": {"mode": "InferencePool", "gatewayRef": {"name": "inference-gateway"}}
+    },
 }
 
 

@@ -234,6 +234,8 @@ def test_metrics_unreachable_is_a_warning_not_a_failure(
         "decode_tokens_per_s": None,
         "decode_rate_metric": None,
         "inter_token_latency_s": None,
+        "prefix_cache_hit_rate": None,
+        "prefix_cache_groups": [],
     }
     assert any("no /metrics" in w for w in summary["warnings"])
 

@@ -64,6 +64,29 @@ CASES: dict[str, tuple[dict[str, Any], OperatorDefaults]] = {
             serving_image_vllm_version="0.32.0",  # before the fix: --disable-custom-all-reduce
         ),
     ),
+    # A pool without a Gateway of ours (routed to by hand), the operator's EPP image overridden,
+    # the KV-cache scorer weighed 0 (left out of the profile), the Gateway's listener named.
+    "routed-no-gateway-operator-image": (
+        _edited(
+            "k3-tp16-routed.yaml",
+            routing={
+                "mode": "InferencePool",
+                "endpointPicker": {"weights": {"kvCacheUtilization": 0, "prefixCache": 5}},
+            },
+        ),
+        OperatorDefaults(epp_image="registry.example/llm-d-router-endpoint-picker:v0.10.0"),
+    ),
+    "routed-listener-own-image": (
+        _edited(
+            "k3-tp16-routed.yaml",
+            routing={
+                "mode": "InferencePool",
+                "gatewayRef": {"name": "gw", "sectionName": "http"},
+                "endpointPicker": {"image": "registry.example/epp@sha256:" + "0" * 64},
+            },
+        ),
+        OperatorDefaults(),
+    ),
 }
 
 

@@ -1,7 +1,8 @@
 """Every child of every case is valid for the API server that will receive it: the upstream CRDs
-(LeaderWorkerSet, ComputeDomain, PodMonitor) as the embedded API server admits them (structural
-schema, CEL rules) with unknown fields refused, built-in kinds by `kubernetes-validate`'s
-schemas (the weights caches' Jobs and claims included)."""
+(LeaderWorkerSet, ComputeDomain, PodMonitor, InferencePool, HTTPRoute) as the embedded API
+server admits them (structural schema, CEL rules) with unknown fields refused, built-in kinds by
+`kubernetes-validate`'s schemas (the weights caches' Jobs and claims, the endpoint picker's
+objects included)."""
 
 from typing import Any
 
@@ -11,10 +12,21 @@ import yaml
 
 from kimi_operator.builders import build_caches, build_children, preview_weights
 from kimi_operator.embedded.admission import CustomResource
-from kimi_operator.embedded.upstream import CHILD_KINDS, upstream_crd
+from kimi_operator.embedded.upstream import CHILD_KINDS, ROUTING_KINDS, upstream_crd
 from tests.kimi_operator.builders.cases import CASES, deployment
 
-BUILT_IN = {"Service", "PodDisruptionBudget", "Job", "PersistentVolumeClaim"}
+BUILT_IN = {
+    "Service",
+    "PodDisruptionBudget",
+    "Job",
+    "PersistentVolumeClaim",
+    # The endpoint picker's (spec.routing.mode InferencePool).
+    "Deployment",
+    "ConfigMap",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+}
 KUBERNETES_VERSION = "1.34"
 
 
@@ -44,7 +56,7 @@ ALL = children()
 
 
 def test_every_kind_is_covered() -> None:
-    assert {child["kind"] for _, child in ALL} == set(CHILD_KINDS) | BUILT_IN
+    assert {child["kind"] for _, child in ALL} == set(CHILD_KINDS) | set(ROUTING_KINDS) | BUILT_IN
 
 
 @pytest.mark.parametrize(("label", "child"), ALL, ids=[label for label, _ in ALL])

@@ -1,0 +1,317 @@
+"""`spec.routing.mode: InferencePool`: an InferencePool over the leaders of every TP group, llm-d's
+endpoint picker (EPP) that a Gateway asks which group takes each request, and an HTTPRoute from
+`spec.routing.gatewayRef` to the pool (docs/routing.md).
+
+What the EPP is given follows llm-d-router v0.10.0's own chart (config/charts/routerlib) and is
+checked against that release's flags and config schema (third_party/llm-d-router-v0.10.0-epp.yaml).
+"""
+
+from typing import Any
+
+import yaml
+
+from kimi_operator.api.spec import GatewayRef, KimiDeployment
+from kimi_operator.builders.meta import (
+    LWS_WORKER_INDEX_LABEL,
+    labels,
+    metadata,
+    selector_labels,
+)
+from kimi_operator.builders.vllm_args import HTTP_PORT
+
+DEFAULT_EPP_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
+POOL_GROUP = "inference.networking.k8s.io"
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+EXT_PROC_PORT = 9002  # gRPC ext-proc, which the gateway calls
+HEALTH_PORT = 9003  # gRPC health: services liveness and readiness
+EPP_METRICS_PORT = 9090
+CONFIG_FILE = "epp-config.yaml"
+CONFIG_DIR = "/config"
+COMPONENT = "endpoint-picker"
+# The EPP's pods are not the deployment's serving pods: a name of their own keeps them out of the
+# selectors of the Service, the PodMonitor, the disruption budget and the pool.
+EPP_APP_NAME = "llm-d-endpoint-picker"
+READ = ["get", "list", "watch"]
+# What the EPP watches (pkg/epp/controller): pods, its pool, and the InferenceObjectives and
+# InferenceModelRewrites of the pool where those CRDs are installed (both groups it knows).
+EPP_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": READ},
+    {"apiGroups": [POOL_GROUP], "resources": ["inferencepools"], "verbs": READ},
+    {
+        "apiGroups": ["inference.networking.x-k8s.io", "llm-d.ai"],
+        "resources": ["inferenceobjectives", "inferencemodelrewrites"],
+        "verbs": READ,
+    },
+]
+
+
+def pool_name(kd: KimiDeployment) -> str:
+    return kd.metadata.name
+
+
+def epp_name(kd: KimiDeployment) -> str:
+    return f"{kd.metadata.name}-epp"
+
+
+def epp_image(kd: KimiDeployment, default: str) -> str:
+    return kd.spec.routing.endpoint_picker.image or default
+
+
+def routing_children(kd: KimiDeployment, epp_default_image: str) -> list[dict[str, Any]]:
+    """The pool, the EPP's objects and the route; none in mode Service."""
+    if kd.spec.routing.mode != "InferencePool":
+        return []
+    children = [
+        inference_pool(kd),
+        epp_service_account(kd),
+        epp_role(kd),
+        epp_role_binding(kd),
+        epp_config_map(kd),
+        epp_deployment(kd, epp_image(kd, epp_default_image)),
+        epp_service(kd),
+    ]
+    if kd.spec.routing.gateway_ref is not None:
+        children.append(http_route(kd, kd.spec.routing.gateway_ref))
+    return children
+
+
+def leader_labels(kd: KimiDeployment) -> dict[str, str]:
+    """Every group's leader (workers serve no HTTP); a group added by a scale-up matches too."""
+    return selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"}
+
+
+def inference_pool(kd: KimiDeployment) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{POOL_GROUP}/v1",
+        "kind": "InferencePool",
+        "metadata": metadata(kd, pool_name(kd), "routing"),
+        "spec": {
+            "selector": {"matchLabels": leader_labels(kd)},
+            "targetPorts": [{"number": HTTP_PORT}],
+            "endpointPickerRef": {
+                "group": "",
+                "kind": "Service",
+                "name": epp_name(kd),
+                "port": {"number": EXT_PROC_PORT},
+                # The EPP down: the gateway still sends requests, to any leader.
+                "failureMode": "FailOpen",
+            },
+        },
+    }
+
+
+def epp_config(kd: KimiDeployment) -> dict[str, Any]:
+    """The EndpointPickerConfig: llm-d-router's default profile with the spec's weights, scraping
+    vLLM's /metrics on the pool's target port."""
+    weights = kd.spec.routing.endpoint_picker.weights
+    scorers = {
+        "queue-scorer": weights.queue,
+        "kv-cache-utilization-scorer": weights.kv_cache_utilization,
+        "prefix-cache-scorer": weights.prefix_cache,
+    }
+    used = {name: weight for name, weight in scorers.items() if weight}
+    return {
+        "apiVersion": "llm-d.ai/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [
+            *({"type": name} for name in used),
+            {
+                "type": "metrics-data-source",
+                "parameters": {"scheme": "http", "path": "/metrics"},
+            },
+            {"type": "core-metrics-extractor"},
+        ],
+        "schedulingProfiles": [
+            {
+                "name": "default",
+                "plugins": [{"pluginRef": name, "weight": weight} for name, weight in used.items()],
+            }
+        ],
+    }
+
+
+def epp_config_map(kd: KimiDeployment) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(kd, epp_name(kd), COMPONENT),
+        "data": {CONFIG_FILE: yaml.safe_dump(epp_config(kd), sort_keys=False)},
+    }
+
+
+def epp_args(kd: KimiDeployment) -> list[str]:
+    return [
+        "--pool-name",
+        pool_name(kd),
+        "--pool-namespace",
+        kd.metadata.namespace,
+        "--pool-group",
+        POOL_GROUP,
+        "--config-file",
+        f"{CONFIG_DIR}/{CONFIG_FILE}",
+        "--grpc-port",
+        str(EXT_PROC_PORT),
+        "--grpc-health-port",
+        str(HEALTH_PORT),
+        "--metrics-port",
+        str(EPP_METRICS_PORT),
+        # No OpenTelemetry collector is configured, and the metrics endpoint's authentication
+        # would need cluster-scoped TokenReview rights that a namespaced Role cannot grant.
+        "--tracing=false",
+        "--metrics-endpoint-auth=false",
+    ]
+
+
+def epp_pod_labels(kd: KimiDeployment) -> dict[str, str]:
+    return labels(kd, COMPONENT) | {"app.kubernetes.io/name": EPP_APP_NAME}
+
+
+def _grpc_probe(service: str, period_s: int) -> dict[str, Any]:
+    return {"grpc": {"port": HEALTH_PORT, "service": service}, "periodSeconds": period_s}
+
+
+def epp_deployment(kd: KimiDeployment, image: str) -> dict[str, Any]:
+    pod_labels = epp_pod_labels(kd)
+    container = {
+        "name": "epp",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": epp_args(kd),
+        "ports": [
+            {"name": "grpc", "containerPort": EXT_PROC_PORT, "protocol": "TCP"},
+            {"name": "grpc-health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": EPP_METRICS_PORT, "protocol": "TCP"},
+        ],
+        "env": [
+            {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        # llm-d-router's defaults: the prefix index lives in memory; CPU left to burst.
+        "resources": {
+            "requests": {"cpu": "8", "memory": "8Gi"},
+            "limits": {"memory": "16Gi"},
+        },
+        "livenessProbe": _grpc_probe("liveness", 10) | {"initialDelaySeconds": 5},
+        "readinessProbe": _grpc_probe("readiness", 2),
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(kd, epp_name(kd), COMPONENT),
+        "spec": {
+            # One replica holds the prefix index; Recreate hands over at once on an update.
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": pod_labels},
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "serviceAccountName": epp_name(kd),
+                    "terminationGracePeriodSeconds": 130,
+                    "containers": [container],
+                    "volumes": [{"name": "config", "configMap": {"name": epp_name(kd)}}],
+                },
+            },
+        },
+    }
+
+
+def epp_service(kd: KimiDeployment) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(kd, epp_name(kd), COMPONENT),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": epp_pod_labels(kd),
+            "ports": [
+                {
+                    "name": "grpc-ext-proc",
+                    "port": EXT_PROC_PORT,
+                    "targetPort": "grpc",
+                    "protocol": "TCP",
+                    "appProtocol": "kubernetes.io/h2c",
+                },
+                {
+                    "name": "grpc-health",
+                    "port": HEALTH_PORT,
+                    "targetPort": "grpc-health",
+                    "protocol": "TCP",
+                },
+                {
+                    "name": "http-metrics",
+                    "port": EPP_METRICS_PORT,
+                    "targetPort": "metrics",
+                    "protocol": "TCP",
+                },
+            ],
+        },
+    }
+
+
+def epp_service_account(kd: KimiDeployment) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(kd, epp_name(kd), COMPONENT),
+    }
+
+
+def epp_role(kd: KimiDeployment) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata(kd, epp_name(kd), COMPONENT),
+        "rules": EPP_RULES,
+    }
+
+
+def epp_role_binding(kd: KimiDeployment) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(kd, epp_name(kd), COMPONENT),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": epp_name(kd),
+        },
+        "subjects": [
+            {"kind": "ServiceAccount", "name": epp_name(kd), "namespace": kd.metadata.namespace}
+        ],
+    }
+
+
+def http_route(kd: KimiDeployment, ref: GatewayRef) -> dict[str, Any]:
+    parent: dict[str, Any] = {
+        "group": GATEWAY_GROUP,
+        "kind": "Gateway",
+        "name": ref.name,
+        "namespace": ref.namespace or kd.metadata.namespace,
+    }
+    if ref.section_name:
+        parent["sectionName"] = ref.section_name
+    return {
+        "apiVersion": f"{GATEWAY_GROUP}/v1",
+        "kind": "HTTPRoute",
+        "metadata": metadata(kd, kd.metadata.name, "routing"),
+        "spec": {
+            "parentRefs": [parent],
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                    "backendRefs": [
+                        {"group": POOL_GROUP, "kind": "InferencePool", "name": pool_name(kd)}
+                    ],
+                    # Long generations: no gateway default cuts a request short.
+                    "timeouts": {"request": "0s"},
+                }
+            ],
+        },
+    }
