@@ -77,8 +77,6 @@ BUILT_IN = {
         kind="PodDisruptionBudget", namespaced=True
     ),
     "v1/serviceaccounts": kmock.ResourceInfo(kind="ServiceAccount", namespaced=True),
-    "v1/configmaps": kmock.ResourceInfo(kind="ConfigMap", namespaced=True),
-    "apps/v1/deployments": kmock.ResourceInfo(kind="Deployment", namespaced=True),
     "v1/secrets": kmock.ResourceInfo(kind="Secret", namespaced=True),
     "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True, subresources={"status"}),
     "v1/persistentvolumeclaims": kmock.ResourceInfo(
