@@ -288,3 +288,41 @@ def test_get_watch_prints_rows_of_the_crd_s_columns(kubectl: Kubectl, client: Cl
         watch.kill()
         deadline.cancel()
     assert changed.split()[:3] == ["k3-tp16-latency", "3", "latency_specialized"]
+
+
+CONFIG_MAP = Resource("", "v1", "configmaps", "ConfigMap")
+
+
+def owned_pair(client: Client, owner_name: str) -> None:
+    """A ConfigMap `owner_name` in `default` and a ConfigMap `<owner_name>-child` it owns, the
+    reference blocking the owner's deletion (as the operator's children's do)."""
+    owner = client.create(
+        CONFIG_MAP, {"metadata": {"name": owner_name, "namespace": "default"}, "data": {}}
+    )
+    reference = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": owner_name,
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    child = {"name": f"{owner_name}-child", "namespace": "default", "ownerReferences": [reference]}
+    client.create(CONFIG_MAP, {"metadata": child, "data": {}})
+
+
+def test_kubectl_delete_with_each_cascade(kubectl: Kubectl, client: Client) -> None:
+    """`kubectl delete --cascade=background|foreground|orphan` as kube-apiserver and the garbage
+    collector carry them out: the dependent goes with its owner, or stays without the reference."""
+    for cascade in ("background", "foreground", "orphan"):
+        owned_pair(client, cascade)
+        deleted = ok(
+            kubectl, "delete", "configmap", cascade, "-n", "default", f"--cascade={cascade}"
+        )
+        assert f'configmap "{cascade}" deleted' in deleted
+        assert client.get(CONFIG_MAP, "default", cascade) is None
+    assert client.get(CONFIG_MAP, "default", "background-child") is None
+    assert client.get(CONFIG_MAP, "default", "foreground-child") is None
+    kept = client.get(CONFIG_MAP, "default", "orphan-child")
+    assert kept is not None
+    assert "ownerReferences" not in kept["metadata"] or kept["metadata"]["ownerReferences"] == []

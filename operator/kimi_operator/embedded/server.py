@@ -981,6 +981,11 @@ class ApiServer(kmock.KubernetesEmulator):
                 if not gone:
                     raise already_exists(resource, key[2])
                 new = self._new_object(data)
+                # kube-apiserver decodes a body without them into the kind of the URL, and every
+                # answer and watch event carries them (kubectl reads them from a DELETE's answer).
+                api_version, kind = self._kind(resource)
+                new.setdefault("apiVersion", api_version)
+                new.setdefault("kind", kind)
                 if resource == namespaces.NAMESPACES:
                     new = namespaces.new_namespace(new)
                 if namespace:
