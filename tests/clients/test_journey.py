@@ -130,6 +130,7 @@ def test_the_readme_journey(kubectl: Kubectl, client: Client, tmp_path: Path) ->
         "DESIRED",
         "READY-GROUPS",
         "BACKEND",
+        "ROUTING",
         "READY",
         "ENDPOINT",
         "AGE",

@@ -138,11 +138,12 @@ def test_demo_runs_the_samples_live() -> None:
     header = "NAMESPACE   NAME                 GPUS   DESIRED   READY-GROUPS   BACKEND"
     assert header in text
     ready = [line for line in text.split("\n") if line.startswith("inference   k3-tp8-dspark ")]
-    assert ready[-1].split()[2:8] == [
+    assert ready[-1].split()[2:9] == [
         "8",
         "1",
         "1",
         "latency_specialized",
+        "Service",
         "True",
         "http://k3-tp8-dspark.inference.svc:8000/v1",
     ]
