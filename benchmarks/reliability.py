@@ -1,4 +1,4 @@
-"""The operator under faults, restarts, hand edits, churn and hostile input (issue 8), as figures.
+"""The operator under faults, restarts, hand edits, churn and hostile input, as figures.
 
 `kimi-operator run` in a process of its own against the embedded API server (through KUBECONFIG,
 as in a cluster), with its default timeouts and backoffs: API faults on a schedule during create,
