@@ -176,8 +176,8 @@ def test_delete_takes_the_children_with_it(
     # Nothing for the operator to do: the ownerReferences let the garbage collector (here the
     # embedded server's stand-in) delete every child.
     wait_for(lambda: not children(client), what="children garbage-collected")
-    # Two passes of the resync loop: a reconcile that read the deployment just before it went
-    # has landed by the end of the second.
+    # Two passes of the resync loop, counted on the loop itself (a slow machine slows both): a
+    # reconcile that read the deployment just before it went has landed by then.
     ticks.wait(2)
     assert not children(client)
     since = api.mark()
