@@ -42,7 +42,8 @@ $(STAMP): pyproject.toml kernels/pyproject.toml requirements/vllm-interfaces.txt
 	$(BIN)/pip install --quiet --no-warn-conflicts -r requirements/vllm-interfaces.txt
 	touch $@ $(DEMO_STAMP)
 
-# helm (v4) in .tools/bin for the chart tests (scripts/install-helm.sh; idempotent).
+# helm (v4) and kubectl (v1.36) in .tools/bin for the chart and client tests and the demo
+# (scripts/install-helm.sh; idempotent).
 tools:
 	@bash scripts/install-helm.sh >/dev/null
 

@@ -32,7 +32,7 @@ for child in yaml.safe_load_all(open(sys.argv[1])):
 PY
 echo "(full YAML: $out)"
 
-step "kimi-operator demo  (the operator live on an embedded API server on 127.0.0.1)"
+step "kimi-operator demo  (the operator live on an embedded API server on 127.0.0.1, driven by the real helm and kubectl from .tools/bin)"
 "$cli" demo --samples crds/samples
 
 step "A real vLLM server: bench its endpoint, read its decode-rate metrics  (vLLM 0.32.0 CPU build, tiny model)"

@@ -1,4 +1,5 @@
-"""`kimi-operator`: validate | render | crd (and the subcommands other modules register).
+"""`kimi-operator`: validate | render | crd | run | admission (and the subcommands other modules
+register).
 
 Imports stay inside the subcommands so that `validate` loads only pydantic and PyYAML: no
 Kubernetes client, no HTTP stack.
@@ -277,6 +278,78 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_admission(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
+    import logging  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
+    from kimi_operator.admission.server import ServeConfig, run  # noqa: PLC0415
+
+    if not args.insecure and not (args.cert_file and args.key_file):
+        print(
+            "error: --cert-file and --key-file: both needed to serve HTTPS "
+            "(or --insecure: plain HTTP on 127.0.0.1, for local tries)",
+            file=err,
+        )
+        return EXIT_INVALID
+    for flag, path in (("--cert-file", args.cert_file), ("--key-file", args.key_file)):
+        if not args.insecure and not os.path.isfile(path):
+            print(f"error: {flag}: {path}: no such file (allowed: a PEM file)", file=err)
+            return EXIT_INVALID
+    if not 0 <= args.port <= 65535:
+        print(f"error: --port: {args.port} is not a port (allowed: 0 to 65535)", file=err)
+        return EXIT_INVALID
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=err,
+    )
+    config = ServeConfig(
+        address="127.0.0.1" if args.insecure else args.address,
+        port=args.port,
+        cert_file=None if args.insecure else args.cert_file,
+        key_file=None if args.insecure else args.key_file,
+        cert_check_interval_s=args.cert_check_interval,
+    )
+    run(config, lambda url: print(f"serving admission reviews at {url}", file=err, flush=True))
+    return EXIT_OK
+
+
+def _add_admission_parser(sub: Any) -> None:
+    admission = sub.add_parser(
+        "admission",
+        help="serve the validating admission webhook of KimiDeployments (every rule of validate "
+        "at kubectl apply)",
+        description="AdmissionReview v1 for KimiDeployment CREATE and UPDATE: refused with every "
+        "problem, one line each; the fast path's warnings as admission warnings. Needs no "
+        "access to the cluster.",
+    )
+    admission.add_argument(
+        "--port", type=int, default=8443, help="port to listen on; 0: any (default %(default)s)"
+    )
+    admission.add_argument(
+        "--address",
+        default="0.0.0.0",
+        help="address to listen on with TLS (default %(default)s)",
+    )
+    admission.add_argument("--cert-file", metavar="PEM", help="the serving certificate (chain)")
+    admission.add_argument("--key-file", metavar="PEM", help="its private key")
+    admission.add_argument(
+        "--cert-check-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="read the certificate files again this often; changed ones (a renewal) are served "
+        "from then on (default %(default)s)",
+    )
+    admission.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plain HTTP on 127.0.0.1 (local tries and tests: kube-apiserver calls HTTPS only)",
+    )
+    admission.add_argument("--verbose", action="store_true", help="debug logging")
+    admission.set_defaults(run=cmd_admission)
+
+
 def _add_operator_parsers(sub: Any) -> None:
     import os  # noqa: PLC0415
 
@@ -450,7 +523,11 @@ def build_parser() -> argparse.ArgumentParser:
     from kimi_operator.bench.cli import add_bench_parser  # noqa: PLC0415  (stdlib-only module)
 
     add_bench_parser(sub)
+    from kimi_operator.plan.cli import add_plan_parser  # noqa: PLC0415  (stdlib-only module)
+
+    add_plan_parser(sub)
     _add_operator_parsers(sub)
+    _add_admission_parser(sub)
     return parser
 
 

@@ -56,5 +56,16 @@ def template(
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
-def of_kind(objects: Sequence[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [o for o in objects if o["kind"] == kind]
+WEBHOOK_COMPONENT = "admission-webhook"
+
+
+def of_kind(
+    objects: Sequence[dict[str, Any]], kind: str, *, webhook: bool = False
+) -> list[dict[str, Any]]:
+    """The objects of `kind`: the operator's, or with `webhook` the admission webhook's."""
+    return [o for o in objects if o["kind"] == kind and is_webhooks(o) == webhook]
+
+
+def is_webhooks(obj: dict[str, Any]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get("app.kubernetes.io/component") == WEBHOOK_COMPONENT)

@@ -115,10 +115,15 @@ def test_default_install(rendered: dict[str, list[dict[str, Any]]]) -> None:
         "ClusterRoleBinding",
         "CustomResourceDefinition",
         "Deployment",
+        "Deployment",  # the admission webhook's
+        "PodDisruptionBudget",  # the admission webhook's
         "Role",  # the leader-election Lease's
         "RoleBinding",
+        "Secret",  # the admission webhook's CA and certificate
         "Service",
+        "Service",  # the admission webhook's
         "ServiceAccount",
+        "ValidatingWebhookConfiguration",
     ]
 
 

@@ -4,8 +4,9 @@ For every corpus spec the project accepts: render it, take every `vllm serve` co
 leader and each worker rank of a group, `$(LWS_...)` references resolved as Kubernetes would),
 and in a process of vLLM's own (tests/gate/harness.py: a simulated SM 10.3 platform) parse the
 arguments with its `serve` parser, build the engine config (`AsyncEngineArgs.from_cli_args` ->
-`create_engine_config`, on small local config files standing in for the K3 checkpoint and the
-DSpark draft) and call its gate, `specialized_decode_config`
+`create_engine_config`, on small local stand-ins for the K3 checkpoint (tests/support/
+k3_checkpoint.py: config, tokenizer, image processor settings) and the DSpark draft) and call its
+gate, `specialized_decode_config`
 (vllm/models/kimi_k3/nvidia/specialized_decode/runtime/__init__.py). Doctored renders show the
 gate, and this test, can fail.
 """
@@ -22,6 +23,7 @@ from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.builders.vllm_args import DRAFT_DIR
 from tests.support.corpus import CORPUS
+from tests.support.k3_checkpoint import K3_TEXT, write_config, write_k3_checkpoint
 from tests.support.pods import expand
 from tests.support.specs import edited
 
@@ -29,33 +31,13 @@ pytest.importorskip("vllm", reason="vLLM 0.33.0 is installed by `make setup`")
 
 HARNESS = Path(__file__).with_name("harness.py")
 LEADER_ADDRESS = "10.0.0.1"
-# The parts of Kimi K3's config that vLLM's config code and gate read (MLA with 512 + 64 wide
-# rows, a long context, the one-group sigmoid top-16 SiTU MoE), on a model small enough to build a
-# config for.
-K3_TEXT = {
-    "model_type": "kimi_linear", "hidden_size": 256, "intermediate_size": 512,
-    "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 2,
-    "vocab_size": 1024, "max_position_embeddings": 262144, "torch_dtype": "bfloat16",
-    "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
-    "hidden_act": "situ", "activation_situ_beta": 4.0, "activation_situ_linear_beta": 25.0,
-    "num_experts": 896, "num_experts_per_token": 16, "num_expert_group": 1, "topk_group": 1,
-    "moe_router_activation_func": "sigmoid",
-}  # fmt: skip
-K3 = {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3"}
 DRAFT = {"architectures": ["DSparkDraftModel"], **K3_TEXT, "num_hidden_layers": 1}
-
-
-def _write(folder: Path, config: dict[str, Any]) -> str:
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(config))
-    return str(folder)
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     root = tmp_path_factory.mktemp("checkpoints")
-    k3 = {**K3, "text_config": K3_TEXT, "torch_dtype": "bfloat16"}
-    return _write(root / "k3", k3), _write(root / "draft", DRAFT)
+    return write_k3_checkpoint(root / "k3"), write_config(root / "draft", DRAFT)
 
 
 def _containers(doc: dict[str, Any]) -> list[tuple[list[str], dict[str, str]]]:

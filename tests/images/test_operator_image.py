@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from tests.support.admission import admission_review
 from tests.support.repo import ROOT
 
 from .dockerfiles import OPERATOR
@@ -174,16 +176,49 @@ def test_runtime_dependencies_only(built: tuple[Buildah, str]) -> None:
     buildah, container = built
     imports = (
         "import sys, kubernetes, prometheus_client, kimi_operator.runner; "
-        "assert 'aiohttp' not in sys.modules, 'a second HTTP stack'"
+        "assert 'aiohttp' not in sys.modules, 'a second HTTP stack'; "
+        "assert 'kopf' not in sys.modules, 'the webhook is another command'"
     )
     assert buildah.run(container, "python3", "-c", imports).returncode == 0
     absent = (
-        "pytest", "kmock", "celpy", "matplotlib", "kopf", "kimi_kernels",
+        "pytest", "kmock", "celpy", "matplotlib", "kimi_kernels",
         "kimi_operator.embedded", "kimi_operator.bench.stub", "pip", "setuptools",
     )  # fmt: skip
     for module in absent:
         result = buildah.run(container, "python3", "-c", f"import {module}")
         assert result.returncode != 0, f"{module} is in the image"
+
+
+# Run in the image: `kimi-operator admission --insecure` started, an AdmissionReview (argv[1])
+# posted to it, its response printed.
+ADMISSION_PROBE = """
+import json, re, subprocess, sys, urllib.request
+command = ["kimi-operator", "admission", "--port", "0", "--insecure"]
+server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+for line in server.stderr:
+    found = re.search(r"serving admission reviews at (\\S+)", line)
+    if found:
+        break
+request = urllib.request.Request(
+    found.group(1) + "/validate-kimideployments", data=sys.argv[1].encode(),
+    headers={"Content-Type": "application/json"},
+)
+print(json.dumps(json.load(urllib.request.urlopen(request, timeout=60))["response"]))
+server.terminate()
+"""
+
+
+def test_admission_webhook_answers(built: tuple[Buildah, str]) -> None:
+    """The image's second command: the webhook serves and refuses what CEL lets through."""
+    buildah, container = built
+    doc = yaml.safe_load((SAMPLES / "k3-tp8-dspark.yaml").read_text())
+    doc["spec"]["engineArgs"] = ["--max-num-batched-tokens", "abc"]
+    review = json.dumps(admission_review(doc))
+    result = buildah.run(container, "python3", "-c", ADMISSION_PROBE, review)
+    assert result.returncode == 0, result.stderr
+    response = json.loads(result.stdout.splitlines()[-1])
+    assert response["allowed"] is False
+    assert response["status"]["message"].startswith("spec.engineArgs: vLLM 0.33.0's serve parser")
 
 
 def test_bench_image_draws_the_plots(bench_built: tuple[Buildah, str]) -> None:

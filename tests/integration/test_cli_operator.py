@@ -22,6 +22,7 @@ from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 from tests.support.cluster import NAME, NS, children, reconciled, sample, wait_for
 from tests.support.repo import ROOT
+from tests.support.tools import require_tool
 
 
 def fetch(url: str) -> tuple[int, str]:
@@ -102,22 +103,47 @@ def test_run_serves_health_and_metrics_and_reconciles(
 
 
 def test_demo_runs_the_samples_live() -> None:
+    """The demo drives the real helm and kubectl: what they print is what the server said."""
+    require_tool("kubectl")
+    require_tool("helm")
     out = io.StringIO()
     run_demo(ROOT / "crds" / "samples", out)
     text = out.getvalue()
     assert "listening on http://127.0.0.1:" in text
     assert "installed CRD leaderworkersets.leaderworkerset.x-k8s.io" in text  # the vendored one
+    assert "$ helm install kimi charts/kimi-operator --namespace kimi-system" in text
+    assert "STATUS: deployed" in text
+    assert "$ kubectl create namespace inference\nnamespace/inference created\n" in text
     # A bad spec refused by the server, as kubectl shows it, with the CEL rule's message.
     assert (
         'The KimiDeployment "k3-tp16-dcp" is invalid: spec.kvCache.dtype: Invalid value: '
         '"object": spec.kvCache.dtype: decode.backend latency_specialized reads FP8 e4m3 KV '
         "cache rows only (allowed: fp8, fp8_e4m3; or decode.backend auto)\n"
     ) in text
-    assert 'The KimiDeployment "k3-bad" is invalid: \n* spec.gpus: Unsupported value: 12' in text
-    assert "operator running as the chart's ServiceAccount, its RBAC enforced" in text
+    assert 'KimiDeployment.kimi-operator.io "k3-bad" is invalid: [' in text
+    assert "the operator as the chart's ServiceAccount" in text
+    # A spec CEL lets through, refused by the admission webhook with the model's message.
+    assert (
+        'args.yaml": admission webhook "kimideployments.kimi-operator.io" denied the '
+        "request: spec.engineArgs: vLLM 0.33.0's serve parser would refuse this"
+    ) in text
     assert "kubelet stand-in" in text
     assert "marked LeaderWorkerSet inference/k3-tp8-dspark-g0 ready" in text
-    assert "http://k3-tp8-dspark.inference.svc:8000/v1" in text
+    header = "NAMESPACE   NAME                 GPUS   DESIRED   READY-GROUPS   BACKEND"
+    assert header in text
+    ready = [line for line in text.split("\n") if line.startswith("inference   k3-tp8-dspark ")]
+    assert ready[-1].split()[2:8] == [
+        "8",
+        "1",
+        "1",
+        "latency_specialized",
+        "True",
+        "http://k3-tp8-dspark.inference.svc:8000/v1",
+    ]
+    assert "kimideployment.kimi-operator.io/k3-tp8-dspark condition met" in text
+    assert "FIELD: gpus <integer>" in text
+    assert "k3-tp16-latency scaled" in text
+    assert 'kimideployment.kimi-operator.io "k3-tp16-dcp" deleted from inference namespace' in text
     assert "condition Ready=True (AllGroupsReady" in text
     assert "condition MNNVLReady=True (ComputeDomainsReady" in text
     assert "ComputeDomainNotReady" not in text  # printed after the domains were marked ready

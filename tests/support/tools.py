@@ -1,4 +1,4 @@
-"""External binaries of the observability tests: Debian's `prometheus` and `promtool`, `helm`.
+"""External binaries of the tests: Debian's `prometheus` and `promtool`, `helm` and `kubectl`.
 
 A missing tool fails the test under CI (`CI=true`, set by .ci/run, which installs them) so the
 proof can never be skipped there; on a developer machine it skips with the install hint.
@@ -15,6 +15,7 @@ HINTS = {
     "prometheus": "apt-get install prometheus (Debian)",
     "promtool": "apt-get install prometheus (Debian)",
     "helm": "scripts/install-helm.sh",
+    "kubectl": "scripts/install-helm.sh (make tools)",
 }
 
 

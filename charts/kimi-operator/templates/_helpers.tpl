@@ -129,3 +129,22 @@ operator run makes). No wildcards.
   verbs: ["create"]
 {{- end }}
 
+
+{{/* The admission webhook's objects: its name, and the labels that select its pods. */}}
+{{- define "kimi-operator.webhookName" -}}
+{{- printf "%s-webhook" (include "kimi-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kimi-operator.webhookSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "kimi-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: admission-webhook
+{{- end }}
+
+{{- define "kimi-operator.webhookLabels" -}}
+helm.sh/chart: {{ include "kimi-operator.chart" . }}
+{{ include "kimi-operator.webhookSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kimi-operator
+{{- end }}

@@ -24,6 +24,16 @@ MAX_SPECULATIVE_TOKENS: Final = 7
 SCALE_DOWN_STABILIZATION_S: Final = 1800
 SCALE_UP_PERIOD_S: Final = 600
 
+# The start-up budget of a TP group (spec.serving.startupTimeoutMinutes): the leader's startup
+# probe window. vLLM's engine-ready timeout is the budget less ENGINE_READY_MARGIN_S, the API
+# server's own start before and after its wait for the engines, so that a slow engine ends with
+# vLLM's message rather than a probe kill. The least budget keeps the timeout at or above vLLM's
+# own default (600 s); the most is 8 hours.
+DEFAULT_STARTUP_MINUTES: Final = 90
+MIN_STARTUP_MINUTES: Final = 15
+MAX_STARTUP_MINUTES: Final = 480
+ENGINE_READY_MARGIN_S: Final = 300
+
 # Where the kimi_kernels vLLM plugin serves the decode-rate metrics on every pod (and the
 # PodMonitor scrapes).
 METRICS_PORT: Final = 9090

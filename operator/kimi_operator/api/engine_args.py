@@ -190,6 +190,15 @@ FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
     ForbiddenFlags(_options("additional_config"), "the decode backend is spec.decode.backend"),
     ForbiddenFlags(_options("speculative_config"), "speculative decoding is spec.speculative"),
     ForbiddenFlags(
+        _options(
+            "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "language_model_only"
+        ),
+        "the agent endpoint is spec.serving: toolCalling (the kimi_k3 tool parser), reasoning "
+        "(the kimi_k3 reasoning parser), multimodal (false: --language-model-only)",
+        shown_as="--enable-auto-tool-choice, --tool-call-parser, --reasoning-parser, "
+        "--language-model-only (and their --no-/--disable- forms)",
+    ),
+    ForbiddenFlags(
         _options("kv_cache_dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype"),
         "cache dtypes are spec.kvCache.dtype, mambaCacheDtype and mambaSsmCacheDtype",
     ),

@@ -14,7 +14,7 @@ from kimi_operator.api.constants import METRICS_PORT
 @dataclass(frozen=True)
 class OwnedEnv:
     name: str
-    value: str  # what the operator renders; "" when it renders a secretKeyRef instead
+    value: str  # what the operator renders; "" when it comes from the spec or a secretKeyRef
     why: str  # how and why the operator sets it
     # User values that mean the same, as a regex for Python's re and CEL's matches (RE2);
     # "" when no user value is accepted.
@@ -53,6 +53,14 @@ OWNED_ENV: Final = (
         "the decode-path metrics port that the PodMonitor scrapes",
         f"^{METRICS_PORT}$",
         str(METRICS_PORT),
+    ),
+    OwnedEnv(
+        "VLLM_ENGINE_READY_TIMEOUT_S",
+        "",  # from spec.serving.startupTimeoutMinutes (builders/pod.py)
+        "vLLM's wait for its engines at start, set from spec.serving.startupTimeoutMinutes (5 "
+        "minutes inside the startup probe's window)",
+        "",
+        "",
     ),
     OwnedEnv(
         "HF_TOKEN",

@@ -309,6 +309,36 @@ class RolloutSpec(ApiModel):
     )
 
 
+class ServingSpec(ApiModel):
+    """What an agent endpoint needs of vLLM, and how long a cold start may take
+    (docs/serving.md)."""
+
+    tool_calling: bool = Field(
+        True,
+        description="Structured tool calls for requests with `tools` (vLLM "
+        "--enable-auto-tool-choice --tool-call-parser kimi_k3); false: tool-call markup stays "
+        "in the answer's text.",
+    )
+    reasoning: bool = Field(
+        True,
+        description="Thinking text returned apart from the answer (vLLM --reasoning-parser "
+        "kimi_k3); false: mixed into the answer.",
+    )
+    multimodal: bool = Field(
+        False,
+        description="Load the vision tower and accept images; false: text only (vLLM "
+        "--language-model-only), its GPU memory left to the KV cache.",
+    )
+    startup_timeout_minutes: Annotated[
+        int, Field(ge=c.MIN_STARTUP_MINUTES, le=c.MAX_STARTUP_MINUTES)
+    ] = Field(
+        c.DEFAULT_STARTUP_MINUTES,
+        description="How long a group's cold start (weight loading, compiles, CUDA graph "
+        "capture) may take before the leader is restarted: the startup probe's window, and "
+        "vLLM's engine-ready timeout a few minutes less.",
+    )
+
+
 class KimiDeploymentSpec(ApiModel):
     model: ModelSpec = Field(description="The model served and where its weights come from.")
     speculative: SpeculativeSpec | None = Field(
@@ -337,6 +367,12 @@ class KimiDeploymentSpec(ApiModel):
         default_factory=KvCacheSpec,
         json_schema_extra=nested_default(),
         description="KV cache and memory settings.",
+    )
+    serving: ServingSpec = Field(
+        default_factory=ServingSpec,
+        json_schema_extra=nested_default(),
+        description="Agent endpoint settings (tool calls, reasoning, text only) and the "
+        "start-up budget.",
     )
     engine_args: list[Annotated[str, Field(max_length=c.MAX_ENGINE_ARG_LENGTH)]] = Field(
         default=[],

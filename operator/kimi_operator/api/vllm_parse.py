@@ -231,3 +231,10 @@ def refusal(takes: Takes, value: str) -> str:
         shown = ", ".join(str(c) for c in takes.choices if c is not None)
         return f"not one of the allowed values ({shown})"
     return ""
+
+
+def destinations(args: Sequence[str]) -> set[str]:
+    """The vLLM options (argparse destinations, e.g. `trust_remote_code`) that these arguments
+    set, however spelled: aliases, abbreviations, `=` or dotted forms."""
+    hits = (lookup(arg) for arg in rewrite(args)[0])
+    return {DEST[hit[0]] for hit in hits if isinstance(hit, tuple)}

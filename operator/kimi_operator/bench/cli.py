@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INTERRUPTED = 130  # as shells report SIGINT
 BENCH_EXTRA = frozenset({"aiohttp", "matplotlib"})  # pyproject.toml's `bench` extra
-PROFILES = ("headline", "long-context", "agentic")
+PROFILES = ("headline", "long-context", "agentic", "calibration")
 
 
 def _positive_int(text: str) -> int:
@@ -157,6 +157,11 @@ def add_bench_parser(sub: Any) -> None:
     trace.add_argument("--sessions", type=_positive_int, default=8, help="agent sessions")
     trace.add_argument("--turns", type=_positive_int, default=6, help="turns per session")
     trace.add_argument(
+        "--tools",
+        action="store_true",
+        help="every turn offers a coding agent's tools (send it with --api chat)",
+    )
+    trace.add_argument(
         "--duration",
         type=_positive_float,
         default=60.0,
@@ -201,7 +206,11 @@ def _trace(args: argparse.Namespace, out: TextIO) -> int:
 
     text = dump_trace(
         generate_trace(
-            seed=args.seed, sessions=args.sessions, turns=args.turns, duration_s=args.duration
+            seed=args.seed,
+            sessions=args.sessions,
+            turns=args.turns,
+            duration_s=args.duration,
+            tools=args.tools,
         )
     )
     if args.output == "-":
@@ -359,9 +368,25 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
             seed=None if args.trace else args.seed,
         )
         plan = plan_trace(entries, args.requests)
+        if args.api != "chat" and any(request.tools for request in plan):
+            raise BenchError(
+                f"{trace.source}: its requests offer tools, which only the chat API takes: "
+                "add --api chat"
+            )
         replay = args.replay or ("closed" if has_dependencies(entries) else "open")
         if args.requests is not None:
             tasks_cut = _tasks_cut(plan, plan_trace(entries, None))
+    elif args.profile == "calibration":
+        from kimi_operator.bench.calibration import calibration_plan  # noqa: PLC0415
+
+        if args.requests is not None:
+            raise BenchError("--requests does not apply to --profile calibration (a fixed sweep)")
+        plan = calibration_plan(
+            args.concurrency or defaults.concurrency or 1,
+            args.prompt_tokens or defaults.prompt_tokens,
+            args.output_tokens or defaults.output_tokens,
+        )
+        replay = "closed"  # each phase waits for the previous one's answers
     else:
         plan = fixed_plan(
             args.requests or defaults.requests or 1,

@@ -22,8 +22,6 @@ from kimi_operator.bench.profiles import PlannedRequest
 from kimi_operator.bench.results import Api, RequestRecord, TokenCounts
 from kimi_operator.bench.stats import decode_rate
 
-ERROR_TEXT_LIMIT = 200
-
 
 class _StampedProtocol(ResponseHandler):
     """aiohttp's connection protocol, noting when bytes last came off the socket.
@@ -50,12 +48,25 @@ def stamping_connector() -> aiohttp.TCPConnector:
     return connector
 
 
+ERROR_TEXT_LIMIT = 200
+# The start of Kimi K3's tool-call channel: in an answer's text it means the server parsed no call.
+TOOL_MARKUP = "<|open|>tools<|sep|>"
+
+
 def request_body(
-    api: Api, model: str, prompt: str, output_tokens: int, ignore_eos: bool
+    api: Api,
+    model: str,
+    prompt: str,
+    output_tokens: int,
+    ignore_eos: bool,
+    *,
+    tools: tuple[dict[str, Any], ...] = (),
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model}
     if api == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
+        if tools:  # an agent's turn: the model may answer with calls
+            body |= {"tools": list(tools), "tool_choice": "auto"}
     else:
         body["prompt"] = prompt
     body |= {
@@ -109,6 +120,8 @@ class Outcome:
     request_id: str | None = None
     finished: float | None = None
     error: str | None = None
+    tool_calls: set[int] = field(default_factory=set)  # indexes of the structured calls streamed
+    text: list[str] = field(default_factory=list)  # answer text, kept for tool-using requests
 
 
 def _carries_text(choices: list[dict[str, Any]]) -> bool:
@@ -147,11 +160,13 @@ def _http_error(status: int, text: str) -> str:
 
 
 class _Stream:
-    """SSE decoding and token accounting for one response."""
+    """SSE decoding and token accounting for one response; with `tools`, the structured tool
+    calls and the answer's text too."""
 
-    def __init__(self, outcome: Outcome, progress: Progress) -> None:
+    def __init__(self, outcome: Outcome, progress: Progress, tools: bool = False) -> None:
         self.outcome = outcome
         self.progress = progress
+        self.tools = tools
         self.done = False
         self._data: list[bytes] = []
         self._buffer = b""
@@ -193,6 +208,8 @@ class _Stream:
             outcome.prompt_tokens = usage.get("prompt_tokens", outcome.prompt_tokens)
         if not choices:  # the usage-only chunk at the end
             return
+        if self.tools:
+            self._tool_calls(choices)
         tokens: int | None = None
         if isinstance(completion, int):
             tokens, self._last_usage = completion - self._last_usage, completion
@@ -201,14 +218,28 @@ class _Stream:
             outcome.chunk_tokens.append(tokens)
             self.progress.tokens += tokens or 1
 
+    def _tool_calls(self, choices: list[dict[str, Any]]) -> None:
+        for choice in choices:
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self.outcome.text.append(delta["content"])
+            for call in delta.get("tool_calls") or ():
+                if isinstance(call, dict) and isinstance(call.get("index"), int):
+                    self.outcome.tool_calls.add(call["index"])
+
 
 async def stream_request(
-    session: aiohttp.ClientSession, url: str, payload: bytes, progress: Progress
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: bytes,
+    progress: Progress,
+    tools: bool = False,
 ) -> Outcome:
-    """Send one streaming request; never raises: failures end up in `Outcome.error`."""
+    """Send one streaming request; never raises: failures end up in `Outcome.error`. `tools`: the
+    request offers tools, so its tool calls are counted."""
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     outcome = Outcome(sent=perf_counter())
-    stream = _Stream(outcome, progress)
+    stream = _Stream(outcome, progress, tools)
     try:
         async with session.post(url, data=payload, headers=headers) as response:
             if response.status != 200:
@@ -262,4 +293,6 @@ def to_record(plan: PlannedRequest, outcome: Outcome, run_start: float) -> Reque
         chunk_tokens=per_chunk,
         token_counts=counts,
         error=outcome.error,
+        tool_calls=len(outcome.tool_calls) if plan.tools else None,
+        tool_markup=TOOL_MARKUP in "".join(outcome.text),
     )

@@ -10,7 +10,7 @@ measure. Requests of one shared-prefix group (agentic traces) do share their lea
 
 import random
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from kimi_operator.bench.results import Profile
 
@@ -41,6 +41,11 @@ PROFILE_DEFAULTS: Final[dict[Profile, ProfileDefaults]] = {
     ),
     # Lengths and arrivals come from the trace; no cap on requests in flight unless asked.
     "agentic": ProfileDefaults(prompt_tokens=0, output_tokens=0, concurrency=None, requests=None),
+    # `kimi-operator plan`'s sweep (bench/calibration.py): batches up to the concurrency, prompts
+    # up to the prompt length, this many tokens out per decode request.
+    "calibration": ProfileDefaults(
+        prompt_tokens=32768, output_tokens=64, concurrency=64, requests=None
+    ),
 }
 
 
@@ -55,6 +60,7 @@ class PlannedRequest:
     task: str | None = None  # the agent session it belongs to (traces only)
     after: tuple[int, ...] = ()  # indexes of the requests whose answers it waits for
     think_s: float = 0.0  # the agent's time between those answers and this request
+    tools: tuple[dict[str, Any], ...] = ()  # OpenAI tool definitions it offers (traces only)
 
 
 def fixed_plan(requests: int, prompt_tokens: int, output_tokens: int) -> list[PlannedRequest]:

@@ -52,11 +52,12 @@ async def run_plan(
         delay = run_start + due - perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
+        tools = bool(request.tools)
         if limit is None:
-            outcome = await stream_request(session, url, payload, progress)
+            outcome = await stream_request(session, url, payload, progress, tools)
         else:
             async with limit:
-                outcome = await stream_request(session, url, payload, progress)
+                outcome = await stream_request(session, url, payload, progress, tools)
         record = to_record(dataclasses.replace(request, start_s=due), outcome, run_start)
         answered[request.index].set_result(outcome.finished if record.error is None else None)
         progress.done += 1

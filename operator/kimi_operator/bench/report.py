@@ -74,6 +74,21 @@ def total_rows(results: Results) -> list[list[str]]:
         ["spec-decode acceptance length", num(m.spec_decode_acceptance_length, 2)],
         ["fast-path fraction of decode steps", pct(m.fast_path_fraction)],
         ["fallback reasons", reasons or "-"],
+        *tool_rows(results),
+    ]
+
+
+def tool_rows(results: Results) -> list[list[str]]:
+    """How the requests that offered tools came back (none when no request offered any)."""
+    tools = results.summary.tool_calls
+    if tools is None:
+        return []
+    return [
+        [
+            "tool-using requests with structured tool calls",
+            f"{tools.with_tool_calls} / {tools.requests}",
+        ],
+        ["tool-using answers with unparsed tool-call markup", str(tools.markup_in_text)],
     ]
 
 

@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
 
-Profile = Literal["headline", "long-context", "agentic"]
+Profile = Literal["headline", "long-context", "agentic", "calibration"]
 Api = Literal["completions", "chat"]
 # Open: every request at its trace time. Closed: a request waits for the answers it depends on.
 Replay = Literal["open", "closed"]
@@ -85,6 +85,15 @@ class RequestRecord(Model):
         "inter-token latency): a buffering proxy or a busy client; its TTFT, ITL and decode rate "
         "are left out of the summary.",
     )
+    tool_calls: int | None = Field(
+        default=None,
+        description="Structured tool calls in the answer; None: the request offered no tools.",
+    )
+    tool_markup: bool = Field(
+        default=False,
+        description="The answer's text holds Kimi K3's tool-call markup: the server parsed no "
+        "call out of it (no --tool-call-parser kimi_k3).",
+    )
 
 
 class ServerMetrics(Model):
@@ -119,6 +128,16 @@ class TaskRecord(Model):
     ttft_sum_s: float = Field(description="Sum of its completed requests' TTFTs.")
 
 
+class ToolCallSummary(Model):
+    """Requests that offered tools (agent turns), and how their answers came back."""
+
+    requests: int = Field(description="Completed requests that offered tools.")
+    with_tool_calls: int = Field(description="Of those, answers with structured tool_calls.")
+    markup_in_text: int = Field(
+        description="Of those, answers whose text holds tool-call markup the server left unparsed."
+    )
+
+
 class TaskSummary(Model):
     completed: int
     failed: int
@@ -149,6 +168,9 @@ class Summary(Model):
     errors: dict[str, int] = Field(description="Failed requests by error message.")
     warnings: list[str]
     tasks: TaskSummary | None = Field(default=None, description="Trace replays only.")
+    tool_calls: ToolCallSummary | None = Field(
+        default=None, description="Requests that offered tools (a trace with `tools`) only."
+    )
 
 
 class Results(Model):

@@ -113,6 +113,13 @@ def _warnings(
             f"--requests cut {options.tasks_cut} task(s) short: their figures cover only the "
             "requests kept"
         )
+    unparsed = sum(r.tool_markup for r in ok)
+    if unparsed:
+        notes.append(
+            f"{unparsed} tool-using request(s) came back with Kimi K3's tool-call markup in their "
+            "text and no structured tool_calls: the server runs without --enable-auto-tool-choice "
+            "--tool-call-parser kimi_k3 (spec.serving.toolCalling)"
+        )
     if not metrics.reachable:
         notes.append(
             f"no /metrics at {options.metrics_url}: acceptance length and fast-path fraction "
@@ -149,7 +156,12 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
         payloads = [
             json.dumps(
                 request_body(
-                    options.api, model, prompts.text(r), r.output_tokens, options.ignore_eos
+                    options.api,
+                    model,
+                    prompts.text(r),
+                    r.output_tokens,
+                    options.ignore_eos,
+                    tools=r.tools,
                 )
             ).encode()
             for r in options.plan
@@ -233,7 +245,7 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
         server_metrics=metrics,
         warnings=warnings,
     )
-    if options.replay is None:
+    if options.replay is None or options.profile == "calibration":  # its phases are no tasks
         return Results(config=config, summary=summary, requests=records)
     tasks = task_records(plan, records)
     summary.tasks = summarize_tasks(

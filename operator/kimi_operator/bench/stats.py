@@ -10,7 +10,13 @@ its own decode rate stands beside the client's.
 import itertools
 from collections.abc import Iterable
 
-from kimi_operator.bench.results import Distribution, RequestRecord, ServerMetrics, Summary
+from kimi_operator.bench.results import (
+    Distribution,
+    RequestRecord,
+    ServerMetrics,
+    Summary,
+    ToolCallSummary,
+)
 
 # A request is a burst when most of its chunks came together with the one before (a client that
 # merely lags now and then merges a few reads: its decode span, hence its rate, stays right), or
@@ -185,4 +191,17 @@ def summarize(
         server_metrics=server_metrics,
         errors=errors,
         warnings=[*timing_warnings(records, server_metrics, decode), *warnings],
+        tool_calls=tool_call_summary(ok),
+    )
+
+
+def tool_call_summary(ok: list[RequestRecord]) -> ToolCallSummary | None:
+    """How the completed requests that offered tools came back; None when none offered any."""
+    offered = [r for r in ok if r.tool_calls is not None]
+    if not offered:
+        return None
+    return ToolCallSummary(
+        requests=len(offered),
+        with_tool_calls=sum(1 for r in offered if r.tool_calls),
+        markup_in_text=sum(r.tool_markup for r in offered),
     )

@@ -9,7 +9,11 @@ a `/metrics` page with vLLM's spec-decode counters and inter-token latency, the 
 decode-path counters and per-request decode rate (all as its timetable says), and
 can fail every Nth request (HTTP 500) or break every Nth stream. With `burst` N it holds chunks
 back and writes N at a time, as a proxy that buffers SSE (or a client too busy to read) delivers
-them: the timetable still says when each chunk was ready. It only listens on 127.0.0.1.
+them: the timetable still says when each chunk was ready. A chat request that offers `tools`
+(and a `tool_choice` other than "none") gets its last chunk as one call of its first tool, with no
+arguments: a structured `tool_calls` delta as vLLM streams it with `--tool-call-parser kimi_k3`, or
+with `tool_parser` off Kimi K3's raw tool-call markup as text, as vLLM sends it without the parser.
+It only listens on 127.0.0.1.
 """
 
 import asyncio
@@ -42,6 +46,7 @@ class Schedule:
     decode_backend: str = "latency_specialized"
     record_sends: bool = False  # keep every chunk's send time, served at /stub/sends
     burst: int = 1  # write chunks N at a time (1: each as soon as it is due)
+    tool_parser: bool = True  # tool calls as structured deltas; False: as K3 markup in the text
 
 
 @dataclass
@@ -59,16 +64,40 @@ def _sse(event: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
 
 
-def _chunk(request_id: str, chat: bool, count: int, usage: dict[str, int] | None) -> bytes:
-    """One SSE chunk of `count` tokens, as vLLM streams completions or chat."""
+def _chunk(
+    request_id: str,
+    chat: bool,
+    count: int,
+    usage: dict[str, int] | None,
+    delta: dict[str, Any] | None = None,
+) -> bytes:
+    """One SSE chunk of `count` tokens, as vLLM streams completions or chat; `delta`: what a chat
+    chunk carries instead of text."""
     text = " tok" * count
     choice: dict[str, Any] = (
-        {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+        {"index": 0, "delta": delta or {"content": text}} if chat else {"index": 0, "text": text}
     )
     event: dict[str, Any] = {"id": request_id, "choices": [choice]}
     if usage is not None:
         event["usage"] = usage
     return _sse(event)
+
+
+def _tool_call(body: dict[str, Any], request_id: str, parsed: bool) -> dict[str, Any] | None:
+    """The last chunk's delta for a chat request that offers tools: one call of its first tool."""
+    tools = body.get("tools") or []
+    if not tools or body.get("tool_choice", "auto") == "none":
+        return None
+    name = tools[0]["function"]["name"]
+    if not parsed:
+        markup = f'<|open|>call tool="{name}" index="1"<|sep|><|close|>call<|sep|>'
+        return {"content": f"<|open|>tools<|sep|>{markup}<|close|>tools<|sep|>"}
+    call = {"name": name, "arguments": "{}"}
+    return {
+        "tool_calls": [
+            {"index": 0, "id": f"call-{request_id}", "type": "function", "function": call}
+        ]
+    }
 
 
 class StubApp:
@@ -136,6 +165,7 @@ class StubApp:
         loop = asyncio.get_running_loop()
         held: list[bytes] = []
         ttft = s.ttft_script[number - 1] if number <= len(s.ttft_script) else s.ttft_s
+        tool_call = _tool_call(body, request_id, s.tool_parser) if chat else None
         while sent < total:
             delay = arrived + ttft + step * s.step_s - loop.time()
             if delay > 0:
@@ -149,7 +179,8 @@ class StubApp:
             state.chunks += 1
             state.tokens += count
             so_far = {"prompt_tokens": prompt_tokens, "completion_tokens": sent}
-            held.append(_chunk(request_id, chat, count, so_far if continuous else None))
+            delta = tool_call if sent >= total else None
+            held.append(_chunk(request_id, chat, count, so_far if continuous else None, delta))
             if len(held) >= s.burst or sent >= total:
                 await response.write(b"".join(held))
                 held.clear()

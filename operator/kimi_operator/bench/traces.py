@@ -4,7 +4,9 @@ One JSON object per line:
 
     {"start_s": 12.5, "prompt_tokens": 18000, "output_tokens": 350,
      "prefix_group": "session-3", "shared_prefix_tokens": 16000, "fanout": 1,
-     "id": "s3-t2", "session": "session-3", "after": "s3-t1", "think_s": 2.0}
+     "id": "s3-t2", "session": "session-3", "after": "s3-t1", "think_s": 2.0,
+     "tools": [{"type": "function", "function": {"name": "read_file",
+                "description": "Read a file", "parameters": {"type": "object", ...}}}]}
 
 - `start_s`: when to send, in seconds from the start of the replay;
 - `prompt_tokens`, `output_tokens`: lengths (the output is forced with `ignore_eos`);
@@ -15,7 +17,10 @@ One JSON object per line:
 - `id`, `after`, `think_s` (optional): `after` names the `id` of a request of the same session whose
   answer this one waits for (all of its sub-agents' answers when it fans out), `think_s` the agent's
   time between that answer and this request. A closed replay sends it at the later of `start_s` and
-  that answer plus `think_s`; an open replay sends every request at its `start_s`.
+  that answer plus `think_s`; an open replay sends every request at its `start_s`;
+- `tools` (optional): the tools the agent offers, as OpenAI chat tool definitions; the request is
+  sent with them and `tool_choice: "auto"` (chat API only), and the results count the answers
+  that came back with structured `tool_calls`.
 """
 
 import hashlib
@@ -23,7 +28,7 @@ import heapq
 import json
 import random
 from pathlib import Path
-from typing import Annotated, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -31,7 +36,48 @@ from kimi_operator.bench import BenchError
 from kimi_operator.bench.profiles import PlannedRequest
 
 MAX_FANOUT = 256
+MAX_TOOLS = 128  # OpenAI's limit on tools per request
 Name = Annotated[str, Field(min_length=1)]
+
+
+class ToolFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    strict: bool | None = None
+
+
+class ToolDefinition(BaseModel):
+    """One tool an agent offers, as the OpenAI chat API takes it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["function"]
+    function: ToolFunction
+
+
+# A coding agent's tools, offered by every turn of a synthetic trace generated with tools.
+CODING_AGENT_TOOLS: tuple[ToolDefinition, ...] = tuple(
+    ToolDefinition(
+        type="function",
+        function=ToolFunction(
+            name=name,
+            description=description,
+            parameters={
+                "type": "object",
+                "properties": {key: {"type": "string"} for key in keys},
+                "required": list(keys),
+            },
+        ),
+    )
+    for name, description, keys in (
+        ("read_file", "Read a file of the repository.", ("path",)),
+        ("run_shell", "Run a shell command in the repository and return its output.", ("command",)),
+        ("edit_file", "Replace text in a file.", ("path", "old", "new")),
+    )
+)
 
 
 class TraceEntry(BaseModel):
@@ -47,6 +93,7 @@ class TraceEntry(BaseModel):
     session: Name | None = None
     after: Name | None = None
     think_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    tools: Annotated[tuple[ToolDefinition, ...], Field(max_length=MAX_TOOLS)] = ()
 
     @model_validator(mode="after")
     def _prefix(self) -> Self:
@@ -58,6 +105,9 @@ class TraceEntry(BaseModel):
             raise ValueError("after needs a session (a request without one is a task of its own)")
         if self.think_s and self.after is None:
             raise ValueError("think_s needs an after (the answer the agent thinks about)")
+        names = [tool.function.name for tool in self.tools]
+        if len(set(names)) < len(names):
+            raise ValueError("tools: each function name once")
         return self
 
 
@@ -189,6 +239,8 @@ def plan_trace(entries: list[TraceEntry], limit: int | None) -> list[PlannedRequ
                     task=task,
                     after=after,
                     think_s=entry.think_s,
+                    # As the trace has them: no defaults added to what goes to the server.
+                    tools=tuple(tool.model_dump(exclude_unset=True) for tool in entry.tools),
                 )
             )
         if entry.id is not None:
@@ -205,6 +257,7 @@ def generate_trace(
     turns: int = 6,
     system_tokens: int = 6000,
     duration_s: float = 60.0,
+    tools: bool = False,
 ) -> list[TraceEntry]:
     """Coding-agent-like sessions: a shared system prompt and a growing history per session.
 
@@ -213,7 +266,8 @@ def generate_trace(
     to 2-6 parallel sub-agents that start from the session's context, and the next turn waits for
     all of them. Sessions start spread over the first half of `duration_s`. A turn's `start_s` is
     the earliest it could be sent (as if every answer came at once), so a closed replay is paced
-    by the server alone and an open one sends each turn without waiting for its answer.
+    by the server alone and an open one sends each turn without waiting for its answer. With
+    `tools`, every turn offers CODING_AGENT_TOOLS.
     """
     rng = random.Random(seed)
     entries: list[TraceEntry] = []
@@ -240,6 +294,7 @@ def generate_trace(
                     session=name,
                     after=previous,
                     think_s=think,
+                    tools=CODING_AGENT_TOOLS if tools else (),
                 )
             )
             previous = f"{name}-turn-{turn}"

@@ -4,9 +4,9 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from kimi_operator.api.constants import METRICS_PORT
+from kimi_operator.api.constants import ENGINE_READY_MARGIN_S, METRICS_PORT
 from kimi_operator.api.owned_env import FAST_PATH_ENV, owned
-from kimi_operator.api.spec import KimiDeployment, WeightSource
+from kimi_operator.api.spec import KimiDeployment, ServingSpec, WeightSource
 from kimi_operator.builders.meta import labels
 from kimi_operator.builders.vllm_args import (
     DRAFT_DIR,
@@ -20,8 +20,8 @@ Role = Literal["leader", "worker"]
 CHANNEL_CLAIM = "compute-domain-channel"
 # vLLM and the preflight run no setuid programs: no_new_privs costs nothing (docs/security.md).
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False}
-# Weight loading of a trillion-parameter checkpoint can take most of an hour: allow 90 minutes.
-STARTUP_PERIOD_S, STARTUP_FAILURES = 30, 180
+# The startup probe's window is spec.serving.startupTimeoutMinutes, in probes this far apart.
+STARTUP_PERIOD_S = 30
 
 
 def _weight_volume(
@@ -69,11 +69,27 @@ def _fast_path_env(with_domain: bool) -> list[dict[str, Any]]:
     return env
 
 
+def startup_probe_failures(serving: ServingSpec) -> int:
+    """Failed probes the leader's startup probe allows: the start-up budget."""
+    return serving.startup_timeout_minutes * 60 // STARTUP_PERIOD_S
+
+
+def engine_ready_timeout_s(serving: ServingSpec) -> int:
+    """vLLM's wait for its engines (VLLM_ENGINE_READY_TIMEOUT_S, 600 s unset): the start-up budget
+    less the API server's own start around it, so that vLLM, not the probe, reports a slow
+    engine; and never the 600 s that ends a cold start of Kimi K3 half way (docs/serving.md)."""
+    return serving.startup_timeout_minutes * 60 - ENGINE_READY_MARGIN_S
+
+
 def _env(kd: KimiDeployment, with_domain: bool) -> list[dict[str, Any]]:
     """The operator's variables (api/owned_env.py), then the user's: an operator-owned name the
     user also lists (with a value the rules accept as the same) is rendered once. No Hugging Face
     token: the weights come from a claim (the download Job alone gets the token)."""
-    env = _fast_path_env(with_domain) + _set("KIMI_METRICS_PORT")
+    ready = {
+        "name": "VLLM_ENGINE_READY_TIMEOUT_S",
+        "value": str(engine_ready_timeout_s(kd.spec.serving)),
+    }
+    env = [*_fast_path_env(with_domain), *_set("KIMI_METRICS_PORT"), ready]
     rendered = {e["name"] for e in env}
     return env + [e.model_dump(exclude_none=True) for e in kd.spec.env if e.name not in rendered]
 
@@ -148,7 +164,7 @@ def pod_template(
         ports.insert(0, {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"})
         container["readinessProbe"] = _health_probe(periodSeconds=10, failureThreshold=3)
         container["startupProbe"] = _health_probe(
-            periodSeconds=STARTUP_PERIOD_S, failureThreshold=STARTUP_FAILURES
+            periodSeconds=STARTUP_PERIOD_S, failureThreshold=startup_probe_failures(spec.serving)
         )
     # vLLM never talks to the Kubernetes API: no service account token in a pod that runs the
     # user's image (docs/security.md).

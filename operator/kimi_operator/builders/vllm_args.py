@@ -2,12 +2,25 @@
 
 import json
 
-from kimi_operator.api.spec import KimiDeploymentSpec
+from kimi_operator.api.spec import KimiDeploymentSpec, ServingSpec
+from kimi_operator.api.vllm_parse import destinations
 
 HTTP_PORT = 8000
 DISABLE_CUSTOM_ALL_REDUCE = "--disable-custom-all-reduce"
 MODEL_DIR = "/models/weights"
 DRAFT_DIR = "/models/draft"
+KIMI_K3_PARSER = "kimi_k3"  # vLLM 0.33.0's tool and reasoning parsers for K3's XTML output
+# Settings of the public GB200/GB300 recipes that the operator adopts as defaults without owning
+# them (docs/serving.md): (vLLM destination, flags). Left out when spec.engineArgs sets the same
+# option, which then decides (vLLM would take the later one and warn about the duplicate).
+RECIPE_DEFAULTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # K3's tokenizer is the checkpoint's own code (tokenization_kimi.py, named by auto_map in its
+    # tokenizer_config.json): without this vLLM exits at start with "Failed to load the tokenizer".
+    ("trust_remote_code", ("--trust-remote-code",)),
+    # Prefill chunks of at most 8,192 tokens (vLLM's default on a GB300 is 16,384): a long agent
+    # prompt holds the decoders of the group for half as long per step.
+    ("max_num_batched_tokens", ("--max-num-batched-tokens", "8192")),
+)
 
 
 def _json(value: object) -> str:
@@ -35,6 +48,7 @@ def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
         flags += ["--mamba-cache-dtype", kv.mamba_cache_dtype]
     if kv.mamba_ssm_cache_dtype != "auto":
         flags += ["--mamba-ssm-cache-dtype", kv.mamba_ssm_cache_dtype]
+    flags += serving_flags(spec.serving) + recipe_defaults(spec.engine_args)
     if spec.speculative is not None:
         draft = {
             "method": spec.speculative.method,
@@ -43,6 +57,24 @@ def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
         }
         flags += ["--speculative-config", _json(draft)]
     return flags
+
+
+def serving_flags(serving: ServingSpec) -> list[str]:
+    """What an agent endpoint needs: tool calls and reasoning apart from the answer, text only."""
+    flags = []
+    if serving.tool_calling:
+        flags += ["--enable-auto-tool-choice", "--tool-call-parser", KIMI_K3_PARSER]
+    if serving.reasoning:
+        flags += ["--reasoning-parser", KIMI_K3_PARSER]
+    if not serving.multimodal:
+        flags.append("--language-model-only")
+    return flags
+
+
+def recipe_defaults(engine_args: list[str]) -> list[str]:
+    """RECIPE_DEFAULTS' flags but those whose option engineArgs sets, however spelled."""
+    chosen = destinations(engine_args)
+    return [flag for dest, flags in RECIPE_DEFAULTS if dest not in chosen for flag in flags]
 
 
 def literal(args: list[str]) -> list[str]:

@@ -6,7 +6,6 @@ chart's own RBAC (embedded.rbac)."""
 import copy
 import functools
 import json
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -15,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from kimi_operator.embedded.clients import tool
 from kimi_operator.embedded.server import EmbeddedApiServer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -26,11 +26,7 @@ IDENTITY_KINDS = frozenset(
 
 
 def helm_binary() -> str:
-    local = ROOT / ".tools" / "bin" / "helm"
-    found = str(local) if local.exists() else shutil.which("helm")
-    if found is None:
-        raise RuntimeError("helm is not installed: run `make tools` (scripts/install-helm.sh)")
-    return found
+    return tool("helm")
 
 
 def _render(values: str) -> str:
@@ -70,3 +66,13 @@ def operator_identity(api: EmbeddedApiServer, values: Mapping[str, Any] | None =
     api.store(objects)
     (account,) = [o["metadata"] for o in objects if o["kind"] == "ServiceAccount"]
     return api.issue_token(account.get("namespace", NAMESPACE), account["name"])
+
+
+def webhook_configuration(url: str, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The chart's ValidatingWebhookConfiguration (rendered with `values`), the webhook called at
+    `url` instead of its Service (there is no cluster network here)."""
+    (found,) = [o for o in render(values) if o["kind"] == "ValidatingWebhookConfiguration"]
+    found = json.loads(json.dumps(found))  # a copy: render's result is cached
+    for webhook in found["webhooks"]:
+        webhook["clientConfig"] = {"url": url + webhook["clientConfig"]["service"]["path"]}
+    return dict(found)

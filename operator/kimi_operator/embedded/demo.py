@@ -8,23 +8,28 @@ repository (embedded.jobs), plays the kubelet (says so), prints a `kubectl get k
 children, and shuts everything down.
 """
 
+import asyncio
 import base64
+import contextlib
 import copy
-import datetime
 import json
+import queue
 import tempfile
+import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 
-from kimi_operator.api.crd import crd
+from kimi_operator.admission.server import ServeConfig, serve
 from kimi_operator.api.validation import check_document
-from kimi_operator.embedded.chart import operator_identity
+from kimi_operator.builders import OperatorDefaults
+from kimi_operator.cli import build_parser
+from kimi_operator.embedded.chart import CHART, RELEASE, webhook_configuration
+from kimi_operator.embedded.chart import NAMESPACE as CHART_NAMESPACE
+from kimi_operator.embedded.clients import Kubectl, step
 from kimi_operator.embedded.hub import FakeHub
 from kimi_operator.embedded.jobs import SECRET, JobRunner
 from kimi_operator.embedded.kubelet import mark_ready
@@ -37,10 +42,13 @@ from kimi_operator.k8s.resources import (
     EVENT,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
+    Resource,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
 
+DEPLOYMENT = Resource("apps", "v1", "deployments", "Deployment")
 RESYNC_S = 1.0
+BAD_ARGS = '["--max-num-batched-tokens", "abc"]'  # CEL lets it through, vLLM's parser does not
 TIMEOUT_S = 20.0
 DEMO_TOKEN = "hf_demoToken"  # the fake hub's, for the samples' token Secrets
 # The tiny repository the fake hub serves for every Hugging Face source of the samples.
@@ -67,36 +75,6 @@ def _condition(kd: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     conditions = (kd.get("status") or {}).get("conditions", [])
     found: Mapping[str, Any] = next((c for c in conditions if c["type"] == kind), {})
     return found
-
-
-def _age(kd: Mapping[str, Any]) -> str:
-    created = datetime.datetime.fromisoformat(kd["metadata"]["creationTimestamp"])
-    seconds = int((datetime.datetime.now(datetime.UTC) - created).total_seconds())
-    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m"
-
-
-def table(deployments: list[dict[str, Any]]) -> str:
-    """`kubectl get kimi -A`: the CRD's printer columns."""
-    rows = [("NAMESPACE", "NAME", "GPUS", "BACKEND", "READY", "ENDPOINT", "AGE")]
-    for kd in sorted(
-        deployments, key=lambda d: (d["metadata"]["namespace"], d["metadata"]["name"])
-    ):
-        spec, status = kd["spec"], kd.get("status") or {}
-        rows.append(
-            (
-                kd["metadata"]["namespace"],
-                kd["metadata"]["name"],
-                str(spec["gpus"]),
-                spec.get("decode", {}).get("backend", "latency_specialized"),
-                _condition(kd, "Ready").get("status", ""),
-                status.get("endpoint", ""),
-                _age(kd),
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "   ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    )
 
 
 def _child_line(child: Mapping[str, Any]) -> str:
@@ -134,42 +112,6 @@ def summary(client: Client, deployment: Mapping[str, Any]) -> list[str]:
             f"({condition['reason']}: {condition['message']})"
         )
     return lines
-
-
-def kubectl_apply(url: str, doc: Mapping[str, Any]) -> str:
-    """What `kubectl apply -f` prints for creating `doc` (strict field validation, as kubectl
-    sends), from the API server's answer."""
-    meta = doc["metadata"]
-    path = KIMI_DEPLOYMENT.collection(meta["namespace"]) + "?fieldValidation=Strict"
-    body = json.dumps(doc).encode()
-    headers = {"Content-Type": "application/json"}
-    request = urllib.request.Request(url + path, data=body, method="POST", headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10):
-            return f"kimideployment.kimi-operator.io/{meta['name']} created"
-    except urllib.error.HTTPError as error:
-        status = json.loads(error.read())
-    details = status.get("details") or {}
-    causes = [f"{c['field']}: {c['message']}" for c in details.get("causes", [])]
-    if not causes:
-        return f"Error from server ({status['reason']}): {status['message']}"
-    head = f"The {details['kind']} {json.dumps(details['name'])} is invalid: "
-    return head + (causes[0] if len(causes) == 1 else "\n" + "\n".join(f"* {c}" for c in causes))
-
-
-def _show_refusals(url: str, good: Mapping[str, Any], rejected: Path, out: TextIO) -> None:
-    """`kubectl apply` of a good sample edited to break one CEL rule (the server's message is the
-    rule's, as `validate` words it less the value it got), then of the rejected samples."""
-    edited = copy.deepcopy(dict(good))
-    edited["spec"]["kvCache"] = {"dtype": "bfloat16"}
-    name = edited["metadata"]["name"]
-    print(f"\n$ kubectl apply -f {name}.yaml    # with spec.kvCache.dtype: bfloat16", file=out)
-    print(kubectl_apply(url, edited), file=out)
-    for problem in check_document(edited).problems:
-        print(f"$ kimi-operator validate {name}.yaml\n{name}.yaml: {problem}", file=out)
-    for path in sorted(rejected.glob("*.yaml")):
-        print(f"\n$ kubectl apply -f {path}", file=out)
-        print(kubectl_apply(url, yaml.safe_load(path.read_text())), file=out)
 
 
 def _load_samples(samples: Path, out: TextIO) -> list[dict[str, Any]]:
@@ -238,34 +180,146 @@ def _all_ready(client: Client) -> bool:
     return all(settled(kd) for kd in client.list(KIMI_DEPLOYMENT))
 
 
+def _refused_apply(kubectl: Kubectl, good: Mapping[str, Any], rejected: Path, work: Path) -> None:
+    """`kubectl apply` of a good sample edited to break one CEL rule (the server's message is the
+    rule's, as `validate` words it less the value it got), then of the rejected samples."""
+    edited = copy.deepcopy(dict(good))
+    edited["spec"]["kvCache"] = {"dtype": "bfloat16"}
+    name = edited["metadata"]["name"]
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(edited))
+    kubectl.out.write(f"# {path.name}: {name} with spec.kvCache.dtype: bfloat16\n")
+    kubectl.run("apply", "-f", str(path), check=False)
+    for problem in check_document(edited).problems:
+        print(f"$ kimi-operator validate {path.name}\n{path.name}: {problem}", file=kubectl.out)
+    kubectl.run("apply", "-f", str(rejected), check=False)
+
+
+@contextlib.contextmanager
+def admission_webhook() -> Iterator[str]:
+    """`kimi-operator admission --insecure` (plain HTTP on 127.0.0.1) in a thread: its URL."""
+    urls: queue.Queue[str] = queue.Queue()
+    loop = asyncio.new_event_loop()
+    config = ServeConfig(address="127.0.0.1", port=0)
+    task = loop.create_task(serve(config, urls.put))
+
+    def run() -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # stopped
+            loop.run_until_complete(task)
+        loop.close()
+
+    thread = threading.Thread(target=run, name="admission-webhook", daemon=True)
+    thread.start()
+    try:
+        yield urls.get(timeout=TIMEOUT_S)
+    finally:
+        loop.call_soon_threadsafe(task.cancel)
+        thread.join(timeout=TIMEOUT_S)
+
+
+def _webhook_refusal(
+    kubectl: Kubectl, api: EmbeddedApiServer, url: str, good: Mapping[str, Any], work: Path
+) -> None:
+    """The chart's ValidatingWebhookConfiguration pointed at `kimi-operator admission` on
+    127.0.0.1 (as the operator, the webhook runs locally: there is no cluster network), then
+    `kubectl apply` of a good sample with engineArgs that CEL lets through: refused by the webhook
+    with the model's message."""
+    api.store([webhook_configuration(url)])
+    edited = copy.deepcopy(dict(good))
+    edited["spec"]["engineArgs"] = json.loads(BAD_ARGS)
+    name = edited["metadata"]["name"]
+    path = work / f"{name}-args.yaml"
+    path.write_text(yaml.safe_dump(edited))
+    kubectl.out.write(f"# {path.name}: {name} with spec.engineArgs: {BAD_ARGS}\n")
+    kubectl.run("apply", "-f", str(path), check=False)
+
+
+def _chart_operator(api: EmbeddedApiServer, client: Client) -> RunConfig:
+    """The operator as the chart deployed it: its ServiceAccount's identity (a token the server
+    issues for it, as the kubelet mounts one) and the arguments the chart rendered for its
+    container; only the resync interval is the demo's (1 s) and it serves no health or metrics
+    ports."""
+    operator = "app.kubernetes.io/component=operator"
+    (deployment,) = client.list(DEPLOYMENT, CHART_NAMESPACE, label_selector=operator)
+    pod = deployment["spec"]["template"]["spec"]
+    args = build_parser().parse_args(["run", *pod["containers"][0]["args"]])
+    token = api.issue_token(CHART_NAMESPACE, pod["serviceAccountName"])
+    defaults = OperatorDefaults(
+        serving_image=args.serving_image,
+        serving_image_vllm_version=args.serving_image_vllm_version,
+        prometheus_url=args.prometheus_url,
+    )
+    return RunConfig(
+        server=api.url,
+        token=token,
+        namespaces=tuple(args.namespace or ()),
+        defaults=defaults,
+        resync_interval_s=RESYNC_S,
+        workers=args.workers,
+    )
+
+
+def _kubectl_tour(kubectl: Kubectl, client: Client, doc: Mapping[str, Any]) -> None:
+    """kubectl describe, scale and explain on one running deployment."""
+    step(kubectl.out, "kubectl describe, scale, explain")
+    name, namespace = doc["metadata"]["name"], doc["metadata"]["namespace"]
+    kubectl.run("describe", "kimi", name, "-n", namespace)
+    kubectl.run("scale", "kimi", name, "-n", namespace, "--replicas=2")
+    _wait(lambda: _all_reconciled(client), "the operator to reconcile the new scale")
+    kubectl.run("get", "kimi", name, "-n", namespace)
+    kubectl.run("explain", "kimideployment.spec.gpus")
+
+
 def run_demo(samples: Path, out: TextIO) -> None:
     started = time.monotonic()
     docs = _load_samples(samples, out)
     upstream = child_crds()
-    with EmbeddedApiServer() as api:
+    with (
+        EmbeddedApiServer() as api,
+        tempfile.TemporaryDirectory(prefix="kimi-demo-") as work,
+        admission_webhook() as webhook_url,
+    ):
         print(f"embedded API server (kmock emulator) listening on {api.url}", file=out)
-        api.install_crds([crd(), *upstream])
-        for installed in [crd(), *upstream]:
-            print(f"  installed CRD {installed['metadata']['name']}", file=out)
-        print("the API server applies every CRD's schema and CEL rules at admission:", file=out)
-        _show_refusals(api.url, docs[0], samples / "rejected", out)
+        api.install_crds([*upstream])
+        for installed in upstream:
+            print(f"  installed CRD {installed['metadata']['name']} (its own operator's)", file=out)
+        kubectl = Kubectl.for_server(api.url, Path(work), out)
         client = Client(load_configuration(api.url))
-        try:
-            token: str | None = operator_identity(api)
-            who = "the chart's ServiceAccount, its RBAC enforced by the server"
-        except RuntimeError as error:  # no helm here: `make tools`
-            token, who = None, f"the cluster admin ({error})"
-        config = RunConfig(server=api.url, token=token, resync_interval_s=RESYNC_S, workers=4)
+
+        step(out, "the chart, installed by helm (the operator runs locally, as the chart says)")
+        kubectl.helm(
+            "install",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            CHART_NAMESPACE,
+            "--create-namespace",
+            "--hide-notes",
+        )
+        config = _chart_operator(api, client)
+        kubectl.run(
+            "get",
+            "deployment,serviceaccount,clusterrole",
+            "-n",
+            CHART_NAMESPACE,
+            "-l",
+            "app.kubernetes.io/instance=kimi",
+        )
+
+        step(out, "the API server applies the CRD's schema and CEL rules at admission")
+        namespace = docs[0]["metadata"]["namespace"]
+        kubectl.run("create", "namespace", namespace)
+        _refused_apply(kubectl, docs[0], samples / "rejected", Path(work))
+
+        step(out, "the admission webhook (kimi-operator admission, kopf) checks what CEL cannot")
+        _webhook_refusal(kubectl, api, webhook_url, docs[0], Path(work))
+
         hub = fake_hub(client, docs)
         with OperatorThread(config):
-            print(f"\noperator running as {who} (resync every {RESYNC_S:.0f} s)", file=out)
-            for doc in docs:
-                client.create(KIMI_DEPLOYMENT, doc)
-                meta = doc["metadata"]
-                print(f"  applied KimiDeployment {meta['namespace']}/{meta['name']}", file=out)
+            step(out, f"the operator as the chart's ServiceAccount, resync {RESYNC_S:.0f}s")
+            kubectl.run("apply", "-f", str(samples))
             _wait(lambda: _all_reconciled(client), "the operator to reconcile every sample")
-            print("\n$ kubectl get kimi -A", file=out)
-            print(table(client.list(KIMI_DEPLOYMENT)), file=out)
+            kubectl.run("get", "kimi", "-A")
 
             print(
                 "\nweights Jobs: the demo runs each resolve and download Job of a Hugging Face "
@@ -273,8 +327,8 @@ def run_demo(samples: Path, out: TextIO) -> None:
                 "serving a tiny generated repository; each claim a temporary directory):",
                 file=out,
             )
-            with hub.running(), tempfile.TemporaryDirectory(prefix="kimi-demo-") as volumes:
-                runner = JobRunner(client, hub.url, Path(volumes))
+            with hub.running():
+                runner = JobRunner(client, hub.url, Path(work) / "volumes")
 
                 def weights() -> bool:
                     for job in runner.run_pending():
@@ -295,9 +349,13 @@ def run_demo(samples: Path, out: TextIO) -> None:
                 return _all_ready(client)
 
             _wait(ready, "every deployment to report Ready")
-            print("\n$ kubectl get kimi -A", file=out)
-            print(table(client.list(KIMI_DEPLOYMENT)), file=out)
+            kubectl.run(
+                "wait", "--for=condition=Ready", "kimi", "--all", "-n", namespace, "--timeout=20s"
+            )
+            kubectl.run("get", "kimi", "-A")
 
+            single = [d for d in docs if d["spec"].get("replicas", 1) == 1]
+            _kubectl_tour(kubectl, client, (single or docs)[0])
             print("\nchildren and conditions:", file=out)
             for deployment in client.list(KIMI_DEPLOYMENT):
                 for line in summary(client, deployment):
@@ -309,6 +367,8 @@ def run_demo(samples: Path, out: TextIO) -> None:
                     f"  {obj['namespace']}/{obj['name']}: {event['reason']}: {event['message']}",
                     file=out,
                 )
+            step(out, "kubectl delete")
+            kubectl.run("delete", "kimi", docs[0]["metadata"]["name"], "-n", namespace)
         client.close()
         print("\noperator stopped", file=out)
     print(f"embedded API server stopped; demo took {time.monotonic() - started:.1f} s", file=out)

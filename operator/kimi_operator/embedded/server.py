@@ -8,6 +8,9 @@ whose CRD is not installed, a garbage collector stand-in (deleting an owner dele
 controls), and injectable faults; and what a real one refuses or rewrites: every installed CRD's
 structural schema and CEL rules (embedded.admission), bearer-token users authorized by the stored
 RBAC objects, and the OwnerReferencesPermissionEnforcement admission plugin (embedded.rbac).
+For the real kubectl and helm: /version, discovery and OpenAPI (embedded.endpoints), namespaces
+and list kinds (embedded.namespaces), Tables (embedded.tables), server-side apply and managed
+fields (embedded.apply_patch), protobuf bodies (embedded.protobuf), Status errors.
 docs/embedded-api-server.md lists what it reproduces, with the tests, and what it does not.
 """
 
@@ -18,6 +21,7 @@ import copy
 import dataclasses
 import datetime
 import json
+import logging
 import threading
 import time
 import uuid
@@ -32,10 +36,21 @@ import kmock
 import multidict
 from kmock import action
 
-from kimi_operator.embedded import rbac
+from kimi_operator.embedded import (
+    apply_patch,
+    discovery,
+    namespaces,
+    protobuf,
+    rbac,
+    tables,
+    webhooks,
+)
 from kimi_operator.embedded.admission import CustomResource, Refused
+from kimi_operator.embedded.endpoints import Endpoints
+from kimi_operator.embedded.fieldsets import Schema
 
 T = TypeVar("T")
+LOG = logging.getLogger(__name__)
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 TIMELINE_PATH = "/_kimi/timeline"
 DIRECT = frozenset({action.FETCH, action.CREATE, action.UPDATE, action.DELETE})
@@ -48,6 +63,10 @@ BUILT_IN = {
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
     "v1/services": kmock.ResourceInfo(kind="Service", namespaced=True),
+    "v1/configmaps": kmock.ResourceInfo(kind="ConfigMap", namespaced=True),
+    "apps/v1/deployments": kmock.ResourceInfo(
+        kind="Deployment", namespaced=True, subresources={"status"}
+    ),
     "autoscaling/v2/horizontalpodautoscalers": kmock.ResourceInfo(
         kind="HorizontalPodAutoscaler", namespaced=True
     ),
@@ -63,6 +82,9 @@ BUILT_IN = {
     ),
     "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True, subresources={"status"}),
     "coordination.k8s.io/v1/leases": kmock.ResourceInfo(kind="Lease", namespaced=True),
+    f"admissionregistration.k8s.io/v1/{webhooks.CONFIGURATIONS}": kmock.ResourceInfo(
+        kind="ValidatingWebhookConfiguration", namespaced=False
+    ),
     CRDS: kmock.ResourceInfo(kind="CustomResourceDefinition", namespaced=False),
     **{
         f"{rbac.RBAC_GROUP}/v1/{plural}": kmock.ResourceInfo(
@@ -130,6 +152,24 @@ def _check_version(sent: Mapping[str, Any], current: Mapping[str, Any]) -> None:
         name = current["metadata"].get("name")
         message = f"{name}: the object has been modified; apply your changes to the latest"
         raise kmock.KubernetesError(409, "Conflict", message + " version and try again")
+
+
+def _object_error(
+    resource: kmock.resource, name: str, status: int, reason: str, what: str
+) -> kmock.KubernetesError:
+    """kube-apiserver's error about one object: `<plural>.<group> "<name>" <what>`."""
+    group = resource.group or ""
+    qualified = f"{resource.plural}.{group}" if group else str(resource.plural)
+    details = {"name": name, "group": group, "kind": resource.plural}
+    return kmock.KubernetesError(status, reason, f'{qualified} "{name}" {what}', details)
+
+
+def not_found(resource: kmock.resource, name: str) -> kmock.KubernetesError:
+    return _object_error(resource, name, 404, "NotFound", "not found")
+
+
+def already_exists(resource: kmock.resource, name: str) -> kmock.KubernetesError:
+    return _object_error(resource, name, 409, "AlreadyExists", "already exists")
 
 
 def _get_path(obj: Mapping[str, Any], path: str) -> Any:
@@ -279,11 +319,33 @@ class ApiServer(kmock.KubernetesEmulator):
     # Called on the server's thread after every write to an object, before the next request is
     # served: a check of the whole cluster at every step (the rollout tests' audit).
     observers: list[Callable[["ApiServer"], None]] = attrs.field(factory=list, init=False)
+    # /version, discovery and OpenAPI (embedded.endpoints).
+    _endpoints: Endpoints | None = attrs.field(default=None, init=False)
+    # The stored ValidatingWebhookConfigurations (None: to be read again after a write to them).
+    _webhooks: list[dict[str, Any]] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         for key, info in BUILT_IN.items():
             self.resources[key] = info
+        for name in namespaces.INITIAL:
+            self.store(namespaces.initial(name))
+        self._endpoints = Endpoints(
+            lambda: discovery.served(self.resources.items()), self.crds, self._served_state
+        )
+
+    def crds(self) -> list[dict[str, Any]]:
+        """The CustomResourceDefinitions stored now."""
+        return [
+            obj.raw
+            for (resource, _, _), obj in self.objects.items()
+            if resource == kmock.resource(CRDS) and not obj.deleted
+        ]
+
+    def _served_state(self) -> tuple[Any, ...]:
+        """What the OpenAPI documents depend on: the served resources and the CRDs' versions."""
+        versions = tuple(c["metadata"].get("resourceVersion") for c in self.crds())
+        return (tuple(self.resources), versions)
 
     def inject(self, fault: Fault) -> None:
         self._faults.append([fault, fault.times, 0])
@@ -321,6 +383,7 @@ class ApiServer(kmock.KubernetesEmulator):
         key = (kmock.resource(group, version, plural), meta.get("namespace"), meta["name"])
         self.objects[key] = self._new_object(dict(obj))
         self._authorizer = None
+        self._webhooks = None
 
     def _authorize(self, user: rbac.User, wanted: rbac.Attributes) -> bool:
         if user.admin:
@@ -352,10 +415,36 @@ class ApiServer(kmock.KubernetesEmulator):
         if raw_request.method == "GET" and raw_request.path == TIMELINE_PATH:
             since = int(raw_request.query.get("since", "0"))
             return aiohttp.web.json_response(self.timeline[since:])
+        decoded = None
+        if "protobuf" in raw_request.headers.get("Content-Type", ""):
+            try:
+                decoded = protobuf.decode(await raw_request.read())
+            except protobuf.Unsupported:
+                message = (
+                    "the body of the request was in an unknown format - accepted media types "
+                    "include: application/json, application/yaml"
+                )
+                return self._status(415, "UnsupportedMediaType", message, {})
+        assert self._endpoints is not None
+        accept = raw_request.headers.get("Accept", "")
+        answer = self._endpoints.answer(raw_request.method, raw_request.path, accept)
+        if answer is not None:
+            return answer
+        if decoded is not None or namespaces.is_namespace_path(raw_request.path):
+            # Parsed here: kmock does not parse these paths, nor read binary bodies.
+            try:
+                request = await namespaces.request_of(raw_request, decoded)
+                if request is None:
+                    raise kmock.KubernetesNotFoundError()
+                response: aiohttp.web.StreamResponse = await self._handle(request)
+                return response
+            except Exception as error:  # answered as kmock answers the others
+                return await self._render_error(error)
         return await super().__call__(raw_request)
 
-    def install_crd(self, crd: Mapping[str, Any]) -> None:
-        """Serve the CRD's versions and keep the CRD object, as `kubectl apply` of it would."""
+    def install_crd(self, crd: Mapping[str, Any], *, keep: bool = True) -> None:
+        """Serve the CRD's versions and (`keep`) keep the CRD object, as `kubectl apply` of it
+        would (written through the API, it is kept already)."""
         spec, names = crd["spec"], crd["spec"]["names"]
         for version in spec["versions"]:
             key = f"{spec['group']}/{version['name']}/{names['plural']}"
@@ -364,13 +453,15 @@ class ApiServer(kmock.KubernetesEmulator):
                 singular=names.get("singular"),
                 namespaced=spec.get("scope", "Namespaced") == "Namespaced",
                 shortnames=set(names.get("shortNames", [])),
+                categories=set(names.get("categories", [])),
                 subresources=set(version.get("subresources", {})),
                 verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
             )
             plural = (spec["group"], version["name"], names["plural"])
             self._custom[plural] = CustomResource(crd, version)
-        stored = self._new_object(dict(crd))
-        self.objects[kmock.resource(CRDS), None, crd["metadata"]["name"]] = stored
+        if keep:
+            stored = self._new_object(dict(crd))
+            self.objects[kmock.resource(CRDS), None, crd["metadata"]["name"]] = stored
 
     async def remove_crd(self, name: str) -> None:
         """Stop serving the CRD's API and delete its objects, as deleting a CRD does (the
@@ -380,6 +471,10 @@ class ApiServer(kmock.KubernetesEmulator):
             return
         spec = self.objects[key].raw["spec"]
         self.objects[key].delete()
+        await self._stop_serving(spec)
+
+    async def _stop_serving(self, spec: Mapping[str, Any]) -> None:
+        """Stop serving a deleted CRD's API and delete its objects and their children."""
         for version in spec["versions"]:
             self._custom.pop((spec["group"], version["name"], spec["names"]["plural"]), None)
             gone = kmock.resource(f"{spec['group']}/{version['name']}/{spec['names']['plural']}")
@@ -440,14 +535,36 @@ class ApiServer(kmock.KubernetesEmulator):
         return await self._serve_object(request)
 
     async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[Any]:
-        """kmock's watch, cut where a `drop_watch` fault says: in the middle of an event newer
-        than the connection, closed without the end of the chunked body."""
+        """kmock's watch narrowed by the label and field selectors, cut where a `drop_watch`
+        fault says: in the middle of an event newer than the connection, closed without the end
+        of the chunked body. With `sendInitialEvents=true` (client-go's watch-list) the objects
+        there are are sent first, then the bookmark that says so."""
         since = self._version
+        initial = request.url.query.get("sendInitialEvents") == "true"
+        if initial:
+            yield b""
+            assert request.resource is not None
+            async with self._lock:
+                existing = self._rows(request, request.resource)
+            for obj in existing:
+                yield {"type": "ADDED", "object": obj}
+            api_version, kind = self._kind(request.resource)
+            end = {"k8s.io/initial-events-end": "true"}
+            marker = {"resourceVersion": str(since), "annotations": end}
+            yield {
+                "type": "BOOKMARK",
+                "object": {"kind": kind, "apiVersion": api_version, "metadata": marker},
+            }
         async for event in super()._serve_watch(request):
-            newer = (
-                isinstance(event, dict)
-                and int(event["object"]["metadata"].get("resourceVersion") or 0) > since
-            )
+            if not isinstance(event, dict):
+                if not initial:
+                    yield event
+                continue
+            version = int(event["object"]["metadata"].get("resourceVersion") or 0)
+            replayed = initial and event["type"] == "ADDED" and version <= since
+            if replayed or not namespaces.selected(event["object"], request.url.query):
+                continue
+            newer = version > since
             if newer and self._fault_for(request, streaming=True) is not None:
                 line = json.dumps(event).encode()
                 yield line[: len(line) // 2]
@@ -474,9 +591,14 @@ class ApiServer(kmock.KubernetesEmulator):
         warnings. A resourceVersion in what was sent is a precondition (409 when it is stale)."""
         if isinstance(request.data, dict):
             _check_version(request.data, current)
-        if request.method.value == "PUT":
+        patch_type = apply_patch.content_type(request.headers)
+        if request.method.value == "PUT" or patch_type == apply_patch.APPLY:
             new = dict(request.data) if isinstance(request.data, dict) else {}
             new.setdefault("metadata", {})
+        elif patch_type == apply_patch.STRATEGIC and isinstance(request.data, dict):
+            assert request.resource is not None
+            schema = self._schema(request.resource)
+            new = apply_patch.strategic_merge(current, request.data, schema)
         else:
             new = _patched(current, request.data)
         if request.subresource == "status":
@@ -485,7 +607,60 @@ class ApiServer(kmock.KubernetesEmulator):
             new["status"] = current.get("status")
         if new.get("status") is None:
             new.pop("status", None)
+        if patch_type != apply_patch.APPLY:
+            self._track_update(request, current, new)
         return self._stamped(request, current, new)
+
+    def _schema(self, resource: kmock.resource) -> Schema:
+        assert self._endpoints is not None
+        _, kind = self._kind(resource)
+        return self._endpoints.schema(resource.group or "", str(resource.version), kind)
+
+    def _track_update(
+        self, request: kmock.Request, current: Mapping[str, Any], new: dict[str, Any]
+    ) -> None:
+        """managedFields through a write other than an apply: kept when it leaves them out; the
+        fields it changed recorded as its manager's when it names one (`fieldManager`) or the
+        object has managedFields already (objects never written with a manager have none: the
+        operator's writes are not tracked, which keeps them cheap)."""
+        meta = new.setdefault("metadata", {})
+        before = (current.get("metadata") or {}).get("managedFields")
+        if "managedFields" not in meta and before:
+            meta["managedFields"] = before
+        query = request.url.query
+        if query.get("fieldManager") or meta.get("managedFields"):
+            assert request.resource is not None
+            apply_patch.updated(
+                current,
+                new,
+                self._schema(request.resource),
+                manager=apply_patch.manager_of(query, request.headers),
+                subresource=request.subresource or "",
+            )
+
+    def _apply(self, request: kmock.Request, resource: kmock.resource) -> None:
+        """Server-side apply: the request becomes the write of the merged object (a create
+        where there is none yet)."""
+        applied = apply_patch.parse(request.text)
+        key = key_of(request, resource)
+        obj = self.objects[key] if key in self.objects else None  # noqa: SIM401 (no .get)
+        live = None if obj is None or obj.deleted else obj.raw
+        query = request.url.query
+        result = apply_patch.apply(
+            live,
+            applied,
+            self._schema(resource),
+            manager=query.get("fieldManager", ""),
+            force=query.get("force") == "true",
+            subresource=request.subresource or "",
+        )
+        if live is None:
+            meta = result.setdefault("metadata", {})
+            meta["name"] = key[2]
+            if key[1]:
+                meta["namespace"] = key[1]
+            object.__setattr__(request, "action", action.CREATE)
+        _replace_data(request, result)
 
     def _stamped(
         self, request: kmock.Request, current: Mapping[str, Any], new: dict[str, Any]
@@ -522,6 +697,10 @@ class ApiServer(kmock.KubernetesEmulator):
                 ) from None
             new, warnings = admitted.obj, admitted.warnings
         self._check_owner_references(request, new, old)
+        if self._webhooks is None:
+            self._webhooks = self.stored(webhooks.CONFIGURATIONS)
+        attempt = webhooks.Attempt(resource, request.subresource, new, old, _USER.get())
+        warnings = [*warnings, *webhooks.review(self._webhooks, self.stored, attempt)]
         return new, warnings
 
     def _plural_of(self, api_version: str, kind: str) -> str | None:
@@ -600,39 +779,148 @@ class ApiServer(kmock.KubernetesEmulator):
             raise kmock.KubernetesResourceNotFoundError()
         if request.subresource == "scale":
             return await self._scale(request, resource)
+        if apply_patch.content_type(request.headers) == apply_patch.APPLY and request.name:
+            async with self._lock:
+                self._apply(request, resource)
+        elif (
+            request.action == action.CREATE
+            and request.url.query.get("fieldManager")
+            and isinstance(request.data, dict)
+        ):
+            self._track_update(request, {}, request.data)
         if _action(request) in DIRECT and (request.name or request.action == action.CREATE):
             response = await self._direct(request, resource)
             if resource.group == rbac.RBAC_GROUP:
                 self._authorizer = None  # roles or bindings changed
+            if resource.plural == webhooks.CONFIGURATIONS:
+                self._webhooks = None
             if request.action == action.DELETE:
                 await self._collect_garbage()
             elif request.action == action.CREATE:
                 await self._collect_orphan(key_of(request, resource))
             if request.method.value in WRITES:
+                await self._after_write(request, resource)
                 for observe in self.observers:
                     observe(self)
             return response
-        selector = request.url.query.get("labelSelector")
-        if request.action == action.LIST and selector:
-            return await self._list_selected(request, resource, selector)
-        return await super()._handle(request)  # list and watch
+        if request.action == action.LIST:
+            return await self._list(request, resource)
+        return await self._stream(request)
 
-    async def _list_selected(
-        self, request: kmock.Request, resource: kmock.resource, selector: str
+    async def _stream(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        """A watch, as `application/json` (client-go decodes a stream by its content type)."""
+        raw = request._raw_request  # private in kmock: the stream is written here
+        assert raw is not None
+        response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(raw)
+        events = self._serve_watch(request)
+        if tables.wanted(request.headers.get("Accept", "")):
+            events = self._table_events(request, events)
+        try:
+            async for event in events:
+                chunk = event if isinstance(event, bytes) else json.dumps(event).encode() + b"\n"
+                if chunk:
+                    await response.write(chunk)
+            await response.write_eof()
+        except ConnectionError:
+            pass  # the client went away, or a fault cut the stream
+        return response
+
+    async def _after_write(self, request: kmock.Request, resource: kmock.resource) -> None:
+        """What follows a write through the API: a CRD written is served (or no longer), a
+        namespace deleted takes what is in it along."""
+        name = key_of(request, resource)[2]
+        if resource == kmock.resource(CRDS):
+            key = (resource, None, name)
+            stored = self.objects[key] if key in self.objects else None  # noqa: SIM401
+            if stored is not None and stored.deleted:
+                await self._stop_serving(stored.last.raw["spec"])
+            elif stored is not None:
+                self.install_crd(stored.raw, keep=False)
+        elif resource == namespaces.NAMESPACES and request.action == action.DELETE:
+            await self._empty_namespace(name)
+
+    async def _empty_namespace(self, name: str) -> None:
+        for (resource, namespace, _), obj in list(self.objects.items()):
+            if namespace == name and not obj.deleted:
+                raw = obj.raw
+                obj.delete()
+                await self._buses[resource].put({"type": "DELETED", "object": raw})
+        await self._collect_garbage()
+
+    def _rows(self, request: kmock.Request, resource: kmock.resource) -> list[dict[str, Any]]:
+        return [
+            obj.raw
+            for (kind, namespace, _), obj in self.objects.items()
+            if kind == resource
+            and request.namespace in (None, namespace)
+            and not obj.deleted
+            and namespaces.selected(obj.raw, request.url.query)
+        ]
+
+    def _kind(self, resource: kmock.resource) -> tuple[str, str]:
+        """(apiVersion, kind) of a served resource."""
+        for known, info in self.resources.items():
+            if resource == kmock.resource(known):
+                group, version = resource.group or "", str(resource.version)
+                return (f"{group}/{version}" if group else version), str(getattr(info, "kind", ""))
+        raise kmock.KubernetesResourceNotFoundError()
+
+    def _printer_columns(self, resource: kmock.resource) -> list[dict[str, Any]] | None:
+        """The CRD's additionalPrinterColumns for `resource`; None for a built-in kind."""
+        for crd in self.crds():
+            spec = crd["spec"]
+            if spec["group"] == resource.group and spec["names"]["plural"] == resource.plural:
+                for version in spec["versions"]:
+                    if version["name"] == resource.version:
+                        return list(version.get("additionalPrinterColumns") or [])
+        return None
+
+    def _table_body(
+        self, request: kmock.Request, resource: kmock.resource, objects: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        return tables.table(
+            objects,
+            self._printer_columns(resource),
+            str(resource.plural),
+            resource_version=str(self._version),
+            include=request.url.query.get("includeObject", "Metadata"),
+        )
+
+    def _table(
+        self, request: kmock.Request, resource: kmock.resource, objects: list[dict[str, Any]]
+    ) -> aiohttp.web.Response:
+        return aiohttp.web.json_response(self._table_body(request, resource, objects))
+
+    async def _table_events(
+        self, request: kmock.Request, events: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        """A watch of Tables (`kubectl get -w`): each event's object a one-row Table; from a
+        `resourceVersion` (what kubectl listed), the objects not changed since are not replayed,
+        nor are bookmarks sent."""
+        assert request.resource is not None
+        since = int(request.url.query.get("resourceVersion") or 0)
+        async for event in events:
+            if not isinstance(event, dict):
+                yield event
+                continue
+            version = int(event["object"]["metadata"].get("resourceVersion") or 0)
+            if event["type"] == "BOOKMARK" or (event["type"] == "ADDED" and version <= since):
+                continue
+            table = self._table_body(request, request.resource, [event["object"]])
+            yield {"type": event["type"], "object": table}
+
+    async def _list(
+        self, request: kmock.Request, resource: kmock.resource
     ) -> aiohttp.web.StreamResponse:
-        """A list narrowed by an equality label selector (`k=v,k2=v2`), which kmock ignores."""
-        wanted = dict(term.split("=", 1) for term in selector.split(",") if "=" in term)
+        """A list with its kind, narrowed by label and field selectors; a Table when asked."""
+        api_version, kind = self._kind(resource)
         async with self._lock:
-            items = [
-                obj.raw
-                for (kind, namespace, _), obj in self.objects.items()
-                if kind == resource
-                and request.namespace in (None, namespace)
-                and not obj.deleted
-                and wanted.items() <= (obj.raw.get("metadata", {}).get("labels") or {}).items()
-            ]
-        version = str(self._version)
-        return aiohttp.web.json_response({"metadata": {"resourceVersion": version}, "items": items})
+            items = self._rows(request, resource)
+        if tables.wanted(request.headers.get("Accept", "")):
+            return self._table(request, resource, items)
+        body = namespaces.list_of(kind, api_version, items, str(self._version))
+        return aiohttp.web.json_response(body)
 
     async def _direct(
         self, request: kmock.Request, resource: kmock.resource
@@ -647,8 +935,10 @@ class ApiServer(kmock.KubernetesEmulator):
             gone = obj is None or obj.deleted
             if request.action == action.CREATE:
                 if not gone:
-                    raise kmock.KubernetesError(409, "AlreadyExists", f"{key[2]} already exists")
+                    raise already_exists(resource, key[2])
                 new = self._new_object(data)
+                if resource == namespaces.NAMESPACES:
+                    new = namespaces.new_namespace(new)
                 if namespace:
                     new["metadata"]["namespace"] = namespace
                 if self._has_status(resource):
@@ -664,9 +954,11 @@ class ApiServer(kmock.KubernetesEmulator):
                 await self._buses[resource].put({"type": "ADDED", "object": raw})
                 return aiohttp.web.json_response(raw, status=201, headers=_warned(warnings))
             if gone:
-                raise kmock.KubernetesObjectNotFoundError()
+                raise not_found(resource, key[2])
             assert obj is not None
             if request.action == action.FETCH:
+                if tables.wanted(request.headers.get("Accept", "")):
+                    return self._table(request, resource, [obj.raw])
                 return aiohttp.web.json_response(obj.raw)
             if _action(request) == action.UPDATE:
                 change, warnings = self._updated(request, obj.raw)
@@ -707,7 +999,7 @@ class ApiServer(kmock.KubernetesEmulator):
         async with self._lock:
             obj = self.objects[key] if key in self.objects else None  # noqa: SIM401 (no .get)
             if obj is None or obj.deleted:
-                raise kmock.KubernetesObjectNotFoundError()
+                raise not_found(resource, key[2])
             current = obj.raw
             scale = _scale_of(current, paths)
             if request.method.value == "GET":
@@ -745,12 +1037,21 @@ class ApiServer(kmock.KubernetesEmulator):
         return aiohttp.web.json_response(status, status=code, headers=headers)
 
     async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
-        """Kubernetes' Status object, without kmock's traceback (formatting it is slow)."""
+        """Kubernetes' Status object, without kmock's traceback (formatting it is slow); kmock's
+        own 404s as kube-apiserver's, any other failure a 500 InternalError whose cause goes to
+        the log, never to the client."""
+        if isinstance(exc, kmock.KubernetesNotFoundError):
+            message = "the server could not find the requested resource"
+            return self._status(404, "NotFound", message, {})
         if not isinstance(exc, kmock.KubernetesError):
-            return await super()._render_error(exc)
+            LOG.error("request failed", exc_info=exc)
+            message = (
+                "Internal error occurred: the embedded API server failed to serve this request"
+            )
+            return self._status(500, "InternalError", message, {})
         retry_after = getattr(exc, "retry_after", None)
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-        reason = exc.reason or type(exc).__name__
+        reason = type(exc).__name__ if exc.reason is None else exc.reason  # "": a webhook's
         return self._status(exc.status, reason, exc.message or repr(exc), exc.details, headers)
 
     async def _collect_orphan(self, key: Any) -> None:

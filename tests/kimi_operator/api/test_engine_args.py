@@ -42,6 +42,9 @@ REFUSED = [
     "--device-memory-utilization",
     "--enable-prefix-caching", "--disable-prefix-caching", "--model", "--served-model-name",
     "--revision", "--config", "--config=/x.yaml", "--port", "--host=0.0.0.0", "-n2", "-r1",
+    "--tool-call-parser", "--tool-call-parser=kimi_k2", "--enable-auto-tool-choice",
+    "--disable-auto-tool-choice", "--enable-auto-tool", "--reasoning-parser",
+    "--reasoning_parser=kimi_k3", "--language-model-only", "--no-language-model-only",
 ]  # fmt: skip
 # Disguised flags and hidden characters: refused by MALFORMED_ARGS, whatever flag they hide.
 DISGUISED = [
@@ -58,8 +61,8 @@ PLAIN_VALUES = [
 ]  # fmt: skip
 ALLOWED = [
     "--trust-remote-code", "--max-num-batched-tokens", "--max-num-batched-tokens=8192", "8",
-    "--kv-cache-dtype-skip-layers", "--model-impl", "--tool-call-parser", "kimi_k2",
-    "--enable-auto-tool-choice", "--reasoning-parser", "--chat-template", "--block-size",
+    "--kv-cache-dtype-skip-layers", "--model-impl", "kimi_k2", "--tool-parser-plugin",
+    "--reasoning-parser-plugin", "--chat-template", "--block-size", "--limit-mm-per-prompt",
     "--enable-chunked-prefill", "--disable-log-requests", "--uvicorn-log-level=info",
     "--override-generation-config", '{"temperature": 0.6}', "-q", "--quantization",
     "--api-key", "--seed=0", "--tokenizer-mode", "--e", "--max-l", "-d", "-p",
@@ -74,6 +77,21 @@ def test_refused(arg: str) -> None:
 @pytest.mark.parametrize("arg", ALLOWED + PLAIN_VALUES)
 def test_allowed(arg: str) -> None:
     assert refused_engine_args([arg]) == []
+
+
+@pytest.mark.parametrize(
+    ("arg", "field"),
+    [
+        ("--tool-call-parser=hermes", "toolCalling"),
+        ("--no-enable-auto-tool-choice", "toolCalling"),
+        ("--reasoning-parser", "reasoning"),
+        ("--no-language-model-only", "multimodal"),
+    ],
+)
+def test_agent_endpoint_flags_are_refused_naming_the_serving_field(arg: str, field: str) -> None:
+    ((_, group),) = refused_engine_args([arg])
+    assert "spec.serving" in group.reason, group.reason
+    assert f"{field} (" in group.reason, group.reason
 
 
 @pytest.mark.parametrize("arg", DISGUISED)

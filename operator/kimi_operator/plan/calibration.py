@@ -1,0 +1,161 @@
+"""Step costs from a `bench --profile calibration` run (bench/calibration.py says what it sends).
+
+Decode: in each `decode:b{B}:c{C}` phase, the gaps between chunks in the later half of every
+stream (by then all B requests have prefilled) are decode steps of B sequences; their mean is the
+step time (a mean, not a median: a task's time is the sum of its steps, stalls included), their
+tokens per chunk 1 + the accepted drafts. Prefill: the TTFT of each
+`prefill:` request and of the second (cache-hitting) `prefix:` request against the prompt tokens
+it had to compute and those it took from the cache. With a `latency_specialized` deployment, the
+phases whose batch x (1 + draft tokens) fits in 64 ran on the fast path and fit its costs; the
+others fit the ordinary path's.
+"""
+
+import re
+import statistics
+from dataclasses import dataclass, field
+
+from kimi_operator.bench.calibration import PREFIX_UNSHARED_TOKENS
+from kimi_operator.bench.results import RequestRecord, Results
+from kimi_operator.bench.stats import chunk_gaps
+from kimi_operator.plan import PlanError
+from kimi_operator.plan.costs import FAST_PATH_MAX_TOKENS, DecodeCost, PrefillCost, StepCosts
+from kimi_operator.plan.fit import fit
+
+PHASE = re.compile(r"^(?:decode:b(?P<batch>\d+):c(?P<context>\d+)|(?P<kind>prefill|prefix):p\d+)$")
+BLOCK_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Calibration:
+    name: str
+    origin: str  # where its numbers come from: a run's path, or "published + assumed"
+    gpus: int | None
+    backend: str
+    draft_tokens: int
+    acceptance: float  # mean drafts accepted per step
+    max_num_seqs: int
+    costs: StepCosts
+    model: str  # the served model name, so that `bench compare` sets a plan beside its runs
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DecodePoint:
+    batch: int
+    context: float  # KV tokens over the batch, mid-way through the measured steps
+    step_s: float
+    tokens_per_step: float
+
+
+def _tail(record: RequestRecord) -> tuple[list[float], list[int]]:
+    half = len(record.chunk_times_s) // 2
+    gaps = chunk_gaps(record.chunk_times_s[half:])
+    tokens = (record.chunk_tokens or [1] * len(record.chunk_times_s))[half + 1 :]
+    return gaps, tokens
+
+
+def decode_points(records: list[RequestRecord]) -> list[DecodePoint]:
+    phases: dict[tuple[int, int], list[RequestRecord]] = {}
+    for record in records:
+        found = PHASE.match(record.group or "")
+        if found and found["batch"] and record.error is None:
+            phases.setdefault((int(found["batch"]), int(found["context"])), []).append(record)
+    points = []
+    for (batch, context), members in sorted(phases.items()):
+        gaps = [gap for r in members for gap in _tail(r)[0]]
+        tokens = [count for r in members for count in _tail(r)[1]]
+        if not gaps:
+            continue
+        output = statistics.mean(r.output_tokens for r in members)
+        points.append(
+            DecodePoint(
+                batch=batch,
+                context=batch * (context + 0.75 * output),
+                step_s=statistics.mean(gaps),
+                tokens_per_step=statistics.mean(tokens),
+            )
+        )
+    return points
+
+
+def prefill_points(records: list[RequestRecord]) -> list[tuple[int, int, float]]:
+    """(prompt tokens computed, tokens from the cache, TTFT) of the prefill requests and hits."""
+    points: list[tuple[int, int, float]] = []
+    seen_prefix: set[str] = set()
+    for record in records:
+        found = PHASE.match(record.group or "")
+        if not found or found["kind"] is None or record.error or record.ttft_s is None:
+            continue
+        prompt = record.prompt_tokens or 0
+        if found["kind"] == "prefill":
+            points.append((prompt, 0, record.ttft_s))
+        elif record.group in seen_prefix:  # the second of its pair: the cache hit
+            shared = prompt - PREFIX_UNSHARED_TOKENS
+            cached = shared - shared % BLOCK_TOKENS
+            points.append((prompt - cached, cached, record.ttft_s))
+        else:
+            seen_prefix.add(record.group or "")
+            points.append((prompt, 0, record.ttft_s))
+    return points
+
+
+def _decode_cost(points: list[DecodePoint]) -> DecodeCost:
+    intercept, (per_sequence, per_context) = fit(
+        [(p.batch - 1, p.context) for p in points], [p.step_s for p in points]
+    )
+    return DecodeCost(intercept, per_sequence, per_context)
+
+
+def from_run(results: Results, label: str, draft_tokens: int | None) -> Calibration:
+    """The step costs a calibration run measured; `draft_tokens` as the deployment speculates."""
+    if results.config.profile != "calibration":
+        raise PlanError(
+            f"{label}: a {results.config.profile!r} run, not a calibration: run "
+            "`kimi-operator bench --profile calibration` against the deployment"
+        )
+    points = decode_points(results.requests)
+    prefill = prefill_points(results.requests)
+    if not points or len(prefill) < 2:
+        raise PlanError(f"{label}: too few successful calibration requests to fit step costs")
+    acceptance = max(statistics.mean(p.tokens_per_step for p in points) - 1, 0.0)
+    if draft_tokens is None:
+        if acceptance > 0.05:
+            raise PlanError(
+                f"{label}: the server speculated ({acceptance + 1:.2f} tokens per step): give "
+                "its draft tokens with --calibration-drafts N"
+            )
+        draft_tokens = 0
+    backend = results.config.server.decode_backend or "auto"
+    notes: list[str] = []
+    fast_points = [p for p in points if p.batch * (1 + draft_tokens) <= FAST_PATH_MAX_TOKENS]
+    ordinary_points = [p for p in points if p not in fast_points]
+    fast: DecodeCost | None = None
+    if backend == "latency_specialized":
+        fast = _decode_cost(fast_points) if fast_points else None
+        if not ordinary_points:
+            ordinary_points = fast_points
+            notes.append(
+                f"{label}: no batch over the fast path measured: the ordinary path is assumed "
+                "as fast as the fast path (calibrate with a larger --concurrency)"
+            )
+    else:
+        ordinary_points = points
+    intercept, (per_token, per_cached) = fit(
+        [(computed, cached) for computed, cached, _ in prefill], [t for _, _, t in prefill]
+    )
+    return Calibration(
+        name=label,
+        origin=f"measured: {label}",
+        gpus=results.config.gpus,
+        backend=backend,
+        draft_tokens=draft_tokens,
+        acceptance=min(acceptance, float(draft_tokens)),
+        max_num_seqs=max(p.batch for p in points),
+        costs=StepCosts(
+            ordinary=_decode_cost(ordinary_points),
+            prefill=PrefillCost(intercept, per_token, per_cached),
+            fast=fast,
+        ),
+        model=results.config.model,
+        notes=notes,
+    )

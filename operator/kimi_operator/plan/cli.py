@@ -1,0 +1,228 @@
+"""`kimi-operator plan`: arguments and the command.
+
+Imports only the standard library at module level, like bench's: registering the subcommand must
+not slow down `kimi-operator validate`.
+"""
+
+import argparse
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from kimi_operator.plan.calibration import Calibration
+    from kimi_operator.plan.configs import Configuration
+
+AS_MEASURED = "as-measured"
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+MAX_DRAFTS = 7
+
+
+def _price(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of USD: {text}")
+    return value
+
+
+def add_plan_parser(sub: Any) -> None:
+    plan = sub.add_parser(
+        "plan",
+        help="model what a trace costs on configurations that do not exist yet",
+        description=(
+            "Replay an agent trace through a step model of vLLM's scheduler with step costs "
+            "from `bench --profile calibration` runs or built-in GB300 figures, and write the "
+            "same figures bench measures, per configuration. Exit 0: plan written; 2: bad input."
+        ),
+    )
+    plan.add_argument("--trace", metavar="FILE", required=True, help="agent trace (JSONL)")
+    plan.add_argument(
+        "--calibration",
+        metavar="RUN",
+        action="append",
+        default=[],
+        help="a `bench --profile calibration` results directory (repeatable); the first is "
+        "also planned as measured",
+    )
+    plan.add_argument(
+        "--calibration-drafts",
+        type=int,
+        choices=range(MAX_DRAFTS + 1),
+        metavar="N",
+        help="draft tokens of the calibrated deployment (needed when it speculates)",
+    )
+    plan.add_argument(
+        "--config",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="configurations: descriptions or KimiDeployments (YAML; repeatable)",
+    )
+    plan.add_argument(
+        "--gpu-hour-price", type=_price, metavar="USD", required=True, help="per GPU-hour"
+    )
+    plan.add_argument("--output", metavar="DIR", required=True, help="plan.json, report.md, plot")
+    plan.add_argument("--force", action="store_true", help="overwrite a plan in --output")
+    plan.add_argument(
+        "--replay",
+        choices=("open", "closed"),
+        help="as bench's (default: closed when the trace has dependencies)",
+    )
+    plan.add_argument(
+        "--target",
+        metavar="METRIC=S",
+        help="find the fewest groups meeting e.g. task_completion_p90=600 or ttft_p50=2",
+    )
+    plan.set_defaults(run=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from kimi_operator.bench import BenchError  # noqa: PLC0415
+    from kimi_operator.plan import PlanError  # noqa: PLC0415
+
+    try:
+        return _plan(args, out, err)
+    except (BenchError, PlanError) as error:
+        print(f"error: {error}", file=err)
+        return EXIT_BAD_INPUT
+
+
+def _calibrations(args: argparse.Namespace) -> "list[Calibration]":
+    from kimi_operator.bench.report import load_results  # noqa: PLC0415
+    from kimi_operator.plan import PlanError  # noqa: PLC0415
+    from kimi_operator.plan.calibration import from_run  # noqa: PLC0415
+
+    calibrations: list[Calibration] = []
+    for path in args.calibration:
+        label = Path(path).name if Path(path).is_dir() else Path(path).parent.name
+        calibration = from_run(load_results(path), label or path, args.calibration_drafts)
+        if calibration.gpus is None:
+            raise PlanError(f"{path}: the run has no GPU count: rerun bench with --gpus N")
+        if any(c.name == calibration.name for c in calibrations):
+            raise PlanError(f"{path}: another --calibration is also named {calibration.name!r}")
+        calibrations.append(calibration)
+    return calibrations
+
+
+def _configurations(
+    args: argparse.Namespace, measured: "list[Calibration]"
+) -> "list[Configuration]":
+    from kimi_operator.plan import PlanError  # noqa: PLC0415
+    from kimi_operator.plan.configs import Configuration, load_configurations  # noqa: PLC0415
+
+    configurations: list[Configuration] = []
+    if measured:
+        first = measured[0]
+        configurations.append(
+            Configuration(
+                name=AS_MEASURED,
+                gpus=first.gpus or 1,
+                backend="latency_specialized" if first.backend == "latency_specialized" else "auto",
+                draft_tokens=first.draft_tokens,
+                max_num_seqs=first.max_num_seqs,
+                calibration=first.name,
+            )
+        )
+    for path in args.config:
+        configurations += load_configurations(path)
+    if not configurations:
+        raise PlanError("plan needs --calibration RUN or --config FILE (or both)")
+    names = [c.name for c in configurations]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise PlanError(f"configuration names must differ: {', '.join(repeated)} repeats")
+    return configurations
+
+
+def _calibration_for(config: "Configuration", measured: "list[Calibration]") -> "Calibration":
+    from kimi_operator.plan import PlanError  # noqa: PLC0415
+    from kimi_operator.plan.builtin import builtin_calibration  # noqa: PLC0415
+
+    builtin_gpus = (8, 16)
+    if config.calibration is not None:
+        for calibration in measured:
+            if calibration.name == config.calibration:
+                return calibration
+        for gpus in builtin_gpus:
+            for backend in ("latency_specialized", "auto"):
+                for drafts in range(8):
+                    calibration = builtin_calibration(gpus, backend, drafts)
+                    if calibration.name == config.calibration:
+                        return calibration
+        raise PlanError(
+            f"configuration {config.name!r}: calibration {config.calibration!r} is neither a "
+            "--calibration run's name nor a built-in (gb300-tp<8|16>-<backend>-<dspark<N>|nodraft>)"
+        )
+    for calibration in measured:
+        if calibration.gpus == config.gpus:
+            return calibration
+    if config.gpus in builtin_gpus:
+        return builtin_calibration(config.gpus, config.backend, config.draft_tokens)
+    raise PlanError(
+        f"configuration {config.name!r}: no calibration for {config.gpus} GPUs: give a "
+        "--calibration run measured on it (built-ins cover GB300 TP8 and TP16)"
+    )
+
+
+def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from kimi_operator.bench.report import prepare_output, text_table  # noqa: PLC0415
+    from kimi_operator.bench.results import TraceInfo  # noqa: PLC0415
+    from kimi_operator.bench.traces import (  # noqa: PLC0415
+        has_dependencies,
+        load_trace,
+        plan_trace,
+        trace_digest,
+    )
+    from kimi_operator.plan.predict import Workload, predict  # noqa: PLC0415
+    from kimi_operator.plan.report import (  # noqa: PLC0415
+        HEADER,
+        PLAN,
+        REPORT,
+        Planned,
+        table_rows,
+        write_plan,
+    )
+    from kimi_operator.plan.target import fewest_groups, parse_target  # noqa: PLC0415
+
+    target = parse_target(args.target) if args.target else None
+    entries = load_trace(args.trace)
+    measured = _calibrations(args)
+    configurations = _configurations(args, measured)
+    directory = Path(args.output)
+    prepare_output(directory, args.force)
+    replay = args.replay or ("closed" if has_dependencies(entries) else "open")
+    workload = Workload(
+        plan=plan_trace(entries, None),
+        closed=replay == "closed",
+        trace=TraceInfo(
+            source=args.trace, sha256=trace_digest(entries), entries=len(entries), seed=None
+        ),
+        gpu_hour_price_usd=args.gpu_hour_price,
+    )
+    planned: list[Planned] = []
+    for config in configurations:
+        calibration = _calibration_for(config, measured)
+        for note in calibration.notes:
+            print(f"note: {note}", file=err)
+        if config.backend == "latency_specialized" and calibration.costs.fast is None:
+            print(
+                f"note: {config.name}: calibration {calibration.name} has no fast-path figures: "
+                "every step is modelled on the ordinary path",
+                file=err,
+            )
+        groups = None
+        if target is not None:
+            groups = fewest_groups(
+                config, target, partial(predict, calibration=calibration, workload=workload)
+            )
+        planned.append(Planned(config, calibration, predict(config, calibration, workload), groups))
+    for note in write_plan(
+        directory, planned, workload.trace, args.gpu_hour_price, str(target) if target else None
+    ):
+        print(note, file=err)
+    out.write(text_table(table_rows(planned, str(target) if target else None), HEADER) + "\n")
+    out.write(f"\nplan: {directory / PLAN}, {directory / REPORT}\n")
+    return EXIT_OK

@@ -1,0 +1,115 @@
+"""Configurations to plan: KimiDeployment-shaped descriptions, or KimiDeployment files.
+
+A `--config` file is YAML: either KimiDeployments (checked by the API's own validator: one the
+API server would refuse is refused here with its message) or descriptions:
+
+    configurations:
+      - name: tp8x2-latency
+        gpus: 8                          # one group's GPUs (TP size; GB300: 8 or 16)
+        backend: latency_specialized     # latency_specialized | auto
+        draftTokens: 7                   # DSpark drafts, 0..7 (0: no speculation)
+        acceptance: 6                    # mean drafts accepted (default: the calibration's)
+        maxNumSeqs: 8
+        replicas: 2                      # serving groups
+        routing: prefix                  # prefix | round-robin
+        disaggregated: {prefillReplicas: 1, kvTransferS: 0.02}   # what-if: P/D split
+"""
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from kimi_operator.plan import PlanError
+
+MAX_GROUPS = 64
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", strict=True, alias_generator=to_camel, validate_by_name=True, frozen=True
+    )
+
+
+class Disaggregated(_Model):
+    prefill_replicas: Annotated[int, Field(ge=1, le=MAX_GROUPS)]
+    kv_transfer_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+
+
+class Configuration(_Model):
+    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9._-]+$")]
+    gpus: Annotated[int, Field(ge=1, le=72)]  # one group's GPUs (GB300: 8 or 16)
+    backend: Literal["latency_specialized", "auto"] = "latency_specialized"
+    draft_tokens: Annotated[int, Field(ge=0, le=7)] = 0
+    acceptance: Annotated[float, Field(ge=0, le=7, allow_inf_nan=False)] | None = None
+    max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 8
+    max_num_batched_tokens: Annotated[int, Field(ge=8, le=1_048_576)] = 8192
+    replicas: Annotated[int, Field(ge=1, le=MAX_GROUPS)] = 1
+    routing: Literal["prefix", "round-robin"] = "prefix"
+    prefix_caching: bool = True
+    calibration: str | None = None  # a --calibration run's name; default: the built-in match
+    disaggregated: Disaggregated | None = None
+
+
+class _Descriptions(_Model):
+    configurations: Annotated[list[Configuration], Field(min_length=1)]
+
+
+def _first_problem(error: ValidationError) -> str:
+    problem = error.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in problem["loc"])
+    return f"{where}: {problem['msg']}" if where else problem["msg"]
+
+
+def _from_deployment(body: Any, label: str) -> Configuration:
+    from kimi_operator.api.validation import UnreadableDocument, check_document  # noqa: PLC0415
+
+    try:
+        report = check_document(body)
+    except UnreadableDocument as error:
+        raise PlanError(f"{label}: {error}") from None
+    if report.deployment is None:
+        raise PlanError(f"{label}: the API would refuse it: {report.problems[0]}")
+    spec = report.deployment.spec
+    drafts = spec.speculative.num_speculative_tokens if spec.speculative else 0
+    return Configuration(
+        name=report.deployment.metadata.name,
+        gpus=spec.gpus,
+        backend=spec.decode.backend,
+        draft_tokens=drafts,
+        max_num_seqs=spec.decode.max_num_seqs,
+        replicas=max(spec.replicas, 1),
+        prefix_caching=spec.kv_cache.enable_prefix_caching,
+    )
+
+
+def load_configurations(path: str) -> list[Configuration]:
+    import yaml  # noqa: PLC0415
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        bodies = [b for b in yaml.safe_load_all(text) if b is not None]
+    except (OSError, UnicodeDecodeError) as error:
+        raise PlanError(
+            f"{path}: cannot read: {getattr(error, 'strerror', None) or error}"
+        ) from None
+    except yaml.YAMLError as error:
+        raise PlanError(f"{path}: not valid YAML: {str(error).splitlines()[0]}") from None
+    if not bodies:
+        raise PlanError(f"{path}: no configurations in it")
+    configurations: list[Configuration] = []
+    for number, body in enumerate(bodies, start=1):
+        label = path if len(bodies) == 1 else f"{path}[{number}]"
+        if isinstance(body, dict) and "kind" in body:
+            configurations.append(_from_deployment(body, label))
+            continue
+        try:
+            configurations += _Descriptions.model_validate(body).configurations
+        except ValidationError as error:
+            raise PlanError(f"{label}: {_first_problem(error)}") from None
+    names = [c.name for c in configurations]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise PlanError(f"{path}: configuration names must differ: {', '.join(repeated)} repeats")
+    return configurations

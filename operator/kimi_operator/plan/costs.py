@@ -1,0 +1,83 @@
+"""What one engine step costs: decode as a function of batch and context, prefill per token.
+
+A decode step of `batch` sequences holding `context` tokens of KV cache between them takes
+`fixed_s + per_sequence_s x (batch - 1) + per_context_token_s x context`: the weights are read
+once a step, each further sequence adds its share of the MoE and projection work, and attention
+reads every sequence's cache. Prefill costs `per_token_s` per prompt token computed, and
+`per_cached_token_s` per token a request takes from the prefix cache (its new tokens still attend
+to them: MLA decompresses the cached latents).
+
+`PrefillCost.fixed_s` is what a request alone waits before its first token beyond its prompt's
+tokens (a calibration's TTFT intercept). Part of it is a step's own fixed cost (launch, sampling:
+at most a decode step's), the rest is the request's way in and out of the server (HTTP,
+tokenization, detokenization) that it pays however busy the engine is, also when its prefill
+rides along with other requests' decode steps: that part delays its arrival at the scheduler.
+"""
+
+from dataclasses import dataclass
+from typing import Final
+
+# vLLM 0.33.0's fast path (models/kimi_k3/nvidia/specialized_decode/runtime/decode.py): a step
+# runs it only when it has no prompt rows and its tokens, batch x (1 + draft tokens), are at most
+# 64 (the largest prepared batch); every other step runs the ordinary forward.
+FAST_PATH_MAX_TOKENS: Final = 64
+
+
+@dataclass(frozen=True)
+class DecodeCost:
+    fixed_s: float
+    per_sequence_s: float
+    per_context_token_s: float
+
+    def step_s(self, batch: int, context: int) -> float:
+        return self.fixed_s + self.per_sequence_s * (batch - 1) + self.per_context_token_s * context
+
+
+@dataclass(frozen=True)
+class PrefillCost:
+    fixed_s: float  # TTFT of a request alone, less its prompt tokens' cost
+    per_token_s: float
+    per_cached_token_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    ordinary: DecodeCost
+    prefill: PrefillCost
+    fast: DecodeCost | None = None  # None: no fast path (decode backend `auto`)
+
+
+def request_overhead_s(costs: StepCosts) -> float:
+    """The part of a lone request's TTFT that is no step's: its way into and out of the server."""
+    return max(costs.prefill.fixed_s - costs.ordinary.fixed_s, 0.0)
+
+
+def on_fast_path(costs: StepCosts, prefill_tokens: int, batch: int, draft_tokens: int) -> bool:
+    """Whether vLLM runs this step on the fast path: pure decode that fits its largest batch."""
+    return (
+        costs.fast is not None
+        and prefill_tokens == 0
+        and 0 < batch * (1 + draft_tokens) <= FAST_PATH_MAX_TOKENS
+    )
+
+
+def step_seconds(
+    costs: StepCosts,
+    *,
+    prefill_tokens: int,
+    cached_tokens: int,
+    batch: int,
+    context: int,
+    draft_tokens: int,
+) -> float:
+    """One step: `batch` decoding sequences with `context` KV tokens, and `prefill_tokens`
+    computed after `cached_tokens` taken from the prefix cache (by requests starting theirs)."""
+    prefill = (
+        costs.prefill.per_token_s * prefill_tokens
+        + costs.prefill.per_cached_token_s * cached_tokens
+    )
+    if batch == 0:
+        return costs.prefill.fixed_s - request_overhead_s(costs) + prefill
+    fast = on_fast_path(costs, prefill_tokens, batch, draft_tokens)
+    decode = costs.fast if fast and costs.fast is not None else costs.ordinary
+    return decode.step_s(batch, context) + prefill

@@ -1,0 +1,49 @@
+"""Least squares with non-negative coefficients, for a handful of points and columns.
+
+`y ≈ intercept + Σ coefficient_j x x_j`. A column that does not vary across the points, or whose
+coefficient comes out negative (noise on a small effect), is dropped and the rest refitted: a
+step cost never shrinks as a batch or a context grows.
+"""
+
+from collections.abc import Sequence
+
+
+def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting (matrix is square and small)."""
+    size = len(vector)
+    rows = [[*matrix[i], vector[i]] for i in range(size)]
+    for column in range(size):
+        pivot = max(range(column, size), key=lambda r: abs(rows[r][column]))
+        rows[column], rows[pivot] = rows[pivot], rows[column]
+        lead = rows[column][column]
+        if lead == 0:
+            raise ValueError("singular")
+        for row in range(size):
+            if row != column:
+                factor = rows[row][column] / lead
+                rows[row] = [a - factor * b for a, b in zip(rows[row], rows[column], strict=True)]
+    return [rows[i][size] / rows[i][i] for i in range(size)]
+
+
+def fit(xs: Sequence[Sequence[float]], ys: Sequence[float]) -> tuple[float, list[float]]:
+    """(intercept, coefficients) for points `xs[i]` (one value per column) and values `ys`."""
+    columns = len(xs[0]) if xs else 0
+    active = [j for j in range(columns) if len({x[j] for x in xs}) > 1]
+    while True:
+        design = [[1.0, *(x[j] for j in active)] for x in xs]
+        width = len(design[0])
+        normal = [[sum(r[a] * r[b] for r in design) for b in range(width)] for a in range(width)]
+        moment = [sum(r[a] * y for r, y in zip(design, ys, strict=True)) for a in range(width)]
+        try:
+            solution = _solve(normal, moment)
+        except ValueError:
+            active = active[:-1]  # collinear columns: keep the earlier ones
+            continue
+        negative = [j for j, value in zip(active, solution[1:], strict=True) if value < 0]
+        if not negative:
+            break
+        active = [j for j in active if j not in negative]
+    coefficients = [0.0] * columns
+    for j, value in zip(active, solution[1:], strict=True):
+        coefficients[j] = value
+    return max(solution[0], 0.0), coefficients

@@ -1,0 +1,36 @@
+"""The real kubectl and helm (`make tools`) against the embedded API server on 127.0.0.1, as the
+cluster admin; a test without them skips here and fails under CI (tests/support/tools.py)."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kimi_operator.embedded.clients import Kubectl
+from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.upstream import child_crds
+from kimi_operator.k8s.client import Client, load_configuration
+from tests.support.tools import require_tool
+
+
+@pytest.fixture
+def api() -> Iterator[EmbeddedApiServer]:
+    """A bare cluster: the children's CRDs (their own operators'), not kimi-operator's."""
+    with EmbeddedApiServer() as server:
+        server.install_crds([*child_crds()])
+        yield server
+
+
+@pytest.fixture
+def client(api: EmbeddedApiServer) -> Iterator[Client]:
+    c = Client(load_configuration(api.url))
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def kubectl(api: EmbeddedApiServer, tmp_path: Path) -> Kubectl:
+    require_tool("kubectl")
+    require_tool("helm")
+    out = (tmp_path / "transcript.txt").open("w")
+    return Kubectl.for_server(api.url, tmp_path / "home", out)

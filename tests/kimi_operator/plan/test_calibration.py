@@ -1,0 +1,147 @@
+"""Step costs fitted from a calibration run: the sweep it sends, and the costs it recovers."""
+
+import pytest
+
+from kimi_operator.bench.calibration import batch_sizes, calibration_plan, prompt_lengths
+from kimi_operator.bench.results import (
+    Profile,
+    RequestRecord,
+    Results,
+    RunConfig,
+    ServerInfo,
+    ServerMetrics,
+    Summary,
+)
+from kimi_operator.plan import PlanError
+from kimi_operator.plan.calibration import from_run
+from kimi_operator.plan.fit import fit
+
+
+def test_the_sweep_runs_in_phases_each_after_the_last() -> None:
+    plan = calibration_plan(largest_batch=8, longest_prompt=1024, output_tokens=32)
+    assert batch_sizes(8) == [1, 2, 4, 8]
+    assert batch_sizes(6) == [1, 2, 4, 6]
+    assert prompt_lengths(1024) == [128, 256, 512, 1024]
+    groups = [r.group for r in plan]
+    # Decode: contexts 128 and 512, batches 1, 2, 4, 8: 2 x 15 requests.
+    assert groups[:3] == ["decode:b1:c128", "decode:b2:c128", "decode:b2:c128"]
+    assert groups.count("decode:b8:c512") == 8
+    assert groups.count("prefill:p256") == 1
+    assert groups.count("prefix:p256") == 2
+    assert len(plan) == 30 + 4 + 8
+    for request, previous in zip(plan[1:], plan, strict=False):
+        if request.group != previous.group or str(request.group).startswith("prefix"):
+            assert previous.index in request.after  # a phase waits for the one before
+    hit = [r for r in plan if r.group == "prefix:p256"][1]
+    assert (hit.prompt_tokens, hit.shared_prefix_tokens) == (256, 240)
+
+
+def test_fit_recovers_a_line_and_drops_a_negative_slope() -> None:
+    xs = [(0.0, 100.0), (1.0, 300.0), (3.0, 100.0), (7.0, 900.0)]
+    ys = [0.010 + 0.002 * a + 0.00001 * b for a, b in xs]
+    intercept, (a, b) = fit(xs, ys)
+    assert (intercept, a, b) == pytest.approx((0.010, 0.002, 0.00001))
+    # Time falling with the second column is noise: that column is dropped, the rest refitted.
+    intercept, (a, b) = fit([(0.0, 0.0), (1.0, 10.0), (2.0, 0.0)], [1.0, 1.5, 2.0])
+    assert (intercept, a, b) == pytest.approx((1.0, 0.5, 0.0))
+    # A column that never varies has nothing to fit.
+    intercept, (a,) = fit([(5.0,), (5.0,)], [2.0, 4.0])
+    assert (intercept, a) == pytest.approx((3.0, 0.0))
+
+
+def record(
+    index: int, group: str, prompt: int, ttft: float, *, gaps: list[float], tokens: int
+) -> RequestRecord:
+    times = [ttft]
+    for gap in gaps:
+        times.append(times[-1] + gap)
+    return RequestRecord(
+        index=index, group=group, request_id=None, scheduled_start_s=0.0, start_s=0.0,
+        prompt_tokens=prompt, output_tokens=tokens * len(times), ttft_s=ttft, e2e_s=times[-1],
+        decode_tokens_per_s=None, chunk_times_s=times, chunk_tokens=[tokens] * len(times),
+        token_counts="per_chunk_usage", error=None,
+    )  # fmt: skip
+
+
+def run_of(
+    records: list[RequestRecord], backend: str = "auto", profile: Profile = "calibration"
+) -> Results:
+    config = RunConfig(
+        endpoint="http://127.0.0.1:1/v1", model="m", api="completions", profile=profile,
+        concurrency=8, requests=len(records), warmup=0, prompt_tokens=1.0, output_tokens=1.0,
+        ignore_eos=True, seed=0, trace=None, gpus=1, gpu_hour_price_usd=None, deployment=None,
+        server=ServerInfo(decode_backend=backend), started_at="", tool_version="",
+    )  # fmt: skip
+    summary = Summary(
+        requests_ok=len(records), requests_failed=0, output_tokens_total=0, prompt_tokens=None,
+        duration_s=1.0, output_tokens_per_s=0.0, ttft_s=None, decode_tokens_per_s=None,
+        itl_s=None, itl_chunk_s=None, e2e_s=None, tokens_per_chunk=None,
+        cost_per_million_output_tokens_usd=None, cost_per_request_usd=None,
+        server_metrics=ServerMetrics(reachable=False), errors={}, warnings=[],
+    )  # fmt: skip
+    return Results(config=config, summary=summary, requests=records)
+
+
+def sweep(tokens_per_chunk: int = 1) -> list[RequestRecord]:
+    """A run whose decode steps cost 0.020 + 0.005 per further sequence and whose prefill costs
+    0.050 + 0.0001 per prompt token computed + 0.00002 per token from the prefix cache (a
+    context term of zero)."""
+    records: list[RequestRecord] = []
+    for batch in (1, 2, 4, 8):
+        step = 0.020 + 0.005 * (batch - 1)
+        for _ in range(batch):
+            records.append(
+                record(
+                    len(records),
+                    f"decode:b{batch}:c64",
+                    64,
+                    0.1,
+                    gaps=[step] * 9,
+                    tokens=tokens_per_chunk,
+                )
+            )
+    records.append(record(len(records), "prefill:p512", 512, 0.050 + 0.0512, gaps=[0.01], tokens=1))
+    records.append(
+        record(len(records), "prefill:p1024", 1024, 0.050 + 0.1024, gaps=[0.01], tokens=1)
+    )
+    records.append(
+        record(len(records), "prefix:p1024", 1024, 0.050 + 0.1024, gaps=[0.01], tokens=1)
+    )
+    # The hit: 1008 shared tokens, all in whole blocks, from the cache: 16 computed.
+    records.append(
+        record(len(records), "prefix:p1024", 1024, 0.050 + 0.0016 + 0.02016, gaps=[0.01], tokens=1)
+    )
+    return records
+
+
+def test_a_stock_run_fits_the_ordinary_path() -> None:
+    calibration = from_run(run_of(sweep()), "cal", None)
+    costs = calibration.costs
+    assert costs.fast is None
+    assert (costs.ordinary.fixed_s, costs.ordinary.per_sequence_s) == pytest.approx((0.020, 0.005))
+    assert costs.ordinary.per_context_token_s == pytest.approx(0.0, abs=1e-12)
+    prefill = (costs.prefill.fixed_s, costs.prefill.per_token_s, costs.prefill.per_cached_token_s)
+    assert prefill == pytest.approx((0.050, 0.0001, 0.00002))
+    assert (calibration.max_num_seqs, calibration.draft_tokens, calibration.gpus) == (8, 0, 1)
+
+
+def test_a_speculating_run_needs_its_draft_count_and_splits_the_paths() -> None:
+    results = run_of(sweep(tokens_per_chunk=8), backend="latency_specialized")
+    with pytest.raises(PlanError, match="--calibration-drafts"):
+        from_run(results, "cal", None)
+    calibration = from_run(results, "cal", 7)
+    assert calibration.acceptance == pytest.approx(7.0)
+    # 8 x (1 + 7) = 64 fits the fast path, so every measured batch did: no ordinary figures.
+    assert calibration.costs.fast is not None
+    assert "no batch over the fast path" in calibration.notes[0]
+    # With 15 drafts, 16 tokens a sequence: batches 1, 2 and 4 fit 64, batch 8 does not.
+    costs = from_run(results, "cal", 15).costs
+    assert costs.fast is not None
+    assert (costs.fast.fixed_s, costs.fast.per_sequence_s) == pytest.approx((0.020, 0.005))
+    # One ordinary batch: its step time is all there is to fit (0.020 + 7 x 0.005).
+    assert (costs.ordinary.fixed_s, costs.ordinary.per_sequence_s) == pytest.approx((0.055, 0.0))
+
+
+def test_a_run_of_another_profile_is_refused() -> None:
+    with pytest.raises(PlanError, match="a 'agentic' run, not a calibration"):
+        from_run(run_of(sweep(), profile="agentic"), "cal", None)
