@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kimi_operator.embedded import chart
+from kimi_operator.embedded import clients
 from tests.support.repo import load_script
 
 
@@ -13,7 +13,7 @@ def test_without_helm_it_says_make_tools(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     script = load_script(Path("benchmarks/operator_scale.py"))
-    monkeypatch.setattr(chart, "ROOT", tmp_path)  # no .tools/bin/helm there
+    monkeypatch.setattr(clients, "ROOT", tmp_path)  # no .tools/bin/helm there
     monkeypatch.setenv("PATH", str(tmp_path))  # nor on the PATH
     monkeypatch.setattr(sys, "argv", ["operator_scale.py"])
     with pytest.raises(SystemExit) as exited:
