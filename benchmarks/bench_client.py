@@ -5,7 +5,7 @@ its own process on 127.0.0.1, which streams one chunk per `--step-ms` per reques
 it wrote every chunk. Joining the client's arrival times with the server's send times (both
 CLOCK_MONOTONIC, comparable across processes) gives what the client adds to inter-token latency.
 
-Targets (issue 7): >= 5,000 streamed tokens/s at concurrency 64, < 0.2 ms added to measured ITL.
+Targets: >= 5,000 streamed tokens/s at concurrency 64, < 0.2 ms added to measured ITL.
 Prints a table and writes benchmarks/results/bench_client.json. Figures are from one run: of
 `--repeat` runs, the one in which the server kept its timetable best (the machine was quietest).
 """

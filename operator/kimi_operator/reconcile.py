@@ -1,7 +1,8 @@
 """One reconcile of one KimiDeployment: validate → build → apply → status.
 
-The controller (controller/loop.py) calls `reconcile` and writes what it returns; everything here
-but the apply is pure. `k8s`'s errors end the apply; the controller decides whether to retry.
+The controller (controller/loop.py) calls `reconcile` and writes what it returns. Building the
+children is pure; the API calls (listing and discovering what exists, applying, deleting what is
+no longer wanted) are not. `k8s`'s errors end them; the controller decides whether to retry.
 """
 
 import dataclasses

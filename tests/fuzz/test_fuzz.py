@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from kimi_operator.api.engine_args import refused_engine_args
 from tests.fuzz.harness import check_text, check_value
 from tests.fuzz.strategies import ENGINE_ARGS, YAML_BYTES, documents, smuggled_flags
+from tests.support.fuzzing import examples
 from tests.support.vllm_cli import FORBIDDEN_DESTS
 from tests.support.vllm_cli import parse as _parse
 
@@ -18,7 +19,7 @@ FUZZ = settings(
 )
 
 
-@settings(FUZZ, max_examples=300)
+@settings(FUZZ, max_examples=examples(300))
 @given(doc=documents())
 def test_validator_on_random_documents(doc: Any) -> None:
     outcome = check_value(doc)
@@ -26,7 +27,7 @@ def test_validator_on_random_documents(doc: Any) -> None:
     assert outcome.bad == []
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=examples(150))
 @given(data=YAML_BYTES)
 def test_cli_on_random_files(data: bytes) -> None:
     outcome = check_text(data)
@@ -35,7 +36,7 @@ def test_cli_on_random_files(data: bytes) -> None:
     assert outcome.bad == []
 
 
-@settings(FUZZ, max_examples=300)
+@settings(FUZZ, max_examples=examples(300))
 @given(args=st.lists(smuggled_flags(), min_size=1, max_size=3) | ENGINE_ARGS)
 def test_disguised_flags_are_refused_or_harmless_to_vllm(vllm_parser: Any, args: list[str]) -> None:
     """Whatever we accept, vLLM 0.33.0's real parser either refuses or reads as no forbidden

@@ -1,8 +1,10 @@
 """Oversized and malicious documents are refused quickly, with one clear line.
 
-BOUND_S is the most one input may take in-process. Measured alone: at most 0.7 s (100,000
-engineArgs: 1.3 MB of YAML parsed, then refused by the value count); `benchmarks/fuzz_inputs.py`
-reports the slowest of its random inputs. The bound is loose because the test machines are shared.
+BOUND_S is the most CPU time one input may take in-process, counted on this thread (what other
+processes of a busy machine, pytest-xdist's other workers among them, do not add to; wall clock
+did, past the bound). Measured alone: at most 0.7 s (100,000 engineArgs: 1.3 MB of YAML parsed,
+then refused by the value count); `benchmarks/fuzz_inputs.py` reports the slowest of its random
+inputs.
 """
 
 import time
@@ -50,9 +52,9 @@ def _header(text: str) -> str:
 )
 def test_refused_quickly_with_one_clear_line(text: str, code: int, says: str) -> None:
     data = _header(text).encode()
-    start = time.perf_counter()
+    start = time.thread_time()
     got, out, err = run_cli(["validate", "-"], data)
-    seconds = time.perf_counter() - start
+    seconds = time.thread_time() - start
     lines = (out + err).splitlines()
     assert got == code, lines[:3]
     assert len(lines) == 1, lines[:3]
@@ -78,7 +80,7 @@ def test_validator_refuses_deep_and_shared_structures_without_recursing() -> Non
     shared: list[Any] = ["lol"] * 10
     for _ in range(9):  # 10**10 values once expanded
         shared = [shared] * 10
-    start = time.perf_counter()
+    start = time.thread_time()
     with pytest.raises(UnreadableDocument, match="more than 100000 values"):
         check_document(edited({"spec.engineArgs": shared}))
-    assert time.perf_counter() - start < BOUND_S
+    assert time.thread_time() - start < BOUND_S

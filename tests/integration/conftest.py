@@ -2,19 +2,23 @@
 127.0.0.1, as the chart's ServiceAccount: every request it makes is allowed or refused by the
 chart's RBAC."""
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pytest
+from prometheus_client import generate_latest
 
 from kimi_operator.api.crd import crd
 from kimi_operator.controller.loop import UNEXPECTED
 from kimi_operator.controller.metrics import Metrics
 from kimi_operator.embedded.chart import operator_identity
+from kimi_operator.embedded.processes import metric_total
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import CHILD_KINDS, CRD_FILES, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.runner import OperatorThread, RunConfig
+from tests.support.cluster import wait_for
 
 RESYNC_S = 0.5
 ERRORS = "kimi_operator_reconcile_errors_total"
@@ -74,3 +78,55 @@ def no_unexpected_exceptions(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     raised = [m.registry.get_sample_value(ERRORS, {"kind": UNEXPECTED}) or 0 for m in made]
     assert not any(raised), f"an operator raised unexpectedly in {sum(raised):.0f} reconciles"
+
+
+def resyncs(metrics: Callable[[], str], count: int = 2, timeout: float = 30.0) -> None:
+    """Wait until `count` more resync reconciles have completed than when called, by the
+    operator's own counter (`metrics`: its Prometheus text). A deployment is reconciled by one
+    worker at a time, so with one deployment the second of them started after the call: whatever
+    was in flight then has landed, and a whole reconcile has seen the present state. A check that
+    nothing happened holds on a slow machine and waits no longer than the resyncs take."""
+
+    def done() -> float:
+        return metric_total(metrics(), "kimi_operator_reconciles_total", trigger="resync")
+
+    target = done() + count
+    wait_for(lambda: done() >= target, timeout, f"{count} resync reconciles")
+
+
+def metrics_of(operator: OperatorThread) -> Callable[[], str]:
+    """The in-process operator's metrics, as its /metrics serves them."""
+    return lambda: generate_latest(operator.controller.metrics.registry).decode()
+
+
+class ResyncTicks:
+    """The passes of the operator's resync loop (each enqueues every deployment it knows)."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+        self._changed = threading.Condition()
+
+    def tick(self) -> None:
+        with self._changed:
+            self.passes += 1
+            self._changed.notify_all()
+
+    def wait(self, count: int, timeout: float = 30.0) -> None:
+        """Until `count` more passes have run than when called."""
+        with self._changed:
+            target = self.passes + count
+            if not self._changed.wait_for(lambda: self.passes >= target, timeout):
+                raise AssertionError(f"timed out after {timeout} s waiting for {count} resyncs")
+
+
+def resync_ticks(operator: OperatorThread, monkeypatch: pytest.MonkeyPatch) -> ResyncTicks:
+    """Counts the resync loop's passes from now on."""
+    ticks = ResyncTicks()
+    resync = operator.controller.resync
+
+    def counted() -> None:
+        resync()
+        ticks.tick()
+
+    monkeypatch.setattr(operator.controller, "resync", counted)
+    return ticks

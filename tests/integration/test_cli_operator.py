@@ -3,32 +3,27 @@
 
 import io
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from kimi_operator.cli import main
-from kimi_operator.embedded.demo import run_demo
+from kimi_operator.embedded.demo import run_demo, settled
+from kimi_operator.embedded.processes import free_port
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 from tests.support.cluster import NAME, NS, children, reconciled, sample, wait_for
 from tests.support.repo import ROOT
 from tests.support.tools import require_tool
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def fetch(url: str) -> tuple[int, str]:
@@ -152,7 +147,30 @@ def test_demo_runs_the_samples_live() -> None:
     assert "k3-tp16-latency scaled" in text
     assert 'kimideployment.kimi-operator.io "k3-tp16-dcp" deleted from inference namespace' in text
     assert "condition Ready=True (AllGroupsReady" in text
+    assert "condition MNNVLReady=True (ComputeDomainsReady" in text
+    # No deployment says Ready=True next to a ComputeDomain not ready (the demo waited for both).
+    conditions = text.split("\nchildren and conditions:\n", 1)[1].split("\n\n", 1)[0]
+    blocks = re.split(r"\n(?=inference/)", conditions)
+    assert len(blocks) >= 4
+    for block in blocks:
+        if "condition Ready=True" in block:
+            assert "ComputeDomainNotReady" not in block, block
     assert "demo took" in text
+
+
+def test_the_demo_waits_for_the_compute_domains_too() -> None:
+    """Ready=True comes with the groups; MNNVLReady may trail it by a reconcile: the demo prints
+    the conditions only once both say what it marked."""
+
+    def deployment(*conditions: tuple[str, str, str]) -> dict[str, Any]:
+        listed = [{"type": t, "status": s, "reason": r, "message": ""} for t, s, r in conditions]
+        return {"status": {"conditions": listed}}
+
+    ready = ("Ready", "True", "AllGroupsReady")
+    assert not settled(deployment(ready, ("MNNVLReady", "False", "ComputeDomainNotReady")))
+    assert settled(deployment(ready, ("MNNVLReady", "True", "ComputeDomainsReady")))
+    assert settled(deployment(ready, ("MNNVLReady", "False", "ComputeDomainDisabled")))
+    assert not settled(deployment(("Ready", "False", "GroupsNotReady")))
 
 
 def test_demo_says_when_there_is_nothing_to_deploy(

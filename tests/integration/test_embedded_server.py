@@ -320,7 +320,7 @@ def _binding(name: str, role: str) -> dict[str, Any]:
 def test_the_chart_lets_the_operator_block_its_deployments_deletion(
     client: Client, api: EmbeddedApiServer
 ) -> None:
-    """Issue 19's first bug: every child carries blockOwnerDeletion: true, which clusters that
+    """A bug once: every child carries blockOwnerDeletion: true, which clusters that
     enforce owner-reference permissions refuse without `update` on kimideployments/finalizers."""
     create(client, sample())
     assert len(children(client)) == 5

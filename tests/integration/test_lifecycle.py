@@ -1,6 +1,5 @@
 """Create, update, scale, delete, resync and drift repair, against the embedded API server."""
 
-import time
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from kimi_operator.k8s.resources import (
     SERVICE,
 )
 from kimi_operator.runner import OperatorThread
-from tests.integration.conftest import RESYNC_S
+from tests.integration.conftest import metrics_of, resync_ticks, resyncs
 from tests.support.cluster import (
     NAME,
     NS,
@@ -164,17 +163,25 @@ def test_turning_monitoring_off_removes_the_pod_monitor(client: Client) -> None:
     assert len(children(client)) == 4
 
 
-def test_delete_takes_the_children_with_it(client: Client, api: EmbeddedApiServer) -> None:
+def test_delete_takes_the_children_with_it(
+    client: Client,
+    api: EmbeddedApiServer,
+    operator: OperatorThread,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ticks = resync_ticks(operator, monkeypatch)
     create(client, sample())
     assert children(client)
     client.delete(KIMI_DEPLOYMENT, NS, NAME)
     # Nothing for the operator to do: the ownerReferences let the garbage collector (here the
     # embedded server's stand-in) delete every child.
     wait_for(lambda: not children(client), what="children garbage-collected")
-    time.sleep(2 * RESYNC_S)  # a resync that read the deployment just before it went may land
+    # Two passes of the resync loop, counted on the loop itself (a slow machine slows both): a
+    # reconcile that read the deployment just before it went has landed by then.
+    ticks.wait(2)
     assert not children(client)
     since = api.mark()
-    time.sleep(3 * RESYNC_S)
+    ticks.wait(2)
     assert api.writes(since) == []  # forgotten: no more resyncs
 
 
@@ -184,14 +191,14 @@ def test_resync_writes_nothing_when_nothing_changed(
     create(client, sample())
     mark_ready(client, NS)
     wait_for(lambda: status_of(client, NS, NAME).get("readyReplicas") == 1, what="ready")
-    time.sleep(2 * RESYNC_S)  # let any write in flight land
+    resyncs(metrics_of(operator))  # let any write in flight land
     since = api.mark()
     registry = operator.controller.metrics.registry
     labels = {"trigger": "resync", "result": "reconciled"}
     before = registry.get_sample_value("kimi_operator_reconciles_total", labels) or 0.0
-    time.sleep(4 * RESYNC_S)
+    resyncs(metrics_of(operator), 3)
     after = registry.get_sample_value("kimi_operator_reconciles_total", labels) or 0.0
-    assert after - before >= 3  # the resyncs did run ...
+    assert after - before >= 3  # the resyncs did run, and found the spec valid ...
     assert api.writes(since) == []  # ... and wrote nothing
 
 

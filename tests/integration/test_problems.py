@@ -1,6 +1,5 @@
 """What the status says when the cluster or the spec is not as it should be."""
 
-import time
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import EVENT, KIMI_DEPLOYMENT, SERVICE
 from kimi_operator.runner import OperatorThread
-from tests.integration.conftest import RESYNC_S
+from tests.integration.conftest import metrics_of, resyncs
 from tests.support.cluster import (
     NAME,
     NS,
@@ -105,7 +104,9 @@ def test_missing_compute_domain_api_blocks_a_group_that_needs_it(client: Client,
     assert "Service/k3-tp8-dspark" in children(client)
 
 
-def test_invalid_spec_leaves_children_alone(client: Client, api: EmbeddedApiServer) -> None:
+def test_invalid_spec_leaves_children_alone(
+    client: Client, api: EmbeddedApiServer, operator: OperatorThread
+) -> None:
     create(client, sample())
     before = children(client)
     since = api.mark()
@@ -128,7 +129,7 @@ def test_invalid_spec_leaves_children_alone(client: Client, api: EmbeddedApiServ
     assert condition(status, "Ready")["reason"] == "GroupsNotReady"  # as observed before
     events = wait_for(lambda: warnings(client, "Invalid"), what="the Invalid event")
     assert events[0]["message"] == expected
-    time.sleep(2 * RESYNC_S)
+    resyncs(metrics_of(operator))
     after = children(client)
     assert {k: v["metadata"]["resourceVersion"] for k, v in after.items()} == {
         k: v["metadata"]["resourceVersion"] for k, v in before.items()
@@ -169,7 +170,7 @@ def test_server_errors_are_retried(
 
 
 def test_permanent_errors_are_reported_not_retried_in_a_loop(
-    client: Client, api: EmbeddedApiServer
+    client: Client, api: EmbeddedApiServer, operator: OperatorThread
 ) -> None:
     api.inject(Fault("POST", "/leaderworkersets", 403, times=1000))
     status = create(client, sample())
@@ -178,7 +179,7 @@ def test_permanent_errors_are_reported_not_retried_in_a_loop(
     assert "HTTP 403" in ready["message"]
     # Retried at the resyncs only, not in a tight loop.
     since = api.mark()
-    time.sleep(4 * RESYNC_S)
+    resyncs(metrics_of(operator), 4)
     attempts = [r for r in api.writes(since) if r.path.endswith("/leaderworkersets")]
     assert 1 <= len(attempts) <= 6
 
@@ -226,7 +227,9 @@ def test_operator_metrics(client: Client, operator: OperatorThread) -> None:
     )
 
 
-def test_fast_path_warning_is_an_event_and_a_condition_message(client: Client) -> None:
+def test_fast_path_warning_is_an_event_and_a_condition_message(
+    client: Client, operator: OperatorThread
+) -> None:
     doc = sample()
     doc["spec"]["decode"] = {"maxNumSeqs": 16}
     status = create(client, doc)
@@ -235,5 +238,5 @@ def test_fast_path_warning_is_an_event_and_a_condition_message(client: Client) -
     assert spec_valid["message"].startswith("valid with warnings: ")
     events = wait_for(lambda: warnings(client, "FastPathExceeded"), what="the warning event")
     assert events[0]["message"] in spec_valid["message"]
-    time.sleep(3 * RESYNC_S)
+    resyncs(metrics_of(operator), 3)
     assert len(warnings(client, "FastPathExceeded")) == 1  # once per spec, not per resync

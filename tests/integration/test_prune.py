@@ -67,7 +67,7 @@ def test_objects_of_another_deployment_or_owner_are_left_alone(client: Client) -
 
 
 def test_turning_monitoring_off_deletes_the_pod_monitor(client: Client) -> None:
-    """Issue 19's second bug: the PodMonitor outlived `monitoring: {podMonitor: false}` and kept
+    """A bug once: the PodMonitor outlived `monitoring: {podMonitor: false}` and kept
     scraping (only groups and domains were pruned)."""
     client.create(KIMI_DEPLOYMENT, sample())
     reconcile_once(client)

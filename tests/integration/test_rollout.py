@@ -3,7 +3,6 @@ after every write the embedded API server takes; also with `kimi-operator run` k
 in the middle of it and started again."""
 
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +13,7 @@ from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET
 from kimi_operator.rollout import leader_image
+from tests.integration.conftest import resyncs
 from tests.support.cluster import condition, sample, status_of, wait_for
 from tests.support.groups import Audit, audited, images, kubelet
 
@@ -172,7 +172,7 @@ def test_killed_mid_rollout_resumes_without_a_duplicate(
         wait_for(lambda: images(client, NS)[GROUPS[0]] == NEW, TIMEOUT_S, "g0 rewritten")
         operator.kill()
         operator.start()
-        time.sleep(3)  # resyncs of the restarted operator, with g0 still starting
+        resyncs(operator.metrics, 2)  # of the restarted operator, with g0 still starting
         assert images(client, NS)[GROUPS[1]] == images(client, NS)[GROUPS[2]] != NEW
         started.set()
         wait_for(lambda: settled(client, NEW), TIMEOUT_S, "rolled out after the restart")

@@ -3,7 +3,6 @@ child; groups that wait for nodes (InsufficientCapacity). Against the embedded A
 
 import json
 import random
-import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -22,7 +21,8 @@ from kimi_operator.k8s.resources import (
     LEADER_WORKER_SET,
     SCALED_OBJECT,
 )
-from tests.integration.conftest import RESYNC_S
+from kimi_operator.runner import OperatorThread
+from tests.integration.conftest import metrics_of, resyncs
 from tests.support.cluster import condition, sample, status_of, wait_for
 
 NS, NAME = "inference", "k3-tp16-latency"
@@ -101,7 +101,7 @@ def test_kubectl_scale_through_the_subresource(api: EmbeddedApiServer, client: C
 
 
 def test_an_hpa_scales_up_and_down_and_the_operator_follows(
-    api: EmbeddedApiServer, client: Client
+    api: EmbeddedApiServer, client: Client, operator: OperatorThread
 ) -> None:
     """What the HPA controller does each sync: GET the Scale, PUT it with new replicas."""
     create(client, replicas=1, autoscaling=AUTOSCALING)
@@ -121,7 +121,7 @@ def test_an_hpa_scales_up_and_down_and_the_operator_follows(
         wait_groups(client, replicas)
     # The operator never writes spec.replicas back: it stays what the autoscaler wrote over
     # resyncs.
-    time.sleep(3 * RESYNC_S)
+    resyncs(metrics_of(operator), 3)
     kd = client.get(KIMI_DEPLOYMENT, NS, NAME)
     assert kd is not None
     assert kd["spec"]["replicas"] == 1
@@ -156,7 +156,7 @@ def test_keda_gets_a_scaled_object_and_keda_scales_the_same_way(
 
 
 def test_a_group_without_nodes_says_insufficient_capacity(
-    api: EmbeddedApiServer, client: Client
+    api: EmbeddedApiServer, client: Client, operator: OperatorThread
 ) -> None:
     """Five free trays: the first 16-GPU group takes four, the second finds one."""
     scheduler = Scheduler(fleet(1)[:5], random.Random(0))
@@ -188,7 +188,7 @@ def test_a_group_without_nodes_says_insufficient_capacity(
     seen = []
     for _ in range(4):
         seen.append(send(api, "GET")["status"])
-        time.sleep(RESYNC_S)
+        resyncs(metrics_of(operator), 1)
     assert all(s == seen[0] for s in seen)
     assert seen[0]["replicas"] == 2
     assert condition(status_of(client, NS, NAME), "Progressing")["reason"] == "InsufficientCapacity"

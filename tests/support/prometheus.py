@@ -16,7 +16,6 @@ them, and the test sees 12 minutes of history within seconds. The first half is 
 
 import contextlib
 import json
-import socket
 import subprocess
 import tempfile
 import threading
@@ -37,6 +36,7 @@ from kimi_kernels.decode_metrics import names
 from kimi_kernels.decode_metrics.decode_path import DecodePathRecorder
 from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
 from kimi_operator.controller.metrics import Metrics
+from kimi_operator.embedded.processes import free_port
 from tests.support.feed import finished
 from tests.support.repo import ROOT
 
@@ -219,13 +219,6 @@ def build_targets(vllm_config: Any) -> tuple[list[Target], int]:
         for job, snaps in snapshots.items()
     ]
     return targets, end
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

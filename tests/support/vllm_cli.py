@@ -28,11 +28,25 @@ def vllm_parser() -> Any:
 
 
 def parse(parser: Any, args: list[str]) -> dict[str, Any] | None:
-    """What vLLM's parser sets, or None when it refuses (argparse exits; vLLM's own rewriting
-    raises on a dotted key without a value)."""
+    """What vLLM's parser sets, or None when vLLM refuses the arguments as `vllm serve` does: an
+    argparse usage error, exit status 2. Anything else it raises propagates: a crash of the parser
+    (a TypeError on an odd value) is no refusal, and counting it as one would skip the case."""
     try:
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             parsed: dict[str, Any] = vars(parser.parse_args(args))
-    except (SystemExit, ValueError, TypeError, IndexError):
+    except SystemExit as refused:
+        if refused.code != 2:
+            raise
         return None
     return parsed
+
+
+def stops_at_start(parser: Any, args: list[str]) -> bool:
+    """Whether `vllm serve` stops before serving: its usage error, or a crash of its own rewriting
+    of the arguments (an IndexError on a dotted key without a value), which our validation must
+    refuse as well. For verdicts only, not for hunting bypasses: a crash on one value says
+    nothing of another (`parse`)."""
+    try:
+        return parse(parser, args) is None
+    except (ValueError, TypeError, IndexError):
+        return True

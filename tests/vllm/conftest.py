@@ -17,7 +17,7 @@ import pytest
 
 from kimi_operator.bench.server_metrics import Snapshot, parse
 from kimi_operator.dev.cpu_vllm import MODEL_NAME, CpuServer, missing
-from tests.support.prometheus import free_port
+from kimi_operator.embedded.processes import free_port
 
 HERE = Path(__file__).parent
 

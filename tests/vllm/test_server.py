@@ -27,7 +27,7 @@ def test_serves_with_every_plugin_loaded(served: Served) -> None:
 
 
 def test_decode_path_plugin_imports_nothing_heavy(served: Served) -> None:
-    """What killed the server before (issue 12 §4): numba/llvmlite pulled into every process."""
+    """What killed the server before: numba/llvmlite pulled into every process."""
     assert "'_lib_fn_wrapper' object has no attribute" not in served.log_text()
 
 

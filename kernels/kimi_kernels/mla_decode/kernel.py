@@ -32,7 +32,7 @@ means against the memory floor and what is unverified without a GPU.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -98,8 +98,6 @@ def causal_limit(  # noqa: PLR0917 (inlined into the kernel)
 
 class MLADecodeSplitKV:
     """Split-KV attention over a paged FP8/BF16 MLA cache; writes per-split partials."""
-
-    arch_families: ClassVar[tuple[str, ...]] = ("sm_90a", "sm_100a", "sm_103a")
 
     def __init__(self, config: SplitConfig) -> None:
         self.config = config

@@ -269,7 +269,6 @@ class KnownOptions:
 
     guard: str
     known: str
-    label: str
 
     @cached_property
     def _regexes(self) -> tuple[re.Pattern[str], re.Pattern[str]]:
@@ -311,7 +310,6 @@ def _known_option_groups() -> tuple[KnownOptions, ...]:
         KnownOptions(
             guard=f"^-[A-Za-z]{_NAME_CHARS}",
             known=_short_known(),
-            label="single-dash options",
         )
     ]
     for i, chunk in enumerate(chunks):
@@ -323,7 +321,6 @@ def _known_option_groups() -> tuple[KnownOptions, ...]:
             KnownOptions(
                 guard=f"^--[{letters}{other}]{_NAME_CHARS}",
                 known="(?s)^--" + _prefix_tree(chunk, shortest) + _FLAG_END,
-                label=f"options --{first}..." + ("" if first == last else f" to --{last}..."),
             )
         )
     return tuple(groups)

@@ -71,7 +71,6 @@ OWNED_ENV: Final = (
         "",
     ),
 )
-OWNED_ENV_NAMES: Final = frozenset(e.name for e in OWNED_ENV)
 # The part of the list the preflight init container also gets.
 FAST_PATH_ENV: Final = ("VLLM_USE_V2_MODEL_RUNNER", "NCCL_MNNVL_ENABLE", "NCCL_CUMEM_ENABLE")
 

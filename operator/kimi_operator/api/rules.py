@@ -118,12 +118,12 @@ def _known_option_rule(group: KnownOptions) -> Rule:
         cel=f"self.all(a, !a.matches('{_cel_string(group.guard)}') || "
         f"a.matches('{_cel_string(group.known)}'))",
         check=lambda args: not group.refused(args),
-        problem=f"not an option of vLLM {VLLM_VERSION}'s serve ({group.label}), or an "
-        "abbreviation several options share; vLLM would exit at start",
+        problem=f"not an option of vLLM {VLLM_VERSION}'s serve, or an abbreviation several "
+        "options share; vLLM would exit at start",
         allowed="vllm serve's options, or a prefix only one of them has",
         got=group.refused,
         hint=lambda got: "".join(
-            f"; {a}{vllm_parse.closest_flag(a.partition('=')[0])}".replace("; did", ": did")
+            f"; {a}" + vllm_parse.closest_flag(a.partition("=")[0]).replace("; ", ": ", 1)
             for a in got
         ),
     )

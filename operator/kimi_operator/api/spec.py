@@ -518,12 +518,6 @@ class KimiDeploymentSpec(ApiModel):
     def nodes_per_group(self) -> int:
         return self.gpus // self.gpus_per_node
 
-    @property
-    def decode_tokens_per_step(self) -> int:
-        """Largest decode batch in tokens: every running request plus its draft tokens."""
-        drafts = self.speculative.num_speculative_tokens if self.speculative else 0
-        return self.decode.max_num_seqs * (1 + drafts)
-
 
 class ObjectMeta(BaseModel):
     """The part of metadata the API server lets CRD validation see (name), plus namespace."""

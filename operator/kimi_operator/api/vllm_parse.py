@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 
+from kimi_operator.api.engine_args import FORBIDDEN_FLAG_GROUPS
 from kimi_operator.api.vllm_flags import SERVE_FLAGS, SERVE_OPTIONS, SERVE_TAKES, Takes
 
 DEST = {flag: dest for dest, flags in SERVE_OPTIONS.items() for flag in flags}
@@ -27,9 +28,16 @@ Option = tuple[str, str | None]  # (option string, value attached with = or to a
 
 
 def closest_flag(name: str) -> str:
-    """`did you mean …?` for an unknown option name, or ""."""
+    """`did you mean …?` for an unknown option name, or "". When the closest option is one the
+    spec owns (refused in engineArgs), what to set instead: suggesting it would only trade the
+    typo for a refusal."""
     close = difflib.get_close_matches(name.replace("_", "-"), _FLAGS, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+    if not close:
+        return ""
+    owner = next((g for g in FORBIDDEN_FLAG_GROUPS if g.refused([close[0]])), None)
+    if owner is not None:
+        return f"; the closest option, {close[0]}, may not be set here: {owner.reason}"
+    return f"; did you mean {close[0]}?"
 
 
 def _prefix_matches(arg: str) -> list[Option]:

@@ -234,12 +234,12 @@ def _trace(args: argparse.Namespace, out: TextIO) -> int:
 
 def _compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from kimi_operator.bench.compare import render, write_comparison  # noqa: PLC0415
-    from kimi_operator.bench.report import load_results  # noqa: PLC0415
+    from kimi_operator.bench.report import PLOTS_SKIPPED, load_results  # noqa: PLC0415
 
     a, b = load_results(args.a), load_results(args.b)
     text, problems = render(a, b, args.a, args.b, args.hardware)
-    if args.output:
-        write_comparison(a, b, (args.a, args.b), text, Path(args.output))
+    if args.output and not write_comparison(a, b, (args.a, args.b), text, Path(args.output)):
+        print(PLOTS_SKIPPED, file=err)
     out.write(text)
     if problems:
         print(f"warning: the runs are not comparable ({len(problems)} reason(s) above)", file=err)
@@ -317,7 +317,12 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise BenchError("bench needs --output DIR for its results")
     import asyncio  # noqa: PLC0415 (kept off `kimi-operator validate`'s start-up)
 
-    from kimi_operator.bench.report import prepare_output, summary_text, write_results  # noqa: PLC0415
+    from kimi_operator.bench.report import (  # noqa: PLC0415
+        PLOTS_SKIPPED,
+        prepare_output,
+        summary_text,
+        write_results,
+    )
     from kimi_operator.bench.runner import run  # noqa: PLC0415
 
     options = _run_options(args)
@@ -329,7 +334,8 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except KeyboardInterrupt:
         print("\nerror: interrupted: no results written", file=err)
         return EXIT_INTERRUPTED
-    write_results(results, directory)
+    if not write_results(results, directory):
+        print(PLOTS_SKIPPED, file=err)
     out.write(summary_text(results))
     out.write(f"\nresults: {directory / 'results.json'}, {directory / 'report.md'}\n")
     if results.summary.requests_ok == 0:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kimi_operator.bench import BenchError
 from kimi_operator.bench.report import (
+    can_plot,
     cdf_plot,
     decode_rates,
     itl_ms,
@@ -263,18 +264,26 @@ COMPARE_REPORT, COMPARE_ITL_PLOT, COMPARE_RATE_PLOT = (
 
 def write_comparison(
     a: Results, b: Results, labels: tuple[str, str], text: str, directory: Path
-) -> None:
-    """compare.md (the table) and the two runs' ITL CDFs and decode rates in one plot each."""
+) -> bool:
+    """compare.md (the table) and the two runs' ITL CDFs and decode rates in one plot each; False
+    when the plots were skipped for want of matplotlib."""
+    plotting = can_plot()
+    plots = (
+        f"\n![ITL per token]({COMPARE_ITL_PLOT})\n\n![decode rate]({COMPARE_RATE_PLOT})\n"
+        if plotting
+        else ""
+    )
     try:
         directory.mkdir(parents=True, exist_ok=True)
         (directory / COMPARE_REPORT).write_text(
             f"# kimi-operator bench compare\n\nA: `{labels[0]}`, B: `{labels[1]}`\n\n"
-            f"```\n{text}```\n\n![ITL per token]({COMPARE_ITL_PLOT})\n\n"
-            f"![decode rate]({COMPARE_RATE_PLOT})\n",
+            f"```\n{text}```\n{plots}",
             encoding="utf-8",
         )
     except OSError as error:
         raise BenchError(f"cannot write to {directory}: {error.strerror or error}") from None
+    if not plotting:
+        return False
 
     def name(label: str, results: Results) -> str:
         return f"{label}: {results.config.server.decode_backend or '?'}"
@@ -289,3 +298,4 @@ def write_comparison(
         [(decode_rates(a), name("A", a)), (decode_rates(b), name("B", b))],
         "Per-request decode rate, A vs B",
     )
+    return True

@@ -1,5 +1,6 @@
 """What a run leaves behind: results.json, report.md and plots, and the summary it prints."""
 
+import importlib.util
 import statistics
 from pathlib import Path
 
@@ -9,6 +10,15 @@ from kimi_operator.bench.stats import chunk_gaps, token_itls
 
 RESULTS, REPORT = "results.json", "report.md"
 ITL_PLOT, RATE_PLOT = "itl_cdf.png", "decode_rate.png"
+# Printed when matplotlib is missing: the run's results are written all the same.
+PLOTS_SKIPPED = (
+    "note: plots skipped: matplotlib is not installed (pip install 'kimi-operator[bench]')"
+)
+
+
+def can_plot() -> bool:
+    """Whether matplotlib (the bench extra) can be imported."""
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def ms(value: float | None) -> str:
@@ -313,10 +323,14 @@ def prepare_output(directory: Path, force: bool) -> None:
         raise BenchError(f"cannot write to {directory}: {error.strerror or error}") from None
 
 
-def write_results(results: Results, directory: Path) -> None:
+def write_results(results: Results, directory: Path) -> bool:
+    """results.json, report.md and the plots; False when the plots were skipped for want of
+    matplotlib (a finished run is never lost to a missing plot library)."""
     (directory / RESULTS).write_text(results.model_dump_json(indent=1) + "\n", encoding="utf-8")
-    plots = write_plots(results, directory)
+    plotting = can_plot()
+    plots = plotting and write_plots(results, directory)
     (directory / REPORT).write_text(report_markdown(results, plots), encoding="utf-8")
+    return plotting
 
 
 def load_results(directory: str) -> Results:

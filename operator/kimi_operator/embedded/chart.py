@@ -3,6 +3,7 @@ Role and bindings as `helm template` renders them, stored in the server, and a b
 that ServiceAccount; so that every request the operator makes is allowed or refused by the
 chart's own RBAC (embedded.rbac)."""
 
+import copy
 import functools
 import json
 import subprocess
@@ -28,7 +29,6 @@ def helm_binary() -> str:
     return tool("helm")
 
 
-@functools.lru_cache(maxsize=16)
 def _render(values: str) -> str:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
         file.write(values)
@@ -46,10 +46,17 @@ def _render(values: str) -> str:
     return result.stdout
 
 
+@functools.lru_cache(maxsize=16)
+def _rendered(values: str) -> tuple[dict[str, Any], ...]:
+    """Parsed once per `values`: the chart's CRD alone takes a pure-Python YAML parser a while,
+    and every integration test's operator identity starts here."""
+    return tuple(doc for doc in yaml.safe_load_all(_render(values)) if doc)
+
+
 def render(values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every object `helm template` renders from the chart with `values` (cached)."""
-    text = _render(json.dumps(dict(values or {}), sort_keys=True))
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+    """Every object `helm template` renders from the chart with `values` (cached; the caller's
+    own copy)."""
+    return copy.deepcopy(list(_rendered(json.dumps(dict(values or {}), sort_keys=True))))
 
 
 def operator_identity(api: EmbeddedApiServer, values: Mapping[str, Any] | None = None) -> str:

@@ -169,10 +169,15 @@ def _weights_ready(client: Client) -> bool:
     )
 
 
+def settled(kd: Mapping[str, Any]) -> bool:
+    """What the demo prints once the groups and ComputeDomains are marked ready: Ready, and no
+    ComputeDomain still counted as not ready (MNNVLReady may trail Ready by a reconcile)."""
+    mnnvl = _condition(kd, "MNNVLReady").get("reason")
+    return _condition(kd, "Ready").get("status") == "True" and mnnvl != "ComputeDomainNotReady"
+
+
 def _all_ready(client: Client) -> bool:
-    return all(
-        _condition(kd, "Ready").get("status") == "True" for kd in client.list(KIMI_DEPLOYMENT)
-    )
+    return all(settled(kd) for kd in client.list(KIMI_DEPLOYMENT))
 
 
 def _refused_apply(kubectl: Kubectl, good: Mapping[str, Any], rejected: Path, work: Path) -> None:

@@ -21,6 +21,9 @@ T = TypeVar("T")
 
 
 def free_port() -> int:
+    """A port free on 127.0.0.1 now, for a server that cannot bind port 0 and report the port it
+    got (a process given its address on the command line). Another process may take it before the
+    server binds it: the only copy, so that a fix reaches every caller."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]

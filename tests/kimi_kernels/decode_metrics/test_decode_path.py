@@ -228,13 +228,6 @@ def test_execute_model_marks_real_steps_only(registered: DecodePathRecorder) -> 
     assert registered.in_step.get() is False
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
@@ -245,10 +238,11 @@ def scrape(port: int) -> str:
 def test_first_worker_of_the_pod_serves_the_counters(
     registered: DecodePathRecorder, vllm_config: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    port = free_port()
-    monkeypatch.setenv(names.METRICS_PORT_ENV, str(port))
+    monkeypatch.setenv(names.METRICS_PORT_ENV, "0")  # the server binds a free port itself
     monkeypatch.setenv(names.METRICS_ADDR_ENV, "127.0.0.1")
     registered.on_runner(vllm_config, tp_rank=4, local_rank=0)  # a worker pod's first GPU
+    assert registered.server is not None
+    port = registered.server.server_address[1]
     try:
         body = scrape(port)
         assert "kimi_decode_path_instrumented 1.0" in body
@@ -283,8 +277,7 @@ def test_no_port_no_server(recorder: DecodePathRecorder, monkeypatch: pytest.Mon
 def test_missing_specialized_decode_module(
     recorder: DecodePathRecorder, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    port = free_port()
-    monkeypatch.setenv(names.METRICS_PORT_ENV, str(port))
+    monkeypatch.setenv(names.METRICS_PORT_ENV, "0")  # the server binds a free port itself
     monkeypatch.setenv(names.METRICS_ADDR_ENV, "127.0.0.1")
     gone = ("vllm.models.kimi_k3.nvidia.specialized_decode.runtime.gone", "SpecializedDecode")
     monkeypatch.setattr(decode_path, "TARGETS", ((*gone, "plan", ("self",)),))
@@ -292,8 +285,9 @@ def test_missing_specialized_decode_module(
         decode_path.register()
         decode_path.register()
     assert caplog.text.count("decode path not instrumented") == 1
+    assert recorder.server is not None
     try:
-        assert "kimi_decode_path_instrumented 0.0" in scrape(port)
+        assert "kimi_decode_path_instrumented 0.0" in scrape(recorder.server.server_address[1])
     finally:
         recorder.server.shutdown()
         recorder.server.server_close()

@@ -1,4 +1,4 @@
-"""The plugins never break the server they measure (issue 12 §4): the decode-path plugin finds
+"""The plugins never break the server they measure: the decode-path plugin finds
 modules without importing them and instruments only where the model runner is imported; a failing
 stat logger warns and stops measuring instead of raising into vLLM."""
 

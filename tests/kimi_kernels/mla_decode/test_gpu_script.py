@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from kimi_kernels.mla_decode.config import SUPPORTED_HEADS
+from kimi_kernels.mla_decode.config import SUPPORTED_HEADS, choose_config, choose_num_splits
 from tests.support.repo import load_script
 
 SCRIPT = Path("benchmarks/mla_decode_gpu.py")
@@ -109,7 +109,15 @@ def test_without_a_gpu_it_stops_cleanly(
 
 
 @pytest.fixture
-def on_the_cpu(script: ModuleType, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def launched_splits() -> list[int]:
+    """The split count of each launch of the kernel (the fake of `on_the_cpu`)."""
+    return []
+
+
+@pytest.fixture
+def on_the_cpu(
+    script: ModuleType, monkeypatch: pytest.MonkeyPatch, launched_splits: list[int]
+) -> ModuleType:
     """The correctness checks' glue on the CPU: inputs on "cpu", mla_decode replaced by the
     kernels' schedule twin (with the host-side length check mla_decode runs)."""
     import types  # noqa: PLC0415
@@ -130,6 +138,7 @@ def on_the_cpu(script: ModuleType, monkeypatch: pytest.MonkeyPatch) -> ModuleTyp
         totals = options.get("totals")
         check_block_table(q.shape[1], kv.shape[0], table, lens, totals)
         splits = options.get("num_splits") or 3
+        launched_splits.append(splits)
         dcp = options.get("dcp", (1, 0, 1))
         out, lse = twin_decode(
             q, kv, table, lens, scale, kv_scale, num_splits=splits, totals=totals, dcp=dcp
@@ -154,12 +163,20 @@ def on_the_cpu(script: ModuleType, monkeypatch: pytest.MonkeyPatch) -> ModuleTyp
     ],
 )
 def test_correctness_checks_pass_a_correct_schedule(
-    on_the_cpu: ModuleType, case: tuple[int, int, list[int], str, int | None]
+    on_the_cpu: ModuleType,
+    launched_splits: list[int],
+    case: tuple[int, int, list[int], str, int | None],
 ) -> None:
+    heads, q_len, lens, kv, forced = case
     result = on_the_cpu.check_case(torch.Generator().manual_seed(1), case)
     assert result["ok"], result
-    assert result["heads"] == case[0]
-    assert result["splits"] == (case[4] or result["splits"])
+    assert result["heads"] == heads
+    # The split count reported is the one launched: the forced one, else the config's choice for
+    # the fake device's 132 SMs.
+    rows = heads * q_len
+    chosen = choose_num_splits(len(lens), rows, max(lens), choose_config(kv, rows), 132)
+    assert launched_splits == [forced or chosen]
+    assert result["splits"] == (forced or chosen)
 
 
 def test_the_extra_checks_pass_a_correct_schedule(on_the_cpu: ModuleType) -> None:

@@ -18,6 +18,7 @@ from kimi_operator.api.rules import PARSE_RULE, RULES
 from kimi_operator.api.validation import check_document
 from kimi_operator.embedded.admission import CustomResource
 from tests.support.corpus import CORPUS, DRAFT, HF, PARSER_ONLY, PVC
+from tests.support.fuzzing import examples
 from tests.support.specs import edited
 
 API_SERVER = CustomResource.of(crd(), "kimi-operator.io/v1alpha1")
@@ -256,7 +257,7 @@ SPECS = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=SPECS, source=st.sampled_from([PVC, HF, PVC | HF, {}]))
 def test_pydantic_and_crd_never_disagree(spec: dict[str, Any], source: dict[str, Any]) -> None:
     doc = edited({"spec": {"model": {"name": "m", "source": source}, **spec}})

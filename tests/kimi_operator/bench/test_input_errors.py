@@ -1,6 +1,7 @@
 """Bad input and unreachable servers: one clear line on stderr, a non-zero exit, no traceback."""
 
 import io
+import json
 import socket
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from aiohttp import web
 
 from kimi_operator.bench.cli import _guard
 from kimi_operator.bench.stub import Schedule, serve_app_in_thread, serve_in_thread
-from tests.support.bench import Cli
+from tests.support.bench import Cli, bench_argv
 
 
 def one_error_line(err: str) -> str:
@@ -332,6 +333,36 @@ def test_without_the_bench_extra_it_says_which_extra_to_install(tmp_path: Path) 
     line = one_error_line(run.stderr)
     assert "no module 'aiohttp'" in line
     assert "pip install 'kimi-operator[bench]'" in line
+
+
+def test_without_matplotlib_a_finished_run_is_written_without_plots(
+    stub: Callable[..., tuple[str, object]], tmp_path: Path
+) -> None:
+    """aiohttp there (the kubernetes client brings it), matplotlib not: results.json and report.md
+    are written, the plots skipped with one line, exit 0; `bench compare` likewise."""
+    url, _ = stub(ttft_s=0.01, step_s=0.002)
+    run_dir, compare_dir = tmp_path / "run", tmp_path / "compare"
+    commands = [
+        bench_argv(url, run_dir, "--no-progress", requests=2, output_tokens=8),
+        ["bench", "compare", str(run_dir), str(run_dir), "--output", str(compare_dir)],
+    ]
+    script = (
+        "import sys; sys.modules['matplotlib'] = None; "  # importing it raises ModuleNotFoundError
+        "from kimi_operator.cli import main; "
+        f"sys.exit(max(main(argv) for argv in {commands!r}))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    skipped = (
+        "note: plots skipped: matplotlib is not installed (pip install 'kimi-operator[bench]')"
+    )
+    assert run.stderr.splitlines() == [skipped, skipped]
+    assert json.loads((run_dir / "results.json").read_text())["summary"]["requests_ok"] == 2
+    assert "## Plots" not in (run_dir / "report.md").read_text()
+    assert "![" not in (compare_dir / "compare.md").read_text()
+    assert not list(tmp_path.rglob("*.png"))
 
 
 def test_a_missing_plotting_module_names_the_extra_and_any_other_is_a_bug() -> None:
