@@ -332,7 +332,6 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
         ) from None
 
 
-
 def _invalid_one(api: EmbeddedApiServer, kimi: str) -> None:
     """A deployment the API server would refuse (created under an older CRD without the rules,
     kept after): the operator writes its status only; then it is deleted."""
@@ -345,6 +344,7 @@ def _invalid_one(api: EmbeddedApiServer, kimi: str) -> None:
     api.install_crds([crd()])
     _wait(lambda: bool(_send(url, "GET", f"{kimi}/bad").get("status")), "the invalid one's status")
     _send(url, "DELETE", f"{kimi}/bad")
+
 
 def _hit(site: CallSite, reached: set[tuple[str, int]]) -> bool:
     return any(
