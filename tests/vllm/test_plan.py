@@ -1,4 +1,5 @@
-"""`kimi-operator plan` predicts the real server: calibrate it with `bench --profile calibration`,
+"""`make test-plan-prediction` (not `make test-vllm`: too unsteady on 2 CPUs, docs/planning.md).
+`kimi-operator plan` predicts the real server: calibrate it with `bench --profile calibration`,
 plan a trace of concurrent agent sessions (shared prefixes, think times), replay the same trace
 closed-loop with `bench`, and the modelled task completion p50/p90 come within 20% of the measured
 ones at two concurrency levels, TTFT p50 at the lower one. At 6 sessions TTFT p50 is printed, not
