@@ -15,6 +15,7 @@ import yaml
 
 from kimi_operator.admission.handler import WEBHOOK_ID
 from kimi_operator.cli import build_parser
+from kimi_operator.embedded.processes import write_kubeconfig
 from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
 
 from .helm import CHART, helm, of_kind, template, write_values
@@ -278,19 +279,7 @@ def test_helm_upgrade_keeps_the_generated_certificates(
         "meta.helm.sh/release-namespace": "kimi-system",
     }
     cluster.store([installed])
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "embedded", "cluster": {"server": cluster.url}}],
-                "users": [{"name": "admin", "user": {}}],
-                "contexts": [{"name": "c", "context": {"cluster": "embedded", "user": "admin"}}],
-                "current-context": "c",
-            }
-        )
-    )
+    kubeconfig = write_kubeconfig(cluster.url, tmp_path / "kubeconfig")
     result = helm(
         "template", "kimi", str(CHART), "--namespace", "kimi-system", "--dry-run=server",
         "--disable-openapi-validation", "--kubeconfig", str(kubeconfig),

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-import yaml
+from kimi_operator.embedded.processes import write_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[3]
 TIMEOUT_S = 60
@@ -22,20 +22,6 @@ def tool(name: str) -> str:
     if found is None:
         raise RuntimeError(f"{name} is not installed: run `make tools` (scripts/install-helm.sh)")
     return found
-
-
-def write_kubeconfig(url: str, path: Path) -> Path:
-    """A kubeconfig for the cluster admin of the plain-HTTP server at `url`."""
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "embedded", "cluster": {"server": url}}],
-        "users": [{"name": "admin", "user": {}}],
-        "contexts": [{"name": "embedded", "context": {"cluster": "embedded", "user": "admin"}}],
-        "current-context": "embedded",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def step(out: TextIO, title: str) -> None:
