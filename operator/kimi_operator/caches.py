@@ -1,5 +1,6 @@
-"""The weights caches of one reconcile (docs/weights.md): each Hugging Face revision resolved to a
-commit once (by a Job; recorded in status), the shared claims and download Jobs applied, and
+"""The weights caches of one reconcile (docs/weights.md), as pure functions of what it observed
+(reconcile/observe.py reads, reconcile/act.py writes): each Hugging Face revision resolved to a
+commit once (by a Job; recorded in status), the shared claims and download Jobs to apply, and
 whether the weights are ready, reported as the `WeightsReady` condition.
 
 Sharing is done with ownerReferences: each deployment using a cache adds a non-controller
@@ -18,7 +19,6 @@ from kimi_operator import conditions as cond
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import WeightsStatus
-from kimi_operator.builders import OperatorDefaults, build_caches
 from kimi_operator.builders.meta import MANAGER
 from kimi_operator.builders.weights import (
     CACHE_COMPONENT,
@@ -28,10 +28,8 @@ from kimi_operator.builders.weights import (
     hf_sources,
     resolve_job_name,
 )
-from kimi_operator.k8s.apply import Applied, owner_reference
-from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.errors import ApiError
-from kimi_operator.k8s.resources import BY_KIND, CACHE_RESOURCES, JOB, POD
+from kimi_operator.k8s.apply import Write, owner_reference
+from kimi_operator.k8s.resources import BY_KIND, JOB
 from kimi_operator.rollout import epoch
 
 CACHE_SELECTOR = (
@@ -65,13 +63,13 @@ def _conditions(job: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {c.get("type", ""): c for c in conditions if c.get("status") == "True"}
 
 
-def termination_message(client: Client, job: Mapping[str, Any]) -> dict[str, Any]:
-    """What the Job's newest pod with a termination message said (the downloader's progress and
-    outcome as JSON); {} when none has one yet."""
-    meta = job["metadata"]
-    pods = client.list(POD, meta["namespace"], label_selector=f"{JOB_NAME_LABEL}={meta['name']}")
-    pods.sort(key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
-    for pod in reversed(pods):
+def termination_message(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a Job's newest pod with a termination message said (the downloader's progress and
+    outcome as JSON); {} when none has one yet. `pods`: the Job's pods (`job_pods`)."""
+    ordered = sorted(
+        pods, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"])
+    )
+    for pod in reversed(ordered):
         for container in (pod.get("status") or {}).get("containerStatuses") or []:
             state = container.get("state") or {}
             text = (state.get("terminated") or {}).get("message")
@@ -82,6 +80,31 @@ def termination_message(client: Client, job: Mapping[str, Any]) -> dict[str, Any
                     return {"reason": text}
                 return message if isinstance(message, dict) else {}
     return {}
+
+
+def job_pods(job: Mapping[str, Any]) -> str:
+    """The label selector of a Job's pods."""
+    return f"{JOB_NAME_LABEL}={job['metadata']['name']}"
+
+
+def completed(job: Mapping[str, Any]) -> bool:
+    return "Complete" in _conditions(job)
+
+
+def finished(job: Mapping[str, Any] | None) -> bool:
+    """Whether a Job completed or failed (only then its pods' termination message counts)."""
+    return job is not None and bool(_conditions(job))
+
+
+def unresolved(kd: KimiDeployment, status: Mapping[str, Any]) -> list[str]:
+    """The names of the resolve Jobs whose answer `status` does not record yet."""
+    done = recorded(kd, status)
+    return [resolve_job_name(kd, role, s) for role, s in hf_sources(kd) if role not in done]
+
+
+def cache_names(weights: "Weights") -> list[str]:
+    """The names of the caches (claim and download Job alike) of the resolved sources."""
+    return sorted({w.claim_name for w in weights.resolved.values()})
 
 
 @dataclass
@@ -113,21 +136,25 @@ def _failure(job: Mapping[str, Any], message: Mapping[str, Any]) -> str:
     return f"Job {job['metadata']['name']} failed ({why.get('reason', 'Failed')}): {reason}"
 
 
-def resolve(client: Client, kd: KimiDeployment, status: Mapping[str, Any]) -> Weights:
-    """The resolutions recorded, plus those a finished resolve Job now gives."""
+# A resolve Job as observed: the Job (None: not there) and its pods' termination message.
+Found = tuple[Mapping[str, Any] | None, Mapping[str, Any]]
+
+
+def resolve(kd: KimiDeployment, status: Mapping[str, Any], jobs: Mapping[str, Found]) -> Weights:
+    """The resolutions recorded, plus those a finished resolve Job now gives. `jobs`: the resolve
+    Jobs of `unresolved` by name, as found."""
     weights = Weights(recorded(kd, status))
     for role, source in hf_sources(kd):
         if role in weights.resolved:
             continue
         weights.ready = False
         name = resolve_job_name(kd, role, source)
-        job = client.get(JOB, kd.metadata.namespace, name)
+        job, message = jobs.get(name, (None, {}))
         done = _conditions(job) if job is not None else {}
         if job is None or not done:
             where = f"{source.repo}@{source.revision}"
             weights.waiting.append(Problem("Resolving", f"Job {name} resolves {where}"))
             continue
-        message = termination_message(client, job)
         if "Failed" in done:
             weights.failed.append(Problem("ResolveFailed", _failure(job, message)))
         elif "Complete" in done and message.get("commit"):
@@ -156,15 +183,17 @@ def _progress(message: Mapping[str, Any]) -> str:
     )
 
 
-def observe_downloads(
-    client: Client,
+def downloads(
     weights: Weights,
     live: Sequence[Mapping[str, Any]],
+    messages: Mapping[str, Mapping[str, Any]],
     *,
     now: str,
 ) -> None:
     """Ready once every download Job completed; a failed one fails the weights. `live`: the
-    claims and Jobs as applied (same name per cache); `now` as the status writes times."""
+    claims and Jobs as they are once applied (same name per cache); `messages`: the termination
+    messages of their Jobs' pods by Job name (none for a Job just created); `now` as the status
+    writes times."""
     claims = {
         obj["metadata"]["name"]: obj for obj in live if obj["kind"] == "PersistentVolumeClaim"
     }
@@ -175,7 +204,7 @@ def observe_downloads(
             continue
         weights.ready = False
         name = job["metadata"]["name"]
-        message = termination_message(client, job)
+        message = messages.get(name, {})
         if "Failed" in done:
             weights.failed.append(Problem("DownloadFailed", _failure(job, message)))
         elif phases.get(name) == "Pending" and not message:
@@ -211,15 +240,15 @@ def _users(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     return refs
 
 
-def apply_shared(
-    client: Client,
+def shared_write(
     desired: Mapping[str, Any],
+    actual: Mapping[str, Any] | None,
     owner: Mapping[str, Any],
     retain: bool,
-    into: Applied,
-) -> dict[str, Any]:
-    """Create a cache object, or add this deployment to the users of the one there; never patch
-    its spec (a claim's and a Job's are mostly immutable, and other users share it)."""
+) -> Write | None:
+    """Create a cache object, or add this deployment to the users of the one there (`actual`);
+    never patch its spec (a claim's and a Job's are mostly immutable, and other users share it).
+    None: nothing to write."""
     resource = BY_KIND[desired["kind"]]
     meta = desired["metadata"]
     mine = {**owner_reference(owner), "controller": False}
@@ -227,10 +256,8 @@ def apply_shared(
     new = {**desired, "metadata": {**meta, "ownerReferences": [] if kept else [mine]}}
     if kept:
         new["metadata"]["annotations"] = {**meta.get("annotations", {}), RETAIN_ANNOTATION: "true"}
-    actual = client.get(resource, meta["namespace"], meta["name"])
     if actual is None:
-        into.created.append(f"{resource.kind}/{meta['name']}")
-        return client.create(resource, new)
+        return Write("create", resource, meta["namespace"], meta["name"], new)
     annotations = actual["metadata"].get("annotations") or {}
     refs = _users(actual)
     if kept and (refs or RETAIN_ANNOTATION not in annotations):
@@ -241,65 +268,40 @@ def apply_shared(
     elif not kept and RETAIN_ANNOTATION not in annotations and mine["uid"] not in _uids(refs):
         change = {"ownerReferences": [*refs, mine]}
     else:
-        return actual
+        return None
     change["resourceVersion"] = actual["metadata"].get("resourceVersion")
-    into.patched.append(f"{resource.kind}/{meta['name']}")
-    return client.patch(resource, meta["namespace"], meta["name"], {"metadata": change})
+    return Write("patch", resource, meta["namespace"], meta["name"], {"metadata": change})
 
 
-def apply_caches(
-    client: Client,
-    kd: KimiDeployment,
-    body: Mapping[str, Any],
-    defaults: OperatorDefaults,
-    into: Applied,
-    *,
-    now: str,
-) -> tuple[Weights, list[dict[str, Any]]]:
-    """Resolve, apply the claims and download Jobs, observe them: (the weights, the caches)."""
-    weights = resolve(client, kd, body.get("status") or {})
-    shared = build_caches(kd, defaults, weights.resolved)
-    retained = {
+def retained(kd: KimiDeployment, weights: Weights) -> set[str]:
+    """The claims kept for good once made (`cache.retain`): nobody's reference is put on them."""
+    return {
         weights.resolved[role].claim_name
         for role, source in hf_sources(kd)
         if source.cache.retain and role in weights.resolved
     }
-    live = []
-    for obj in shared:
-        try:
-            live.append(apply_shared(client, obj, body, obj["metadata"]["name"] in retained, into))
-        except ApiError as error:
-            if error.code != 403 or QUOTA_REFUSAL not in str(error):
-                raise
-            # Not retried soon: a quota is raised by a person; the periodic resync tries again.
-            weights.ready = False
-            weights.failed.append(Problem("QuotaExceeded", str(error)))
-            return weights, shared
-    observe_downloads(client, weights, live, now=now)
-    return weights, shared
 
 
 def _uids(refs: Sequence[Mapping[str, Any]]) -> set[str]:
     return {ref.get("uid", "") for ref in refs}
 
 
-def release_unused(
-    client: Client, namespace: str, uid: str, keep: set[tuple[str, str]], into: Applied
-) -> None:
-    """Stop using the caches (listed by label) this deployment uses but no longer wants: take its
-    reference off, and delete the object when it was the last user."""
-    for resource in CACHE_RESOURCES:
-        for obj in client.list(resource, namespace, label_selector=CACHE_SELECTOR):
-            name, refs = obj["metadata"]["name"], _users(obj)
-            if (resource.kind, name) in keep or uid not in _uids(refs):
-                continue
-            others = [ref for ref in refs if ref.get("uid") != uid]
-            if others:
-                change = {
-                    "ownerReferences": others,
-                    "resourceVersion": obj["metadata"].get("resourceVersion"),
-                }
-                client.patch(resource, namespace, name, {"metadata": change})
-                into.patched.append(f"{resource.kind}/{name}")
-            elif client.delete(resource, namespace, name):
-                into.deleted.append(f"{resource.kind}/{name}")
+def releases(
+    listed: Mapping[str, Sequence[Mapping[str, Any]]], uid: str, keep: set[tuple[str, str]]
+) -> list[Write]:
+    """Stop using the caches (`listed` by CACHE_SELECTOR, by kind) this deployment uses but no
+    longer wants: take its reference off, and delete the object when it was the last user."""
+    out = []
+    for kind, obj in ((kind, obj) for kind, objs in listed.items() for obj in objs):
+        resource = BY_KIND[kind]
+        meta = obj["metadata"]
+        name, refs = meta["name"], _users(obj)
+        if (resource.kind, name) in keep or uid not in _uids(refs):
+            continue
+        others = [ref for ref in refs if ref.get("uid") != uid]
+        if others:
+            change = {"ownerReferences": others, "resourceVersion": meta.get("resourceVersion")}
+            out.append(Write("patch", resource, meta["namespace"], name, {"metadata": change}))
+        else:
+            out.append(Write("delete", resource, meta["namespace"], name))
+    return out

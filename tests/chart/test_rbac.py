@@ -365,7 +365,7 @@ def _default_image_turn(
     turn = [
         site
         for site in sites
-        if site.path.name == "reconcile.py"
+        if site.path.name == "observe.py"
         and "KIMI_DEPLOYMENT"
         in "".join(site.path.read_text().splitlines()[site.first_line - 1 : site.last_line])
     ]

@@ -31,6 +31,7 @@ from kimi_operator.k8s.resources import (
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
     PERSISTENT_VOLUME_CLAIM,
+    POD,
 )
 from tests.support.cluster import condition, sample, status_of, wait_for
 
@@ -341,9 +342,14 @@ def test_a_claim_left_pending_is_said_and_nothing_runs(
     def after(seconds: float) -> list[str]:
         later = created + datetime.timedelta(seconds=seconds)
         weights = weights_caches.Weights(resolved={})
-        weights_caches.observe_downloads(
-            client, weights, live, now=later.strftime("%Y-%m-%dT%H:%M:%SZ")
-        )
+        jobs = (o for o in live if o["kind"] == JOB.kind)
+        messages = {
+            job["metadata"]["name"]: weights_caches.termination_message(
+                client.list(POD, NS, label_selector=weights_caches.job_pods(job))
+            )
+            for job in jobs
+        }
+        weights_caches.downloads(weights, live, messages, now=later.strftime("%Y-%m-%dT%H:%M:%SZ"))
         return [p.reason for p in weights.waiting]
 
     limit = weights_caches.CLAIM_PENDING_LIMIT_S

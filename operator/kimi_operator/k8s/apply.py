@@ -9,11 +9,11 @@ annotation on the child.
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import NotOwned, OwnerTerminating
-from kimi_operator.k8s.resources import BY_KIND
+from kimi_operator.k8s.resources import BY_KIND, Resource
 
 APPLIED_ANNOTATION = "kimi-operator.io/applied-spec"
 GONE = "the owner is gone or being deleted"
@@ -187,3 +187,32 @@ def apply_child(
         return
     into.live.append(client.patch(resource, namespace, name, patch))
     into.patched.append(_label(desired))
+
+
+@dataclass(frozen=True)
+class Write:
+    """One write decided ahead, as data: create `body`, merge-patch `body` into, or delete, the
+    object `name` of `resource` (the shared weights caches, which are not applied as children)."""
+
+    verb: Literal["create", "patch", "delete"]
+    resource: Resource
+    namespace: str
+    name: str
+    body: Mapping[str, Any] | None = None
+
+
+def perform(client: Client, write: Write, into: Applied) -> dict[str, Any] | None:
+    """Send `write`; the object as it is now (None after a delete), recorded in `into`."""
+    label = f"{write.resource.kind}/{write.name}"
+    if write.verb == "delete":
+        if client.delete(write.resource, write.namespace, write.name):
+            into.deleted.append(label)
+        return None
+    assert write.body is not None  # create and patch carry one
+    if write.verb == "create":
+        answer = client.create(write.resource, dict(write.body))
+        into.created.append(label)
+        return answer
+    answer = client.patch(write.resource, write.namespace, write.name, dict(write.body))
+    into.patched.append(label)
+    return answer

@@ -1,0 +1,101 @@
+"""One reconcile of one KimiDeployment: observe → decide → act → status (docs/architecture.md,
+"One reconcile").
+
+The controller (controller/loop.py) calls `reconcile` and writes the status it returns. Every read
+is made first (observe.py), the plan is a pure function of them (decide.py: the children to apply
+and to prune, the caches, the rollout's and the image gate's turns), the writes follow in its order
+(act.py), and the status is a pure function of the three (status.py). A terminating or invalid
+deployment gets its status only. `k8s`'s errors end a reconcile; the controller decides whether to
+retry.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from kimi_operator import conditions as cond
+from kimi_operator.api.problem import INVALID, Problem
+from kimi_operator.api.validation import UnreadableDocument, check_document
+from kimi_operator.builders import OperatorDefaults
+from kimi_operator.k8s.client import Client
+from kimi_operator.reconcile.act import Acted, act, act_caches
+from kimi_operator.reconcile.decide import UPSTREAM, Observed, decide, plan_children, stopped
+from kimi_operator.reconcile.observe import observe, served_apis
+from kimi_operator.reconcile.status import Outcome, outcome
+
+__all__ = ["UPSTREAM", "Outcome", "plan_children", "reconcile", "terminating"]
+
+
+def _document(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The object as a dict, which `check_document` requires of any Mapping."""
+    return {key: body[key] for key in body}
+
+
+def terminating(body: Mapping[str, Any]) -> bool:
+    """Whether the deployment is being deleted: it gets its status only, no child is created,
+    patched, adopted or pruned (the garbage collector carries out the deletion's propagation
+    policy: docs/architecture.md, "Terminating deployments")."""
+    return bool((body.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def reconcile(
+    body: Mapping[str, Any],
+    client: Client,
+    defaults: OperatorDefaults,
+    *,
+    spec_changed: bool,
+    now: str,
+    failures: int = 0,
+    prune: bool = True,
+) -> Outcome:
+    """`failures`: temporary failures in a row before this reconcile (they set the backoff that
+    the status reports). `prune`: also delete the children the plan no longer has (the
+    controller says when there can be any)."""
+    old = dict(body.get("status") or {})
+    generation = body.get("metadata", {}).get("generation")
+    if terminating(body):
+        conditions = cond.terminating_conditions(old)
+        status = cond.render(old, conditions, generation=generation, now=now)
+        return Outcome(status, result="terminating")
+    try:
+        report = check_document(_document(body))
+        problems = report.problems
+    except UnreadableDocument as error:
+        report, problems = None, [Problem(INVALID, str(error))]
+    if report is None or report.deployment is None:
+        conditions = cond.invalid_conditions(old, problems)
+        status = cond.render(old, conditions, generation=generation, now=now)
+        events = cond.newly_bad(old, status)
+        if spec_changed and not events:  # still invalid after an edit: say it again
+            events = [Problem(INVALID, "; ".join(p.message for p in problems))]
+        return Outcome(status, events, result="invalid")
+    kd = report.deployment
+    first = not old  # never reconciled: its children most likely do not exist yet
+    seen = Observed(
+        body,
+        kd,
+        served_apis(client, kd),
+        warnings=report.warnings,
+        first=first,
+        # Nothing to scale down before the first status, unless the spec was edited before it.
+        prune=prune and not (first and generation == 1),
+    )
+    observed = observe(client, seen, defaults, now=now)
+    if observed.error is not None:  # a read failed: nothing is written
+        decision, acted = stopped(observed, defaults), Acted(error=observed.error)
+    else:
+        decision = decide(observed, defaults, now=now)
+        acted = act_caches(client, decision)
+        if acted.refused is not None:  # a quota refused a cache: plan again, without the weights
+            decision = decide(observed, defaults, now=now, refused=acted.refused)
+        acted = act(client, body, decision, defaults, acted, likely_missing=first)
+        if acted.early:  # a cache's write failed: the weights are as the status recorded them
+            decision = stopped(observed, defaults)
+    return outcome(
+        observed,
+        decision,
+        acted.applied,
+        acted.error,
+        now=now,
+        failures=failures,
+        spec_changed=spec_changed,
+    )

@@ -1,0 +1,405 @@
+"""The plan of one reconcile, a pure function of what it observed: the children to apply (the
+rollout's turn taken into account), the weights caches to create or share, what to prune and which
+caches to let go of, the turn at the operator-wide image gate. No client: `Observed` holds every
+read (observe.py fills it), `Decision` every write (act.py sends them).
+"""
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kimi_operator import caches, rollout, routing
+from kimi_operator.api.problem import Problem
+from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
+from kimi_operator.builders import (
+    OperatorDefaults,
+    Resolved,
+    build_caches,
+    build_children,
+    needs_compute_domain,
+    serving_image,
+)
+from kimi_operator.builders.autoscaling import target_metric
+from kimi_operator.builders.images import ImageChoice, choose
+from kimi_operator.builders.weights import hf_sources
+from kimi_operator.k8s.apply import Write, owned_by, with_owner
+from kimi_operator.k8s.errors import KubernetesError
+from kimi_operator.k8s.resources import (
+    BY_KIND,
+    COMPUTE_DOMAIN,
+    EXTERNAL_METRICS,
+    HORIZONTAL_POD_AUTOSCALER,
+    HTTP_ROUTE,
+    INFERENCE_POOL,
+    LEADER_WORKER_SET,
+    POD_MONITOR,
+    SCALED_OBJECT,
+    Resource,
+)
+from kimi_operator.rollout import Steps
+
+# The upstream APIs whose presence changes the plan (each looked up, cached, per reconcile).
+UPSTREAM = (
+    LEADER_WORKER_SET,
+    COMPUTE_DOMAIN,
+    POD_MONITOR,
+    SCALED_OBJECT,
+    INFERENCE_POOL,
+    HTTP_ROUTE,
+)
+AUTOSCALERS = (SCALED_OBJECT.kind, HORIZONTAL_POD_AUTOSCALER.kind)
+
+
+@dataclass
+class Observed:
+    """Everything one reconcile read, before it writes anything (observe.py)."""
+
+    body: Mapping[str, Any]  # the KimiDeployment as read
+    kd: KimiDeployment
+    served: dict[Resource, bool]  # the upstream APIs the cluster serves
+    warnings: list[str] = field(default_factory=list)  # the spec beyond the fast path
+    first: bool = False  # never reconciled: its children most likely do not exist yet
+    prune: bool = False  # the children were listed to prune (the controller asked for it)
+    # The resolve Jobs of the sources the status has no commit for (caches.unresolved), by name.
+    resolving: dict[str, caches.Found] = field(default_factory=dict)
+    # The caches the resolutions name, by (kind, name); None: not there.
+    caches: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
+    # The termination messages of those download Jobs not finished, by Job name.
+    messages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)  # its LeaderWorkerSets
+    # With `prune`: every child by kind, as listed by the deployment's labels.
+    children: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # With `prune`, once the weights are ready: every shared cache of the namespace by kind.
+    shared: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    turn: str = ""  # the image gate's answer, if asked: who moves to the new default image now
+    unschedulable: str = ""  # what kube-scheduler says of the pods waiting for nodes
+    gateway_endpoint: str = ""  # the API's URL through spec.routing.gatewayRef's Gateway
+    error: KubernetesError | None = None  # a read failed: nothing is written
+
+    @property
+    def uid(self) -> str:
+        return str(self.body["metadata"]["uid"])
+
+    @property
+    def old(self) -> dict[str, Any]:
+        """The status as last written."""
+        return dict(self.body.get("status") or {})
+
+
+@dataclass
+class Plan:
+    """The children to apply, given which upstream APIs the cluster serves, and why some are not."""
+
+    defaults: OperatorDefaults
+    children: list[dict[str, Any]]
+    skip: set[str]  # kinds neither applied nor pruned
+    blockers: list[Problem]
+    degradations: list[Problem]
+
+    @property
+    def autoscaler(self) -> str:
+        """`Kind/name` of the autoscaler child, "" for none."""
+        found = (c for c in self.children if c["kind"] in AUTOSCALERS)
+        return next((f"{c['kind']}/{c['metadata']['name']}" for c in found), "")
+
+
+Gate = Literal["hold", "release"]
+
+
+@dataclass
+class Decision:
+    """What one reconcile writes, in order, and what its status is made from."""
+
+    plan: Plan  # its children: those the deployment keeps (the others are pruned)
+    weights: caches.Weights
+    caches: list[Write] = field(default_factory=list)  # shared caches: created, or joined
+    apply: list[dict[str, Any]] = field(default_factory=list)  # children applied, in order
+    held: list[dict[str, Any]] = field(default_factory=list)  # outdated groups left as they are
+    delete: list[Write] = field(default_factory=list)  # pruned children, then caches let go of
+    steps: Steps | None = None  # the rollout's (None: the reconcile stops before it)
+    image: ImageChoice | None = None
+    gate: Gate = "release"  # the operator-wide turn to move to a new default image
+
+
+def _missing(resource: Resource) -> Problem:
+    return Problem(
+        f"{resource.kind}NotInstalled",
+        f"the {resource.kind} API ({resource.api_version}, CRD {resource.crd_name}) is not "
+        f"installed in this cluster: {resource.install}",
+    )
+
+
+def external_metric(kd: KimiDeployment) -> Resource | None:
+    """The external metric an HPA of `kd` reads (None without spec.autoscaling)."""
+    if kd.spec.autoscaling is None:
+        return None
+    metric, _ = target_metric(kd.spec.autoscaling.target)
+    return Resource(EXTERNAL_METRICS, "v1beta1", metric.external, "ExternalMetric")
+
+
+def routing_missing(kd: KimiDeployment, served: Mapping[Resource, bool]) -> list[Problem]:
+    """The routing APIs `kd` needs and the cluster lacks: the Service keeps serving."""
+    return [
+        Problem(missing.reason, f"{missing.message}; the Service keeps serving meanwhile")
+        for missing in (_missing(r) for r in routing.routing_apis(kd) if not served.get(r, False))
+    ]
+
+
+def _autoscaler_missing(kd: KimiDeployment, served: Mapping[Resource, bool]) -> Problem | None:
+    """Why neither KEDA nor an HPA can scale `kd`, if so: the HPA made without KEDA reads an
+    external metric that only prometheus-adapter (with the chart's rules) serves."""
+    metric = external_metric(kd)
+    if metric is None or served.get(SCALED_OBJECT, False) or served.get(metric, False):
+        return None
+    missing = _missing(SCALED_OBJECT)
+    return Problem(
+        missing.reason,
+        f"{missing.message}; the HorizontalPodAutoscaler made instead reads the external metric "
+        f"{metric.plural}, which no external metrics API ({EXTERNAL_METRICS}/v1beta1) serves: "
+        "install prometheus-adapter with the kimi-operator chart's rules "
+        "(autoscaling.prometheusAdapter.enabled); spec.replicas stays as it is until then",
+    )
+
+
+def _gaps(
+    kd: KimiDeployment, served: Mapping[Resource, bool], weights_ready: bool
+) -> tuple[set[str], list[Problem], list[Problem]]:
+    """(kinds neither applied nor pruned, blockers, degradations) for the APIs the cluster
+    serves; until `weights_ready`, groups and domains are neither created nor pruned."""
+    spec = kd.spec
+    blockers, degradations = [], routing_missing(kd, served)
+    skip = {r.kind for r, ok in served.items() if not ok}
+    if not weights_ready:
+        skip |= {LEADER_WORKER_SET.kind, COMPUTE_DOMAIN.kind}
+    no_autoscaler = _autoscaler_missing(kd, served)
+    if no_autoscaler is not None:
+        degradations.append(no_autoscaler)
+    if not served[LEADER_WORKER_SET]:
+        blockers.append(_missing(LEADER_WORKER_SET))
+    if spec.monitoring.pod_monitor and not served[POD_MONITOR]:
+        blockers.append(_missing(POD_MONITOR))
+    # Required, or Auto where the group cannot run without one: pods without the IMEX channel
+    # would load the weights and then fail (or claim a template nobody makes).
+    domain_needed = spec.compute_domain == "Required" or (
+        spec.compute_domain == "Auto" and needs_compute_domain(kd)
+    )
+    if not served[COMPUTE_DOMAIN] and domain_needed:
+        missing = _missing(COMPUTE_DOMAIN)
+        if spec.compute_domain == "Auto":
+            missing = Problem(
+                missing.reason,
+                f"{missing.message}; a latency_specialized TP group across "
+                f"{spec.nodes_per_group} nodes needs its IMEX channel (no pods are created "
+                "until it is served; decode.backend auto runs without one)",
+            )
+        blockers.append(missing)
+        skip.add(LEADER_WORKER_SET.kind)
+    elif not served[COMPUTE_DOMAIN] and spec.compute_domain == "Auto":
+        degradations.append(
+            Problem(
+                "ComputeDomainNotInstalled",
+                "deployed without a ComputeDomain (no multi-node NVLink) because the "
+                f"ComputeDomain API is not installed: {COMPUTE_DOMAIN.install}",
+            )
+        )
+    return skip, blockers, degradations
+
+
+def plan_children(
+    kd: KimiDeployment,
+    defaults: OperatorDefaults,
+    served: Mapping[Resource, bool],
+    spares: int = 0,
+    *,
+    weights: Resolved | None = None,
+    weights_ready: bool = True,
+) -> Plan:
+    """What a reconcile applies: also what a check of the cluster expects (embedded.audit).
+    `spares`: surge groups a rollout may keep (rollout.decide drops those it does not).
+    `weights`: how the Hugging Face sources were resolved (builders.build_children); until
+    `weights_ready`, groups and domains are neither created nor pruned (a running group keeps
+    serving the commit it has while a new one downloads)."""
+    defaults = dataclasses.replace(
+        defaults,
+        compute_domain_available=served[COMPUTE_DOMAIN],
+        keda_available=served.get(SCALED_OBJECT, False),
+        inference_pool_available=served.get(INFERENCE_POOL, False),
+    )
+    skip, blockers, degradations = _gaps(kd, served, weights_ready)
+    built = build_children(kd, defaults, spares, weights=weights)
+    children = [c for c in built if c["kind"] not in skip]
+    return Plan(defaults, children, skip, blockers, degradations)
+
+
+def _planned(
+    kd: KimiDeployment,
+    defaults: OperatorDefaults,
+    served: Mapping[Resource, bool],
+    weights: caches.Weights,
+) -> Plan:
+    """The plan with the rollout's spare groups and the weights as found."""
+    return plan_children(
+        kd,
+        defaults,
+        served,
+        spares=kd.spec.rollout.max_surge,
+        weights=weights.resolved,
+        weights_ready=weights.ready,
+    )
+
+
+def unobserved(observed: Observed) -> caches.Weights:
+    """The weights as the last status recorded them: what a reconcile says when it stopped
+    before it could look (ready only without a Hugging Face source)."""
+    kd = observed.kd
+    return caches.Weights(caches.recorded(kd, observed.old), ready=not any(hf_sources(kd)))
+
+
+def stopped(observed: Observed, defaults: OperatorDefaults) -> Decision:
+    """The decision of a reconcile that stops before the weights are known (a read or a cache
+    write failed): nothing written, the plan as the recorded weights give it."""
+    weights = unobserved(observed)
+    return Decision(_planned(observed.kd, defaults, observed.served, weights), weights)
+
+
+def weights_of(
+    observed: Observed, defaults: OperatorDefaults, *, now: str, refused: Problem | None = None
+) -> tuple[caches.Weights, list[dict[str, Any]], list[Write]]:
+    """(the weights, the caches the resolutions call for, the writes that create or join them).
+    A download Job created now has not finished; `refused`: a ResourceQuota refused one of
+    those writes, so the downloads are not looked at (nothing after it was written)."""
+    kd = observed.kd
+    weights = caches.resolve(kd, observed.old, observed.resolving)
+    shared = build_caches(kd, defaults, weights.resolved)
+    kept = caches.retained(kd, weights)
+    writes, live = [], []
+    for obj in shared:
+        actual = observed.caches.get((obj["kind"], obj["metadata"]["name"]))
+        write = caches.shared_write(obj, actual, observed.body, obj["metadata"]["name"] in kept)
+        if write is not None:
+            writes.append(write)
+        # What the object is once written: a patch leaves its status as it was.
+        created = write is not None and write.verb == "create"
+        live.append(dict(write.body or {}) if created and write else dict(actual or {}))
+    if refused is not None:
+        weights.ready = False
+        weights.failed.append(refused)
+        return weights, shared, []
+    caches.downloads(weights, live, observed.messages, now=now)
+    return weights, shared, writes
+
+
+def _groups_skipped(observed: Observed, skip: set[str]) -> bool:
+    """Whether the rollout decides from no live group: before the first status, or while groups
+    are not applied (an API missing, the weights not ready)."""
+    return observed.first or LEADER_WORKER_SET.kind in skip
+
+
+def _image(
+    observed: Observed,
+    defaults: OperatorDefaults,
+    live: Mapping[str, Mapping[str, Any]],
+    ask_turn: Callable[[], str],
+) -> ImageChoice:
+    """The serving image to roll to (builders.images.choose); `ask_turn` when a new default
+    image is due: the gate's answer."""
+    running = next((rollout.leader_image(g) for g in live.values()), "")
+    return choose(observed.kd, observed.old, running, defaults.serving_image, ask_turn=ask_turn)
+
+
+def asks_turn(
+    observed: Observed, defaults: OperatorDefaults, *, now: str, ask: Callable[[], str]
+) -> None:
+    """Call `ask` (the gate) if, and only if, the plan needs the gate's answer: observe.py asks
+    here, `decide` then reads the answer from `Observed.turn`."""
+    weights, _, _ = weights_of(observed, defaults, now=now)
+    skip, _, _ = _gaps(observed.kd, observed.served, weights.ready)
+    _image(observed, defaults, {} if _groups_skipped(observed, skip) else observed.groups, ask)
+
+
+def decide(
+    observed: Observed,
+    defaults: OperatorDefaults,
+    *,
+    now: str,
+    refused: Problem | None = None,
+) -> Decision:
+    """The writes of one reconcile. `refused`: a ResourceQuota refused a weights cache (act.py
+    stopped there): the plan is made again knowing it, without the caches' writes."""
+    kd, body, old = observed.kd, observed.body, observed.old
+    weights, shared, cache_writes = weights_of(observed, defaults, now=now, refused=refused)
+    plan = _planned(kd, defaults, observed.served, weights)
+    skip_groups = _groups_skipped(observed, plan.skip)
+    live = {} if skip_groups else observed.groups
+    image = _image(observed, defaults, live, lambda: observed.turn)
+    if image.image != serving_image(kd, defaults):
+        chosen = dataclasses.replace(defaults, serving_image=image.image)
+        plan = _planned(kd, chosen, observed.served, weights)
+    rolled = rollout.decide(
+        kd,
+        [with_owner(c, body) for c in plan.children],
+        live,
+        now=now,
+        was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
+    )
+    plan.children = rolled.planned
+    following = image.source == "OperatorDefault" and image.image == defaults.serving_image
+    decision = Decision(
+        plan,
+        weights,
+        caches=cache_writes,
+        apply=rolled.write,
+        held=rolled.held,
+        steps=rolled.steps,
+        image=image,
+        gate="hold" if following and rolled.steps.rolling else "release",
+    )
+    if observed.prune:
+        decision.delete = _prune(observed, plan)
+        weighted = bool(shared) or had_weights(old)
+        if weighted and weights.ready:
+            keep = {(o["kind"], o["metadata"]["name"]) for o in shared}
+            decision.delete += caches.releases(observed.shared, observed.uid, keep)
+    return decision
+
+
+def _prune(observed: Observed, plan: Plan) -> list[Write]:
+    """Delete this deployment's children, of every kind listed, that the plan no longer has:
+    groups and domains after a scale-down, every ComputeDomain once none is used, the PodMonitor
+    once monitoring is off, a resolve Job once its answer is in the status (the shared weights
+    caches are let go of by caches.releases). They are listed by the deployment's labels rather
+    than looked up by the names the plan would have given them, so that none is missed whatever
+    was cut short before: a group deleted by hand, or an operator killed half-way through a
+    scale-down."""
+    planned = {(child["kind"], child["metadata"]["name"]) for child in plan.children}
+    out = []
+    for kind, listed in observed.children.items():
+        if kind in plan.skip:
+            continue
+        for obj in listed:
+            meta = obj["metadata"]
+            if (kind, meta["name"]) in planned or not owned_by(obj, observed.uid):
+                continue
+            out.append(Write("delete", BY_KIND[kind], meta["namespace"], meta["name"]))
+    return out
+
+
+def condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    """The condition `kind` of a status, {} if it has none."""
+    conditions = status.get("conditions") or []
+    found: Mapping[str, Any] = next((c for c in conditions if c.get("type") == kind), {})
+    return found
+
+
+def had_weights(status: Mapping[str, Any]) -> bool:
+    """Whether the last status saw a Hugging Face source: resolve Jobs or caches may be left."""
+    seen = condition(status, "WeightsReady")
+    return bool(status.get("weights")) or seen.get("reason", "ClaimGiven") != "ClaimGiven"
+
+
+def had_routing(status: Mapping[str, Any]) -> bool:
+    """Whether the last status saw anything but mode Service (or predates RoutingReady): a pool
+    and endpoint picker may be left to prune. Else their seven kinds are not listed."""
+    return condition(status, "RoutingReady").get("reason") != "Service"

@@ -1,0 +1,177 @@
+"""Every read of one reconcile, made before any write: the served APIs, the weights' resolve Jobs
+and caches, the deployment's children, the pods waiting for nodes, the Gateway, and the turn at the
+operator-wide image gate. What is read depends only on the deployment and its last status, never on
+a write's answer, and lists cost the API server: each is made only where it can find something
+(decide.py says what is done with them).
+"""
+
+from typing import Any
+
+from kimi_operator import caches, rollout, routing
+from kimi_operator import conditions as cond
+from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.builders import OperatorDefaults
+from kimi_operator.builders.meta import MANAGER, selector_labels, selector_string
+from kimi_operator.controller.retry import temporary
+from kimi_operator.k8s.apply import owned_by
+from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.errors import ApiError, KubernetesError
+from kimi_operator.k8s.resources import (
+    BY_KIND,
+    CACHE_RESOURCES,
+    CHILD_RESOURCES,
+    GATEWAY,
+    JOB,
+    KIMI_DEPLOYMENT,
+    LEADER_WORKER_SET,
+    POD,
+    ROUTING_RESOURCES,
+    SCALED_OBJECT,
+    Resource,
+)
+from kimi_operator.reconcile.decide import (
+    UPSTREAM,
+    Observed,
+    asks_turn,
+    external_metric,
+    had_routing,
+    had_weights,
+    weights_of,
+)
+
+
+def served_apis(client: Client, kd: KimiDeployment) -> dict[Resource, bool]:
+    served = {r: client.served(r) for r in UPSTREAM}
+    metric = external_metric(kd)
+    if metric is not None and not served[SCALED_OBJECT]:
+        served[metric] = client.served(metric)
+    return served
+
+
+def observe(
+    client: Client,
+    seen: Observed,
+    defaults: OperatorDefaults,
+    *,
+    now: str,
+) -> Observed:
+    """Fill `seen` (the deployment, its served APIs and flags) with what the cluster holds. A
+    failed read ends the observation (`error`): the reconcile then writes nothing. Reading the
+    pods or the Gateway fails the reconcile only for a lasting reason (they are not watched)."""
+    try:
+        _weights(client, seen, defaults, now=now)
+        _children(client, seen, defaults, now=now)
+        _turn(client, seen, defaults, now=now)
+    except KubernetesError as error:
+        seen.error = error
+        return seen
+    if not seen.first and any(not rollout.group_ready(g) for g in seen.groups.values()):
+        seen.unschedulable = _waiting_for_nodes(client, seen.kd)
+    seen.gateway_endpoint = _gateway_endpoint(client, seen.kd)
+    return seen
+
+
+def _weights(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: str) -> None:
+    """The resolve Jobs not yet answered, the caches their answers name (one get each, as
+    they are shared: not listed), and the termination messages of the resolve Jobs finished
+    and of the download Jobs not complete."""
+    kd, namespace = seen.kd, seen.kd.metadata.namespace
+    for name in caches.unresolved(kd, seen.old):
+        job = client.get(JOB, namespace, name)
+        message = _message(client, job) if caches.finished(job) else {}
+        seen.resolving[name] = (job, message)
+    _, shared, _ = weights_of(seen, defaults, now=now)
+    for obj in shared:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        found = client.get(BY_KIND[kind], namespace, name)
+        seen.caches[(kind, name)] = found
+        if found is not None and kind == JOB.kind and not caches.completed(found):
+            seen.messages[name] = _message(client, found)
+
+
+def _message(client: Client, job: dict[str, Any] | None) -> dict[str, Any]:
+    assert job is not None
+    pods = client.list(POD, job["metadata"]["namespace"], label_selector=caches.job_pods(job))
+    return caches.termination_message(pods)
+
+
+def selector(kd: KimiDeployment) -> str:
+    """The label selector of every child of this deployment."""
+    return selector_string({**selector_labels(kd), "app.kubernetes.io/managed-by": MANAGER})
+
+
+def _children(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: str) -> None:
+    """Its LeaderWorkerSets (what a rollout decides from); with `prune`, every child kind the
+    cluster serves: the routing kinds only for a deployment that has or had a pool, its Jobs
+    only where it had weights to resolve, and the shared caches once its weights are ready."""
+    kd, namespace, old = seen.kd, seen.kd.metadata.namespace, seen.old
+    if seen.prune:
+        weights, shared, _ = weights_of(seen, defaults, now=now)
+        weighted = bool(shared) or had_weights(old)
+        routed = kd.spec.routing.mode == "InferencePool" or had_routing(old)
+        kinds = [r for r in CHILD_RESOURCES if routed or r not in ROUTING_RESOURCES]
+        for resource in (*kinds, JOB) if weighted else kinds:
+            if seen.served.get(resource, True):
+                listed = client.list(resource, namespace, label_selector=selector(kd))
+                seen.children[resource.kind] = listed
+        if weighted and weights.ready:
+            seen.shared = {
+                resource.kind: client.list(
+                    resource, namespace, label_selector=caches.CACHE_SELECTOR
+                )
+                for resource in CACHE_RESOURCES
+            }
+    if seen.first or not seen.served[LEADER_WORKER_SET]:
+        return
+    found = seen.children.get(LEADER_WORKER_SET.kind)
+    if found is None:
+        found = client.list(LEADER_WORKER_SET, namespace, label_selector=selector(kd))
+    seen.groups = {
+        g["metadata"]["name"]: {**g, "kind": LEADER_WORKER_SET.kind}
+        for g in found
+        if owned_by(g, seen.uid)
+    }
+
+
+def _turn(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: str) -> None:
+    """The operator-wide turn to move to a new default image, asked only when the plan needs it
+    (builders.images: reading every deployment's status, it takes a free turn for this one)."""
+    kd, uid = seen.kd, seen.uid
+    label = f"{kd.metadata.namespace}/{kd.metadata.name}"
+
+    def ask() -> str:
+        seen.turn = defaults.image_gate.claim(
+            uid, label, defaults.serving_image, lambda ns: client.list(KIMI_DEPLOYMENT, ns)
+        )
+        return seen.turn
+
+    asks_turn(seen, defaults, now=now, ask=ask)
+
+
+def _waiting_for_nodes(client: Client, kd: KimiDeployment) -> str:
+    """Why a group's pods wait for nodes, as the scheduler said on them; "" if none does (or the
+    pods could not be listed now: pods are not watched, the next resync looks again)."""
+    try:
+        pods = client.list(
+            POD, kd.metadata.namespace, label_selector=selector_string(selector_labels(kd))
+        )
+    except ApiError as error:
+        if temporary(error):
+            return ""
+        raise
+    return cond.unschedulable(pods)
+
+
+def _gateway_endpoint(client: Client, kd: KimiDeployment) -> str:
+    """The API's URL through spec.routing.gatewayRef's Gateway; "" without one, or while the
+    Gateway has no address or cannot be read (the Service's URL is given then)."""
+    ref = kd.spec.routing.gateway_ref
+    if kd.spec.routing.mode != "InferencePool" or ref is None:
+        return ""
+    try:
+        gateway = client.get(GATEWAY, routing.gateway_namespace(kd, ref), ref.name)
+    except ApiError as error:
+        if temporary(error) or error.code == 403:
+            return ""
+        raise
+    return routing.gateway_endpoint(gateway, ref.section_name)

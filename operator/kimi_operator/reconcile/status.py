@@ -1,0 +1,208 @@
+"""The status of one reconcile, a pure function of what it observed, decided and did (the answers of
+its writes are the children as they are now), and the Warning Events to post. Written after the
+writes, as Kubernetes' controllers do: it says what the cluster holds once they are made.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimi_operator import caches, rollout, routing
+from kimi_operator import conditions as cond
+from kimi_operator.api.problem import Problem
+from kimi_operator.builders import (
+    VLLM_VERSION_ANNOTATION,
+    OperatorDefaults,
+    custom_all_reduce_disabled,
+    serving_image,
+    uses_compute_domain,
+    vllm_version,
+)
+from kimi_operator.builders.images import ImageChoice
+from kimi_operator.builders.meta import group_name, leader_selector
+from kimi_operator.builders.serving import endpoint
+from kimi_operator.controller.retry import retry_delay, temporary
+from kimi_operator.k8s.apply import Applied
+from kimi_operator.k8s.errors import ApiError, KubernetesError
+from kimi_operator.k8s.resources import COMPUTE_DOMAIN, LEADER_WORKER_SET, Resource
+from kimi_operator.reconcile.decide import Decision, Observed, condition, routing_missing
+from kimi_operator.rollout import Steps
+
+
+@dataclass
+class Outcome:
+    status: dict[str, Any]
+    events: list[Problem] = field(default_factory=list)  # Warning Events to post
+    applied: Applied = field(default_factory=Applied)
+    error: KubernetesError | None = None  # the apply's failure, retried by the controller
+    result: str = "reconciled"  # reconciled | invalid | error | terminating: for metrics
+    # Reconcile again after this many seconds even if nothing is watched to change (a deadline).
+    requeue_after_s: float | None = None
+
+
+def outcome(
+    observed: Observed,
+    decision: Decision,
+    applied: Applied,
+    error: KubernetesError | None,
+    *,
+    now: str,
+    failures: int = 0,
+    spec_changed: bool = False,
+) -> Outcome:
+    """`decision`: the one acted on (decide.stopped's when the reconcile stopped before the
+    weights were known); `applied`: what the writes did; `error`: the read or write that failed.
+    `failures`: temporary failures in a row before this reconcile (the backoff the status
+    reports)."""
+    kd, old, spec = observed.kd, observed.old, observed.kd.spec
+    plan, weights, steps, image = decision.plan, decision.weights, decision.steps, decision.image
+    served = observed.served
+    retrying: Problem | None = None
+    failed: list[Problem] = []
+    if isinstance(error, ApiError) and temporary(error):  # retried soon: the status says so
+        retrying = cond.api_failure(error.code, str(error), retry_delay(error, failures))
+    elif error is not None:
+        failed.append(Problem("ApplyFailed", str(error)))
+    blockers = [*plan.blockers, *failed, *weights.failed]
+    defaults = plan.defaults
+    groups = [o for o in applied.live if o["kind"] == LEADER_WORKER_SET.kind]
+    domains = [o for o in applied.live if o["kind"] == COMPUTE_DOMAIN.kind]
+    ready = sum(1 for g in groups if rollout.group_ready(g))
+    waits = not observed.first and ready < len(groups) and retrying is None
+    mode = spec.compute_domain
+    seen = cond.Observation(
+        groups_wanted=spec.replicas,
+        groups_present=len(groups),
+        groups_ready=ready,
+        endpoint=observed.gateway_endpoint or endpoint(kd),
+        unschedulable=observed.unschedulable if waits else "",
+        warnings=observed.warnings,
+        blockers=blockers,
+        weights_pending=weights.waiting,
+        degradations=plan.degradations,
+        compute_domain=(
+            "Disabled"
+            if mode == "Disabled"
+            else ("InUse" if served[COMPUTE_DOMAIN] else "NotInstalled")
+        ),
+        domains_wanted=spec.replicas if uses_compute_domain(kd, defaults) else 0,
+        domains_ready=sum(1 for d in domains if (d.get("status") or {}).get("status") == "Ready"),
+        compute_domain_install=COMPUTE_DOMAIN.install,
+        groups_updated=steps.updated if steps else 0,
+        rolling=bool(steps and steps.rolling),
+        stalled=_stalled(observed, steps),
+        waiting=_waiting(image),
+        weights=weights.condition(),
+        routing=_routing_ready(observed, applied, error, served),
+    )
+    conditions = cond.valid_conditions(seen)
+    if retrying is not None:  # counts and endpoint as last observed too
+        conditions = cond.retrying_conditions(old, conditions, retrying)
+    status = cond.render(
+        old,
+        conditions,
+        generation=observed.body.get("metadata", {}).get("generation"),
+        now=now,
+        counts=None if retrying else (len(groups), ready),
+        endpoint=None if retrying else (seen.endpoint if ready else ""),
+        # After a failed apply, what the groups run is as last observed.
+        rollout=None if error or not (image and steps) else _rollout(image, steps),
+        # Kept as they were after an error without a resolution: the caches were maybe not
+        # released yet, and the next reconcile must know to.
+        weights=(
+            [w.model_dump() for w in weights.resolved.values()]
+            if weights.resolved or error is None
+            else None
+        ),
+        scale=cond.ScaleStatus(
+            selector=leader_selector(kd),
+            gpus=spec.gpus * spec.replicas,
+            autoscaler=plan.autoscaler,
+        ),
+    )
+    events = cond.newly_bad(old, status)
+    if spec_changed:
+        events += _spec_warnings(observed, defaults)
+    return Outcome(
+        status,
+        events,
+        applied,
+        error,
+        result="error" if error else "reconciled",
+        requeue_after_s=_requeue_after(steps if not error else None, weights),
+    )
+
+
+def _spec_warnings(observed: Observed, defaults: OperatorDefaults) -> list[Problem]:
+    """The Warning Events a spec gets once, when it is new: beyond the fast path, and the custom
+    all-reduce turned off for images before vLLM 0.33.0 (docs/custom-all-reduce.md)."""
+    kd = observed.kd
+    events = [Problem("FastPathExceeded", w) for w in observed.warnings]
+    if custom_all_reduce_disabled(kd, defaults):
+        version = vllm_version(kd, defaults) or f"not declared ({VLLM_VERSION_ANNOTATION})"
+        events.append(
+            Problem(
+                "CustomAllReduceDisabled",
+                f"tensor parallelism across {kd.spec.nodes_per_group} nodes with image "
+                f"{serving_image(kd, defaults)}, vLLM version {version}: before vLLM 0.33.0 "
+                "the custom all-reduce opened CUDA IPC handles across nodes (vllm issue "
+                "52778), so --disable-custom-all-reduce was added",
+            )
+        )
+    return events
+
+
+def _requeue_after(steps: Steps | None, weights: caches.Weights) -> float | None:
+    """The soonest a rollout's deadline or a running weights Job (whose progress is watched
+    nowhere) needs a look."""
+    deadlines = [steps.requeue_after_s if steps else None]
+    if weights.waiting and not weights.failed:
+        deadlines.append(caches.POLL_S)
+    return min((d for d in deadlines if d is not None), default=None)
+
+
+def _routing_ready(
+    observed: Observed,
+    applied: Applied,
+    error: KubernetesError | None,
+    served: Mapping[Resource, bool],
+) -> tuple[cond.Status, str, str]:
+    """RoutingReady, kept as it was after a failed apply that may have left a pool unpruned (so
+    that the next reconcile still lists the routing kinds: decide.had_routing)."""
+    previous = condition(observed.old, "RoutingReady")
+    if error is not None and previous:
+        kept: cond.Status = previous.get("status", "Unknown")
+        return kept, previous.get("reason", ""), previous.get("message", "")
+    kd = observed.kd
+    return routing.routing_condition(kd, applied.live, routing_missing(kd, served))
+
+
+def _stalled(observed: Observed, steps: Steps | None) -> str:
+    if steps is None or not steps.stalled:
+        return ""
+    kd = observed.kd
+    names = ", ".join(group_name(kd, i) for i in steps.stalled)
+    deadline = kd.spec.rollout.progress_deadline_seconds
+    return (
+        f"{names} not Ready within spec.rollout.progressDeadlineSeconds ({deadline} s): the "
+        f"rollout stopped; the {len(steps.hold)} groups not yet updated keep serving"
+    )
+
+
+def _waiting(image: ImageChoice | None) -> str:
+    if image is None or not image.waiting_for:
+        return ""
+    return (
+        f"the operator's default image {image.pending} waits for {image.waiting_for} to finish "
+        f"moving to it (one deployment at a time); running {image.image}"
+    )
+
+
+def _rollout(image: ImageChoice, steps: Steps) -> dict[str, Any]:
+    """The status fields of the rollout and the image."""
+    return {
+        "updatedReplicas": steps.updated,
+        "image": image.image,
+        "imageSource": image.source,
+        "pendingImage": image.pending,
+    }

@@ -1,0 +1,234 @@
+"""The plan and the status of one reconcile as tables, without any client: an observation in,
+writes, deletes and status out (reconcile/decide.py, reconcile/status.py)."""
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kimi_operator import caches
+from kimi_operator.api.problem import Problem
+from kimi_operator.api.validation import check_document
+from kimi_operator.builders import OperatorDefaults
+from kimi_operator.k8s.apply import APPLIED_ANNOTATION, Applied
+from kimi_operator.k8s.client import Client, load_configuration
+from kimi_operator.k8s.resources import LEADER_WORKER_SET
+from kimi_operator.reconcile import reconcile
+from kimi_operator.reconcile.decide import UPSTREAM, Decision, Observed, decide
+from kimi_operator.reconcile.status import Outcome, outcome
+from tests.support.cluster import condition, sample
+
+NOW = "2026-12-01T12:00:00Z"
+UID = "uid-1"
+NAME = "k3-tp8-dspark"
+HF = {"huggingface": {"repo": "moonshotai/Kimi-K3"}}
+COMMIT = "c0ffee"
+DEFAULTS = OperatorDefaults()
+
+
+def body(status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    doc = sample(NAME)
+    doc["metadata"] |= {"uid": UID, "generation": 2}
+    doc["spec"] |= spec
+    if status is not None:
+        doc["status"] = status
+    return doc
+
+
+def observed(doc: dict[str, Any], **fields: Any) -> Observed:
+    report = check_document(doc)
+    assert report.deployment is not None, report.problems
+    served = dict.fromkeys(UPSTREAM, True)
+    return Observed(doc, report.deployment, served, **fields)
+
+
+def names(children: list[dict[str, Any]]) -> list[str]:
+    return sorted(f"{c['kind']}/{c['metadata']['name']}" for c in children)
+
+
+def ready(group: dict[str, Any]) -> dict[str, Any]:
+    """`group` as a LeaderWorkerSet reports it once its pods are Ready."""
+    meta = {**group["metadata"], "generation": 1}
+    return {**group, "metadata": meta, "status": {"readyReplicas": 1, "observedGeneration": 1}}
+
+
+def reconciled(doc: dict[str, Any]) -> dict[str, Any]:
+    """A last status, as after a reconcile of `doc` whose groups all got ready."""
+    seen = observed(doc)
+    decision = decide(seen, DEFAULTS, now=NOW)
+    return status_of(seen, decision, [ready(c) for c in decision.apply]).status
+
+
+def status_of(seen: Observed, decision: Decision, live: list[dict[str, Any]]) -> Outcome:
+    return outcome(seen, decision, Applied(live=live), None, now=NOW)
+
+
+def outdated(live: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The groups of `live` as applied with another template (an image since changed)."""
+    out = copy.deepcopy(live)
+    for group in out:
+        group["metadata"]["annotations"][APPLIED_ANNOTATION] = "{}"
+    return out
+
+
+GROUPS = [f"ComputeDomain/{NAME}-g0", f"LeaderWorkerSet/{NAME}-g0"]
+REST = [
+    f"PodDisruptionBudget/{NAME}",
+    f"PodMonitor/{NAME}",
+    f"Service/{NAME}",
+]
+
+
+def test_a_first_reconcile_creates_every_child() -> None:
+    seen = observed(body(), first=True)
+    decision = decide(seen, DEFAULTS, now=NOW)
+    assert names(decision.apply) == sorted([*GROUPS, *REST])
+    assert (decision.caches, decision.held, decision.delete) == ([], [], [])
+    status = status_of(seen, decision, decision.apply).status
+    assert (status["replicas"], status["readyReplicas"]) == (1, 0)
+    assert condition(status, "Ready")["status"] == "False"
+
+
+def test_a_template_change_rolls_one_group_at_a_time() -> None:
+    doc = body(replicas=2)
+    first = decide(observed(doc), DEFAULTS, now=NOW)
+    live = {
+        g["metadata"]["name"]: ready(g)
+        for g in outdated(first.apply)
+        if g["kind"] == "LeaderWorkerSet"
+    }
+    seen = observed(body(reconciled(doc), replicas=2), groups=live)
+    decision = decide(seen, DEFAULTS, now=NOW)
+    written = [c for c in decision.apply if c["kind"] == LEADER_WORKER_SET.kind]
+    assert names(written) == [f"LeaderWorkerSet/{NAME}-g0"]  # maxUnavailable 1
+    assert names(decision.held) == [f"LeaderWorkerSet/{NAME}-g1"]
+    assert decision.steps is not None
+    assert decision.steps.rolling
+    status = status_of(seen, decision, [*decision.apply, *decision.held]).status
+    assert status["updatedReplicas"] == 1
+    assert condition(status, "Progressing")["status"] == "True"
+
+
+def _weights(status: dict[str, Any]) -> dict[str, Any]:
+    doc = body(model={"name": "moonshotai/Kimi-K3", "source": HF})
+    entry = {
+        "role": "model",
+        "repo": "moonshotai/Kimi-K3",
+        "revision": "main",
+        "commit": COMMIT,
+        "bytes": 1000,
+    }
+    doc["status"] = {**status, "weights": [entry]}
+    return doc
+
+
+def test_groups_wait_for_the_weights_and_are_not_pruned_meanwhile() -> None:
+    doc = body(reconciled(body()), model={"name": "moonshotai/Kimi-K3", "source": HF})
+    (job,) = caches.unresolved(observed(doc).kd, doc["status"])  # never resolved
+    running = decide(observed(body()), DEFAULTS, now=NOW).apply
+    seen = observed(
+        doc,
+        prune=True,
+        resolving={job: (None, {})},
+        children={c["kind"]: [with_uid(c)] for c in running},
+    )
+    decision = decide(seen, DEFAULTS, now=NOW)
+    assert not set(GROUPS) & set(names(decision.apply))
+    assert [w.name for w in decision.delete] == []
+    result = status_of(seen, decision, decision.apply)
+    weights = condition(result.status, "WeightsReady")
+    assert (weights["status"], weights["reason"]) == ("False", "Resolving")
+    assert result.requeue_after_s == 30.0  # a running Job is polled
+
+
+def with_uid(child: dict[str, Any]) -> dict[str, Any]:
+    """`child` as listed: controlled by the deployment."""
+    refs = [{"uid": UID, "controller": True}]
+    return {**child, "metadata": {**child["metadata"], "ownerReferences": refs}}
+
+
+def test_a_scale_down_prunes_the_surplus_groups_only() -> None:
+    two = decide(observed(body(replicas=2)), DEFAULTS, now=NOW).apply
+    listed: dict[str, list[dict[str, Any]]] = {}
+    for child in two:
+        listed.setdefault(child["kind"], []).append(with_uid(child))
+    other = with_uid(two[0]) | {
+        "metadata": {**two[0]["metadata"], "name": "x", "ownerReferences": []}
+    }
+    listed[two[0]["kind"]].append(other)  # not the deployment's: left alone
+    seen = observed(body(reconciled(body(replicas=2)), replicas=1), prune=True, children=listed)
+    decision = decide(seen, DEFAULTS, now=NOW)
+    assert sorted(f"{w.resource.kind}/{w.name}" for w in decision.delete) == [
+        f"ComputeDomain/{NAME}-g1",
+        f"LeaderWorkerSet/{NAME}-g1",
+    ]
+    assert {w.verb for w in decision.delete} == {"delete"}
+
+
+def test_no_prune_lists_nothing_to_delete() -> None:
+    seen = observed(body(reconciled(body(replicas=2)), replicas=1))
+    assert decide(seen, DEFAULTS, now=NOW).delete == []
+
+
+def test_a_quota_refusal_of_a_cache_stops_the_weights_and_the_groups() -> None:
+    doc = _weights(reconciled(body()))
+    seen = observed(doc)
+    planned = decide(seen, DEFAULTS, now=NOW)
+    assert [(w.verb, w.resource.kind) for w in planned.caches] == [
+        ("create", "PersistentVolumeClaim"),
+        ("create", "Job"),
+    ]
+    refusal = Problem("QuotaExceeded", 'persistentvolumeclaims "c" is forbidden: exceeded quota')
+    decision = decide(seen, DEFAULTS, now=NOW, refused=refusal)
+    assert decision.caches == []
+    assert not set(GROUPS) & set(names(decision.apply))
+    result = status_of(seen, decision, decision.apply)
+    weights = condition(result.status, "WeightsReady")
+    assert (weights["status"], weights["reason"]) == ("False", "QuotaExceeded")
+    assert result.requeue_after_s is None  # a person raises a quota: the resync looks again
+
+
+def test_downloaded_weights_let_the_groups_be_written() -> None:
+    doc = _weights(reconciled(body()))
+    seen = observed(doc)
+    complete = {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    for write in decide(seen, DEFAULTS, now=NOW).caches:
+        assert write.body is not None
+        found = {**write.body, **(complete if write.resource.kind == "Job" else {})}
+        seen.caches[(write.resource.kind, write.name)] = found
+    decision = decide(seen, DEFAULTS, now=NOW)
+    assert decision.caches == []  # already this deployment's
+    assert set(GROUPS) <= set(names(decision.apply))
+    weights = condition(status_of(seen, decision, decision.apply).status, "WeightsReady")
+    assert (weights["status"], weights["reason"]) == ("True", "Downloaded")
+
+
+# The deployment's spec and metadata, and the status it gets without reading the cluster.
+NO_CLIENT: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
+    (
+        "terminating",
+        lambda d: d["metadata"].update(deletionTimestamp=NOW),
+        "terminating",
+        "Terminating",
+    ),
+    ("invalid", lambda d: d["spec"].update(gpus=12), "invalid", "SpecInvalid"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "result", "reason"), NO_CLIENT, ids=[c[0] for c in NO_CLIENT]
+)
+def test_a_deployment_being_deleted_or_invalid_gets_its_status_only(
+    case: str, change: Callable[[dict[str, Any]], None], result: str, reason: str
+) -> None:
+    doc = body(reconciled(body()))
+    change(doc)
+    # Nothing listens there: any read or write would raise.
+    nowhere = Client(load_configuration("http://127.0.0.1:9"), timeout_s=1.0)
+    out = reconcile(doc, nowhere, DEFAULTS, spec_changed=False, now=NOW)
+    assert (out.result, out.error, out.applied) == (result, None, Applied())
+    assert (
+        condition(out.status, "Progressing" if case == "terminating" else "Degraded")["reason"]
+        == reason
+    )
