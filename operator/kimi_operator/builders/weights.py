@@ -4,7 +4,7 @@ to a commit once, then a claim and a download Job shared by every deployment of 
 
 The resolve Job belongs to one deployment (controller reference, pruned once resolved). The claim
 and the download Job are named from the cache's key, carry no deployment's labels, and get a
-non-controller ownerReference from each deployment using them (reconcile.py, caches.py).
+non-controller ownerReference from each deployment using them (reconcile/, caches.py).
 """
 
 import hashlib

@@ -280,9 +280,10 @@ def weights_of(
         write = caches.shared_write(obj, actual, observed.body, obj["metadata"]["name"] in kept)
         if write is not None:
             writes.append(write)
-        # What the object is once written: a patch leaves its status as it was.
-        created = write is not None and write.verb == "create"
-        live.append(dict(write.body or {}) if created and write else dict(actual or {}))
+        if write is not None and write.verb == "create":
+            live.append(dict(write.body or {}))  # no status yet: its Job has not finished
+        else:
+            live.append(dict(actual or {}))  # a patch leaves its status as it was
     if refused is not None:
         weights.ready = False
         weights.failed.append(refused)
