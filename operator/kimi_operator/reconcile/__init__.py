@@ -18,8 +18,8 @@ from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.k8s.client import Client
 from kimi_operator.reconcile.act import Acted, act, act_caches
-from kimi_operator.reconcile.decide import UPSTREAM, Observed, decide, plan_children, stopped
-from kimi_operator.reconcile.observe import observe, served_apis
+from kimi_operator.reconcile.decide import UPSTREAM, decide, plan_children, stopped
+from kimi_operator.reconcile.observe import observe
 from kimi_operator.reconcile.status import Outcome, outcome
 
 __all__ = ["UPSTREAM", "Outcome", "plan_children", "reconcile", "terminating"]
@@ -68,18 +68,15 @@ def reconcile(
         if spec_changed and not events:  # still invalid after an edit: say it again
             events = [Problem(INVALID, "; ".join(p.message for p in problems))]
         return Outcome(status, events, result="invalid")
-    kd = report.deployment
-    first = not old  # never reconciled: its children most likely do not exist yet
-    seen = Observed(
+    observed = observe(
+        client,
         body,
-        kd,
-        served_apis(client, kd),
+        report.deployment,
+        defaults,
         warnings=report.warnings,
-        first=first,
-        # Nothing to scale down before the first status, unless the spec was edited before it.
-        prune=prune and not (first and generation == 1),
+        prune=prune,
+        now=now,
     )
-    observed = observe(client, seen, defaults, now=now)
     if observed.error is not None:  # a read failed: nothing is written
         decision, acted = stopped(observed, defaults), Acted(error=observed.error)
     else:
@@ -87,7 +84,7 @@ def reconcile(
         acted = act_caches(client, decision)
         if acted.refused is not None:  # a quota refused a cache: plan again, without the weights
             decision = decide(observed, defaults, now=now, refused=acted.refused)
-        acted = act(client, body, decision, defaults, acted, likely_missing=first)
+        acted = act(client, body, decision, defaults, acted, likely_missing=observed.first)
         if acted.early:  # a cache's write failed: the weights are as the status recorded them
             decision = stopped(observed, defaults)
     return outcome(

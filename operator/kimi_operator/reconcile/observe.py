@@ -5,6 +5,7 @@ a write's answer, and lists cost the API server: each is made only where it can 
 (decide.py says what is done with them).
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 from kimi_operator import caches, rollout, routing
@@ -50,14 +51,29 @@ def served_apis(client: Client, kd: KimiDeployment) -> dict[Resource, bool]:
 
 def observe(
     client: Client,
-    seen: Observed,
+    body: Mapping[str, Any],
+    kd: KimiDeployment,
     defaults: OperatorDefaults,
     *,
+    warnings: list[str],
+    prune: bool,
     now: str,
 ) -> Observed:
-    """Fill `seen` (the deployment, its served APIs and flags) with what the cluster holds. A
-    failed read ends the observation (`error`): the reconcile then writes nothing. Reading the
-    pods or the Gateway fails the reconcile only for a lasting reason (they are not watched)."""
+    """What the cluster holds for the deployment `body` (validated: `kd`, with `warnings`);
+    `prune`: the controller asks for the children to prune. A failed read ends the observation
+    (`error`): the reconcile then writes nothing. Reading the served APIs, the pods or the Gateway
+    fails the reconcile only for a lasting reason (they are not watched)."""
+    old = body.get("status") or {}
+    first = not old  # never reconciled: its children most likely do not exist yet
+    seen = Observed(
+        body,
+        kd,
+        served_apis(client, kd),
+        warnings=warnings,
+        first=first,
+        # Nothing to scale down before the first status, unless the spec was edited before it.
+        prune=prune and not (first and body.get("metadata", {}).get("generation") == 1),
+    )
     try:
         _weights(client, seen, defaults, now=now)
         _children(client, seen, defaults, now=now)
