@@ -126,12 +126,12 @@ def _weights(status: dict[str, Any]) -> dict[str, Any]:
 def test_groups_wait_for_the_weights_and_are_not_pruned_meanwhile() -> None:
     doc = body(reconciled(body()), model={"name": "moonshotai/Kimi-K3", "source": HF})
     (job,) = caches.unresolved(observed(doc).kd, doc["status"])  # never resolved
-    running = decide(observed(body()), DEFAULTS, now=NOW).apply
+    running = decide(observed(body(replicas=2)), DEFAULTS, now=NOW).apply  # g1 left to prune
     seen = observed(
         doc,
         prune=True,
         resolving={job: (None, {})},
-        children={c["kind"]: [with_uid(c)] for c in running},
+        children=listed(running),
     )
     decision = decide(seen, DEFAULTS, now=NOW)
     assert not set(GROUPS) & set(names(decision.apply))
@@ -148,16 +148,22 @@ def with_uid(child: dict[str, Any]) -> dict[str, Any]:
     return {**child, "metadata": {**child["metadata"], "ownerReferences": refs}}
 
 
+def listed(children: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """`children` as a prune's lists find them, by kind."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for child in children:
+        out.setdefault(child["kind"], []).append(with_uid(child))
+    return out
+
+
 def test_a_scale_down_prunes_the_surplus_groups_only() -> None:
     two = decide(observed(body(replicas=2)), DEFAULTS, now=NOW).apply
-    listed: dict[str, list[dict[str, Any]]] = {}
-    for child in two:
-        listed.setdefault(child["kind"], []).append(with_uid(child))
+    found = listed(two)
     other = with_uid(two[0]) | {
         "metadata": {**two[0]["metadata"], "name": "x", "ownerReferences": []}
     }
-    listed[two[0]["kind"]].append(other)  # not the deployment's: left alone
-    seen = observed(body(reconciled(body(replicas=2)), replicas=1), prune=True, children=listed)
+    found[two[0]["kind"]].append(other)  # not the deployment's: left alone
+    seen = observed(body(reconciled(body(replicas=2)), replicas=1), prune=True, children=found)
     decision = decide(seen, DEFAULTS, now=NOW)
     assert sorted(f"{w.resource.kind}/{w.name}" for w in decision.delete) == [
         f"ComputeDomain/{NAME}-g1",
