@@ -9,14 +9,16 @@ from collections.abc import Sequence
 
 
 def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
-    """Gaussian elimination with partial pivoting (matrix is square and small)."""
+    """Gaussian elimination with partial pivoting (matrix is square and small). A pivot that is
+    rounding error next to the matrix's largest entry means collinear columns: singular."""
     size = len(vector)
+    tiny = 1e-9 * max(abs(value) for row in matrix for value in row)
     rows = [[*matrix[i], vector[i]] for i in range(size)]
     for column in range(size):
         pivot = max(range(column, size), key=lambda r: abs(rows[r][column]))
         rows[column], rows[pivot] = rows[pivot], rows[column]
         lead = rows[column][column]
-        if lead == 0:
+        if abs(lead) <= tiny:
             raise ValueError("singular")
         for row in range(size):
             if row != column:
