@@ -36,7 +36,7 @@ from tests.vllm.conftest import Served
 
 TOLERANCE = 0.20
 AGREEMENT = 0.10
-ATTEMPTS = 4
+ATTEMPTS = 6
 TURNS = 4
 FIGURES = {
     "task completion p50": ("tasks", "completion_s", "p50"),
