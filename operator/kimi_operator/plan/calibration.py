@@ -9,7 +9,8 @@ a chunk is one step only while the API server keeps up with the engine, and on a
 falls behind and sends two steps' tokens in one chunk (seen on 2 CPUs: 1.09 tokens per chunk from
 a server that does not speculate). Prefill: the TTFT of each
 `prefill:` request and of the second (cache-hitting) `prefix:` request against the prompt tokens
-it had to compute and those it took from the cache. With a `latency_specialized` deployment, the
+it had to compute and those it took from the cache, less the requests a stall of the whole
+server delayed (`fit_without_stalls`). With a `latency_specialized` deployment, the
 phases whose batch x (1 + draft tokens) fits in 64 ran on the fast path and fit its costs; the
 others fit the ordinary path's. Streams: the TTFT of each `streams:s{S}` probe beyond what the
 fitted steps give it (half a step of the S streams to wait, then a step of theirs with its prefill)
@@ -33,7 +34,7 @@ from kimi_operator.plan.costs import (
     request_overhead_s,
     step_seconds,
 )
-from kimi_operator.plan.fit import fit
+from kimi_operator.plan.fit import fit, fit_without_stalls
 
 PHASE = re.compile(r"^(?:decode:b(?P<batch>\d+):c(?P<context>\d+)|(?P<kind>prefill|prefix):p\d+)$")
 PROBE = re.compile(r"^streams:s(?P<streams>\d+):probe$")
@@ -188,7 +189,7 @@ def from_run(results: Results, label: str, draft_tokens: int | None) -> Calibrat
             )
     else:
         ordinary_points = points
-    intercept, (per_token, per_cached) = fit(
+    intercept, (per_token, per_cached) = fit_without_stalls(
         [(computed, cached) for computed, cached, _ in prefill], [t for _, _, t in prefill]
     )
     costs = StepCosts(

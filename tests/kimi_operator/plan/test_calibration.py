@@ -14,7 +14,7 @@ from kimi_operator.bench.results import (
 )
 from kimi_operator.plan import PlanError
 from kimi_operator.plan.calibration import from_run
-from kimi_operator.plan.fit import fit
+from kimi_operator.plan.fit import fit, fit_without_stalls
 
 
 def test_the_sweep_runs_in_phases_each_after_the_last() -> None:
@@ -54,6 +54,18 @@ def test_fit_recovers_a_line_and_drops_a_negative_slope() -> None:
     # A column that never varies has nothing to fit.
     intercept, (a,) = fit([(5.0,), (5.0,)], [2.0, 4.0])
     assert (intercept, a) == pytest.approx((3.0, 0.0))
+
+
+def test_a_stalled_request_is_left_out_of_the_fit() -> None:
+    xs = [(float(x),) for x in (1, 2, 3, 4, 5, 6)]
+    ys = [0.010 + 0.001 * x for (x,) in xs]
+    stalled = [*ys[:1], 0.500, *ys[2:]]  # the second took 0.488 s longer: the server stalled
+    assert fit(xs, stalled)[0] > 0.05  # one stall moves a plain fit's intercept fivefold
+    intercept, (slope,) = fit_without_stalls(xs, stalled)
+    assert (intercept, slope) == pytest.approx((0.010, 0.001))
+    # Faster than the line is no stall: a point 0.002 s below it stays (the fit moves).
+    faster = [*ys[:1], ys[1] - 0.002, *ys[2:]]
+    assert fit_without_stalls(xs, faster) == fit(xs, faster)
 
 
 def record(
