@@ -13,9 +13,9 @@ at most a decode step's), the rest is the request's way in and out of the server
 tokenization, detokenization) that it pays however busy the engine is, also when its prefill
 rides along with other requests' decode steps: that part delays its arrival at the scheduler.
 `StepCosts.per_stream_s` lengthens that way in by each request the group is already running: the
-API server streams their tokens with the same CPUs it takes a new request in with (measured on
-the CPU server: 14 ms of way in at 2 sessions, 23-36 ms at 6, against the engine's own timestamps,
-while the engine's share matched the model; docs/planning.md).
+API server streams their tokens with the same CPUs it takes a new request in with (on the CPU
+server, the time outside the engine's own timestamps grew from 14-25 ms a request at 2 sessions to
+23-36 ms at 6; docs/planning.md).
 """
 
 from dataclasses import dataclass
