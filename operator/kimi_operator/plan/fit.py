@@ -55,10 +55,12 @@ def fit(xs: Sequence[Sequence[float]], ys: Sequence[float]) -> tuple[float, list
 def fit_without_stalls(
     xs: Sequence[Sequence[float]], ys: Sequence[float], spread: float = 4.0
 ) -> tuple[float, list[float]]:
-    """`fit`, refitted without the points that took longer than it says by more than `spread`
-    times the typical residual (the median's, at least 1% of the median value), until none does:
-    a single request's time on a busy machine can include a stall of the whole server (584 ms for
-    a 128-token prefill that took 24-59 ms in the same minute), which is no cost of its own."""
+    """`fit`, refitted without the points whose residual is above the median residual by more
+    than `spread` times the residuals' median absolute deviation (at least 1% of the median
+    value), until none is: a single request's time on a busy machine can include a stall of the
+    whole server (584 ms for a 128-token prefill that took 24-59 ms in the same minute), which is
+    no cost of its own. Measured from the median residual, two stalls that pull the first fit up
+    (and every other point below it) still stand out."""
     keep = list(range(len(ys)))
     while True:
         intercept, coefficients = fit([xs[i] for i in keep], [ys[i] for i in keep])
@@ -66,11 +68,12 @@ def fit_without_stalls(
             i: ys[i] - intercept - sum(c * x for c, x in zip(coefficients, xs[i], strict=True))
             for i in keep
         }
+        middle = statistics.median(residuals.values())
         typical = max(
-            statistics.median(abs(r) for r in residuals.values()),
+            statistics.median(abs(r - middle) for r in residuals.values()),
             0.01 * statistics.median(ys[i] for i in keep),
         )
-        stalled = [i for i, r in residuals.items() if r > spread * typical]
+        stalled = [i for i, r in residuals.items() if r - middle > spread * typical]
         if not stalled or len(keep) - len(stalled) < len(coefficients) + 2:
             return intercept, coefficients
         keep = [i for i in keep if i not in stalled]

@@ -63,6 +63,10 @@ def test_a_stalled_request_is_left_out_of_the_fit() -> None:
     assert fit(xs, stalled)[0] > 0.05  # one stall moves a plain fit's intercept fivefold
     intercept, (slope,) = fit_without_stalls(xs, stalled)
     assert (intercept, slope) == pytest.approx((0.010, 0.001))
+    # Two stalls pull the first fit above every other point; both still go.
+    twice = [*stalled[:4], 0.400, stalled[5]]
+    intercept, (slope,) = fit_without_stalls(xs, twice)
+    assert (intercept, slope) == pytest.approx((0.010, 0.001))
     # Faster than the line is no stall: a point 0.002 s below it stays (the fit moves).
     faster = [*ys[:1], ys[1] - 0.002, *ys[2:]]
     assert fit_without_stalls(xs, faster) == fit(xs, faster)
