@@ -18,11 +18,12 @@ How it measures, and why (docs/planning.md has the runs):
   again (at most ATTEMPTS times) when its two plans or its two replays are more than AGREEMENT
   apart on task completion p50: the machine's speed changed under it (once a replay ran 25% slower
   for a burst of a few seconds that neither calibration saw), and no model predicts a moving
-  machine. Task completion, not TTFT, is the gauge: it sums
-  a hundred steps and a dozen prefills, where a calibration's TTFT rests on a few single requests
-  (two sweeps a minute apart gave TTFTs 24% apart with task completions 3% apart, and their mean
-  came within 4% of the measured TTFT).
+  machine. Task completion, not TTFT, is the gauge: it sums a hundred steps and a dozen prefills,
+  where a calibration's TTFT rests on a few single requests (two sweeps a minute apart gave TTFTs
+  24% apart with task completions 3% apart, and their mean came within 4% of the measured TTFT).
 - The server and bench's client run at a raised priority where allowed (tests/vllm/conftest.py).
+- It runs last on the shared server (conftest.py): with its own seeds and prefixes the server's
+  earlier state does not bias it, and its minutes of load come after the other files' checks.
 """
 
 import itertools
