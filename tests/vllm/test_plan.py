@@ -15,13 +15,16 @@ How it measures, and why (docs/planning.md has the runs):
   right after a replay predicted its task completion 50% slower than the one right before it):
   each attempt replays the trace twice between a calibration before and one after, predicts the
   mean of the two calibrations' plans and measures the mean of the two replays, and is measured
-  again (at most ATTEMPTS times) when its two plans or its two replays are more than AGREEMENT
-  apart on task completion p50: the machine's speed changed under it (once a replay ran 25% slower
-  for a burst of a few seconds that neither calibration saw), and no model predicts a moving
-  machine. Task completion, not TTFT, is the gauge: it sums a hundred steps and a dozen prefills,
-  where a calibration's TTFT rests on a few single requests (two sweeps a minute apart gave TTFTs
-  24% apart with task completions 3% apart, and their mean came within 4% of the measured TTFT).
+  again (at most ATTEMPTS times) when its two plans are more than AGREEMENT apart on task
+  completion p50, or its two replays more than REPLAYS_AGREE: the machine's speed changed under
+  it (once a replay ran 25% slower for a burst of a few seconds that neither calibration saw),
+  and no model predicts a moving machine. Task completion, not TTFT, is the gauge: it sums a
+  hundred steps and a dozen prefills, where a calibration's TTFT rests on a few single requests
+  (two sweeps a minute apart gave TTFTs 24% apart with task completions 3% apart, and their mean
+  came within 4% of the measured TTFT).
 - The server and bench's client run at a raised priority where allowed (tests/vllm/conftest.py).
+- Replays and calibrations warm up alike (bench's one unmeasured request, on prompts of its own),
+  so neither measures a cold connection the other does not.
 - It runs last on the shared server (conftest.py): with its own seeds and prefixes the server's
   earlier state does not bias it, and its minutes of load come after the other files' checks.
 """
@@ -39,6 +42,7 @@ from tests.vllm.conftest import Served
 
 TOLERANCE = 0.20
 AGREEMENT = 0.10
+REPLAYS_AGREE = 0.15  # a p50 of 2 or 6 tasks: two replays in a calm minute were 5-12% apart
 ATTEMPTS = 6
 TURNS = 4
 FIGURES = {
@@ -106,8 +110,8 @@ def measure(served: Served, run: Path, sessions: int) -> list[dict[str, float]]:
     for trace in traces:
         cli(
             "bench", "--endpoint", f"{served.root}/v1", "--metrics-url",
-            f"{served.root}/metrics", "--profile", "agentic", "--trace", str(trace), "--warmup",
-            "0", "--gpus", "1", "--output", str(run / trace.stem), "--no-progress",
+            f"{served.root}/metrics", "--profile", "agentic", "--trace", str(trace), "--gpus",
+            "1", "--output", str(run / trace.stem), "--no-progress",
         )  # fmt: skip
     calibrate(served, run / "after")
     config = run / "server.yaml"
@@ -142,13 +146,13 @@ def test_plan_predicts_a_closed_replay(served: Served, tmp_path: Path, sessions:
         results = measure(served, tmp_path / f"s{sessions}a{attempt}", sessions)
         plans, replays = results[:2], results[2:]
         print(f"{sessions} sessions, attempt {attempt}: plans {plans}, replays {replays}")
-        if apart(plans) <= AGREEMENT and apart(replays) <= AGREEMENT:
+        if apart(plans) <= AGREEMENT and apart(replays) <= REPLAYS_AGREE:
             break
     else:
         pytest.fail(
-            f"the server's speed moved by more than {AGREEMENT:.0%} (its two calibrations' plans "
-            f"or its two replays disagreed on {GAUGE}) in each of {ATTEMPTS} attempts: the "
-            "machine is too busy to check a prediction on"
+            f"the server's speed moved (its two calibrations' plans disagreed on {GAUGE} by more "
+            f"than {AGREEMENT:.0%}, or its two replays by more than {REPLAYS_AGREE:.0%}) in each "
+            f"of {ATTEMPTS} attempts: the machine is too busy to check a prediction on"
         )
     predicted, measured = mean(plans), mean(replays)
     report = [(label, predicted[label], measured[label]) for label in FIGURES]
