@@ -42,7 +42,7 @@ from tests.vllm.conftest import Served
 
 TOLERANCE = 0.20
 AGREEMENT = 0.10
-REPLAYS_AGREE = 0.15  # a p50 of 2 or 6 tasks: two replays in a calm minute were 5-12% apart
+REPLAYS_AGREE = 0.15  # each a p50 of 2 or 6 tasks: 4-16% apart in one run's six attempts
 ATTEMPTS = 6
 TURNS = 4
 FIGURES = {
