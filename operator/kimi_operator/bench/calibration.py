@@ -11,11 +11,16 @@ phase's answers, as in a closed trace replay); every request carries its phase i
 - `prefill:p{P}`: one request alone with a P-token prompt and a 2-token answer: its TTFT is the
   prefill of P tokens;
 - `prefix:p{P}`: two requests one after the other whose first P - 16 tokens are the same: the
-  second's TTFT is a prefill after a prefix-cache hit.
+  second's TTFT is a prefill after a prefix-cache hit;
+- `streams:s{S}`: S requests stream long answers (`2 x output_tokens`) while a probe with the
+  shortest prompt arrives among them (sent when a 2-token request sent with the streams has its
+  answer, so they are decoding): the probe's TTFT against a lone request's is what S streams add
+  to a new request's way in (the API server's work for them; the engine's share is modelled).
 
 Sizes come from the run's options: batches are the powers of two up to `--concurrency` (default
 64) and `--concurrency` itself; prompts are `--prompt-tokens` (default 32768) and its half,
-quarter and eighth; decode contexts the eighth and the half.
+quarter and eighth; decode contexts the eighth and the half; streams 0 and every batch less 2
+(room for the starter and the probe).
 """
 
 from typing import Final
@@ -24,6 +29,7 @@ from kimi_operator.bench.profiles import PlannedRequest
 
 PREFILL_OUTPUT_TOKENS: Final = 2
 PREFIX_UNSHARED_TOKENS: Final = 16  # a whole block of the hit's prompt is its own
+STREAM_OUTPUT_FACTOR: Final = 2  # the streams' answers outlast the probe's way in and prefill
 
 
 def batch_sizes(largest: int) -> list[int]:
@@ -47,13 +53,11 @@ def calibration_plan(
     plan: list[PlannedRequest] = []
     previous: tuple[int, ...] = ()
 
-    def phase(label: str, prompt: int, output: int, count: int, shared: int = 0) -> None:
-        nonlocal previous
-        first = len(plan)
-        for index in range(first, first + count):
+    def add(label: str, prompt: int, output: int, count: int, shared: int = 0) -> None:
+        for _ in range(count):
             plan.append(
                 PlannedRequest(
-                    index=index,
+                    index=len(plan),
                     start_s=0.0,
                     prompt_tokens=prompt,
                     output_tokens=output,
@@ -62,6 +66,11 @@ def calibration_plan(
                     after=previous,
                 )
             )
+
+    def phase(label: str, prompt: int, output: int, count: int, shared: int = 0) -> None:
+        nonlocal previous
+        first = len(plan)
+        add(label, prompt, output, count, shared)
         previous = tuple(range(first, len(plan)))
 
     for context in decode_contexts(longest_prompt):
@@ -73,4 +82,20 @@ def calibration_plan(
         shared = prompt - PREFIX_UNSHARED_TOKENS
         for _ in range(2):  # the first fills the cache, the second hits it
             phase(f"prefix:p{prompt}", prompt, PREFILL_OUTPUT_TOKENS, 1, shared)
+    context = decode_contexts(longest_prompt)[0]
+    probe = prompt_lengths(longest_prompt)[0]
+    for streams in stream_counts(largest_batch):
+        label = f"streams:s{streams}"
+        first = len(plan)
+        add(label, context, STREAM_OUTPUT_FACTOR * output_tokens, streams)
+        add(f"{label}:starter", context, PREFILL_OUTPUT_TOKENS, 1)
+        previous = (len(plan) - 1,)  # the probe waits for the starter's answer only
+        add(f"{label}:probe", probe, PREFILL_OUTPUT_TOKENS, 1)
+        previous = tuple(range(first, len(plan)))
     return plan
+
+
+def stream_counts(largest_batch: int) -> list[int]:
+    """Streams decoding while a probe arrives: none, and each batch size that leaves room for
+    the starter and the probe."""
+    return sorted({0, *(b - 2 for b in batch_sizes(largest_batch) if b > 2)})

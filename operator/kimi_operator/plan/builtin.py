@@ -27,6 +27,11 @@ TP8_DECODE_FACTOR: Final = 1.5  # half the GPUs, each reading twice the weights 
 TP16_PREFILL_TOK_S: Final = 25_000.0  # prompt tokens per second of one TP16 group
 TP8_PREFILL_FACTOR: Final = 2.0
 PREFILL_FIXED_S: Final = 0.030
+# The API server runs on the host's own CPUs (72 Grace cores a tray), beside no engine thread: a
+# running stream costs it a few tens of microseconds a step (detokenize one token, write one event),
+# so a new request's way in grows by this much per running request, against 10-25 ms a stream on
+# the 2-CPU test server where the engine takes the same CPUs.
+PER_STREAM_S: Final = 0.0002
 MAX_NUM_SEQS: Final = 8
 MODEL: Final = "moonshotai/Kimi-K3"
 
@@ -61,6 +66,7 @@ def builtin_calibration(gpus: int, backend: str, draft_tokens: int) -> Calibrati
             ordinary=ordinary,
             prefill=PrefillCost(PREFILL_FIXED_S, prefill_factor / TP16_PREFILL_TOK_S),
             fast=fast if backend == "latency_specialized" else None,
+            per_stream_s=PER_STREAM_S,
         ),
         model=MODEL,
     )

@@ -1,27 +1,43 @@
 """Step costs from a `bench --profile calibration` run (bench/calibration.py says what it sends).
 
-Decode: in each `decode:b{B}:c{C}` phase, the gaps between chunks in the later half of every
-stream (by then all B requests have prefilled) are decode steps of B sequences; their mean is the
-step time (a mean, not a median: a task's time is the sum of its steps, stalls included), their
-tokens per chunk 1 + the accepted drafts. Prefill: the TTFT of each
+Decode: in each `decode:b{B}:c{C}` phase, the later half of every stream (by then all B requests
+have prefilled) runs decode steps of B sequences: their time over their tokens is the time per
+token (a mean, not a median: a task's time is the sum of its steps, stalls included), times the
+tokens a step yields, 1 + the accepted drafts. Those come from the server's speculative-decoding
+counters when its metrics were read (none: it does not speculate), else from the tokens per chunk:
+a chunk is one step only while the API server keeps up with the engine, and on a busy machine it
+falls behind and sends two steps' tokens in one chunk (seen on 2 CPUs: 1.09 tokens per chunk from
+a server that does not speculate). Prefill: the TTFT of each
 `prefill:` request and of the second (cache-hitting) `prefix:` request against the prompt tokens
-it had to compute and those it took from the cache. With a `latency_specialized` deployment, the
+it had to compute and those it took from the cache, less the requests a stall of the whole
+server delayed (`fit_without_stalls`). With a `latency_specialized` deployment, the
 phases whose batch x (1 + draft tokens) fits in 64 ran on the fast path and fit its costs; the
-others fit the ordinary path's.
+others fit the ordinary path's. Streams: the TTFT of each `streams:s{S}` probe beyond what the
+fitted steps give it (half a step of the S streams to wait, then a step of theirs with its prefill)
+grows by `per_stream_s` a stream: what they add to its way in.
 """
 
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 from kimi_operator.bench.calibration import PREFIX_UNSHARED_TOKENS
 from kimi_operator.bench.results import RequestRecord, Results
 from kimi_operator.bench.stats import chunk_gaps
 from kimi_operator.plan import PlanError
-from kimi_operator.plan.costs import FAST_PATH_MAX_TOKENS, DecodeCost, PrefillCost, StepCosts
-from kimi_operator.plan.fit import fit
+from kimi_operator.plan.costs import (
+    FAST_PATH_MAX_TOKENS,
+    DecodeCost,
+    PrefillCost,
+    StepCosts,
+    request_overhead_s,
+    step_seconds,
+)
+from kimi_operator.plan.fit import fit, fit_without_stalls
 
 PHASE = re.compile(r"^(?:decode:b(?P<batch>\d+):c(?P<context>\d+)|(?P<kind>prefill|prefix):p\d+)$")
+PROBE = re.compile(r"^streams:s(?P<streams>\d+):probe$")
 BLOCK_TOKENS = 16
 
 
@@ -54,7 +70,11 @@ def _tail(record: RequestRecord) -> tuple[list[float], list[int]]:
     return gaps, tokens
 
 
-def decode_points(records: list[RequestRecord]) -> list[DecodePoint]:
+def decode_points(
+    records: list[RequestRecord], tokens_per_step: float | None = None
+) -> list[DecodePoint]:
+    """The decode phases' step times; `tokens_per_step` as the server counted it (None: the
+    tokens per chunk, each chunk taken for a step)."""
     phases: dict[tuple[int, int], list[RequestRecord]] = {}
     for record in records:
         found = PHASE.match(record.group or "")
@@ -67,12 +87,13 @@ def decode_points(records: list[RequestRecord]) -> list[DecodePoint]:
         if not gaps:
             continue
         output = statistics.mean(r.output_tokens for r in members)
+        step_tokens = statistics.mean(tokens) if tokens_per_step is None else tokens_per_step
         points.append(
             DecodePoint(
                 batch=batch,
                 context=batch * (context + 0.75 * output),
-                step_s=statistics.mean(gaps),
-                tokens_per_step=statistics.mean(tokens),
+                step_s=sum(gaps) / sum(tokens) * step_tokens,
+                tokens_per_step=step_tokens,
             )
         )
     return points
@@ -99,6 +120,32 @@ def prefill_points(records: list[RequestRecord]) -> list[tuple[int, int, float]]
     return points
 
 
+def per_stream_s(records: list[RequestRecord], costs: StepCosts, draft_tokens: int) -> float:
+    """What each running stream adds to a new request's way in: the slope, against the streams,
+    of the probes' TTFT beyond the modelled one (0 without probes: an older calibration)."""
+    prompts = {r.group: r.prompt_tokens or 0 for r in records}  # a phase's streams: one length
+    streams: list[tuple[float]] = []
+    excess: list[float] = []
+    for record in records:
+        found = PROBE.match(record.group or "")
+        if not found or record.error or record.ttft_s is None:
+            continue
+        count = int(found["streams"])
+        context = count * prompts.get(f"streams:s{count}", 0)
+        step = partial(step_seconds, costs, cached_tokens=0, batch=count, context=context)
+        waiting = step(prefill_tokens=0, draft_tokens=draft_tokens) if count else 0.0
+        modelled = (
+            request_overhead_s(costs)
+            + waiting / 2
+            + step(prefill_tokens=record.prompt_tokens or 0, draft_tokens=draft_tokens)
+        )
+        streams.append((float(count),))
+        excess.append(record.ttft_s - modelled)
+    if len({x for (x,) in streams}) < 2:
+        return 0.0
+    return fit(streams, excess)[1][0]
+
+
 def _decode_cost(points: list[DecodePoint]) -> DecodeCost:
     intercept, (per_sequence, per_context) = fit(
         [(p.batch - 1, p.context) for p in points], [p.step_s for p in points]
@@ -113,7 +160,9 @@ def from_run(results: Results, label: str, draft_tokens: int | None) -> Calibrat
             f"{label}: a {results.config.profile!r} run, not a calibration: run "
             "`kimi-operator bench --profile calibration` against the deployment"
         )
-    points = decode_points(results.requests)
+    metrics = results.summary.server_metrics
+    counted = (metrics.spec_decode_acceptance_length or 1.0) if metrics.reachable else None
+    points = decode_points(results.requests, counted)
     prefill = prefill_points(results.requests)
     if not points or len(prefill) < 2:
         raise PlanError(f"{label}: too few successful calibration requests to fit step costs")
@@ -140,9 +189,15 @@ def from_run(results: Results, label: str, draft_tokens: int | None) -> Calibrat
             )
     else:
         ordinary_points = points
-    intercept, (per_token, per_cached) = fit(
+    intercept, (per_token, per_cached) = fit_without_stalls(
         [(computed, cached) for computed, cached, _ in prefill], [t for _, _, t in prefill]
     )
+    costs = StepCosts(
+        ordinary=_decode_cost(ordinary_points),
+        prefill=PrefillCost(intercept, per_token, per_cached),
+        fast=fast,
+    )
+    costs = replace(costs, per_stream_s=per_stream_s(results.requests, costs, draft_tokens))
     return Calibration(
         name=label,
         origin=f"measured: {label}",
@@ -151,11 +206,7 @@ def from_run(results: Results, label: str, draft_tokens: int | None) -> Calibrat
         draft_tokens=draft_tokens,
         acceptance=min(acceptance, float(draft_tokens)),
         max_num_seqs=max(p.batch for p in points),
-        costs=StepCosts(
-            ordinary=_decode_cost(ordinary_points),
-            prefill=PrefillCost(intercept, per_token, per_cached),
-            fast=fast,
-        ),
+        costs=costs,
         model=results.config.model,
         notes=notes,
     )

@@ -12,6 +12,10 @@ tokens (a calibration's TTFT intercept). Part of it is a step's own fixed cost (
 at most a decode step's), the rest is the request's way in and out of the server (HTTP,
 tokenization, detokenization) that it pays however busy the engine is, also when its prefill
 rides along with other requests' decode steps: that part delays its arrival at the scheduler.
+`StepCosts.per_stream_s` lengthens that way in by each request the group is already running: the
+API server streams their tokens with the same CPUs it takes a new request in with (on the CPU
+server, the time outside the engine's own timestamps grew from 14-25 ms a request at 2 sessions to
+23-36 ms at 6; docs/planning.md).
 """
 
 from dataclasses import dataclass
@@ -45,11 +49,13 @@ class StepCosts:
     ordinary: DecodeCost
     prefill: PrefillCost
     fast: DecodeCost | None = None  # None: no fast path (decode backend `auto`)
+    per_stream_s: float = 0.0  # added to a request's way in by each request already running
 
 
-def request_overhead_s(costs: StepCosts) -> float:
-    """The part of a lone request's TTFT that is no step's: its way into and out of the server."""
-    return max(costs.prefill.fixed_s - costs.ordinary.fixed_s, 0.0)
+def request_overhead_s(costs: StepCosts, running: int = 0) -> float:
+    """The part of a request's TTFT that is no step's: its way into and out of the server, alone
+    (a lone request's TTFT beyond its step) and per request the group is `running`."""
+    return max(costs.prefill.fixed_s - costs.ordinary.fixed_s, 0.0) + costs.per_stream_s * running
 
 
 def on_fast_path(costs: StepCosts, prefill_tokens: int, batch: int, draft_tokens: int) -> bool:

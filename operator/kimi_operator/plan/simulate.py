@@ -4,8 +4,9 @@ Event-driven and deterministic: no wall clock. Each group runs one step at a tim
 arrives during a step joins at the next one, and a group that sits idle starts a step as soon as
 work arrives (after every other event of that instant, so that requests sent together are
 scheduled together). A request reaches the scheduler after its way into the server
-(`request_overhead_s`). A closed replay sends a turn at the later of its trace time and the answers
-it waits for plus its think time, as `bench --replay closed` does.
+(`request_overhead_s`, longer by the requests its group is running when it arrives). A closed
+replay sends a turn at the later of its trace time and the answers it waits for plus its think
+time, as `bench --replay closed` does.
 
 Routing: `prefix` keeps a prefix group (or else a task) on the group that served its first
 request, placing new ones on the least loaded group; `round-robin` takes the groups in turn.
@@ -102,7 +103,7 @@ class _Run:
         self.lives[request.index] = live
         engine = self.entry.pick(request)
         engine.arriving += 1
-        ready = now + request_overhead_s(engine.spec.costs)
+        ready = now + request_overhead_s(engine.spec.costs, len(engine.running))
         self.at(ready, partial(self.enqueue, engine, live, ready))
 
     def enqueue(self, engine: Engine, live: Live, now: float) -> None:

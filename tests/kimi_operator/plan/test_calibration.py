@@ -14,7 +14,7 @@ from kimi_operator.bench.results import (
 )
 from kimi_operator.plan import PlanError
 from kimi_operator.plan.calibration import from_run
-from kimi_operator.plan.fit import fit
+from kimi_operator.plan.fit import fit, fit_without_stalls
 
 
 def test_the_sweep_runs_in_phases_each_after_the_last() -> None:
@@ -28,8 +28,15 @@ def test_the_sweep_runs_in_phases_each_after_the_last() -> None:
     assert groups.count("decode:b8:c512") == 8
     assert groups.count("prefill:p256") == 1
     assert groups.count("prefix:p256") == 2
-    assert len(plan) == 30 + 4 + 8
-    for request, previous in zip(plan[1:], plan, strict=False):
+    # Streams 0, 2 and 6 (after 42 requests): the streams and a starter wait for the phase before,
+    # a probe for the starter only.
+    assert len(plan) == 42 + 2 + 4 + 8
+    s2 = plan[44:48]
+    assert [r.group for r in s2] == ["streams:s2"] * 2 + ["streams:s2:starter", "streams:s2:probe"]
+    assert [r.after for r in s2] == [(42, 43)] * 3 + [(46,)]
+    assert (s2[0].output_tokens, s2[2].output_tokens, s2[3].prompt_tokens) == (64, 2, 128)
+    assert plan[48].after == (44, 45, 46, 47)
+    for request, previous in zip(plan[1:42], plan, strict=False):
         if request.group != previous.group or str(request.group).startswith("prefix"):
             assert previous.index in request.after  # a phase waits for the one before
     hit = [r for r in plan if r.group == "prefix:p256"][1]
@@ -47,6 +54,22 @@ def test_fit_recovers_a_line_and_drops_a_negative_slope() -> None:
     # A column that never varies has nothing to fit.
     intercept, (a,) = fit([(5.0,), (5.0,)], [2.0, 4.0])
     assert (intercept, a) == pytest.approx((3.0, 0.0))
+
+
+def test_a_stalled_request_is_left_out_of_the_fit() -> None:
+    xs = [(float(x),) for x in (1, 2, 3, 4, 5, 6)]
+    ys = [0.010 + 0.001 * x for (x,) in xs]
+    stalled = [*ys[:1], 0.500, *ys[2:]]  # the second took 0.488 s longer: the server stalled
+    assert fit(xs, stalled)[0] > 0.05  # one stall moves a plain fit's intercept fivefold
+    intercept, (slope,) = fit_without_stalls(xs, stalled)
+    assert (intercept, slope) == pytest.approx((0.010, 0.001))
+    # Two stalls pull the first fit above every other point; both still go.
+    twice = [*stalled[:4], 0.400, stalled[5]]
+    intercept, (slope,) = fit_without_stalls(xs, twice)
+    assert (intercept, slope) == pytest.approx((0.010, 0.001))
+    # Faster than the line is no stall: a point 0.002 s below it stays (the fit moves).
+    faster = [*ys[:1], ys[1] - 0.002, *ys[2:]]
+    assert fit_without_stalls(xs, faster) == fit(xs, faster)
 
 
 def record(
@@ -140,6 +163,50 @@ def test_a_speculating_run_needs_its_draft_count_and_splits_the_paths() -> None:
     assert (costs.fast.fixed_s, costs.fast.per_sequence_s) == pytest.approx((0.020, 0.005))
     # One ordinary batch: its step time is all there is to fit (0.020 + 7 x 0.005).
     assert (costs.ordinary.fixed_s, costs.ordinary.per_sequence_s) == pytest.approx((0.055, 0.0))
+
+
+def test_chunks_that_carry_two_steps_do_not_slow_or_speculate_the_steps() -> None:
+    """A busy API server falls behind the engine and sends two steps' tokens in one chunk: the
+    gap before such a chunk is two steps long. With the server's metrics read (no speculative-
+    decoding counters: it does not speculate), a step is one token's time, not a chunk's."""
+    records = sweep()
+    for r in records:
+        if r.group and r.group.startswith("decode:"):
+            step = r.chunk_times_s[1] - r.chunk_times_s[0]
+            # The last four steps arrive as two chunks of two tokens: 8 chunks, 10 tokens.
+            times = [*r.chunk_times_s[:6], r.chunk_times_s[5] + 2 * step, r.chunk_times_s[9]]
+            r.chunk_times_s, r.chunk_tokens = times, [1] * 6 + [2, 2]
+    results = run_of(records)
+    with pytest.raises(PlanError, match="--calibration-drafts"):  # chunks alone: 1.5 a step
+        from_run(results, "cal", None)
+    results.summary.server_metrics = ServerMetrics(reachable=True)
+    calibration = from_run(results, "cal", None)
+    costs = calibration.costs.ordinary
+    assert (costs.fixed_s, costs.per_sequence_s) == pytest.approx((0.020, 0.005))
+    assert calibration.acceptance == 0.0
+    # A speculating server's counters give its tokens per step (1 + 2.5 accepted drafts here).
+    speculating = ServerMetrics(reachable=True, spec_decode_acceptance_length=3.5)
+    results.summary.server_metrics = speculating
+    calibration = from_run(results, "cal", 3)
+    assert calibration.acceptance == pytest.approx(2.5)
+    assert calibration.costs.ordinary.fixed_s == pytest.approx(0.020 * 3.5)
+
+
+def test_probes_among_streams_give_the_way_in_per_stream() -> None:
+    """The sweep's costs: a lone request's way in is 0.050 - 0.020 = 0.030, a 128-token probe's
+    prefill 0.0128. Its modelled TTFT among S streams of 64 tokens: alone 0.050 + 0.0128 = 0.0628;
+    among 2, half a step of 2 (0.025 / 2) and a step of 2 with its prefill (0.0378): 0.0803;
+    among 6, 0.045 / 2 and 0.0578: 0.1103. Probes that took 0.004 a stream longer give 0.004."""
+    records = sweep()
+    for streams, modelled in ((0, 0.0628), (2, 0.0803), (6, 0.1103)):
+        for _ in range(streams):
+            records.append(record(len(records), f"streams:s{streams}", 64, 0.1, gaps=[], tokens=1))
+        ttft = modelled + 0.004 * streams
+        probe = record(len(records), f"streams:s{streams}:probe", 128, ttft, gaps=[], tokens=1)
+        records.append(probe)
+    assert from_run(run_of(records), "cal", None).costs.per_stream_s == pytest.approx(0.004)
+    # A calibration from before the probes: nothing to fit, no term.
+    assert from_run(run_of(sweep()), "cal", None).costs.per_stream_s == 0.0
 
 
 def test_a_run_of_another_profile_is_refused() -> None:

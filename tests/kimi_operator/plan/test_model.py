@@ -68,6 +68,20 @@ def test_a_prefill_that_lands_in_another_requests_decode() -> None:
     assert (outcome.decode_steps, outcome.fast_steps) == (4, 3)
 
 
+def test_each_running_request_lengthens_a_new_ones_way_in() -> None:
+    a = request(0, prompt=100, output=5)
+    b = request(1, prompt=50, output=2, start=0.125)
+    costs = StepCosts(ordinary=ORDINARY, prefill=PREFILL, per_stream_s=0.020)
+    first, second = run([a, b], EngineSpec(costs, max_num_seqs=8)).lives
+    # A arrives with nothing running: at the scheduler at 0.010, token 1 at 0.130; its first
+    # decode step, 0.020 + 0.00001 x 101, ends at 0.15101. B arrives at 0.125 with A running: its
+    # way in is 0.010 + 0.020 = 0.030, to 0.155, so it misses the step that starts at 0.15101
+    # (A alone, context 102: to 0.17203) and rides along with the next: 0.020 + 0.00103 +
+    # 50 x 0.001 = 0.07103, to 0.24306. TTFT 0.11806 (without the term: 0.09703, at 0.22203).
+    assert first.token_times[:4] == pytest.approx([0.130, 0.15101, 0.17203, 0.24306])
+    assert second.token_times[0] - second.sent_s == pytest.approx(0.11806)
+
+
 def drafted(count: int) -> Outcome:
     plan = [request(i, prompt=10, output=15) for i in range(count)]
     spec = EngineSpec(LATENCY, max_num_seqs=16, draft_tokens=7, acceptance=6.0)
