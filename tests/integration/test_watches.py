@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kimi_operator.embedded.kubelet import group_ready_status, mark_ready
-from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer, Fault, Read
+from kimi_operator.embedded.server import EmbeddedApiServer, Fault, Read
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import CONFIG_MAP, LEADER_WORKER_SET
 from kimi_operator.k8s.watch import json_lines
@@ -28,16 +28,6 @@ def config_map(name: str, app: str) -> dict[str, Any]:
 
 def version_of(obj: dict[str, Any]) -> int:
     return int(obj["metadata"]["resourceVersion"])
-
-
-def tell(api: EmbeddedApiServer, **settings: Any) -> None:
-    """Set the server's watch settings (`history_window`, `bookmark_interval_s`)."""
-
-    def configure(server: ApiServer) -> None:
-        for key, value in settings.items():
-            setattr(server, key, value)
-
-    api.call(configure)
 
 
 @contextmanager
@@ -77,7 +67,7 @@ def test_a_watch_from_a_version_gets_the_events_since_in_order_then_live_ones(
 def test_a_version_older_than_the_history_is_410_gone(
     api: EmbeddedApiServer, client: Client, reader: Client
 ) -> None:
-    tell(api, history_window=3)
+    api.set_watches(history_window=3)
     first = version_of(client.create(CONFIG_MAP, config_map("a", "x")))
     patched = [
         version_of(client.patch(CONFIG_MAP, DEFAULT, "a", {"data": {"step": str(step)}}))
@@ -96,7 +86,7 @@ def test_a_version_older_than_the_history_is_410_gone(
 def test_a_watch_allowing_bookmarks_gets_them_with_the_current_version(
     api: EmbeddedApiServer, client: Client, reader: Client
 ) -> None:
-    tell(api, bookmark_interval_s=0.1)
+    api.set_watches(bookmark_interval_s=0.1)
     created = version_of(client.create(CONFIG_MAP, config_map("a", "x")))
     with watching(reader, str(created)) as events:
         client.create(CONFIG_MAP, config_map("unwatched", "y"))  # a newer version, not selected
@@ -167,7 +157,8 @@ def test_a_child_deleted_while_the_watch_was_cut_is_created_again(
     api: EmbeddedApiServer, client: Client, token: str
 ) -> None:
     """The deletion of a LeaderWorkerSet is the event the cut loses: the resumed watch gets it
-    (an object gone is in no listing), and the operator creates the group again within seconds, not at the resync (60 s)."""
+    (an object gone is in no listing), and the operator creates the group again within seconds,
+    not at the resync (60 s)."""
     config = RunConfig(server=api.url, token=token, resync_interval_s=60, workers=2)
     with OperatorThread(config):
         create(client, sample(STOCK))
@@ -192,7 +183,7 @@ def test_a_child_watch_resumed_past_the_history_lists_once(
     moves on meanwhile: the resumed watch gets 410, the operator lists the LeaderWorkerSets once
     and hands them on, and the status says Ready. (Bookmarks every 0.2 s keep the quiet watches
     alive within the inactivity timeout of 1 s, as every minute does in a cluster for 70 s.)"""
-    tell(api, bookmark_interval_s=0.2)
+    api.set_watches(bookmark_interval_s=0.2)
     config = RunConfig(
         server=api.url, token=token, resync_interval_s=60, workers=2, watch_inactivity_s=1.0
     )
@@ -201,7 +192,7 @@ def test_a_child_watch_resumed_past_the_history_lists_once(
         ready_except_the_group(api, client)
         mark = len(api.reads())
         api.inject(Fault("GET", "/leaderworkersets", drop_watch=True, silent=True))
-        tell(api, history_window=1)
+        api.set_watches(history_window=1)
         group_ready(client)  # the event the silent stream never sends
         moved = {"metadata": {"labels": {"moved": "on"}}}
         client.patch(LEADER_WORKER_SET, NS, LWS_NAME, moved)  # the window has moved past it
