@@ -599,6 +599,7 @@ class ApiServer(kmock.KubernetesEmulator):
         resource = request.resource
         assert resource is not None
         connected = self._version
+        api_version, kind = self._kind(resource)
         yield b""
         if start is None:
             async with self._lock:
@@ -607,7 +608,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 yield {"type": "ADDED", "object": obj}
             if request.url.query.get("sendInitialEvents") == "true":
                 end = {"k8s.io/initial-events-end": "true"}
-                yield self._bookmark(resource, connected, annotations=end)
+                yield watches.bookmark(api_version, kind, connected, annotations=end)
             start = connected
         bookmarks = request.url.query.get("allowWatchBookmarks") == "true"
         events = watches.follow(
@@ -615,7 +616,7 @@ class ApiServer(kmock.KubernetesEmulator):
             start,
             latest=lambda: self._version,
             bookmark_every_s=self.bookmark_interval_s if bookmarks else None,
-            bookmark=lambda version: self._bookmark(resource, version),
+            bookmark=lambda version: watches.bookmark(api_version, kind, version),
         )
         try:
             async for event in events:
@@ -638,18 +639,6 @@ class ApiServer(kmock.KubernetesEmulator):
                 yield event
         except watches.Expired as expired:
             yield {"type": "ERROR", "object": status_object(410, "Expired", str(expired), {})}
-
-    def _bookmark(
-        self, resource: kmock.resource, version: int, annotations: Mapping[str, str] | None = None
-    ) -> dict[str, Any]:
-        api_version, kind = self._kind(resource)
-        metadata: dict[str, Any] = {"resourceVersion": str(version)}
-        if annotations:
-            metadata["annotations"] = dict(annotations)
-        return {
-            "type": "BOOKMARK",
-            "object": {"kind": kind, "apiVersion": api_version, "metadata": metadata},
-        }
 
     def _new_object(self, data: dict[str, Any]) -> dict[str, Any]:
         metadata = dict(data.get("metadata") or {})
@@ -1008,10 +997,10 @@ class ApiServer(kmock.KubernetesEmulator):
         self, request: kmock.Request, events: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
         """A watch of Tables (`kubectl get -w`): each event's object a one-row Table; no
-        bookmarks."""
+        bookmarks; an ERROR (410) as it is."""
         assert request.resource is not None
         async for event in events:
-            if not isinstance(event, dict):
+            if not isinstance(event, dict) or event["type"] == "ERROR":
                 yield event
                 continue
             if event["type"] == "BOOKMARK":

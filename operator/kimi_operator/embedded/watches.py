@@ -43,6 +43,19 @@ def start_of(query: Mapping[str, str]) -> int | None:
     return int(version)
 
 
+def bookmark(
+    api_version: str, kind: str, version: int, annotations: Mapping[str, str] | None = None
+) -> Event:
+    """A BOOKMARK event: all the events of the watch up to `version` have been sent."""
+    metadata: dict[str, Any] = {"resourceVersion": str(version)}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {
+        "type": "BOOKMARK",
+        "object": {"kind": kind, "apiVersion": api_version, "metadata": metadata},
+    }
+
+
 class Log:
     """The last events of one resource, oldest first, with their versions."""
 
