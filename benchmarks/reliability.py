@@ -7,8 +7,9 @@ and CRDs changed by hand; --deployments churned by --clients concurrent clients,
 --soak-seconds (600 for the 10-minute figure) with its RSS sampled; the validator and CLI fuzzed
 (benchmarks/fuzz_inputs.py); deployments held terminating and deleted with each propagation
 policy (Foreground, Orphan, Background), and two `--leader-elect` replicas whose leader is frozen
-(SIGSTOP) in a burst and woken after the standby converged (embedded/teardown.py). Prints a table
-and writes benchmarks/results/reliability.json.
+(SIGSTOP) in a burst and woken after the standby converged, and the KimiDeployment watch gone
+silent while deployments are created (embedded/teardown.py). Prints a table and writes
+benchmarks/results/reliability.json.
 
 Usage: python benchmarks/reliability.py [--kills 50] [--deployments 500] [--soak-seconds 600]
        python benchmarks/reliability.py --bounded   (a few minutes: fewer of everything)
@@ -38,6 +39,7 @@ from kimi_operator.embedded.teardown import (
     DeletionReport,
     run_deletions,
     run_frozen_leader,
+    run_silent_watch,
     summary,
 )
 from kimi_operator.embedded.upstream import CHILD_KINDS, upstream_crd
@@ -100,6 +102,9 @@ def main() -> None:
             deletions = run_deletions(
                 api, client, deployments=12 if args.bounded else 30, settle_s=15, timeout_s=180
             )
+            silent = run_silent_watch(
+                api, client, deployments=4 if args.bounded else 10, timeout_s=300
+            )
             churn = run_churn(
                 client,
                 deployments=args.deployments,
@@ -125,6 +130,7 @@ def main() -> None:
     injected["crd-removed"] = len(hand.crds)
     injected["hand-edit"] = len(hand.repaired)
     injected["sigkill"] = restarts.restarts
+    injected["watch-silence"] = silent.silenced
     converged = faults.converged + restarts.converged + churn.converged
     duplicates = faults.duplicates + restarts.duplicates + churn.duplicates
     orphans = faults.orphans + restarts.orphans + churn.orphans
@@ -147,6 +153,7 @@ def main() -> None:
         },
         "deletions": summary(deletions),
         "frozen_leader": summary(frozen),
+        "silent_watch": summary(silent),
         "fuzz": fuzz,
         "rss_mb": {"peak": churn.peak_rss_mb, "final": churn.final_rss_mb},
         "rss_mb_over_time": churn.rss_mb,
@@ -173,6 +180,12 @@ def main() -> None:
             "frozen leader woken: writes but to the Lease / exit code",
             f"{len(frozen.writes_after_wake)} / {frozen.exit_code}   (target 0 / 3; "
             f"burst {frozen.burst}, converged {frozen.converged.exact})",
+        ),
+        (
+            "silent watch: deployments created meanwhile converged",
+            f"{silent.deployments} in {silent.converge_s:.0f} s, audit exact "
+            f"{silent.converged.exact}   (watch resumed from its version {silent.resumed}; "
+            "inactivity timeout 70 s)",
         ),
         ("fuzz cases run (crashes / tracebacks)", _fuzz_row(fuzz)),
         ("operator RSS peak / final", f"{churn.peak_rss_mb:.1f} / {churn.final_rss_mb:.1f} MB"),

@@ -44,6 +44,7 @@ from kimi_operator.embedded import (
     protobuf,
     rbac,
     tables,
+    watches,
     webhooks,
 )
 from kimi_operator.embedded.admission import CustomResource, Refused
@@ -229,6 +230,20 @@ def _warned(warnings: list[str]) -> multidict.CIMultiDict[str]:
     return multidict.CIMultiDict(("Warning", f"299 - {json.dumps(w)}") for w in warnings)
 
 
+def status_object(code: int, reason: str, message: str, details: Any) -> dict[str, Any]:
+    """Kubernetes' Status object of a failure (an error answer, a watch's ERROR event)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        **({"details": details} if details else {}),
+        "code": code,
+    }
+
+
 def _retrieved(task: "asyncio.Future[Any]") -> None:
     if not task.cancelled():
         task.exception()
@@ -250,6 +265,14 @@ class Write(NamedTuple):
     method: str
     path: str
     name: str  # of the object written
+
+
+class Read(NamedTuple):
+    """A list or a watch: where a client started reading a collection from."""
+
+    verb: str  # "list" or "watch"
+    path: str
+    resource_version: str  # as the query names it; "" when it does not
 
 
 @dataclass(frozen=True)
@@ -309,6 +332,7 @@ class ApiServer(kmock.KubernetesEmulator):
     # (monotonic time, method, path, object name) of every state-changing request: the
     # benchmark's clock (monotonic time is shared by the processes of one machine).
     timeline: list[Write] = attrs.field(factory=list, init=False)
+    reads: list[Read] = attrs.field(factory=list, init=False)  # every list and watch, in order
     # uids of the objects that exist: added by each create, recomputed by each deletion.
     _uids: set[str] = attrs.field(factory=set, init=False)
     # The schema and rules of each custom resource, by (group, version, plural).
@@ -330,6 +354,14 @@ class ApiServer(kmock.KubernetesEmulator):
     _webhooks: list[dict[str, Any]] | None = attrs.field(default=None, init=False)
 
     _deletion: Collector = attrs.field(init=False)  # propagation policies (embedded.deletion)
+    # Watches (embedded.watches): how many events of each resource are kept for watches that
+    # resume from a version (kube-apiserver keeps at least 75 s' worth), and how often a watch
+    # that allows bookmarks gets one (kube-apiserver: about every minute).
+    history_window: int = 10_000
+    bookmark_interval_s: float = 60.0
+    _history: collections.defaultdict[kmock.resource, watches.Log] = attrs.field(
+        factory=lambda: collections.defaultdict(watches.Log), init=False
+    )
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -363,7 +395,14 @@ class ApiServer(kmock.KubernetesEmulator):
         self._faults.clear()
 
     async def _announce(self, resource: kmock.resource, kind: str, obj: dict[str, Any]) -> None:
-        await self._buses[resource].put({"type": kind, "object": obj})
+        """Record a watch event (embedded.watches) at once, with the version just given out (an
+        await in between would let a watcher bookmark past it). A deletion gets a version of
+        its own, as in kube-apiserver, so that a watcher's version only moves forward."""
+        if kind == "DELETED":
+            obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": self._next_version()}}
+        version = int(obj["metadata"]["resourceVersion"])
+        event = {"type": kind, "object": obj}
+        self._history[resource].record(version, event, window=self.history_window)
 
     def _next_version(self) -> str:
         self._version += 1
@@ -499,7 +538,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 if resource == gone and not obj.deleted:
                     raw = obj.raw
                     obj.delete()
-                    await self._buses[resource].put({"type": "DELETED", "object": raw})
+                    await self._announce(resource, "DELETED", raw)
         await self._collect_garbage()
 
     def _get_resources(self) -> list[kmock.resource]:
@@ -548,47 +587,58 @@ class ApiServer(kmock.KubernetesEmulator):
             )
         return await self._serve_object(request)
 
-    async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[Any]:
-        """kmock's watch narrowed by the label and field selectors, cut where a `drop_watch`
-        fault says: in the middle of an event newer than the connection, closed without the end
-        of the chunked body. With `sendInitialEvents=true` (client-go's watch-list) the objects
-        there are are sent first, then the bookmark that says so."""
-        since = self._version
-        initial = request.url.query.get("sendInitialEvents") == "true"
-        if initial:
-            yield b""
-            assert request.resource is not None
+    async def _watch_events(self, request: kmock.Request, start: int | None) -> AsyncIterator[Any]:
+        """A watch as kube-apiserver serves it (embedded.watches), narrowed by namespace, name,
+        label and field selectors: after the version `start`, the events since (a 410 Gone
+        ERROR event when it is older than the history kept); from no version, the objects
+        there are as ADDED events (with `sendInitialEvents=true`, client-go's watch-list, then
+        the bookmark that says so); then each event as it comes, and with
+        `allowWatchBookmarks=true` a bookmark every `bookmark_interval_s`. Cut where a
+        `drop_watch` fault says: in the middle of an event newer than the connection, closed
+        without the end of the chunked body."""
+        resource = request.resource
+        assert resource is not None
+        connected = self._version
+        api_version, kind = self._kind(resource)
+        yield b""
+        if start is None:
             async with self._lock:
-                existing = self._rows(request, request.resource)
+                existing = self._rows(request, resource)
             for obj in existing:
                 yield {"type": "ADDED", "object": obj}
-            api_version, kind = self._kind(request.resource)
-            end = {"k8s.io/initial-events-end": "true"}
-            marker = {"resourceVersion": str(since), "annotations": end}
-            yield {
-                "type": "BOOKMARK",
-                "object": {"kind": kind, "apiVersion": api_version, "metadata": marker},
-            }
-        async for event in super()._serve_watch(request):
-            if not isinstance(event, dict):
-                if not initial:
+            if request.url.query.get("sendInitialEvents") == "true":
+                end = {"k8s.io/initial-events-end": "true"}
+                yield watches.bookmark(api_version, kind, connected, annotations=end)
+            start = connected
+        bookmarks = request.url.query.get("allowWatchBookmarks") == "true"
+        events = watches.follow(
+            self._history[resource],
+            start,
+            latest=lambda: self._version,
+            bookmark_every_s=self.bookmark_interval_s if bookmarks else None,
+            bookmark=lambda version: watches.bookmark(api_version, kind, version),
+        )
+        try:
+            async for event in events:
+                if event["type"] == "BOOKMARK":
                     yield event
-                continue
-            version = int(event["object"]["metadata"].get("resourceVersion") or 0)
-            replayed = initial and event["type"] == "ADDED" and version <= since
-            if replayed or not namespaces.selected(event["object"], request.url.query):
-                continue
-            fault = self._fault_for(request, streaming=True) if version > since else None
-            if fault is not None and fault.silent:
-                await asyncio.Event().wait()  # until the client gives up on it
-            if fault is not None:
-                line = json.dumps(event).encode()
-                yield line[: len(line) // 2]
-                raw = request._raw_request  # private in kmock: no public way to cut a stream
-                if raw is not None and raw.transport is not None:
-                    raw.transport.close()
-                return
-            yield event
+                    continue
+                if not self._selects(request, event["object"]):
+                    continue
+                version = int(event["object"]["metadata"]["resourceVersion"])
+                fault = self._fault_for(request, streaming=True) if version > connected else None
+                if fault is not None and fault.silent:
+                    await asyncio.Event().wait()  # until the client gives up on it
+                if fault is not None:
+                    line = json.dumps(event).encode()
+                    yield line[: len(line) // 2]
+                    raw = request._raw_request  # private in kmock: no public way to cut a stream
+                    if raw is not None and raw.transport is not None:
+                        raw.transport.close()
+                    return
+                yield event
+        except watches.Expired as expired:
+            yield {"type": "ERROR", "object": status_object(410, "Expired", str(expired), {})}
 
     def _new_object(self, data: dict[str, Any]) -> dict[str, Any]:
         metadata = dict(data.get("metadata") or {})
@@ -843,6 +893,9 @@ class ApiServer(kmock.KubernetesEmulator):
                 for observe in self.observers:
                     observe(self)
             return response
+        verb = "list" if request.action == action.LIST else "watch"
+        version = request.url.query.get("resourceVersion", "")
+        self.reads.append(Read(verb, request.url.path, version))
         if request.action == action.LIST:
             return await self._list(request, resource)
         return await self._stream(request)
@@ -851,9 +904,10 @@ class ApiServer(kmock.KubernetesEmulator):
         """A watch, as `application/json` (client-go decodes a stream by its content type)."""
         raw = request._raw_request  # private in kmock: the stream is written here
         assert raw is not None
+        start = watches.start_of(request.url.query)  # a 400 before the stream when invalid
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
         await response.prepare(raw)
-        events = self._serve_watch(request)
+        events = self._watch_events(request, start)
         if tables.wanted(request.headers.get("Accept", "")):
             events = self._table_events(request, events)
         try:
@@ -885,18 +939,25 @@ class ApiServer(kmock.KubernetesEmulator):
             if namespace == name and not obj.deleted:
                 raw = obj.raw
                 obj.delete()
-                await self._buses[resource].put({"type": "DELETED", "object": raw})
+                await self._announce(resource, "DELETED", raw)
         await self._collect_garbage()
 
     def _rows(self, request: kmock.Request, resource: kmock.resource) -> list[dict[str, Any]]:
         return [
             obj.raw
-            for (kind, namespace, _), obj in self.objects.items()
-            if kind == resource
-            and request.namespace in (None, namespace)
-            and not obj.deleted
-            and namespaces.selected(obj.raw, request.url.query)
+            for (kind, _, _), obj in self.objects.items()
+            if kind == resource and not obj.deleted and self._selects(request, obj.raw)
         ]
+
+    @staticmethod
+    def _selects(request: kmock.Request, obj: Mapping[str, Any]) -> bool:
+        """Whether a list or watch request covers `obj`: its namespace, name and selectors."""
+        meta = obj["metadata"]
+        return (
+            request.namespace in (None, meta.get("namespace"))
+            and request.name in (None, meta.get("name"))
+            and namespaces.selected(obj, request.url.query)
+        )
 
     def _kind(self, resource: kmock.resource) -> tuple[str, str]:
         """(apiVersion, kind) of a served resource."""
@@ -935,17 +996,14 @@ class ApiServer(kmock.KubernetesEmulator):
     async def _table_events(
         self, request: kmock.Request, events: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
-        """A watch of Tables (`kubectl get -w`): each event's object a one-row Table; from a
-        `resourceVersion` (what kubectl listed), the objects not changed since are not replayed,
-        nor are bookmarks sent."""
+        """A watch of Tables (`kubectl get -w`): each event's object a one-row Table; no
+        bookmarks; an ERROR (410) as it is."""
         assert request.resource is not None
-        since = int(request.url.query.get("resourceVersion") or 0)
         async for event in events:
-            if not isinstance(event, dict):
+            if not isinstance(event, dict) or event["type"] == "ERROR":
                 yield event
                 continue
-            version = int(event["object"]["metadata"].get("resourceVersion") or 0)
-            if event["type"] == "BOOKMARK" or (event["type"] == "ADDED" and version <= since):
+            if event["type"] == "BOOKMARK":
                 continue
             table = self._table_body(request, request.resource, [event["object"]])
             yield {"type": event["type"], "object": table}
@@ -1000,7 +1058,7 @@ class ApiServer(kmock.KubernetesEmulator):
                     obj.create(new)
                 raw = self.objects[key].raw
                 self._uids.add(new["metadata"]["uid"])
-                await self._buses[resource].put({"type": "ADDED", "object": raw})
+                await self._announce(resource, "ADDED", raw)
                 return aiohttp.web.json_response(raw, status=201, headers=_warned(warnings))
             if gone:
                 raise not_found(resource, key[2])
@@ -1015,12 +1073,12 @@ class ApiServer(kmock.KubernetesEmulator):
                 raw = obj.raw
                 if request.subresource == "status" and resource.plural == "kimideployments":
                     self.status_log.append((f"{namespace}/{key[2]}", raw.get("status") or {}))
-                await self._buses[resource].put({"type": "MODIFIED", "object": raw})
+                await self._announce(resource, "MODIFIED", raw)
                 if raw["metadata"].get("deletionTimestamp") and not raw["metadata"].get(
                     "finalizers"
                 ):
                     obj.delete()
-                    await self._buses[resource].put({"type": "DELETED", "object": raw})
+                    await self._announce(resource, "DELETED", raw)
                 return aiohttp.web.json_response(raw, headers=_warned(warnings))
             policy = propagation_policy(request.url.query, request.data)
             return aiohttp.web.json_response(await self._deletion.delete(key, obj, policy))
@@ -1058,7 +1116,7 @@ class ApiServer(kmock.KubernetesEmulator):
             _set_path(new, paths["specReplicasPath"], replicas)
             change, warnings = self._stamped(request, current, new)
             obj.patch(change)
-            await self._buses[resource].put({"type": "MODIFIED", "object": obj.raw})
+            await self._announce(resource, "MODIFIED", obj.raw)
             return aiohttp.web.json_response(_scale_of(obj.raw, paths), headers=_warned(warnings))
 
     @staticmethod
@@ -1066,16 +1124,7 @@ class ApiServer(kmock.KubernetesEmulator):
         code: int, reason: str, message: str, details: Any, headers: Mapping[str, str] | None = None
     ) -> aiohttp.web.Response:
         """Kubernetes' Status object, as an answer."""
-        status = {
-            "apiVersion": "v1",
-            "kind": "Status",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "reason": reason,
-            **({"details": details} if details else {}),
-            "code": code,
-        }
+        status = status_object(code, reason, message, details)
         return aiohttp.web.json_response(status, status=code, headers=headers)
 
     async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
@@ -1105,7 +1154,7 @@ class ApiServer(kmock.KubernetesEmulator):
         owners = {ref.get("uid") for ref in raw["metadata"].get("ownerReferences") or []}
         if owners and not owners & self._uids:
             self.objects[key].delete()
-            await self._buses[key[0]].put({"type": "DELETED", "object": raw})
+            await self._announce(key[0], "DELETED", raw)
 
     def _live_uids(self) -> set[str]:
         self._uids = {
@@ -1132,12 +1181,12 @@ class ApiServer(kmock.KubernetesEmulator):
                 elif len(kept) < len(refs):
                     change = {"ownerReferences": kept, "resourceVersion": self._next_version()}
                     obj.patch({"metadata": change})
-                    await self._buses[key[0]].put({"type": "MODIFIED", "object": obj.raw})
+                    await self._announce(key[0], "MODIFIED", obj.raw)
             if not orphans:
                 return
             for key, raw in orphans:
                 self.objects[key].delete()
-                await self._buses[key[0]].put({"type": "DELETED", "object": raw})
+                await self._announce(key[0], "DELETED", raw)
 
 
 class EmbeddedApiServer:
@@ -1224,6 +1273,20 @@ class EmbeddedApiServer:
     def clear_faults(self) -> None:
         self.call(lambda handler: handler.clear_faults())
 
+    def set_watches(
+        self, *, history_window: int | None = None, bookmark_interval_s: float | None = None
+    ) -> None:
+        """Keep `history_window` events of each resource (from the next one on); send bookmarks
+        every `bookmark_interval_s` on the watches opened from now on."""
+
+        def configure(handler: ApiServer) -> None:
+            if history_window is not None:
+                handler.history_window = history_window
+            if bookmark_interval_s is not None:
+                handler.bookmark_interval_s = bookmark_interval_s
+
+        self.call(configure)
+
     def injected(self) -> dict[str, int]:
         """How many faults were answered, by `Fault.kind`."""
         return self.call(lambda handler: dict(handler.injected))
@@ -1249,6 +1312,10 @@ class EmbeddedApiServer:
     def mark(self) -> int:
         """A position in the log of writes, for `writes(since=...)`."""
         return self.call(lambda handler: len(handler.timeline))
+
+    def reads(self, since: int = 0) -> list[Read]:
+        """The lists and watches since the `since`-th, in order."""
+        return self.call(lambda handler: handler.reads[since:])
 
     def writes(self, since: int = 0) -> list[Write]:
         """The state-changing requests (POST, PUT, PATCH, DELETE) since `since`, in order."""

@@ -1,7 +1,8 @@
 """Reliability scenarios of a real cluster's teardowns and partitions, with their audit: deletions
-with each propagation policy while the deployments are held terminating by a finalizer, and a
+with each propagation policy while the deployments are held terminating by a finalizer, a
 leader frozen (SIGSTOP) in the middle of a burst, then woken (SIGCONT) after the standby
-converged. Used by benchmarks/reliability.py, tests/integration/reliability and
+converged, and a KimiDeployment watch gone silent (a connection lost without a reset) while
+deployments are created. Used by benchmarks/reliability.py, tests/integration/reliability and
 tests/integration/test_deposed_leader.py.
 
 The audit, checked on the server's thread after every write (`TerminatingWatch`): no child is
@@ -17,8 +18,14 @@ from typing import Any
 
 from kimi_operator.embedded.audit import Audit, audit
 from kimi_operator.embedded.processes import OperatorProcess, metric_total, wait
-from kimi_operator.embedded.reliability import NAMESPACE, converge, create_all, deployment
-from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
+from kimi_operator.embedded.reliability import (
+    NAMESPACE,
+    converge,
+    create_all,
+    delete_all,
+    deployment,
+)
+from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer, Fault
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import CHILD_RESOURCES, KIMI_DEPLOYMENT
 
@@ -166,12 +173,60 @@ def run_frozen_leader(
             )
 
 
+@dataclass
+class SilentWatchReport:
+    deployments: int  # created while the watch was silent
+    silenced: int  # KimiDeployment watches gone silent (the fault answered)
+    resumed: int  # KimiDeployment watches opened from a resourceVersion since
+    converge_s: float  # from the first create until every deployment converged
+    converged: Audit
+
+
+def run_silent_watch(
+    api: EmbeddedApiServer, client: Client, *, deployments: int, timeout_s: float
+) -> SilentWatchReport:
+    """The operator's KimiDeployment watch goes silent (open; no event nor bookmark ever again)
+    at the first of `deployments` creates: they converge only once the operator takes the
+    watch for dead (its inactivity timeout) and resumes it from its last version, the server
+    replaying their ADDED events (its resync revisits only the deployments it knows; its relist
+    comes every 5 minutes). Then they are deleted."""
+    mark, before = len(api.reads()), api.injected().get("watch-silence", 0)
+    api.inject(Fault("GET", "/kimideployments", drop_watch=True, silent=True))
+    started = time.monotonic()
+    names = [f"silent-{i}" for i in range(deployments)]
+    create_all(client, [deployment(name) for name in names])
+    converged = converge(client, timeout_s)
+    converge_s = time.monotonic() - started
+    watches = [r for r in api.reads(mark) if r.verb == "watch" and "/kimideployments" in r.path]
+    delete_all(client, names)
+    wait(
+        lambda: all(client.get(KIMI_DEPLOYMENT, NAMESPACE, n) is None for n in names),
+        timeout_s,
+        "every silent-* deployment gone",
+    )
+    return SilentWatchReport(
+        deployments=deployments,
+        silenced=api.injected().get("watch-silence", 0) - before,
+        resumed=sum(1 for r in watches if r.resource_version not in ("", "0")),
+        converge_s=converge_s,
+        converged=converged,
+    )
+
+
 def _leads(operator: OperatorProcess) -> bool:
     return metric_total(operator.metrics(), "kimi_operator_leader") == 1
 
 
-def summary(report: DeletionReport | FrozenLeaderReport) -> Mapping[str, Any]:
+def summary(report: DeletionReport | FrozenLeaderReport | SilentWatchReport) -> Mapping[str, Any]:
     """The figures benchmarks/reliability.py prints and writes."""
+    if isinstance(report, SilentWatchReport):
+        return {
+            "deployments_created_meanwhile": report.deployments,
+            "watches_silenced": report.silenced,
+            "watches_resumed_from_a_version": report.resumed,
+            "converge_seconds": round(report.converge_s, 1),
+            "converged": report.converged.exact,
+        }
     if isinstance(report, DeletionReport):
         return {
             "deletions": report.deletions,

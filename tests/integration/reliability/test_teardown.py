@@ -1,9 +1,9 @@
-"""Deletions with each propagation policy while the deployments are held terminating, and a
-watch gone silent (a connection lost without a reset): the audit of embedded.teardown."""
+"""Deletions with each propagation policy while the deployments are held terminating, and
+watches gone silent (a connection lost without a reset): the audit of embedded.teardown."""
 
 from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.server import EmbeddedApiServer, Fault
-from kimi_operator.embedded.teardown import run_deletions
+from kimi_operator.embedded.teardown import run_deletions, run_silent_watch
 from kimi_operator.k8s.client import Client
 from kimi_operator.runner import OperatorThread, RunConfig
 from tests.support.cluster import NAME, NS, create, sample, status_of, wait_for
@@ -40,3 +40,22 @@ def test_a_watch_silent_past_the_inactivity_timeout_is_resumed(
             "the group's readiness, seen through the resumed watch",
         )
     assert api.injected().get("watch-silence") == 1
+
+
+def test_deployments_created_while_the_watch_is_silent_converge_once_it_is_resumed(
+    api: EmbeddedApiServer, client: Client, token: str
+) -> None:
+    """`run_silent_watch` as benchmarks/reliability.py runs it, on an operator whose inactivity
+    timeout is 1 s (bookmarks every 0.3 s keep its quiet watches alive, as every minute does for
+    70 s in a cluster) and whose resync (60 s) cannot find new deployments: only the resumed
+    watch brings them."""
+    api.set_watches(bookmark_interval_s=0.3)
+    config = RunConfig(
+        server=api.url, token=token, resync_interval_s=60, workers=2, watch_inactivity_s=1.0
+    )
+    with OperatorThread(config) as operator:
+        report = run_silent_watch(api, client, deployments=3, timeout_s=60)
+    assert (report.silenced, report.deployments) == (1, 3)
+    assert report.resumed >= 1
+    assert report.converged.exact, report.converged.summary()
+    assert operator.failure is None
