@@ -19,9 +19,10 @@ How it measures, and why (docs/planning.md has the runs):
   completion p50, or its two replays more than REPLAYS_AGREE: the machine's speed changed under
   it (once a replay ran 25% slower for a burst of a few seconds that neither calibration saw),
   and no model predicts a moving machine. Task completion, not TTFT, is the gauge: it sums a
-  hundred steps and a dozen prefills, where a calibration's TTFT rests on a few single requests
-  (two sweeps a minute apart gave TTFTs 24% apart with task completions 3% apart, and their mean
-  came within 4% of the measured TTFT).
+  hundred steps and a dozen prefills, where a calibration's TTFT rests on a few lone requests and
+  probes, each the median of three since single ones left it swinging (two sweeps a minute apart
+  gave TTFTs 24% apart with task completions 3% apart, and their mean came within 4% of the
+  measured TTFT).
 - The server and bench's client run at a raised priority where allowed (tests/vllm/conftest.py).
 - Replays and calibrations warm up alike (bench's one unmeasured request, on prompts of its own),
   so neither measures a cold connection the other does not.

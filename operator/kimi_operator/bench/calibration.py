@@ -8,14 +8,20 @@ phase's answers, as in a closed trace replay); every request carries its phase i
 - `decode:b{B}:c{C}`: B requests at once, C-token prompts, `output_tokens` each: once all have
   prefilled, every step decodes B sequences, so the gaps between chunks late in their streams are
   decode step times at batch B;
-- `prefill:p{P}`: one request alone with a P-token prompt and a 2-token answer: its TTFT is the
-  prefill of P tokens;
-- `prefix:p{P}`: two requests one after the other whose first P - 16 tokens are the same: the
-  second's TTFT is a prefill after a prefix-cache hit;
-- `streams:s{S}`: S requests stream long answers (`2 x output_tokens`) while a probe with the
-  shortest prompt arrives among them (sent when a 2-token request sent with the streams has its
-  answer, so they are decoding): the probe's TTFT against a lone request's is what S streams add
-  to a new request's way in (the API server's work for them; the engine's share is modelled).
+- `prefill:p{P}`: one request alone with a P-token prompt and a 2-token answer, `REPEATS` times
+  one after the other: their TTFT is the prefill of P tokens;
+- `prefix:p{P}`: 1 + `REPEATS` requests one after the other whose first P - 16 tokens are the
+  same: the first fills the prefix cache, the others' TTFT is a prefill after a hit;
+- `streams:s{S}`, `REPEATS` times: S requests stream long answers (`2 x output_tokens`) while a
+  probe with the shortest prompt arrives among them (sent when a 2-token request sent with the
+  streams has its answer, so they are decoding): the probe's TTFT against a lone request's is
+  what S streams add to a new request's way in (the API server's work for them; the engine's
+  share is modelled).
+
+Each lone prefill, hit and probe is repeated because the fit takes the median of each
+measurement's repeats: on a busy machine a single request's TTFT moves by tens of percent with a
+scheduling hiccup (two sweeps a minute apart gave TTFTs 15-30% apart). Repeats keep their
+phase's label, so a reader that takes every request for a point of its own still reads the sweep.
 
 Sizes come from the run's options: batches are the powers of two up to `--concurrency` (default
 64) and `--concurrency` itself; prompts are `--prompt-tokens` (default 32768) and its half,
@@ -30,6 +36,7 @@ from kimi_operator.bench.profiles import PlannedRequest
 PREFILL_OUTPUT_TOKENS: Final = 2
 PREFIX_UNSHARED_TOKENS: Final = 16  # a whole block of the hit's prompt is its own
 STREAM_OUTPUT_FACTOR: Final = 2  # the streams' answers outlast the probe's way in and prefill
+REPEATS: Final = 3  # of each lone prefill, prefix-cache hit and probe: the fit takes the median
 
 
 def batch_sizes(largest: int) -> list[int]:
@@ -77,14 +84,15 @@ def calibration_plan(
         for batch in batch_sizes(largest_batch):
             phase(f"decode:b{batch}:c{context}", context, output_tokens, batch)
     for prompt in prompt_lengths(longest_prompt):
-        phase(f"prefill:p{prompt}", prompt, PREFILL_OUTPUT_TOKENS, 1)
+        for _ in range(REPEATS):
+            phase(f"prefill:p{prompt}", prompt, PREFILL_OUTPUT_TOKENS, 1)
     for prompt in prompt_lengths(longest_prompt):
         shared = prompt - PREFIX_UNSHARED_TOKENS
-        for _ in range(2):  # the first fills the cache, the second hits it
+        for _ in range(1 + REPEATS):  # the first fills the cache, the others hit it
             phase(f"prefix:p{prompt}", prompt, PREFILL_OUTPUT_TOKENS, 1, shared)
     context = decode_contexts(longest_prompt)[0]
     probe = prompt_lengths(longest_prompt)[0]
-    for streams in stream_counts(largest_batch):
+    for streams in [count for count in stream_counts(largest_batch) for _ in range(REPEATS)]:
         label = f"streams:s{streams}"
         first = len(plan)
         add(label, context, STREAM_OUTPUT_FACTOR * output_tokens, streams)

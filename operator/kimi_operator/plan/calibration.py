@@ -7,14 +7,17 @@ tokens a step yields, 1 + the accepted drafts. Those come from the server's spec
 counters when its metrics were read (none: it does not speculate), else from the tokens per chunk:
 a chunk is one step only while the API server keeps up with the engine, and on a busy machine it
 falls behind and sends two steps' tokens in one chunk (seen on 2 CPUs: 1.09 tokens per chunk from
-a server that does not speculate). Prefill: the TTFT of each
-`prefill:` request and of the second (cache-hitting) `prefix:` request against the prompt tokens
-it had to compute and those it took from the cache, less the requests a stall of the whole
-server delayed (`fit_without_stalls`). With a `latency_specialized` deployment, the
+a server that does not speculate). Prefill: the TTFT of the
+`prefill:` requests and of the `prefix:` requests (the first of a group fills the cache, the
+others hit it) against the prompt tokens they had to compute and those they took from the cache,
+one point per (computed, cached) pair at the median of its requests' TTFTs (the sweep repeats
+each: one hiccup no longer moves the fit), less the points a stall of the whole server delayed
+(`fit_without_stalls`). With a `latency_specialized` deployment, the
 phases whose batch x (1 + draft tokens) fits in 64 ran on the fast path and fit its costs; the
 others fit the ordinary path's. Streams: the TTFT of each `streams:s{S}` probe beyond what the
 fitted steps give it (half a step of the S streams to wait, then a step of theirs with its prefill)
-grows by `per_stream_s` a stream: what they add to its way in.
+grows by `per_stream_s` a stream: what they add to its way in (the median of each stream count's
+probes). A sweep from before the repeats has one request a point: its median is that request.
 """
 
 import re
@@ -100,32 +103,33 @@ def decode_points(
 
 
 def prefill_points(records: list[RequestRecord]) -> list[tuple[int, int, float]]:
-    """(prompt tokens computed, tokens from the cache, TTFT) of the prefill requests and hits."""
-    points: list[tuple[int, int, float]] = []
+    """(prompt tokens computed, tokens from the cache, median TTFT) of the prefill requests and
+    hits, one point per (computed, cached) pair."""
+    samples: dict[tuple[int, int], list[float]] = {}
     seen_prefix: set[str] = set()
     for record in records:
         found = PHASE.match(record.group or "")
         if not found or found["kind"] is None or record.error or record.ttft_s is None:
             continue
         prompt = record.prompt_tokens or 0
-        if found["kind"] == "prefill":
-            points.append((prompt, 0, record.ttft_s))
-        elif record.group in seen_prefix:  # the second of its pair: the cache hit
+        cached = 0
+        if found["kind"] == "prefix" and record.group in seen_prefix:  # after the first: a hit
             shared = prompt - PREFIX_UNSHARED_TOKENS
             cached = shared - shared % BLOCK_TOKENS
-            points.append((prompt - cached, cached, record.ttft_s))
-        else:
-            seen_prefix.add(record.group or "")
-            points.append((prompt, 0, record.ttft_s))
-    return points
+        seen_prefix.add(record.group or "")
+        samples.setdefault((prompt - cached, cached), []).append(record.ttft_s)
+    return [
+        (computed, cached, statistics.median(ttfts))
+        for (computed, cached), ttfts in samples.items()
+    ]
 
 
 def per_stream_s(records: list[RequestRecord], costs: StepCosts, draft_tokens: int) -> float:
     """What each running stream adds to a new request's way in: the slope, against the streams,
-    of the probes' TTFT beyond the modelled one (0 without probes: an older calibration)."""
+    of the probes' TTFT beyond the modelled one, the median of each stream count's probes (0
+    without probes: an older calibration)."""
     prompts = {r.group: r.prompt_tokens or 0 for r in records}  # a phase's streams: one length
-    streams: list[tuple[float]] = []
-    excess: list[float] = []
+    excess: dict[int, list[float]] = {}
     for record in records:
         found = PROBE.match(record.group or "")
         if not found or record.error or record.ttft_s is None:
@@ -139,11 +143,11 @@ def per_stream_s(records: list[RequestRecord], costs: StepCosts, draft_tokens: i
             + waiting / 2
             + step(prefill_tokens=record.prompt_tokens or 0, draft_tokens=draft_tokens)
         )
-        streams.append((float(count),))
-        excess.append(record.ttft_s - modelled)
-    if len({x for (x,) in streams}) < 2:
+        excess.setdefault(count, []).append(record.ttft_s - modelled)
+    if len(excess) < 2:
         return 0.0
-    return fit(streams, excess)[1][0]
+    counts = sorted(excess)
+    return fit([(float(c),) for c in counts], [statistics.median(excess[c]) for c in counts])[1][0]
 
 
 def _decode_cost(points: list[DecodePoint]) -> DecodeCost:

@@ -26,17 +26,20 @@ def test_the_sweep_runs_in_phases_each_after_the_last() -> None:
     # Decode: contexts 128 and 512, batches 1, 2, 4, 8: 2 x 15 requests.
     assert groups[:3] == ["decode:b1:c128", "decode:b2:c128", "decode:b2:c128"]
     assert groups.count("decode:b8:c512") == 8
-    assert groups.count("prefill:p256") == 1
-    assert groups.count("prefix:p256") == 2
-    # Streams 0, 2 and 6 (after 42 requests): the streams and a starter wait for the phase before,
-    # a probe for the starter only.
-    assert len(plan) == 42 + 2 + 4 + 8
-    s2 = plan[44:48]
+    # Each lone prefill three times, each prefix a fill and three hits: 30 + 4 x 3 + 4 x 4 = 58.
+    assert groups.count("prefill:p256") == 3
+    assert groups.count("prefix:p256") == 4
+    # Streams 0, 2 and 6, each three times (after 58 requests): the streams and a starter wait for
+    # the phase before, a probe for the starter only.
+    assert len(plan) == 58 + 3 * (2 + 4 + 8)
+    assert groups.count("streams:s2:probe") == 3
+    s2 = plan[64:68]  # after the three phases of no streams (a starter and a probe each)
     assert [r.group for r in s2] == ["streams:s2"] * 2 + ["streams:s2:starter", "streams:s2:probe"]
-    assert [r.after for r in s2] == [(42, 43)] * 3 + [(46,)]
+    assert [r.after for r in s2] == [(62, 63)] * 3 + [(66,)]
     assert (s2[0].output_tokens, s2[2].output_tokens, s2[3].prompt_tokens) == (64, 2, 128)
-    assert plan[48].after == (44, 45, 46, 47)
-    for request, previous in zip(plan[1:42], plan, strict=False):
+    assert plan[68].after == (64, 65, 66, 67)
+    assert plan[68].group == "streams:s2"
+    for request, previous in zip(plan[1:58], plan, strict=False):
         if request.group != previous.group or str(request.group).startswith("prefix"):
             assert previous.index in request.after  # a phase waits for the one before
     hit = [r for r in plan if r.group == "prefix:p256"][1]
@@ -105,10 +108,11 @@ def run_of(
     return Results(config=config, summary=summary, requests=records)
 
 
-def sweep(tokens_per_chunk: int = 1) -> list[RequestRecord]:
+def sweep(tokens_per_chunk: int = 1, noise: tuple[float, ...] = (0.0,)) -> list[RequestRecord]:
     """A run whose decode steps cost 0.020 + 0.005 per further sequence and whose prefill costs
     0.050 + 0.0001 per prompt token computed + 0.00002 per token from the prefix cache (a
-    context term of zero)."""
+    context term of zero); each lone prefill and hit repeated once for each of `noise`, that
+    much off its cost."""
     records: list[RequestRecord] = []
     for batch in (1, 2, 4, 8):
         step = 0.020 + 0.005 * (batch - 1)
@@ -123,17 +127,17 @@ def sweep(tokens_per_chunk: int = 1) -> list[RequestRecord]:
                     tokens=tokens_per_chunk,
                 )
             )
-    records.append(record(len(records), "prefill:p512", 512, 0.050 + 0.0512, gaps=[0.01], tokens=1))
-    records.append(
-        record(len(records), "prefill:p1024", 1024, 0.050 + 0.1024, gaps=[0.01], tokens=1)
-    )
-    records.append(
-        record(len(records), "prefix:p1024", 1024, 0.050 + 0.1024, gaps=[0.01], tokens=1)
-    )
-    # The hit: 1008 shared tokens, all in whole blocks, from the cache: 16 computed.
-    records.append(
-        record(len(records), "prefix:p1024", 1024, 0.050 + 0.0016 + 0.02016, gaps=[0.01], tokens=1)
-    )
+    lone = [(512, "prefill:p512", 0.050 + 0.0512), (1024, "prefill:p1024", 0.050 + 0.1024)]
+    for prompt, group, ttft in lone:
+        for off in noise:
+            records.append(record(len(records), group, prompt, ttft + off, gaps=[0.01], tokens=1))
+    # The prefix group's first fills the cache; the hits take its 1008 shared tokens, all in
+    # whole blocks, from the cache and compute 16.
+    fill = record(len(records), "prefix:p1024", 1024, 0.050 + 0.1024, gaps=[0.01], tokens=1)
+    records.append(fill)
+    for off in noise:
+        ttft = 0.050 + 0.0016 + 0.02016 + off
+        records.append(record(len(records), "prefix:p1024", 1024, ttft, gaps=[0.01], tokens=1))
     return records
 
 
@@ -146,6 +150,17 @@ def test_a_stock_run_fits_the_ordinary_path() -> None:
     prefill = (costs.prefill.fixed_s, costs.prefill.per_token_s, costs.prefill.per_cached_token_s)
     assert prefill == pytest.approx((0.050, 0.0001, 0.00002))
     assert (calibration.max_num_seqs, calibration.draft_tokens, calibration.gpus) == (8, 0, 1)
+
+
+def test_the_median_of_each_prefills_repeats_is_fitted() -> None:
+    """Three of each lone prefill and hit, one 0.030 s late, one 0.002 s early, one on time: the
+    medians are the costs (the 1024-token prefill's four, with the prefix group's first, have
+    two on time). Their means (0.0093 late, 0.007 for the four) would fit a fixed cost of 0.062,
+    the first of each alone 0.080; each request a point of its own (the fit before the repeats)
+    misses too."""
+    costs = from_run(run_of(sweep(noise=(0.030, -0.002, 0.0))), "cal", None).costs
+    prefill = (costs.prefill.fixed_s, costs.prefill.per_token_s, costs.prefill.per_cached_token_s)
+    assert prefill == pytest.approx((0.050, 0.0001, 0.00002))
 
 
 def test_a_speculating_run_needs_its_draft_count_and_splits_the_paths() -> None:
@@ -196,14 +211,20 @@ def test_probes_among_streams_give_the_way_in_per_stream() -> None:
     """The sweep's costs: a lone request's way in is 0.050 - 0.020 = 0.030, a 128-token probe's
     prefill 0.0128. Its modelled TTFT among S streams of 64 tokens: alone 0.050 + 0.0128 = 0.0628;
     among 2, half a step of 2 (0.025 / 2) and a step of 2 with its prefill (0.0378): 0.0803;
-    among 6, 0.045 / 2 and 0.0578: 0.1103. Probes that took 0.004 a stream longer give 0.004."""
+    among 6, 0.045 / 2 and 0.0578: 0.1103. Probes that took 0.004 a stream longer give 0.004.
+    Each is probed three times, off by the noise below: the median of each is on time, where the
+    means (0.0097, 0.0003, 0.003 late) would tilt the line to 0.0031 a stream, the first probes
+    (0.030, -0.002, 0 late) to a negative slope: none."""
     records = sweep()
+    noise = {0: (0.030, 0.0, -0.001), 2: (-0.002, 0.0, 0.003), 6: (0.0, 0.012, -0.003)}
     for streams, modelled in ((0, 0.0628), (2, 0.0803), (6, 0.1103)):
-        for _ in range(streams):
-            records.append(record(len(records), f"streams:s{streams}", 64, 0.1, gaps=[], tokens=1))
-        ttft = modelled + 0.004 * streams
-        probe = record(len(records), f"streams:s{streams}:probe", 128, ttft, gaps=[], tokens=1)
-        records.append(probe)
+        for off in noise[streams]:
+            for _ in range(streams):
+                group = f"streams:s{streams}"
+                records.append(record(len(records), group, 64, 0.1, gaps=[], tokens=1))
+            ttft = modelled + 0.004 * streams + off
+            probe = record(len(records), f"streams:s{streams}:probe", 128, ttft, gaps=[], tokens=1)
+            records.append(probe)
     assert from_run(run_of(records), "cal", None).costs.per_stream_s == pytest.approx(0.004)
     # A calibration from before the probes: nothing to fit, no term.
     assert from_run(run_of(sweep()), "cal", None).costs.per_stream_s == 0.0

@@ -208,14 +208,15 @@ def test_a_calibration_run_against_a_server_plans(
     assert results["tasks"] == []  # phases, not tasks
     assert results["summary"]["tasks"] is None
     groups = [r["group"] for r in results["requests"]]
-    # Batches 1 and 2 at contexts 8 and 32, prompts 32 and 64 alone and as prefix pairs, and a
-    # probe after a starter with no streams (a batch of 2 leaves no room for any).
+    # Batches 1 and 2 at contexts 8 and 32, prompts 32 and 64 alone (three times) and as a fill
+    # and three hits, and three probes each after a starter with no streams (a batch of 2 leaves
+    # no room for any).
     assert groups == [
         "decode:b1:c8", "decode:b2:c8", "decode:b2:c8",
         "decode:b1:c32", "decode:b2:c32", "decode:b2:c32",
-        "prefill:p32", "prefill:p64",
-        "prefix:p32", "prefix:p32", "prefix:p64", "prefix:p64",
-        "streams:s0:starter", "streams:s0:probe",
+        *["prefill:p32"] * 3, *["prefill:p64"] * 3,
+        *["prefix:p32"] * 4, *["prefix:p64"] * 4,
+        *["streams:s0:starter", "streams:s0:probe"] * 3,
     ]  # fmt: skip
     assert app.state.requests == len(groups)
     turns = [
