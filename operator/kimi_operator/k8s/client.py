@@ -113,11 +113,13 @@ class Client:
         `stream`: its body not read yet; `timeout_s`: the whole request's bound, instead of the
         client's timeouts. A write is refused (`NotLeading`) when the fence says so."""
         (verb, kind), (body, query, content_type) = what, request
+        if self._rate_limit is not None and kind != LEASE_KIND:  # renewals never wait their turn
+            self._rate_limit.wait()
+        # After the wait for a token, right before sending: a lease may lapse while a write
+        # queues behind a burst (or its process is frozen there).
         fence = self.fence
         if method in WRITE_METHODS and kind != LEASE_KIND and fence is not None and not fence():
             raise NotLeading(f"{verb} {kind} {path}: refused: this replica is not the leader")
-        if self._rate_limit is not None and kind != LEASE_KIND:  # renewals never wait their turn
-            self._rate_limit.wait()
         timeout = self._watch_timeout if stream else self._timeout
         if timeout_s is not None:
             timeout = urllib3.Timeout(total=timeout_s)
