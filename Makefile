@@ -61,13 +61,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# On every CPU (pytest-xdist), a file's tests on one worker (its module fixtures built once).
+# On every CPU (pytest-xdist), a file's tests on one worker (its module fixtures built once), the
+# files marked `heavy` first (tests/conftest.py; xdist would otherwise start the most tests first).
+XDIST := -n auto --dist loadfile --no-loadscope-reorder
 unit: $(STAMP) tools
-	$(BIN)/pytest -n auto --dist loadfile
+	$(BIN)/pytest $(XDIST)
 
 # The long fuzz runs: every example (`make test` draws a fifth of them; tests/support/fuzzing.py).
 test-fuzz: $(STAMP)
-	KIMI_FUZZ=full $(BIN)/pytest -n auto --dist loadfile tests/fuzz \
+	KIMI_FUZZ=full $(BIN)/pytest $(XDIST) tests/fuzz \
 		tests/kimi_operator/api/test_one_verdict.py
 
 crd: $(STAMP)

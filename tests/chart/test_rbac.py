@@ -59,6 +59,8 @@ from tests.support.repo import ROOT
 
 from .helm import of_kind, template
 
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
+
 PACKAGE = ROOT / "operator" / "kimi_operator"
 CLIENT_MODULE = PACKAGE / "k8s" / "client.py"
 # Code that never runs in the operator's pod: the embedded API server and its fake kubelet (demo,

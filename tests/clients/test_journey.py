@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from kimi_operator.embedded.chart import CHART
@@ -16,6 +17,8 @@ from kimi_operator.embedded.clients import Kubectl, tool
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, Resource
 from tests.support.repo import ROOT
+
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
 
 SAMPLES = ROOT / "crds" / "samples"
 LATENCY = SAMPLES / "k3-tp16-latency.yaml"

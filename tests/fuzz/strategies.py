@@ -5,6 +5,7 @@ engineArgs that try to smuggle refused flags past the deny-list.
 """
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -152,13 +153,23 @@ def deep(levels: int, flow: bool) -> str:
 
 
 def huge_value(size: int) -> str:
-    return yaml.safe_dump(
-        set_path(base(), ("spec", "image"), "x" * size), width=2**31, sort_keys=False
-    )
+    """The base spec with an image of `size` (>= 1) x's, as `yaml.safe_dump(..., width=2**31,
+    sort_keys=False)` writes it: dumped with one x, then the line widened (PyYAML's emitter scans
+    each character in Python: seconds for megabytes, at every test collection)."""
+    text = yaml.safe_dump(set_path(base(), ("spec", "image"), "x"), width=2**31, sort_keys=False)
+    return _repeat_line(text, "image: x", lambda line: line.replace("x", "x" * size))
 
 
 def many_engine_args(count: int) -> str:
-    return yaml.safe_dump(set_path(base(), ("spec", "engineArgs"), ["--seed"] * count))
+    """The base spec with `count` (>= 1) engineArgs `--seed`, as `yaml.safe_dump` writes it:
+    dumped with one, then its line repeated (the emitter would take seconds for 100,000)."""
+    text = yaml.safe_dump(set_path(base(), ("spec", "engineArgs"), ["--seed"]))
+    return _repeat_line(text, "- --seed", lambda line: line * count)
+
+
+def _repeat_line(text: str, stripped: str, grow: Callable[[str], str]) -> str:
+    (line,) = [line for line in text.splitlines(keepends=True) if line.strip() == stripped]
+    return text.replace(line, grow(line), 1)
 
 
 OVERSIZED = st.one_of(

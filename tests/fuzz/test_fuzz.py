@@ -4,6 +4,7 @@ unprivileged pods; disguised flags never reach a forbidden vLLM setting."""
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +14,8 @@ from tests.fuzz.strategies import ENGINE_ARGS, YAML_BYTES, documents, smuggled_f
 from tests.support.fuzzing import examples
 from tests.support.vllm_cli import FORBIDDEN_DESTS
 from tests.support.vllm_cli import parse as _parse
+
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
 
 FUZZ = settings(
     deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]

@@ -84,3 +84,16 @@ def test_validator_refuses_deep_and_shared_structures_without_recursing() -> Non
     with pytest.raises(UnreadableDocument, match="more than 100000 values"):
         check_document(edited({"spec.engineArgs": shared}))
     assert time.thread_time() - start < BOUND_S
+
+
+@pytest.mark.parametrize("size", [1, 2, 80, 1000])
+def test_the_oversized_builders_write_what_pyyaml_writes(size: int) -> None:
+    """huge_value and many_engine_args widen one dumped line rather than dump megabytes: the
+    text is PyYAML's own, at sizes it dumps quickly (at least one: none writes `''` or `[]`)."""
+    doc = base()
+    assert huge_value(size) == yaml.safe_dump(
+        doc | {"spec": doc["spec"] | {"image": "x" * size}}, width=2**31, sort_keys=False
+    )
+    assert many_engine_args(size) == yaml.safe_dump(
+        doc | {"spec": doc["spec"] | {"engineArgs": ["--seed"] * size}}
+    )

@@ -27,6 +27,8 @@ from tests.support.k3_checkpoint import K3_TEXT, write_config, write_k3_checkpoi
 from tests.support.pods import expand
 from tests.support.specs import edited
 
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
+
 pytest.importorskip("vllm", reason="vLLM 0.33.0 is installed by `make setup`")
 
 HARNESS = Path(__file__).with_name("harness.py")

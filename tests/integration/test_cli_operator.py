@@ -25,6 +25,8 @@ from tests.support.cluster import NAME, NS, children, reconciled, sample, wait_f
 from tests.support.repo import ROOT
 from tests.support.tools import require_tool
 
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
+
 
 def fetch(url: str) -> tuple[int, str]:
     try:

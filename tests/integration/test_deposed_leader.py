@@ -3,11 +3,15 @@ frozen (SIGSTOP, as a long pause or a partition does) in the middle of a burst o
 standby takes the Lease and converges everything, then the old leader wakes (SIGCONT). Its
 writes are fenced: none reaches the API server but to the Lease, and it exits (code 3)."""
 
+import pytest
+
 from kimi_operator.embedded.chart import NAMESPACE as RELEASE_NAMESPACE
 from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.teardown import EXIT_LEADERSHIP_LOST, run_frozen_leader
 from kimi_operator.k8s.client import Client
+
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
 
 ARGS = [
     "--leader-elect",

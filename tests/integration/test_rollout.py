@@ -17,6 +17,8 @@ from tests.integration.conftest import resyncs
 from tests.support.cluster import condition, sample, status_of, wait_for
 from tests.support.groups import Audit, audited, images, kubelet
 
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
+
 NS, NAME = "inference", "k3-tp8-dspark"
 GROUPS = [f"{NAME}-g{i}" for i in range(3)]
 TIMEOUT_S = 60.0

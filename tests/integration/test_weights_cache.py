@@ -35,6 +35,8 @@ from kimi_operator.k8s.resources import (
 )
 from tests.support.cluster import condition, sample, status_of, wait_for
 
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
+
 NS = "inference"
 REPO = "moonshotai/Kimi-K3-tiny"
 PRIVATE = "moonshotai/Kimi-K3-private"

@@ -4,7 +4,11 @@ instruments it. The same probe runs against vLLM 0.32.0's CPU build in tests/vll
 
 import sys
 
+import pytest
+
 from tests.support.plugins import STAT_LOGGER, probe
+
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
 
 
 def test_with_the_kimi_k3_module_instruments_only_where_the_model_runs() -> None:

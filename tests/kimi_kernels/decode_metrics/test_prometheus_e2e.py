@@ -20,6 +20,8 @@ from tests.support.catalog import (
 from tests.support.prometheus import DEPLOYMENT, GPU_HOUR_PRICE, NAMESPACE, Proof, expected, proof
 from tests.support.tools import require_tool
 
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
+
 VARIABLES_E2E = VARIABLES | {"gpu_hour_price": str(GPU_HOUR_PRICE)}
 # Panel (dashboard, title, legend-free expression index) -> the value it must show.
 CHECKED = {

@@ -15,6 +15,8 @@ from kimi_kernels.mla_decode.config import ARCHS, DISPATCH_CONFIGS
 from kimi_kernels.mla_decode.interface import compile_split
 from kimi_kernels.mla_decode.matrix import MatrixEntry, compile_matrix, format_entry
 
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> list[MatrixEntry]:

@@ -25,6 +25,8 @@ from kimi_kernels.preflight.checks import (
 )
 from tests.support.repo import ROOT
 
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
+
 GB300 = Gpu(0, "NVIDIA GB300", (10, 3), multicast=True)
 B200 = Gpu(1, "NVIDIA B200", (10, 0), multicast=True)
 H200 = Gpu(0, "NVIDIA H200", (9, 0), multicast=True)

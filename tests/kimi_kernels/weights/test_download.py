@@ -24,6 +24,8 @@ from kimi_kernels.weights.__main__ import main
 from kimi_kernels.weights.layout import DEFAULT_EXCLUDE, DEFAULT_INCLUDE, PARTIAL, selected
 from kimi_operator.embedded.hub import FakeHub, Fault
 
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
+
 REPO = "moonshotai/Kimi-K3-tiny"
 TOKEN = "hf_kimiSECRETtoken0123456789"
 BIG = "model-00001-of-00002.safetensors"

@@ -27,6 +27,8 @@ from tests.support.specs import edited
 from tests.support.vllm_cli import FORBIDDEN_DESTS
 from tests.support.vllm_cli import parse as _parse
 
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
+
 REFUSED = [
     "--tensor-parallel-size", "--tensor-parallel-size=8", "--tensor_parallel_size", "-tp", "-tp=8",
     "--tensor-parallel", "-t", "--pipeline-parallel-size=2", "-pp", "--data-parallel-size-local",
