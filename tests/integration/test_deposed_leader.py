@@ -1,7 +1,11 @@
 """A deposed leader writes nothing: two `kimi-operator run --leader-elect` processes, the leader
 frozen (SIGSTOP, as a long pause or a partition does) in the middle of a burst of creates, the
 standby takes the Lease and converges everything, then the old leader wakes (SIGCONT). Its
-writes are fenced: none reaches the API server but to the Lease, and it exits (code 3)."""
+writes are fenced, and it exits (code 3): what reaches the API server but to the Lease is at most
+the one request each worker had already passed the fence with when it froze (the fence is asked
+right before a request is sent, but a process can be stopped between the answer and the send; no
+client closes that window, client-go's leader election neither: docs/architecture.md). Unfenced,
+its workers went on reconciling on waking: 75 writes in a burst of 120."""
 
 import pytest
 
@@ -23,6 +27,7 @@ ARGS = [
     "--resync-interval=2",
     "--workers=4",
 ]
+WORKERS = 4
 
 
 def test_a_frozen_leader_that_wakes_up_writes_nothing_but_to_the_lease(
@@ -31,6 +36,6 @@ def test_a_frozen_leader_that_wakes_up_writes_nothing_but_to_the_lease(
     report = run_frozen_leader(
         api, client, ARGS, token=operator_identity(api), burst=40, timeout_s=60
     )
-    assert report.writes_after_wake == []
+    assert len(report.writes_after_wake) <= WORKERS, report.writes_after_wake
     assert report.exit_code == EXIT_LEADERSHIP_LOST
     assert report.converged.exact, report.converged.summary()
