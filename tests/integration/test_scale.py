@@ -46,6 +46,19 @@ def send(api: EmbeddedApiServer, method: str, body: Any = None, *, merge: bool =
         return {"code": error.code, **json.loads(error.read())}
 
 
+def scale_to(api: EmbeddedApiServer, replicas: int) -> Any:
+    """What an autoscaler does (the HPA's and KEDA's scale client): read the scale, write it back
+    with the replicas it wants, and on a 409 (the operator wrote the status in between: the same
+    resourceVersion) read it again and retry; the scale written."""
+    for _ in range(10):
+        scale = send(api, "GET")
+        written = send(api, "PUT", {**scale, "spec": {"replicas": replicas}})
+        if written.get("code") != 409:
+            assert written["spec"]["replicas"] == replicas, written
+            return written
+    raise AssertionError(f"scale to {replicas}: 10 conflicts in a row")
+
+
 def groups(client: Client) -> list[str]:
     return sorted(g["metadata"]["name"] for g in client.list(LEADER_WORKER_SET, NS))
 
@@ -114,10 +127,7 @@ def test_an_hpa_scales_up_and_down_and_the_operator_follows(
     assert degraded["reason"] == "ScaledObjectNotInstalled"
     assert "prometheus-adapter" in degraded["message"]
     for replicas in (2, 3, 1):
-        scale = send(api, "GET")
-        assert send(api, "PUT", {**scale, "spec": {"replicas": replicas}})["spec"]["replicas"] == (
-            replicas
-        )
+        scale_to(api, replicas)
         wait_groups(client, replicas)
     # The operator never writes spec.replicas back: it stays what the autoscaler wrote over
     # resyncs.
@@ -144,8 +154,7 @@ def test_keda_gets_a_scaled_object_and_keda_scales_the_same_way(
         "name": NAME,
     }
     assert client.get(HORIZONTAL_POD_AUTOSCALER, NS, NAME) is None
-    scale = send(api, "GET")
-    send(api, "PUT", {**scale, "spec": {"replicas": 3}})
+    scale_to(api, 3)
     wait_groups(client, 3)
     # Autoscaling turned off: the autoscaler child is pruned, the replicas stay.
     client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": {"autoscaling": None}})
@@ -164,8 +173,7 @@ def test_a_group_without_nodes_says_insufficient_capacity(
     wait_for(lambda: groups(client) or None, what="the first group")
     assert start_groups(client, scheduler, NS) == []
     wait_for(lambda: status_of(client, NS, NAME).get("readyReplicas") == 1 or None, what="ready")
-    scale = send(api, "GET")
-    send(api, "PUT", {**scale, "spec": {"replicas": 2}})  # the autoscaler adds a group
+    scale_to(api, 2)  # the autoscaler adds a group
     wait_for(lambda: len(groups(client)) == 2 or None, what="the second group")
     pending = start_groups(client, scheduler, NS)
     assert pending == [f"{NAME}-g1-0-{i}" for i in range(1, 4)]
