@@ -7,7 +7,7 @@ read (observe.py fills it), `Decision` every write (act.py sends them).
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from kimi_operator import caches, rollout, routing
 from kimi_operator.api.problem import Problem
@@ -52,6 +52,14 @@ UPSTREAM = (
 AUTOSCALERS = (SCALED_OBJECT.kind, HORIZONTAL_POD_AUTOSCALER.kind)
 
 
+class FoundWeights(NamedTuple):
+    """The weights as the reads found them (`weights_of`)."""
+
+    weights: caches.Weights
+    shared: list[dict[str, Any]]  # the caches the resolutions call for
+    writes: list[Write]  # those that create or join them
+
+
 @dataclass
 class Observed:
     """Everything one reconcile read, before it writes anything (observe.py)."""
@@ -76,6 +84,9 @@ class Observed:
     turn: str = ""  # the image gate's answer, if asked: who moves to the new default image now
     unschedulable: str = ""  # what kube-scheduler says of the pods waiting for nodes
     gateway_endpoint: str = ""  # the API's URL through spec.routing.gatewayRef's Gateway
+    # `weights_of` this observation, worked out once its caches are read (observe.py; None: not
+    # yet, and `decide` works it out).
+    found: FoundWeights | None = None
     error: KubernetesError | None = None  # a read failed: nothing is written
 
     @property
@@ -264,15 +275,23 @@ def stopped(observed: Observed, defaults: OperatorDefaults) -> Decision:
     return Decision(_planned(observed.kd, defaults, observed.served, weights), weights)
 
 
+def wanted_caches(
+    observed: Observed, defaults: OperatorDefaults
+) -> tuple[caches.Weights, list[dict[str, Any]]]:
+    """(the weights as resolved so far, the caches the resolutions call for): what the caches'
+    reads need to know (observe.py), before the downloads are looked at."""
+    weights = caches.resolve(observed.kd, observed.old, observed.resolving)
+    return weights, build_caches(observed.kd, defaults, weights.resolved)
+
+
 def weights_of(
     observed: Observed, defaults: OperatorDefaults, *, now: str, refused: Problem | None = None
-) -> tuple[caches.Weights, list[dict[str, Any]], list[Write]]:
-    """(the weights, the caches the resolutions call for, the writes that create or join them).
-    A download Job created now has not finished; `refused`: a ResourceQuota refused one of
-    those writes, so the downloads are not looked at (nothing after it was written)."""
+) -> FoundWeights:
+    """The weights, the caches they call for and the writes that create or join them. A
+    download Job created now has not finished; `refused`: a ResourceQuota refused one of those
+    writes, so the downloads are not looked at (nothing after it was written)."""
     kd = observed.kd
-    weights = caches.resolve(kd, observed.old, observed.resolving)
-    shared = build_caches(kd, defaults, weights.resolved)
+    weights, shared = wanted_caches(observed, defaults)
     kept = caches.retained(kd, weights)
     writes, live = [], []
     for obj in shared:
@@ -287,9 +306,16 @@ def weights_of(
     if refused is not None:
         weights.ready = False
         weights.failed.append(refused)
-        return weights, shared, []
+        return FoundWeights(weights, shared, [])
     caches.downloads(weights, live, observed.messages, now=now)
-    return weights, shared, writes
+    return FoundWeights(weights, shared, writes)
+
+
+def found_weights(observed: Observed, defaults: OperatorDefaults, *, now: str) -> FoundWeights:
+    """`weights_of`, as observe.py worked it out once the caches were read (else now)."""
+    if observed.found is not None:
+        return observed.found
+    return weights_of(observed, defaults, now=now)
 
 
 def _groups_skipped(observed: Observed, skip: set[str]) -> bool:
@@ -315,7 +341,7 @@ def asks_turn(
 ) -> None:
     """Call `ask` (the gate) if, and only if, the plan needs the gate's answer: observe.py asks
     here, `decide` then reads the answer from `Observed.turn`."""
-    weights, _, _ = weights_of(observed, defaults, now=now)
+    weights = found_weights(observed, defaults, now=now).weights
     skip, _, _ = _gaps(observed.kd, observed.served, weights.ready)
     _image(observed, defaults, {} if _groups_skipped(observed, skip) else observed.groups, ask)
 
@@ -330,7 +356,10 @@ def decide(
     """The writes of one reconcile. `refused`: a ResourceQuota refused a weights cache (act.py
     stopped there): the plan is made again knowing it, without the caches' writes."""
     kd, body, old = observed.kd, observed.body, observed.old
-    weights, shared, cache_writes = weights_of(observed, defaults, now=now, refused=refused)
+    if refused is None:
+        weights, shared, cache_writes = found_weights(observed, defaults, now=now)
+    else:
+        weights, shared, cache_writes = weights_of(observed, defaults, now=now, refused=refused)
     plan = _planned(kd, defaults, observed.served, weights)
     skip_groups = _groups_skipped(observed, plan.skip)
     live = {} if skip_groups else observed.groups

@@ -35,8 +35,10 @@ from kimi_operator.reconcile.decide import (
     Observed,
     asks_turn,
     external_metric,
+    found_weights,
     had_routing,
     had_weights,
+    wanted_caches,
     weights_of,
 )
 
@@ -96,13 +98,14 @@ def _weights(client: Client, seen: Observed, defaults: OperatorDefaults, *, now:
         job = client.get(JOB, namespace, name)
         message = _message(client, job) if caches.finished(job) else {}
         seen.resolving[name] = (job, message)
-    _, shared, _ = weights_of(seen, defaults, now=now)
+    _, shared = wanted_caches(seen, defaults)
     for obj in shared:
         kind, name = obj["kind"], obj["metadata"]["name"]
         found = client.get(BY_KIND[kind], namespace, name)
         seen.caches[(kind, name)] = found
         if found is not None and kind == JOB.kind and not caches.completed(found):
             seen.messages[name] = _message(client, found)
+    seen.found = weights_of(seen, defaults, now=now)
 
 
 def _message(client: Client, job: dict[str, Any] | None) -> dict[str, Any]:
@@ -122,7 +125,7 @@ def _children(client: Client, seen: Observed, defaults: OperatorDefaults, *, now
     only where it had weights to resolve, and the shared caches once its weights are ready."""
     kd, namespace, old = seen.kd, seen.kd.metadata.namespace, seen.old
     if seen.prune:
-        weights, shared, _ = weights_of(seen, defaults, now=now)
+        weights, shared, _ = found_weights(seen, defaults, now=now)
         weighted = bool(shared) or had_weights(old)
         routed = kd.spec.routing.mode == "InferencePool" or had_routing(old)
         kinds = [r for r in CHILD_RESOURCES if routed or r not in ROUTING_RESOURCES]
