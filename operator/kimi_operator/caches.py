@@ -102,11 +102,6 @@ def unresolved(kd: KimiDeployment, status: Mapping[str, Any]) -> list[str]:
     return [resolve_job_name(kd, role, s) for role, s in hf_sources(kd) if role not in done]
 
 
-def cache_names(weights: "Weights") -> list[str]:
-    """The names of the caches (claim and download Job alike) of the resolved sources."""
-    return sorted({w.claim_name for w in weights.resolved.values()})
-
-
 @dataclass
 class Weights:
     """What a reconcile found of the deployment's weights caches."""
@@ -296,7 +291,7 @@ def releases(
         resource = BY_KIND[kind]
         meta = obj["metadata"]
         name, refs = meta["name"], _users(obj)
-        if (resource.kind, name) in keep or uid not in _uids(refs):
+        if (kind, name) in keep or uid not in _uids(refs):
             continue
         others = [ref for ref in refs if ref.get("uid") != uid]
         if others:

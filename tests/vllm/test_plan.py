@@ -92,19 +92,17 @@ def figures(results: Path) -> dict[str, float]:
     }
 
 
-def calibrate(served: Served, out: Path) -> None:
+def bench(served: Served, *argv: str) -> None:
     cli(
         "bench", "--endpoint", f"{served.root}/v1", "--metrics-url", f"{served.root}/metrics",
-        "--profile", "calibration", "--concurrency", "8", "--prompt-tokens", "1024",
-        "--gpus", "1", "--seed", str(next(SEEDS)), "--output", str(out), "--no-progress",
+        "--gpus", "1", "--no-progress", *argv,
     )  # fmt: skip
 
 
-def replay(served: Served, trace: Path, out: Path) -> None:
-    cli(
-        "bench", "--endpoint", f"{served.root}/v1", "--metrics-url", f"{served.root}/metrics",
-        "--profile", "agentic", "--trace", str(trace), "--gpus", "1", "--output", str(out),
-        "--no-progress",
+def calibrate(served: Served, out: Path) -> None:
+    bench(
+        served, "--profile", "calibration", "--concurrency", "8", "--prompt-tokens", "1024",
+        "--seed", str(next(SEEDS)), "--output", str(out),
     )  # fmt: skip
 
 
@@ -122,8 +120,9 @@ def measure(
         for _ in range(REPLAYS_BETWEEN):
             trace = run / f"trace{len(replays)}.jsonl"
             trace.write_text(agent_trace(f"{run.name}-{trace.stem}", sessions))
-            replays.append(run / trace.stem)
-            replay(served, trace, replays[-1])
+            out = run / trace.stem
+            bench(served, "--profile", "agentic", "--trace", str(trace), "--output", str(out))
+            replays.append(out)
         calibrate(served, calibration)
     config = run / "server.yaml"
     config.write_text(
