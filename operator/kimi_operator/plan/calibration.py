@@ -18,12 +18,18 @@ others fit the ordinary path's. Streams: the TTFT of each `streams:s{S}` probe b
 fitted steps give it (half a step of the S streams to wait, then a step of theirs with its prefill)
 grows by `per_stream_s` a stream: what they add to its way in (the median of each stream count's
 probes). A sweep from before the repeats has one request a point: its median is that request.
+
+Several sweeps of one deployment fit as one (`from_runs`): each point's requests pooled, so its
+median is over all their repeats. On a machine whose speed wanders over seconds, the median of
+one fit per sweep still leans where a few sweeps' three repeats did; a pooled point does not.
 """
 
 import re
 import statistics
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import TypeVar
 
 from kimi_operator.bench.calibration import PREFIX_UNSHARED_TOKENS
 from kimi_operator.bench.results import RequestRecord, Results
@@ -39,6 +45,7 @@ from kimi_operator.plan.costs import (
 )
 from kimi_operator.plan.fit import fit, fit_without_stalls
 
+Key = TypeVar("Key", bound=Hashable)
 PHASE = re.compile(r"^(?:decode:b(?P<batch>\d+):c(?P<context>\d+)|(?P<kind>prefill|prefix):p\d+)$")
 PROBE = re.compile(r"^streams:s(?P<streams>\d+):probe$")
 BLOCK_TOKENS = 16
@@ -102,9 +109,16 @@ def decode_points(
     return points
 
 
-def prefill_points(records: list[RequestRecord]) -> list[tuple[int, int, float]]:
-    """(prompt tokens computed, tokens from the cache, median TTFT) of the prefill requests and
-    hits, one point per (computed, cached) pair."""
+def _pooled(runs: Iterable[dict[Key, list[float]]]) -> dict[Key, list[float]]:
+    pooled: dict[Key, list[float]] = {}
+    for samples in runs:
+        for key, values in samples.items():
+            pooled.setdefault(key, []).extend(values)
+    return pooled
+
+
+def _prefill_samples(records: list[RequestRecord]) -> dict[tuple[int, int], list[float]]:
+    """One sweep's TTFTs of its prefill requests and hits by (tokens computed, from the cache)."""
     samples: dict[tuple[int, int], list[float]] = {}
     seen_prefix: set[str] = set()
     for record in records:
@@ -118,16 +132,23 @@ def prefill_points(records: list[RequestRecord]) -> list[tuple[int, int, float]]
             cached = shared - shared % BLOCK_TOKENS
         seen_prefix.add(record.group or "")
         samples.setdefault((prompt - cached, cached), []).append(record.ttft_s)
+    return samples
+
+
+def prefill_points(runs: Sequence[list[RequestRecord]]) -> list[tuple[int, int, float]]:
+    """(prompt tokens computed, tokens from the cache, median TTFT) of the sweeps' prefill
+    requests and hits, one point per (computed, cached) pair."""
+    samples = _pooled(_prefill_samples(records) for records in runs)
     return [
         (computed, cached, statistics.median(ttfts))
         for (computed, cached), ttfts in samples.items()
     ]
 
 
-def per_stream_s(records: list[RequestRecord], costs: StepCosts, draft_tokens: int) -> float:
-    """What each running stream adds to a new request's way in: the slope, against the streams,
-    of the probes' TTFT beyond the modelled one, the median of each stream count's probes (0
-    without probes: an older calibration)."""
+def _stream_excess(
+    records: list[RequestRecord], costs: StepCosts, draft_tokens: int
+) -> dict[int, list[float]]:
+    """One sweep's probes by the streams they arrived among: their TTFT beyond the modelled."""
     prompts = {r.group: r.prompt_tokens or 0 for r in records}  # a phase's streams: one length
     excess: dict[int, list[float]] = {}
     for record in records:
@@ -144,6 +165,14 @@ def per_stream_s(records: list[RequestRecord], costs: StepCosts, draft_tokens: i
             + step(prefill_tokens=record.prompt_tokens or 0, draft_tokens=draft_tokens)
         )
         excess.setdefault(count, []).append(record.ttft_s - modelled)
+    return excess
+
+
+def per_stream_s(runs: Sequence[list[RequestRecord]], costs: StepCosts, draft_tokens: int) -> float:
+    """What each running stream adds to a new request's way in: the slope, against the streams,
+    of the probes' TTFT beyond the modelled one, the median of each stream count's probes (0
+    without probes: an older calibration)."""
+    excess = _pooled(_stream_excess(records, costs, draft_tokens) for records in runs)
     if len(excess) < 2:
         return 0.0
     counts = sorted(excess)
@@ -157,28 +186,58 @@ def _decode_cost(points: list[DecodePoint]) -> DecodeCost:
     return DecodeCost(intercept, per_sequence, per_context)
 
 
-def from_run(results: Results, label: str, draft_tokens: int | None) -> Calibration:
-    """The step costs a calibration run measured; `draft_tokens` as the deployment speculates."""
-    if results.config.profile != "calibration":
-        raise PlanError(
-            f"{label}: a {results.config.profile!r} run, not a calibration: run "
-            "`kimi-operator bench --profile calibration` against the deployment"
-        )
-    metrics = results.summary.server_metrics
-    counted = (metrics.spec_decode_acceptance_length or 1.0) if metrics.reachable else None
-    points = decode_points(results.requests, counted)
-    prefill = prefill_points(results.requests)
+def _one_deployment(runs: Sequence[tuple[str, Results]]) -> None:
+    """Refuses a run of another profile, and sweeps of different deployments pooled."""
+    first_label, first = runs[0]
+    for label, results in runs:
+        if results.config.profile != "calibration":
+            raise PlanError(
+                f"{label}: a {results.config.profile!r} run, not a calibration: run "
+                "`kimi-operator bench --profile calibration` against the deployment"
+            )
+        for what, value, expected in (
+            ("model", results.config.model, first.config.model),
+            ("GPU count", results.config.gpus, first.config.gpus),
+            (
+                "decode backend",
+                results.config.server.decode_backend,
+                first.config.server.decode_backend,
+            ),
+        ):
+            if value != expected:
+                raise PlanError(
+                    f"{label}: pooled with {first_label}, but its {what} is {value!r}, not "
+                    f"{expected!r}: only sweeps of one deployment fit as one calibration"
+                )
+
+
+def from_runs(
+    runs: Sequence[tuple[str, Results]], name: str, draft_tokens: int | None
+) -> Calibration:
+    """The step costs one or more calibration runs (labelled) of one deployment measured, their
+    requests pooled; `draft_tokens` as the deployment speculates."""
+    _one_deployment(runs)
+    first = runs[0][1]
+    metrics = [results.summary.server_metrics for _, results in runs]
+    counted = (
+        statistics.mean(m.spec_decode_acceptance_length or 1.0 for m in metrics)
+        if all(m.reachable for m in metrics)
+        else None
+    )
+    sweeps = [results.requests for _, results in runs]
+    points = decode_points([record for records in sweeps for record in records], counted)
+    prefill = prefill_points(sweeps)
     if not points or len(prefill) < 2:
-        raise PlanError(f"{label}: too few successful calibration requests to fit step costs")
+        raise PlanError(f"{name}: too few successful calibration requests to fit step costs")
     acceptance = max(statistics.mean(p.tokens_per_step for p in points) - 1, 0.0)
     if draft_tokens is None:
         if acceptance > 0.05:
             raise PlanError(
-                f"{label}: the server speculated ({acceptance + 1:.2f} tokens per step): give "
+                f"{name}: the server speculated ({acceptance + 1:.2f} tokens per step): give "
                 "its draft tokens with --calibration-drafts N"
             )
         draft_tokens = 0
-    backend = results.config.server.decode_backend or "auto"
+    backend = first.config.server.decode_backend or "auto"
     notes: list[str] = []
     fast_points = [p for p in points if p.batch * (1 + draft_tokens) <= FAST_PATH_MAX_TOKENS]
     ordinary_points = [p for p in points if p not in fast_points]
@@ -188,7 +247,7 @@ def from_run(results: Results, label: str, draft_tokens: int | None) -> Calibrat
         if not ordinary_points:
             ordinary_points = fast_points
             notes.append(
-                f"{label}: no batch over the fast path measured: the ordinary path is assumed "
+                f"{name}: no batch over the fast path measured: the ordinary path is assumed "
                 "as fast as the fast path (calibrate with a larger --concurrency)"
             )
     else:
@@ -201,16 +260,16 @@ def from_run(results: Results, label: str, draft_tokens: int | None) -> Calibrat
         prefill=PrefillCost(intercept, per_token, per_cached),
         fast=fast,
     )
-    costs = replace(costs, per_stream_s=per_stream_s(results.requests, costs, draft_tokens))
+    costs = replace(costs, per_stream_s=per_stream_s(sweeps, costs, draft_tokens))
     return Calibration(
-        name=label,
-        origin=f"measured: {label}",
-        gpus=results.config.gpus,
+        name=name,
+        origin="measured: " + ", ".join(label for label, _ in runs),
+        gpus=first.config.gpus,
         backend=backend,
         draft_tokens=draft_tokens,
         acceptance=min(acceptance, float(draft_tokens)),
         max_num_seqs=max(p.batch for p in points),
         costs=costs,
-        model=results.config.model,
+        model=first.config.model,
         notes=notes,
     )

@@ -41,11 +41,12 @@ def add_plan_parser(sub: Any) -> None:
     plan.add_argument("--trace", metavar="FILE", required=True, help="agent trace (JSONL)")
     plan.add_argument(
         "--calibration",
-        metavar="RUN",
+        metavar="RUN[,RUN...]",
         action="append",
         default=[],
         help="a `bench --profile calibration` results directory (repeatable); the first is "
-        "also planned as measured",
+        "also planned as measured. Several sweeps of one deployment joined by commas "
+        "(RUN,RUN,...) fit as one calibration, named after the first: their repeats pooled",
     )
     plan.add_argument(
         "--calibration-drafts",
@@ -93,16 +94,24 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _calibrations(args: argparse.Namespace) -> "list[Calibration]":
     from kimi_operator.bench.report import load_results  # noqa: PLC0415
     from kimi_operator.plan import PlanError  # noqa: PLC0415
-    from kimi_operator.plan.calibration import from_run  # noqa: PLC0415
+    from kimi_operator.plan.calibration import from_runs  # noqa: PLC0415
 
     calibrations: list[Calibration] = []
-    for path in args.calibration:
-        label = Path(path).name if Path(path).is_dir() else Path(path).parent.name
-        calibration = from_run(load_results(path), label or path, args.calibration_drafts)
+    for argument in args.calibration:
+        paths = [path for path in argument.split(",") if path]
+        if not paths:
+            raise PlanError(f"--calibration {argument!r}: give a calibration run's directory")
+        again = sorted({path for path in paths if paths.count(path) > 1})
+        if again:
+            raise PlanError(f"--calibration {argument}: {', '.join(again)} pooled twice")
+        runs = [(path, load_results(path)) for path in paths]
+        first = Path(paths[0])
+        name = (first.name if first.is_dir() else first.parent.name) or paths[0]
+        calibration = from_runs(runs, name, args.calibration_drafts)
         if calibration.gpus is None:
-            raise PlanError(f"{path}: the run has no GPU count: rerun bench with --gpus N")
+            raise PlanError(f"{paths[0]}: the run has no GPU count: rerun bench with --gpus N")
         if any(c.name == calibration.name for c in calibrations):
-            raise PlanError(f"{path}: another --calibration is also named {calibration.name!r}")
+            raise PlanError(f"{argument}: another --calibration is also named {calibration.name!r}")
         calibrations.append(calibration)
     return calibrations
 

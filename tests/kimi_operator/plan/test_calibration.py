@@ -1,5 +1,7 @@
 """Step costs fitted from a calibration run: the sweep it sends, and the costs it recovers."""
 
+import re
+
 import pytest
 
 from kimi_operator.bench.calibration import batch_sizes, calibration_plan, prompt_lengths
@@ -13,7 +15,7 @@ from kimi_operator.bench.results import (
     Summary,
 )
 from kimi_operator.plan import PlanError
-from kimi_operator.plan.calibration import from_run
+from kimi_operator.plan.calibration import Calibration, from_runs, prefill_points
 from kimi_operator.plan.fit import fit, fit_without_stalls
 
 
@@ -141,8 +143,12 @@ def sweep(tokens_per_chunk: int = 1, noise: tuple[float, ...] = (0.0,)) -> list[
     return records
 
 
+def fitted(results: Results, draft_tokens: int | None = None) -> Calibration:
+    return from_runs([("cal", results)], "cal", draft_tokens)
+
+
 def test_a_stock_run_fits_the_ordinary_path() -> None:
-    calibration = from_run(run_of(sweep()), "cal", None)
+    calibration = fitted(run_of(sweep()))
     costs = calibration.costs
     assert costs.fast is None
     assert (costs.ordinary.fixed_s, costs.ordinary.per_sequence_s) == pytest.approx((0.020, 0.005))
@@ -158,7 +164,7 @@ def test_the_median_of_each_prefills_repeats_is_fitted() -> None:
     two on time). Their means (0.0093 late, 0.007 for the four) would fit a fixed cost of 0.062,
     the first of each alone 0.080; each request a point of its own (the fit before the repeats)
     misses too."""
-    costs = from_run(run_of(sweep(noise=(0.030, -0.002, 0.0))), "cal", None).costs
+    costs = fitted(run_of(sweep(noise=(0.030, -0.002, 0.0)))).costs
     prefill = (costs.prefill.fixed_s, costs.prefill.per_token_s, costs.prefill.per_cached_token_s)
     assert prefill == pytest.approx((0.050, 0.0001, 0.00002))
 
@@ -166,14 +172,14 @@ def test_the_median_of_each_prefills_repeats_is_fitted() -> None:
 def test_a_speculating_run_needs_its_draft_count_and_splits_the_paths() -> None:
     results = run_of(sweep(tokens_per_chunk=8), backend="latency_specialized")
     with pytest.raises(PlanError, match="--calibration-drafts"):
-        from_run(results, "cal", None)
-    calibration = from_run(results, "cal", 7)
+        fitted(results)
+    calibration = fitted(results, 7)
     assert calibration.acceptance == pytest.approx(7.0)
     # 8 x (1 + 7) = 64 fits the fast path, so every measured batch did: no ordinary figures.
     assert calibration.costs.fast is not None
     assert "no batch over the fast path" in calibration.notes[0]
     # With 15 drafts, 16 tokens a sequence: batches 1, 2 and 4 fit 64, batch 8 does not.
-    costs = from_run(results, "cal", 15).costs
+    costs = fitted(results, 15).costs
     assert costs.fast is not None
     assert (costs.fast.fixed_s, costs.fast.per_sequence_s) == pytest.approx((0.020, 0.005))
     # One ordinary batch: its step time is all there is to fit (0.020 + 7 x 0.005).
@@ -193,16 +199,16 @@ def test_chunks_that_carry_two_steps_do_not_slow_or_speculate_the_steps() -> Non
             r.chunk_times_s, r.chunk_tokens = times, [1] * 6 + [2, 2]
     results = run_of(records)
     with pytest.raises(PlanError, match="--calibration-drafts"):  # chunks alone: 1.5 a step
-        from_run(results, "cal", None)
+        fitted(results)
     results.summary.server_metrics = ServerMetrics(reachable=True)
-    calibration = from_run(results, "cal", None)
+    calibration = fitted(results)
     costs = calibration.costs.ordinary
     assert (costs.fixed_s, costs.per_sequence_s) == pytest.approx((0.020, 0.005))
     assert calibration.acceptance == 0.0
     # A speculating server's counters give its tokens per step (1 + 2.5 accepted drafts here).
     speculating = ServerMetrics(reachable=True, spec_decode_acceptance_length=3.5)
     results.summary.server_metrics = speculating
-    calibration = from_run(results, "cal", 3)
+    calibration = fitted(results, 3)
     assert calibration.acceptance == pytest.approx(2.5)
     assert calibration.costs.ordinary.fixed_s == pytest.approx(0.020 * 3.5)
 
@@ -225,11 +231,52 @@ def test_probes_among_streams_give_the_way_in_per_stream() -> None:
             ttft = modelled + 0.004 * streams + off
             probe = record(len(records), f"streams:s{streams}:probe", 128, ttft, gaps=[], tokens=1)
             records.append(probe)
-    assert from_run(run_of(records), "cal", None).costs.per_stream_s == pytest.approx(0.004)
+    assert fitted(run_of(records)).costs.per_stream_s == pytest.approx(0.004)
     # A calibration from before the probes: nothing to fit, no term.
-    assert from_run(run_of(sweep()), "cal", None).costs.per_stream_s == 0.0
+    assert fitted(run_of(sweep())).costs.per_stream_s == 0.0
 
 
 def test_a_run_of_another_profile_is_refused() -> None:
     with pytest.raises(PlanError, match="a 'agentic' run, not a calibration"):
-        from_run(run_of(sweep(), profile="agentic"), "cal", None)
+        fitted(run_of(sweep(), profile="agentic"))
+
+
+def test_sweeps_of_one_deployment_fit_as_one_their_repeats_pooled() -> None:
+    """Two sweeps, the first's three repeats of each prefill and hit 0.030 late (the machine was
+    slow through it), the second's five on time but one: alone the first fits a fixed cost 0.030
+    high, and the median of the two fits (their mean) 0.015 high; the eight repeats of each point
+    pooled have the on-time median."""
+    slow = run_of(sweep(noise=(0.030, 0.030, 0.030)))
+    quick = run_of(sweep(noise=(0.0, -0.002, 0.0, 0.0, 0.0)))
+    assert fitted(slow).costs.prefill.fixed_s == pytest.approx(0.080)
+    assert fitted(quick).costs.prefill.fixed_s == pytest.approx(0.050)
+    pooled = from_runs([("slow", slow), ("quick", quick)], "both", None)
+    prefill = pooled.costs.prefill
+    assert (prefill.fixed_s, prefill.per_token_s) == pytest.approx((0.050, 0.0001))
+    assert prefill.per_cached_token_s == pytest.approx(0.00002)
+    assert (pooled.name, pooled.origin) == ("both", "measured: slow, quick")
+
+
+def test_each_pooled_sweeps_first_prefix_request_fills_the_cache() -> None:
+    """Each sweep's prefix group starts with a fill: the second sweep's first is no hit (its
+    prompt's 1008 shared tokens are not in the cache of the first sweep's server state). One hit
+    each, 0.004 late in the first: the hits' median is their mean, 0.002 late."""
+    points = prefill_points([sweep(noise=(0.004,)), sweep()])
+    hits = {(computed, cached): ttft for computed, cached, ttft in points}
+    assert hits[(16, 1008)] == pytest.approx(0.050 + 0.0016 + 0.02016 + 0.002)
+    assert hits[(1024, 0)] == pytest.approx(0.050 + 0.1024)  # the fills, with the lone prefills
+
+
+@pytest.mark.parametrize(
+    ("other", "says"),
+    [
+        (
+            run_of(sweep(), backend="latency_specialized"),
+            "its decode backend is 'latency_specialized', not 'auto'",
+        ),
+        (run_of(sweep(), profile="agentic"), "b: a 'agentic' run, not a calibration"),
+    ],
+)
+def test_sweeps_of_different_deployments_are_not_pooled(other: Results, says: str) -> None:
+    with pytest.raises(PlanError, match=re.escape(says)):
+        from_runs([("a", run_of(sweep())), ("b", other)], "a", None)

@@ -173,6 +173,34 @@ def test_a_calibration_run_is_planned_as_measured_first(
     assert data["configurations"][1]["calibration"] == "gb300-tp16-latency_specialized-dspark7"
 
 
+def test_sweeps_joined_by_commas_plan_as_one_calibration(
+    cli: Cli, trace: Path, tmp_path: Path
+) -> None:
+    paths = []
+    for name, results in (
+        ("cpu", run_of(sweep())),
+        ("again", run_of(sweep(noise=(0.004,)))),
+        ("other", run_of(sweep(), backend="latency_specialized")),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(results.model_dump_json())
+        paths.append(str(tmp_path / name))
+    cpu, again, other = paths
+    data = plan(cli, trace, tmp_path / "p", "--calibration", f"{cpu},{again}")
+    assert [c["calibration"] for c in data["configurations"]] == ["cpu"]
+    (calibration,) = data["calibrations"]
+    assert calibration["origin"] == f"measured: {cpu}, {again}"
+    # "again"'s requests (0.004 s late) moved the fit (test_calibration has the figures).
+    alone = plan(cli, trace, tmp_path / "q", "--calibration", cpu)["calibrations"][0]
+    assert calibration["costs"]["prefill"] != alone["costs"]["prefill"]
+    base = ["plan", "--trace", str(trace), "--gpu-hour-price", "1", "--output", str(tmp_path / "o")]
+    says = one_error_line(cli, *base, "--calibration", f"{cpu},{other}")
+    assert f"{other}: pooled with {cpu}, but its decode backend is 'latency_specialized'" in says
+    says = one_error_line(cli, *base, "--calibration", f"{cpu},{again},{cpu}")
+    assert f"{cpu} pooled twice" in says
+    assert not (tmp_path / "o").exists()
+
+
 def test_bench_refuses_requests_with_the_calibration_profile(cli: Cli, tmp_path: Path) -> None:
     argv = ["bench", "--endpoint", "http://127.0.0.1:1/v1", "--profile", "calibration"]
     says = one_error_line(cli, *argv, "--requests", "3", "--output", str(tmp_path))
