@@ -7,14 +7,14 @@ tokens a step yields, 1 + the accepted drafts. Those come from the server's spec
 counters when its metrics were read (none: it does not speculate), else from the tokens per chunk:
 a chunk is one step only while the API server keeps up with the engine, and on a busy machine it
 falls behind and sends two steps' tokens in one chunk (seen on 2 CPUs: 1.09 tokens per chunk from
-a server that does not speculate). Prefill: the TTFT of the
-`prefill:` requests and of the `prefix:` requests (the first of a group fills the cache, the
-others hit it) against the prompt tokens they had to compute and those they took from the cache,
+a server that does not speculate). Prefill: the TTFT of the `prefill:` requests and of the
+`prefix:` requests (the first of a group fills the cache, the others hit it) against the prompt
+tokens they had to compute, those they took from the cache and the attention pairs between them,
 one point per (computed, cached) pair at the median of its requests' TTFTs (the sweep repeats
 each: one hiccup no longer moves the fit), less the points a stall of the whole server delayed
-(`fit_without_stalls`). With a `latency_specialized` deployment, the
-phases whose batch x (1 + draft tokens) fits in 64 ran on the fast path and fit its costs; the
-others fit the ordinary path's. Streams: the TTFT of each `streams:s{S}` probe beyond what the
+(`fit_without_stalls`). With a `latency_specialized` deployment, the phases whose batch x (1 +
+draft tokens) fits in 64 ran on the fast path and fit its costs; the others fit the ordinary
+path's. Streams: the TTFT of each `streams:s{S}` probe beyond what the
 fitted steps give it (half a step of the S streams to wait, then a step of theirs with its prefill)
 grows by `per_stream_s` a stream: what they add to its way in (the median of each stream count's
 probes). A sweep from before the repeats has one request a point: its median is that request.
@@ -40,6 +40,7 @@ from kimi_operator.plan.costs import (
     DecodeCost,
     PrefillCost,
     StepCosts,
+    attention_pairs,
     request_overhead_s,
     step_seconds,
 )
@@ -157,12 +158,16 @@ def _stream_excess(
             continue
         count = int(found["streams"])
         context = count * prompts.get(f"streams:s{count}", 0)
-        step = partial(step_seconds, costs, cached_tokens=0, batch=count, context=context)
-        waiting = step(prefill_tokens=0, draft_tokens=draft_tokens) if count else 0.0
+        step = partial(
+            step_seconds, costs, cached_tokens=0, batch=count, context=context,
+            draft_tokens=draft_tokens,
+        )  # fmt: skip
+        waiting = step(prefill_tokens=0, prefill_pairs=0) if count else 0.0
+        prompt = record.prompt_tokens or 0
         modelled = (
             request_overhead_s(costs)
             + waiting / 2
-            + step(prefill_tokens=record.prompt_tokens or 0, draft_tokens=draft_tokens)
+            + step(prefill_tokens=prompt, prefill_pairs=attention_pairs(0, prompt))
         )
         excess.setdefault(count, []).append(record.ttft_s - modelled)
     return excess
@@ -252,12 +257,13 @@ def from_runs(
             )
     else:
         ordinary_points = points
-    intercept, (per_token, per_cached) = fit_without_stalls(
-        [(computed, cached) for computed, cached, _ in prefill], [t for _, _, t in prefill]
+    intercept, (per_token, per_cached, per_pair) = fit_without_stalls(
+        [(computed, cached, attention_pairs(cached, computed)) for computed, cached, _ in prefill],
+        [t for _, _, t in prefill],
     )
     costs = StepCosts(
         ordinary=_decode_cost(ordinary_points),
-        prefill=PrefillCost(intercept, per_token, per_cached),
+        prefill=PrefillCost(intercept, per_token, per_cached, per_pair),
         fast=fast,
     )
     costs = replace(costs, per_stream_s=per_stream_s(sweeps, costs, draft_tokens))

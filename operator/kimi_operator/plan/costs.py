@@ -4,8 +4,12 @@ A decode step of `batch` sequences holding `context` tokens of KV cache between 
 `fixed_s + per_sequence_s x (batch - 1) + per_context_token_s x context`: the weights are read
 once a step, each further sequence adds its share of the MoE and projection work, and attention
 reads every sequence's cache. Prefill costs `per_token_s` per prompt token computed, and
-`per_cached_token_s` per token a request takes from the prefix cache (its new tokens still attend
-to them: MLA decompresses the cached latents).
+`per_cached_token_s` per token a request takes from the prefix cache (MLA decompresses the cached
+latents), and `per_attention_pair_s` per pair of a computed token and a token it attends to (the
+cached ones, the earlier ones of its prompt, itself): attention's share grows with the square of a
+prompt, and a sweep's 16-token cache hits say little of a turn that computes thousands of tokens
+after tens of thousands cached (without the term the CPU server's sweeps missed the fitted plane by
+up to 17-31%, always at the same points; docs/planning.md).
 
 `PrefillCost.fixed_s` is what a request alone waits before its first token beyond its prompt's
 tokens (a calibration's TTFT intercept). Part of it is a step's own fixed cost (launch, sampling:
@@ -42,6 +46,7 @@ class PrefillCost:
     fixed_s: float  # TTFT of a request alone, less its prompt tokens' cost
     per_token_s: float
     per_cached_token_s: float = 0.0
+    per_attention_pair_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,12 @@ class StepCosts:
     prefill: PrefillCost
     fast: DecodeCost | None = None  # None: no fast path (decode backend `auto`)
     per_stream_s: float = 0.0  # added to a request's way in by each request already running
+
+
+def attention_pairs(start: int, tokens: int) -> int:
+    """(token, token it attends to) pairs when `tokens` prompt tokens are computed after `start`
+    (cached or computed by earlier steps): causal, so each attends to those before it and itself."""
+    return tokens * start + tokens * (tokens + 1) // 2
 
 
 def request_overhead_s(costs: StepCosts, running: int = 0) -> float:
@@ -72,15 +83,18 @@ def step_seconds(
     *,
     prefill_tokens: int,
     cached_tokens: int,
+    prefill_pairs: int,
     batch: int,
     context: int,
     draft_tokens: int,
 ) -> float:
     """One step: `batch` decoding sequences with `context` KV tokens, and `prefill_tokens`
-    computed after `cached_tokens` taken from the prefix cache (by requests starting theirs)."""
+    computed after `cached_tokens` taken from the prefix cache (by requests starting theirs),
+    with `prefill_pairs` attention pairs between them (`attention_pairs`)."""
     prefill = (
         costs.prefill.per_token_s * prefill_tokens
         + costs.prefill.per_cached_token_s * cached_tokens
+        + costs.prefill.per_attention_pair_s * prefill_pairs
     )
     if batch == 0:
         return costs.prefill.fixed_s - request_overhead_s(costs) + prefill

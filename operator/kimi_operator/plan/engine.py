@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from kimi_operator.bench.profiles import PlannedRequest
-from kimi_operator.plan.costs import StepCosts, on_fast_path, step_seconds
+from kimi_operator.plan.costs import StepCosts, attention_pairs, on_fast_path, step_seconds
 
 Role = Literal["both", "prefill", "decode"]  # disaggregated groups do one part only
 
@@ -122,6 +122,7 @@ class Engine:
         if not prefill and not decode:
             return None
         prompt = sum(tokens for _, tokens in prefill)
+        pairs = sum(attention_pairs(live.prefilled, tokens) for live, tokens in prefill)
         context = sum(live.prefilled + math.floor(live.emitted) for live in decode)
         return Step(
             prefill=prefill,
@@ -130,6 +131,7 @@ class Engine:
                 spec.costs,
                 prefill_tokens=prompt,
                 cached_tokens=cached,
+                prefill_pairs=pairs,
                 batch=len(decode),
                 context=context,
                 draft_tokens=spec.draft_tokens,

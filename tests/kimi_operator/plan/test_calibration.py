@@ -158,6 +158,26 @@ def test_a_stock_run_fits_the_ordinary_path() -> None:
     assert (calibration.max_num_seqs, calibration.draft_tokens, calibration.gpus) == (8, 0, 1)
 
 
+def test_attention_pairs_are_fitted_apart_from_tokens() -> None:
+    """Lone prompts of 128-1024 tokens and hits computing 16 after the rest: each costs 0.050 +
+    0.0001 a token computed + 0.00002 a token cached + 0.0000001 an attention pair (a lone
+    1024-token prompt: 524,800 pairs, 0.05248 of its 0.20488). A straight line through them
+    would put a 512-token prompt 7 ms long and a 1024-token one 4 ms short; the pairs' column
+    recovers every cost."""
+    records = [r for r in sweep() if str(r.group).startswith("decode:")]
+    for prompt in (128, 256, 512, 1024):
+        lone = 0.050 + 0.0001 * prompt + 0.0000001 * prompt * (prompt + 1) / 2
+        cached = prompt - 16
+        hit = 0.050 + 0.0016 + 0.00002 * cached + 0.0000001 * (16 * cached + 16 * 17 / 2)
+        for group, ttft in ((f"prefill:p{prompt}", lone), (f"prefix:p{prompt}", lone)):
+            records.append(record(len(records), group, prompt, ttft, gaps=[0.01], tokens=1))
+        records.append(record(len(records), f"prefix:p{prompt}", prompt, hit, gaps=[], tokens=1))
+    prefill = fitted(run_of(records)).costs.prefill
+    assert (prefill.fixed_s, prefill.per_token_s) == pytest.approx((0.050, 0.0001))
+    assert prefill.per_cached_token_s == pytest.approx(0.00002)
+    assert prefill.per_attention_pair_s == pytest.approx(0.0000001)
+
+
 def test_the_median_of_each_prefills_repeats_is_fitted() -> None:
     """Three of each lone prefill and hit, one 0.030 s late, one 0.002 s early, one on time: the
     medians are the costs (the 1024-token prefill's four, with the prefix group's first, have

@@ -169,6 +169,22 @@ def test_chunked_prefill_and_the_sequence_limit() -> None:
     assert b.token_times == pytest.approx([0.380])
 
 
+def test_attention_pairs_cost_each_chunk_against_what_came_before() -> None:
+    first = request(0, prompt=100, output=1, group="g", shared_prefix_tokens=100)
+    second = request(1, prompt=300, output=1, start=1.0, group="g", shared_prefix_tokens=100)
+    prefill = PrefillCost(fixed_s=0.030, per_token_s=0.001, per_attention_pair_s=0.000001)
+    costs = StepCosts(ordinary=ORDINARY, prefill=prefill)
+    a, b = run([first, second], EngineSpec(costs, max_num_seqs=8, max_batched_tokens=150)).lives
+    # The first: 100 tokens, each attending to those before it and itself: 100 x 101 / 2 = 5050
+    # pairs, 0.00505; at the scheduler at 0.010, 0.020 + 0.100 + 0.00505: to 0.13505.
+    assert a.token_times == pytest.approx([0.13505])
+    # The second takes 96 tokens from the cache (costing nothing here) and computes 204 in
+    # chunks of 150 and 54: 150 x 96 + 150 x 151 / 2 = 25725 pairs, then 54 x 246 + 54 x 55 / 2
+    # = 14769. From 1.010: 0.020 + 0.150 + 0.025725 = 0.195725, then 0.020 + 0.054 + 0.014769 =
+    # 0.088769.
+    assert b.token_times == pytest.approx([1.010 + 0.195725 + 0.088769])
+
+
 def test_disaggregated_prefill_hands_over_after_the_transfer() -> None:
     prefill = EngineSpec(STOCK, max_num_seqs=8, role="prefill")
     decode = EngineSpec(LATENCY, max_num_seqs=8, role="decode")
