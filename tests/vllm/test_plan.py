@@ -18,7 +18,7 @@ How it measures, and why (docs/planning.md has the runs):
   between two calibrations, on the quiet machine, four runs missed by -34% to +44%, both ways.
   So each attempt spreads its measurement over minutes: CALIBRATIONS calibrations with
   REPLAYS_BETWEEN replays between each two, and compares the plan of one calibration fitted to
-  all the sweeps' requests pooled (`--calibration A,B,...`: each point the median of 18 repeats)
+  all the sweeps' requests pooled (`--calibration A,B,...`: each point the median of 24 repeats)
   with the median of the replays: a burst of a few seconds moves one sweep or replay, not them.
   The median of six plans, one a sweep, still leaned where a few sweeps' three repeats a point
   did (their TTFTs 52-80 ms in a run that missed by +23%). An attempt whose single-sweep plans
