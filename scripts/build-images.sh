@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REGISTRY=${REGISTRY:-ghcr.io/kimi-operator}
 PLATFORMS=${PLATFORMS:-linux/amd64,linux/arm64}
-VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)
+VERSION=$(sed -n '/^version = "\(.*\)"$/{s//\1/p;q}' pyproject.toml)
 REVISION=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 VLLM_VERSION=0.33.0
 

