@@ -1,23 +1,34 @@
-"""Finished requests as vLLM 0.33.0 builds them (`IterationStats.update_from_finished_request`)."""
+"""Requests as vLLM 0.33.0's frontend records them: `IterationStats.update_from_output` for the
+first and the last token, `update_from_finished_request` at the end, each at its iteration's
+time."""
 
 from typing import Any
 
-from vllm.v1.engine import FinishReason
-from vllm.v1.metrics.stats import IterationStats, RequestStateStats
+from vllm.v1.engine import EngineCoreOutput, FinishReason
+from vllm.v1.metrics.stats import IterationStats, LoRARequestStates, RequestStateStats
+
+ENGINE_START = 100.0  # the engine core's monotonic clock when each request is scheduled
 
 
-def finished(requests: list[tuple[int, float, float]]) -> Any:
-    """IterationStats whose finished requests have (output tokens, TTFT s, decode time s)."""
-    stats = IterationStats()
-    now = stats.iteration_timestamp
+def served(requests: list[tuple[int, float, float]], late_last_token: float = 0.0) -> list[Any]:
+    """Two IterationStats, the first tokens' and the finishes', for requests of (output tokens,
+    TTFT s, engine-core decode time s). The frontend receives each last token `late_last_token` s
+    later than the engine-core clocks alone say: outputs reach it after varying delays."""
+    first, last = IterationStats(), IterationStats()
+    lora = LoRARequestStates()
+    start = first.iteration_timestamp
     for index, (tokens, ttft, decode) in enumerate(requests):
+        request_id = f"r{index}"
         state = RequestStateStats(
-            num_generation_tokens=tokens,
-            arrival_time=now - ttft - decode,
-            queued_ts=100.0,
-            scheduled_ts=100.0,
-            first_token_ts=100.0 + ttft,
-            last_token_ts=100.0 + ttft + decode,
+            arrival_time=start - ttft, queued_ts=ENGINE_START, scheduled_ts=ENGINE_START
         )
-        stats.update_from_finished_request(FinishReason.LENGTH, f"r{index}", 100, tokens, state)
-    return stats
+        if tokens > 0:
+            first.update_from_output(
+                EngineCoreOutput(request_id, [1]), ENGINE_START + ttft, True, state, lora, None
+            )
+        last.iteration_timestamp = start + decode + late_last_token
+        if tokens > 1:
+            output = EngineCoreOutput(request_id, [1] * (tokens - 1))
+            last.update_from_output(output, ENGINE_START + ttft + decode, False, state, lora, None)
+        last.update_from_finished_request(FinishReason.LENGTH, request_id, 100, tokens, state)
+    return [first, last]

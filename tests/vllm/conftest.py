@@ -23,8 +23,8 @@ HERE = Path(__file__).parent
 
 
 # Run last on the shared server: its calibration sweeps and replays load the server for minutes and
-# fill its prefix cache, and the agreement checks of the other files (TTFT of about 10 ms within
-# 10%) are meant for a server in the state they were written for (one failed right after it once).
+# fill its prefix cache, and the agreement checks of the other files (decode rates within 10%) are
+# meant for a server in the state they were written for.
 LOADS_THE_SERVER = HERE / "test_plan.py"
 
 

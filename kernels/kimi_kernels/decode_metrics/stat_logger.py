@@ -1,5 +1,11 @@
 """Stat-logger plugin: per-request decode throughput (prefill excluded) and time to first token.
 
+Time to first token is the interval vLLM itself observes
+(`IterationStats.time_to_first_tokens_iter`: the frontend's arrival to its receipt of the first
+token), not end-to-end latency less decode time: those two come from different clocks (frontend
+and engine core), and any difference in how late the first and the last token reach the frontend
+would show up as TTFT.
+
 vLLM 0.33.0 loads it in the API-server process from the `vllm.stat_logger_plugins` entry point
 (`vllm.v1.metrics.loggers.load_stat_logger_plugin_factories`), checks it subclasses
 `StatLoggerBase` and, as an `AggregateStatLoggerBase`, builds one instance for all engines with
@@ -39,11 +45,6 @@ def decode_tokens_per_second(request: FinishedRequestStats) -> float | None:
     if request.num_generation_tokens < 2 or request.decode_time <= 0:
         return None
     return float((request.num_generation_tokens - 1) / request.decode_time)
-
-
-def time_to_first_token(request: FinishedRequestStats) -> float:
-    """Arrival to first token: the request's end-to-end latency less its decode time."""
-    return max(float(request.e2e_latency - request.decode_time), 0.0)
 
 
 def _vllm_version() -> str:
@@ -123,8 +124,8 @@ class KimiStatLogger(AggregateStatLoggerBase):  # type: ignore[misc]  # vLLM is 
         ).labels(model_name, backend)
         self.ttft = Histogram(
             names.REQUEST_TTFT,
-            "Time to first token of the requests measured by "
-            f"{names.REQUEST_DECODE_TPS} (arrival to first token).",
+            "Time from a request's arrival to its first token, of every request that produced "
+            "one (the interval vllm:time_to_first_token_seconds measures).",
             labels,
             buckets=names.TTFT_BUCKETS,
             registry=registry,
@@ -160,14 +161,14 @@ class KimiStatLogger(AggregateStatLoggerBase):  # type: ignore[misc]  # vLLM is 
         if iteration_stats is None or self.failed:
             return
         try:
+            for seconds in iteration_stats.time_to_first_tokens_iter:
+                self.ttft.observe(seconds)
             for request in iteration_stats.finished_requests:
                 rate = decode_tokens_per_second(request)
-                if rate is None:
-                    continue
-                self.decode_tps.observe(rate)
-                self.ttft.observe(time_to_first_token(request))
+                if rate is not None:
+                    self.decode_tps.observe(rate)
         except Exception:  # vLLM's stats changed shape: stop measuring, keep serving
-            self._give_up("cannot read finished requests")
+            self._give_up("cannot read vLLM's iteration stats")
 
     def log_engine_initialized(self) -> None:
         """Nothing to log: the metrics exist from construction."""

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from kimi_kernels.decode_metrics import names
 from kimi_kernels.decode_metrics.decode_path import OnImport, module_exists
 from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
-from tests.support.feed import finished
+from tests.support.feed import served
 
 
 @pytest.fixture
@@ -69,7 +69,8 @@ def test_stat_logger_that_cannot_start_warns_and_serves_on(
     broken = SimpleNamespace(model_config=None)  # vLLM's config changed shape
     with caplog.at_level(logging.WARNING, logger="kimi_kernels"):
         plugin = KimiStatLogger(broken, [0], registry=CollectorRegistry())
-        plugin.record(None, finished([(10, 0.1, 0.5)]))
+        for stats in served([(10, 0.1, 0.5)]):
+            plugin.record(None, stats)
     assert plugin.failed
     assert "stat logger cannot create its metrics" in caplog.text
 
@@ -79,12 +80,15 @@ def test_stat_logger_that_cannot_read_stats_warns_once(
 ) -> None:
     registry = CollectorRegistry()
     plugin = KimiStatLogger(vllm_config, [0], registry=registry)
-    changed = SimpleNamespace(finished_requests=[SimpleNamespace(decode_time=1.0)])
+    changed = SimpleNamespace(
+        time_to_first_tokens_iter=[], finished_requests=[SimpleNamespace(decode_time=1.0)]
+    )
     with caplog.at_level(logging.WARNING, logger="kimi_kernels"):
         plugin.record(None, changed)
         plugin.record(None, changed)
-        plugin.record(None, finished([(10, 0.1, 0.5)]))
-    assert caplog.text.count("stat logger cannot read finished requests") == 1
+        for stats in served([(10, 0.1, 0.5)]):
+            plugin.record(None, stats)
+    assert caplog.text.count("stat logger cannot read vLLM's iteration stats") == 1
     count = f"{names.REQUEST_DECODE_TPS}_count"
     labels = {"model_name": "moonshotai/Kimi-K3", "decode_backend": "latency_specialized"}
     assert registry.get_sample_value(count, labels) == 0

@@ -18,7 +18,7 @@ from vllm.v1.metrics.stats import SchedulerStats
 from kimi_kernels.decode_metrics import names, stat_logger
 from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
 from tests.kimi_kernels.decode_metrics.conftest import MODEL_NAME, TENSOR_PARALLEL
-from tests.support.feed import finished
+from tests.support.feed import served
 
 LABELS = {"model_name": MODEL_NAME, "decode_backend": "latency_specialized"}
 
@@ -40,9 +40,15 @@ def test_through_vllms_manager(vllm_config: Any) -> None:
     manager = StatLoggerManager(vllm_config, engine_idxs=[0], custom_stat_loggers=[KimiStatLogger])
     assert any(isinstance(logger, KimiStatLogger) for logger in manager.stat_loggers)
     before = REGISTRY.get_sample_value(f"{names.REQUEST_DECODE_TPS}_count", LABELS) or 0.0
-    manager.record(SchedulerStats(), finished([(101, 0.5, 2.0)]), engine_idx=0)
+    for stats in served([(101, 0.5, 2.0)]):
+        manager.record(SchedulerStats(), stats, engine_idx=0)
     assert value(REGISTRY, f"{names.REQUEST_DECODE_TPS}_count") == before + 1
     manager.log_engine_initialized()
+
+
+def record(logger: KimiStatLogger, stats: list[Any]) -> None:
+    for iteration in stats:
+        logger.record(None, iteration)
 
 
 def test_decode_rate_excludes_prefill(vllm_config: Any) -> None:
@@ -50,7 +56,7 @@ def test_decode_rate_excludes_prefill(vllm_config: Any) -> None:
     logger = KimiStatLogger(vllm_config, [0], registry=registry)
     # 101 tokens, 2 s from first to last: 100 decode tokens / 2 s = 50 tok/s; TTFT 0.5 s.
     # 843 tokens in 1 s: vLLM's 842 tok/s headline.
-    logger.record(None, finished([(101, 0.5, 2.0), (843, 0.25, 1.0)]))
+    record(logger, served([(101, 0.5, 2.0), (843, 0.25, 1.0)]))
     assert value(registry, f"{names.REQUEST_DECODE_TPS}_count") == 2
     assert value(registry, f"{names.REQUEST_DECODE_TPS}_sum") == pytest.approx(50 + 842)
     assert value(registry, f"{names.REQUEST_DECODE_TPS}_bucket", le="50.0") == 1
@@ -60,13 +66,29 @@ def test_decode_rate_excludes_prefill(vllm_config: Any) -> None:
     assert value(registry, f"{names.REQUEST_TTFT}_sum") == pytest.approx(0.75, abs=1e-6)
 
 
-def test_requests_without_decode_are_not_measured(vllm_config: Any) -> None:
+def test_ttft_is_vllms_own_interval_when_the_last_token_reaches_the_frontend_late(
+    vllm_config: Any,
+) -> None:
+    """Regression: TTFT was the frontend's end-to-end latency less the engine core's decode time,
+    two clocks apart; a last token that reached the frontend 0.3 s late made a 0.5 s TTFT 0.8 s
+    (on a busy 2-CPU server the two disagreed by 13%). It is now the frontend's own arrival to
+    first token, the value vLLM observes into `vllm:time_to_first_token_seconds`."""
     registry = CollectorRegistry()
     logger = KimiStatLogger(vllm_config, [0], registry=registry)
-    logger.record(None, finished([(1, 0.5, 0.0), (5, 0.5, 0.0), (0, 0.1, 0.0)]))
+    record(logger, served([(101, 0.5, 2.0)], late_last_token=0.3))
+    assert value(registry, f"{names.REQUEST_TTFT}_sum") == pytest.approx(0.5, abs=1e-6)
+    assert value(registry, f"{names.REQUEST_DECODE_TPS}_sum") == pytest.approx(50)  # engine core's
+
+
+def test_requests_without_decode_have_a_ttft_but_no_decode_rate(vllm_config: Any) -> None:
+    registry = CollectorRegistry()
+    logger = KimiStatLogger(vllm_config, [0], registry=registry)
+    record(logger, served([(1, 0.5, 0.0), (5, 0.25, 0.0), (0, 0.1, 0.0)]))
     logger.record(SchedulerStats(), None)
     assert value(registry, f"{names.REQUEST_DECODE_TPS}_count") == 0
-    assert value(registry, f"{names.REQUEST_TTFT}_count") == 0
+    # Every request with a first token, as vLLM counts them; the one without has no TTFT.
+    assert value(registry, f"{names.REQUEST_TTFT}_count") == 2
+    assert value(registry, f"{names.REQUEST_TTFT}_sum") == pytest.approx(0.75, abs=1e-6)
 
 
 def test_build_info_and_gpus(vllm_config: Any) -> None:
@@ -84,7 +106,7 @@ def test_build_info_and_gpus(vllm_config: Any) -> None:
 def test_a_second_instance_replaces_the_first(vllm_config: Any) -> None:
     """vLLM may rebuild its loggers in one process: no duplicate-registration error."""
     registry = CollectorRegistry()
-    KimiStatLogger(vllm_config, [0], registry=registry).record(None, finished([(11, 0.1, 1.0)]))
+    record(KimiStatLogger(vllm_config, [0], registry=registry), served([(11, 0.1, 1.0)]))
     KimiStatLogger(vllm_config, [0], registry=registry)
     assert value(registry, f"{names.REQUEST_DECODE_TPS}_count") == 0
 
