@@ -32,3 +32,9 @@ def served(requests: list[tuple[int, float, float]], late_last_token: float = 0.
             last.update_from_output(output, ENGINE_START + ttft + decode, False, state, lora, None)
         last.update_from_finished_request(FinishReason.LENGTH, request_id, 100, tokens, state)
     return [first, last]
+
+
+def record(logger: Any, stats: list[Any]) -> None:
+    """Each iteration to a stat logger in turn, as vLLM's frontend hands them over."""
+    for iteration in stats:
+        logger.record(None, iteration)

@@ -37,7 +37,7 @@ from kimi_kernels.decode_metrics.decode_path import DecodePathRecorder
 from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
 from kimi_operator.controller.metrics import Metrics
 from kimi_operator.embedded.processes import free_port
-from tests.support.feed import served
+from tests.support.feed import record, served
 from tests.support.repo import ROOT
 
 RULES = ROOT / "charts" / "kimi-operator" / "rules" / "kimi-k3.rules.yaml"
@@ -188,10 +188,10 @@ def build_targets(vllm_config: Any) -> tuple[list[Target], int]:
         phase = "steady" if k >= STEADY_FROM else "degraded"
         rates = STEADY_RATES if phase == "steady" else DEGRADED_RATES
         decode_seconds = 2.0
-        for stats in served(
-            [(1 + int(rate * decode_seconds), 0.4, decode_seconds) for rate in rates]
-        ):
-            stat_logger.record(None, stats)
+        record(
+            stat_logger,
+            served([(1 + int(rate * decode_seconds), 0.4, decode_seconds) for rate in rates]),
+        )
         specialized, piecewise = FAST_PATH[phase]
         for _ in range(specialized):
             decode.count(names.PATH_SPECIALIZED, names.REASON_NONE)

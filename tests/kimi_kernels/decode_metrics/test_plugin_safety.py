@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from kimi_kernels.decode_metrics import names
 from kimi_kernels.decode_metrics.decode_path import OnImport, module_exists
 from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
-from tests.support.feed import served
+from tests.support.feed import record, served
 
 
 @pytest.fixture
@@ -69,8 +69,7 @@ def test_stat_logger_that_cannot_start_warns_and_serves_on(
     broken = SimpleNamespace(model_config=None)  # vLLM's config changed shape
     with caplog.at_level(logging.WARNING, logger="kimi_kernels"):
         plugin = KimiStatLogger(broken, [0], registry=CollectorRegistry())
-        for stats in served([(10, 0.1, 0.5)]):
-            plugin.record(None, stats)
+        record(plugin, served([(10, 0.1, 0.5)]))
     assert plugin.failed
     assert "stat logger cannot create its metrics" in caplog.text
 
@@ -86,8 +85,7 @@ def test_stat_logger_that_cannot_read_stats_warns_once(
     with caplog.at_level(logging.WARNING, logger="kimi_kernels"):
         plugin.record(None, changed)
         plugin.record(None, changed)
-        for stats in served([(10, 0.1, 0.5)]):
-            plugin.record(None, stats)
+        record(plugin, served([(10, 0.1, 0.5)]))
     assert caplog.text.count("stat logger cannot read vLLM's iteration stats") == 1
     count = f"{names.REQUEST_DECODE_TPS}_count"
     labels = {"model_name": "moonshotai/Kimi-K3", "decode_backend": "latency_specialized"}

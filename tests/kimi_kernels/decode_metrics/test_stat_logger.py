@@ -18,7 +18,7 @@ from vllm.v1.metrics.stats import SchedulerStats
 from kimi_kernels.decode_metrics import names, stat_logger
 from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
 from tests.kimi_kernels.decode_metrics.conftest import MODEL_NAME, TENSOR_PARALLEL
-from tests.support.feed import served
+from tests.support.feed import record, served
 
 LABELS = {"model_name": MODEL_NAME, "decode_backend": "latency_specialized"}
 
@@ -44,11 +44,6 @@ def test_through_vllms_manager(vllm_config: Any) -> None:
         manager.record(SchedulerStats(), stats, engine_idx=0)
     assert value(REGISTRY, f"{names.REQUEST_DECODE_TPS}_count") == before + 1
     manager.log_engine_initialized()
-
-
-def record(logger: KimiStatLogger, stats: list[Any]) -> None:
-    for iteration in stats:
-        logger.record(None, iteration)
 
 
 def test_decode_rate_excludes_prefill(vllm_config: Any) -> None:
