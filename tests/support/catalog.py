@@ -101,6 +101,7 @@ def kimi_kernels_samples() -> set[str]:
     return samples | {
         names.BUILD_INFO,
         names.ENGINE_GPUS,
+        names.SCHEDULER_CONFIG_INFO,
         f"{names.DECODE_STEPS}_total",
         names.DECODE_PATH_INSTRUMENTED,
     }

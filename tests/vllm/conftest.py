@@ -16,7 +16,7 @@ from typing import IO
 import pytest
 
 from kimi_operator.bench.server_metrics import Snapshot, parse
-from kimi_operator.dev.cpu_vllm import MODEL_NAME, CpuServer, missing
+from kimi_operator.dev.cpu_vllm import MODEL_NAME, CpuServer, describe_machine, missing
 from kimi_operator.embedded.processes import free_port
 
 HERE = Path(__file__).parent
@@ -26,6 +26,11 @@ HERE = Path(__file__).parent
 # fill its prefix cache, and the agreement checks of the other files (decode rates within 10%) are
 # meant for a server in the state they were written for.
 LOADS_THE_SERVER = HERE / "test_plan.py"
+
+
+def pytest_report_header() -> str:
+    """Where the run is, first: vLLM's CPU build chooses its paths by the CPU (AMX or not)."""
+    return describe_machine() if missing() is None else "vLLM's CPU build is not installed"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -91,7 +96,9 @@ def raise_priority() -> int:
 
 
 @pytest.fixture(scope="session")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[Served]:
     require_cpu_vllm()
     log = tmp_path_factory.mktemp("vllm-cpu") / "server.log"
     restore = raise_priority()
@@ -103,6 +110,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             server.__enter__()
         except RuntimeError as error:
             pytest.fail(f"{error}; its log:\n{log.read_text(errors='replace')[-4000:]}")
+        terminal = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            terminal.write_line(f"\nthe server runs with: {server.settings}")
         try:
             result = Served(server, log)
             for api in ("completions", "chat"):  # first-use costs stay out of every test

@@ -1,8 +1,9 @@
 """`kimi-operator plan` predicts the real server: calibrate it with `bench --profile calibration`,
 plan a trace of concurrent agent sessions (shared prefixes, think times), replay the same trace
 closed-loop with `bench`, and the modelled task completion p50/p90 and TTFT p50 come within 20% of
-the measured ones at two concurrency levels. The server (tiny model, 2 shared CPUs, at most 8
-sequences and 2,048 batched tokens) is vLLM's CPU build: what it shows is that the model of the
+the measured ones at two concurrency levels. The server (tiny model, 2 shared CPUs; the plan
+takes its settings from what it reports running: 8 sequences, its batched-token budget, prefix
+caching) is vLLM's CPU build: what it shows is that the model of the
 scheduler and the calibration predict, not GB300 figures.
 
 How it measures, and why (docs/planning.md has the runs):
@@ -114,16 +115,28 @@ def calibrate(served: Served, out: Path) -> None:
     )  # fmt: skip
 
 
+def served_settings(calibration: Path) -> str:
+    """The configuration's settings as the server reported running them during a calibration
+    (what vLLM's platform made of the command line), not what the command line asked."""
+    summary = json.loads((calibration / "results.json").read_text())["summary"]
+    served = summary["server_metrics"]["served"]
+    return (
+        f"maxNumSeqs: {served['max_num_seqs']}, "
+        f"maxNumBatchedTokens: {served['max_num_batched_tokens']}, "
+        f"prefixCaching: {str(served['enable_prefix_caching']).lower()}"
+    )
+
+
 def plan(run: Path, name: str, calibrations: list[str]) -> None:
     """Plan the trace on the server's configuration, once per --calibration argument: one plan
     a calibration, in `run/name/<calibration's name>/`."""
     names = [Path(argument.split(",")[0]).name for argument in calibrations]
+    settings = served_settings(run / names[0])
     config = run / f"{name}.yaml"
     config.write_text(
         "configurations:\n"
         + "".join(
-            f"  - {{name: {each}, gpus: 1, backend: auto, maxNumSeqs: 8, "
-            f"maxNumBatchedTokens: 2048, calibration: {each}}}\n"
+            f"  - {{name: {each}, gpus: 1, backend: auto, {settings}, calibration: {each}}}\n"
             for each in names
         )
     )

@@ -8,6 +8,7 @@ REQUEST_DECODE_TPS = "kimi_request_decode_tokens_per_second"
 REQUEST_TTFT = "kimi_request_time_to_first_token_seconds"
 BUILD_INFO = "kimi_build_info"
 ENGINE_GPUS = "kimi_engine_gpus"
+SCHEDULER_CONFIG_INFO = "kimi_scheduler_config_info"
 DECODE_STEPS = "kimi_decode_steps"  # exposed as kimi_decode_steps_total
 DECODE_PATH_INSTRUMENTED = "kimi_decode_path_instrumented"
 
@@ -19,6 +20,15 @@ BUILD_INFO_LABELS = (
     "cutlass_dsl_version",
     "decode_backend",
     "gpu_name",
+)
+# What the scheduler was configured with, after vLLM's platform adjusted it (vLLM exports the cache
+# configuration as vllm:cache_config_info, not this): what a calibration plans with.
+SCHEDULER_CONFIG_LABELS = (
+    "model_name",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_chunked_prefill",
+    "max_model_len",
 )
 DECODE_STEP_LABELS = ("model_name", "decode_backend", "path", "reason")
 

@@ -85,7 +85,8 @@ def _unregister(registry: CollectorRegistry, name: str) -> None:
 
 class KimiStatLogger(AggregateStatLoggerBase):  # type: ignore[misc]  # vLLM is not type-checked
     """Exports `kimi_request_decode_tokens_per_second`, `kimi_request_time_to_first_token_seconds`,
-    `kimi_build_info` and `kimi_engine_gpus`, labelled `model_name` and `decode_backend`."""
+    `kimi_build_info` and `kimi_engine_gpus`, labelled `model_name` and `decode_backend`, and
+    `kimi_scheduler_config_info`."""
 
     def __init__(
         self,
@@ -113,6 +114,7 @@ class KimiStatLogger(AggregateStatLoggerBase):  # type: ignore[misc]  # vLLM is 
         for name in (names.REQUEST_DECODE_TPS, names.REQUEST_TTFT, names.BUILD_INFO):
             _unregister(registry, name)
         _unregister(registry, names.ENGINE_GPUS)
+        _unregister(registry, names.SCHEDULER_CONFIG_INFO)
         labels = list(names.REQUEST_LABELS)
         self.decode_tps = Histogram(
             names.REQUEST_DECODE_TPS,
@@ -150,6 +152,21 @@ class KimiStatLogger(AggregateStatLoggerBase):  # type: ignore[misc]  # vLLM is 
             multiprocess_mode="mostrecent",
             registry=registry,
         ).labels(model_name, backend).set(_engine_gpus(vllm_config))
+        scheduler = vllm_config.scheduler_config
+        Gauge(
+            names.SCHEDULER_CONFIG_INFO,
+            "Always 1; the labels are the scheduler's settings as the engine runs them (after "
+            "the platform's adjustments): what a calibration plans with.",
+            list(names.SCHEDULER_CONFIG_LABELS),
+            multiprocess_mode="mostrecent",
+            registry=registry,
+        ).labels(
+            model_name,
+            str(scheduler.max_num_seqs),
+            str(scheduler.max_num_batched_tokens),
+            str(bool(scheduler.enable_chunked_prefill)),
+            str(vllm_config.model_config.max_model_len),
+        ).set(1)
 
     def record(
         self,

@@ -103,8 +103,26 @@ class PrefixCacheGroup(Model):
     hit_rate: float | None = Field(description="hits / queries; None when unreachable or idle.")
 
 
+class ServedConfig(Model):
+    """The server's settings as its metrics report them: after vLLM's platform adjusted what the
+    command line asked (vLLM's CPU build, for one, turns prefix caching and chunked prefill off
+    for an MLA model without AMX). None where the server does not say."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enable_chunked_prefill: bool | None = None
+    max_model_len: int | None = None
+    enable_prefix_caching: bool | None = None
+    block_size: int | None = None
+
+
 class ServerMetrics(Model):
     reachable: bool
+    served: ServedConfig | None = Field(
+        default=None,
+        description="What the server runs with (kimi_scheduler_config_info from kimi_kernels' "
+        "plugin, vllm:cache_config_info), when it says.",
+    )
     spec_decode_acceptance_length: float | None = None
     spec_decode_acceptance_rate: float | None = None
     fast_path_fraction: float | None = None

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kimi_operator.bench.results import PrefixCacheGroup, ServerMetrics
+from kimi_operator.bench.results import PrefixCacheGroup, ServedConfig, ServerMetrics
 
 _SAMPLE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$"
@@ -19,6 +19,8 @@ DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DECODE_STEPS = "kimi_decode_steps_total"  # kimi_kernels' plugin: labels path, reason
 BUILD_INFO = "kimi_build_info"  # kimi_kernels' plugin: labels vllm_version, decode_backend, ...
+# The settings the server runs with: the scheduler's (kimi_kernels' plugin), the cache's (vLLM).
+CONFIG_INFO = ("kimi_scheduler_config_info", "vllm:cache_config_info")
 KIMI_DECODE_RATE = "kimi_request_decode_tokens_per_second"  # kimi_kernels: mean of per-request
 DECODE_TIME = "vllm:request_decode_time_seconds"  # vLLM's own, per request: first to last token
 GENERATION_TOKENS = "vllm:request_generation_tokens"
@@ -35,6 +37,7 @@ class Snapshot:
     totals: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     steps: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
     info: dict[str, str] = field(default_factory=dict)
+    config: dict[str, str] = field(default_factory=dict)  # the CONFIG_INFO families' labels
 
 
 def parse(text: str) -> Snapshot:
@@ -54,7 +57,32 @@ def parse(text: str) -> Snapshot:
             snapshot.steps[labels.get("path", ""), labels.get("reason", "")] += value
         elif name == BUILD_INFO:
             snapshot.info = labels
+        elif name in CONFIG_INFO:
+            snapshot.config |= labels
     return snapshot
+
+
+def _integer(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def _flag(text: str | None) -> bool | None:
+    return {"True": True, "False": False}.get(text or "")
+
+
+def served_config(snapshot: Snapshot) -> ServedConfig | None:
+    """What the server says it runs with; None when it says nothing."""
+    labels = snapshot.config
+    if not labels:
+        return None
+    return ServedConfig(
+        max_num_seqs=_integer(labels.get("max_num_seqs")),
+        max_num_batched_tokens=_integer(labels.get("max_num_batched_tokens")),
+        enable_chunked_prefill=_flag(labels.get("enable_chunked_prefill")),
+        max_model_len=_integer(labels.get("max_model_len")),
+        enable_prefix_caching=_flag(labels.get("enable_prefix_caching")),
+        block_size=_integer(labels.get("block_size")),
+    )
 
 
 def delta(before: Snapshot | None, after: Snapshot | None) -> ServerMetrics:
@@ -86,6 +114,7 @@ def delta(before: Snapshot | None, after: Snapshot | None) -> ServerMetrics:
             reasons[reason or "unknown"] += value / all_steps
     return ServerMetrics(
         reachable=True,
+        served=served_config(after),
         spec_decode_acceptance_length=1 + accepted / drafts if drafts > 0 else None,
         spec_decode_acceptance_rate=accepted / draft_tokens if draft_tokens > 0 else None,
         fast_path_fraction=fast / all_steps if all_steps > 0 else None,

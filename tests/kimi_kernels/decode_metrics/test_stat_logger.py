@@ -140,3 +140,22 @@ def test_decode_backend_defaults_to_auto() -> None:
 
 def test_ttft_buckets_are_vllms() -> None:
     assert tuple(TIME_TO_FIRST_TOKEN_BUCKETS) == names.TTFT_BUCKETS
+
+
+def test_scheduler_config_info_is_what_the_engine_runs(vllm_config: Any) -> None:
+    """The settings after vLLM resolved them (a platform may change what the command line
+    asked), read back from the configuration object vLLM hands the plugin."""
+    registry = CollectorRegistry()
+    KimiStatLogger(vllm_config, [0], registry=registry)
+    scheduler = vllm_config.scheduler_config
+    found = registry.get_sample_value(
+        names.SCHEDULER_CONFIG_INFO,
+        {
+            "model_name": MODEL_NAME,
+            "max_num_seqs": str(scheduler.max_num_seqs),
+            "max_num_batched_tokens": str(scheduler.max_num_batched_tokens),
+            "enable_chunked_prefill": str(scheduler.enable_chunked_prefill),
+            "max_model_len": "512",  # the tiny model's max_position_embeddings
+        },
+    )
+    assert found == 1

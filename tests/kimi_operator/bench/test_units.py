@@ -77,6 +77,29 @@ def test_no_speculative_decoding_means_no_acceptance_figures() -> None:
     metrics = delta(parse(text), parse(text))
     assert metrics.spec_decode_acceptance_length is None
     assert metrics.fast_path_fraction is None
+    assert metrics.served is None  # the server said nothing of its settings
+
+
+def test_the_settings_the_server_runs_with_are_read_from_its_info_metrics() -> None:
+    """What vLLM's CPU build runs an MLA model with on a machine without AMX, whatever the
+    command line asked: the scheduler's settings from kimi_kernels' plugin, the cache's from
+    vLLM's own vllm:cache_config_info."""
+    text = (
+        'kimi_scheduler_config_info{model_name="m",max_num_seqs="8",'
+        'max_num_batched_tokens="2048",enable_chunked_prefill="False",max_model_len="2048"} 1\n'
+        'vllm:cache_config_info{engine="0",block_size="16",enable_prefix_caching="False",'
+        'num_cpu_blocks="None"} 1\n'
+    )
+    served = delta(parse(""), parse(text)).served
+    assert served is not None
+    assert served.model_dump() == {
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 2048,
+        "enable_chunked_prefill": False,
+        "max_model_len": 2048,
+        "enable_prefix_caching": False,
+        "block_size": 16,
+    }
 
 
 class Terminal(io.StringIO):

@@ -224,7 +224,7 @@ def test_a_calibration_run_against_a_server_plans(
     cli: Cli, stub: Callable[..., tuple[str, StubApp]], tmp_path: Path
 ) -> None:
     """bench --profile calibration over real HTTP (the scheduled stub), then plan from it."""
-    root, app = stub(ttft_s=0.01, step_s=0.002, decode_backend="auto")
+    root, app = stub(ttft_s=0.01, step_s=0.002, decode_backend="auto", prefix_caching=False)
     run = tmp_path / "cal"
     argv = ["bench", "--endpoint", root, "--profile", "calibration", "--concurrency", "2"]
     argv += ["--prompt-tokens", "64", "--output-tokens", "6", "--gpus", "1", "--warmup", "0"]
@@ -256,7 +256,16 @@ def test_a_calibration_run_against_a_server_plans(
     data = plan(cli, small, tmp_path / "p", "--calibration", str(run))
     (first,) = data["configurations"]
     assert (first["name"], first["calibration"], first["gpus"]) == ("as-measured", "cal", 1)
-    assert first["configuration"]["maxNumSeqs"] == 2
+    # The server as it runs (what it reports), not the sweep's largest batch (2) and defaults.
+    schedule = app.schedule
+    assert {
+        key: first["configuration"][key]
+        for key in ("maxNumSeqs", "maxNumBatchedTokens", "prefixCaching")
+    } == {
+        "maxNumSeqs": schedule.max_num_seqs,
+        "maxNumBatchedTokens": schedule.max_num_batched_tokens,
+        "prefixCaching": schedule.prefix_caching,
+    }
     assert first["summary"]["tasks"]["completed"] == 1
     # The same trace measured: a plan and a measurement set side by side as comparable.
     argv = ["bench", "--endpoint", root, "--profile", "agentic", "--trace", str(small)]
