@@ -9,7 +9,7 @@ with decode context parallelism. A step then yields 1 + 6 = 7 tokens.
 
 from typing import Final
 
-from kimi_operator.plan.calibration import Calibration
+from kimi_operator.plan.calibration import Calibration, accepted_drafts
 from kimi_operator.plan.costs import DecodeCost, PrefillCost, StepCosts
 
 # Published.
@@ -23,7 +23,9 @@ PUBLISHED_ACCEPTANCE: Final = 6.0
 # Assumed (not published; docs/planning.md says how wrong each could be).
 PER_SEQUENCE_SHARE: Final = 0.10  # each further sequence adds this share of the batch-1 step
 NO_DRAFT_SHARE: Final = 0.75  # a step without drafts vs one verifying 7 (and running the drafter)
-TP8_DECODE_FACTOR: Final = 1.5  # half the GPUs, each reading twice the weights per step
+# Half the GPUs: each reads twice the weights a step (2x, were a step only weight reads) while
+# its all-reduces span half as many GPUs and attention is a share that does not double: between.
+TP8_DECODE_FACTOR: Final = 1.5
 TP16_PREFILL_TOK_S: Final = 25_000.0  # prompt tokens per second of one TP16 group
 TP8_PREFILL_FACTOR: Final = 2.0
 PREFILL_FIXED_S: Final = 0.030
@@ -60,7 +62,7 @@ def builtin_calibration(gpus: int, backend: str, draft_tokens: int) -> Calibrati
         gpus=gpus,
         backend=backend,
         draft_tokens=draft_tokens,
-        acceptance=min(PUBLISHED_ACCEPTANCE, float(draft_tokens)),
+        acceptance=accepted_drafts(PUBLISHED_ACCEPTANCE, PUBLISHED_DRAFTS, draft_tokens),
         max_num_seqs=MAX_NUM_SEQS,
         costs=StepCosts(
             ordinary=ordinary,

@@ -77,6 +77,27 @@ class DecodePoint:
     tokens_per_step: float
 
 
+def accepted_drafts(accepted: float, drafts: int, fewer_or_more: int) -> float:
+    """Mean drafts accepted a step with `fewer_or_more` drafts, from `accepted` of `drafts`: each
+    draft is taken for accepted with one probability, given the one before it was (speculative
+    decoding's usual model), so k drafts accept a + a^2 + ... + a^k; a is solved from the
+    measured pair. Not "all of them up to the measured mean": the later drafts are the ones
+    rejected."""
+    if fewer_or_more <= 0 or drafts <= 0 or accepted <= 0:
+        return 0.0
+    if accepted >= drafts:
+        return float(fewer_or_more)
+
+    def expected(rate: float, count: int) -> float:
+        return sum(rate**position for position in range(1, count + 1))
+
+    low, high = 0.0, 1.0
+    for _ in range(60):  # bisection: `expected` rises with the rate
+        middle = (low + high) / 2
+        low, high = (middle, high) if expected(middle, drafts) < accepted else (low, middle)
+    return expected((low + high) / 2, fewer_or_more)
+
+
 def _tail(record: RequestRecord) -> tuple[list[float], list[int]]:
     half = len(record.chunk_times_s) // 2
     gaps = chunk_gaps(record.chunk_times_s[half:])
@@ -232,6 +253,8 @@ def from_runs(
         if all(m.reachable for m in metrics)
         else None
     )
+    if counted is None and draft_tokens == 0:
+        counted = 1.0  # no drafts: a step yields one token, however the stream grouped them
     sweeps = [results.requests for _, results in runs]
     points = decode_points([record for records in sweeps for record in records], counted)
     prefill = prefill_points(sweeps)
@@ -239,6 +262,13 @@ def from_runs(
         raise PlanError(f"{name}: too few successful calibration requests to fit step costs")
     acceptance = max(statistics.mean(p.tokens_per_step for p in points) - 1, 0.0)
     if draft_tokens is None:
+        if acceptance > 0.05 and counted is None:
+            raise PlanError(
+                f"{name}: the server's metrics were not read and its stream carried "
+                f"{acceptance + 1:.2f} tokens a chunk: it speculated, or its API server sent "
+                "several steps' tokens at once; give its draft tokens with "
+                "--calibration-drafts N (0 when it does not speculate)"
+            )
         if acceptance > 0.05:
             raise PlanError(
                 f"{name}: the server speculated ({acceptance + 1:.2f} tokens per step): give "

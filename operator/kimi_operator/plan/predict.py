@@ -18,7 +18,7 @@ from kimi_operator.bench.results import (
 )
 from kimi_operator.bench.stats import decode_rate, summarize
 from kimi_operator.bench.tasks import summarize_tasks, task_records
-from kimi_operator.plan.calibration import Calibration
+from kimi_operator.plan.calibration import Calibration, accepted_drafts
 from kimi_operator.plan.configs import Configuration
 from kimi_operator.plan.engine import EngineSpec, Live
 from kimi_operator.plan.simulate import Topology, simulate
@@ -41,13 +41,17 @@ def topology(config: Configuration, calibration: Calibration) -> Topology:
     costs = calibration.costs
     if config.backend == "auto" and costs.fast is not None:
         costs = replace(costs, fast=None)
-    acceptance = config.acceptance if config.acceptance is not None else calibration.acceptance
+    acceptance = (
+        min(config.acceptance, float(config.draft_tokens))
+        if config.acceptance is not None
+        else accepted_drafts(calibration.acceptance, calibration.draft_tokens, config.draft_tokens)
+    )
     spec = EngineSpec(
         costs=costs,
         max_num_seqs=config.max_num_seqs,
         max_batched_tokens=config.max_num_batched_tokens,
         draft_tokens=config.draft_tokens,
-        acceptance=min(acceptance, float(config.draft_tokens)),
+        acceptance=acceptance,
         prefix_caching=config.prefix_caching,
     )
     split = config.disaggregated
@@ -85,13 +89,17 @@ def _record(live: Live) -> RequestRecord:
 
 
 def predict(config: Configuration, calibration: Calibration, workload: Workload) -> Results:
-    outcome = simulate(workload.plan, topology(config, calibration), workload.closed)
+    groups = topology(config, calibration)
+    outcome = simulate(workload.plan, groups, workload.closed)
     records = [_record(live) for live in outcome.lives]
     duration = max(live.finished_s or 0.0 for live in outcome.lives)
     gpus = total_gpus(config)
     metrics = ServerMetrics(
         reachable=True,
-        spec_decode_acceptance_length=1 + calibration.acceptance if config.draft_tokens else None,
+        # What the model simulated, not the calibration's (a what-if may draft fewer tokens).
+        spec_decode_acceptance_length=1 + groups.groups[0].acceptance
+        if config.draft_tokens
+        else None,
         fast_path_fraction=outcome.fast_steps / outcome.decode_steps
         if outcome.decode_steps
         else None,

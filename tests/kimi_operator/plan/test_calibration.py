@@ -15,7 +15,12 @@ from kimi_operator.bench.results import (
     Summary,
 )
 from kimi_operator.plan import PlanError
-from kimi_operator.plan.calibration import Calibration, from_runs, prefill_points
+from kimi_operator.plan.calibration import (
+    Calibration,
+    accepted_drafts,
+    from_runs,
+    prefill_points,
+)
 from kimi_operator.plan.fit import fit, fit_without_stalls
 
 
@@ -300,3 +305,35 @@ def test_each_pooled_sweeps_first_prefix_request_fills_the_cache() -> None:
 def test_sweeps_of_different_deployments_are_not_pooled(other: Results, says: str) -> None:
     with pytest.raises(PlanError, match=re.escape(says)):
         from_runs([("a", run_of(sweep())), ("b", other)], "a", None)
+
+
+def test_fewer_drafts_accept_what_the_measured_rate_gives_not_all_of_them() -> None:
+    # 6 of 7 accepted: each draft with a rate r where r + r^2 + ... + r^7 = 6 (r about 0.961).
+    rate = 0.96145
+    assert sum(rate**k for k in range(1, 8)) == pytest.approx(6.0, abs=2e-3)
+    assert accepted_drafts(6.0, 7, 3) == pytest.approx(rate + rate**2 + rate**3, abs=2e-3)
+    assert accepted_drafts(6.0, 7, 3) < 3.0  # not every one of the three
+    assert accepted_drafts(6.0, 7, 7) == pytest.approx(6.0)
+    assert accepted_drafts(2.0, 4, 4) == pytest.approx(2.0)
+    assert accepted_drafts(4.0, 4, 2) == 2.0  # all accepted: all of fewer too
+    assert accepted_drafts(0.0, 0, 7) == 0.0  # no speculation measured: none assumed
+
+
+def test_without_the_servers_metrics_a_run_without_drafts_counts_a_token_a_step() -> None:
+    """Chunks that carry two steps, and no metrics to say the server does not speculate: the
+    user says so (--calibration-drafts 0) and a step is one token's time; without it, the error
+    says what could not be told apart."""
+    records = sweep()
+    for r in records:
+        if r.group and r.group.startswith("decode:"):
+            step = r.chunk_times_s[1] - r.chunk_times_s[0]
+            times = [*r.chunk_times_s[:6], r.chunk_times_s[5] + 2 * step, r.chunk_times_s[9]]
+            r.chunk_times_s, r.chunk_tokens = times, [1] * 6 + [2, 2]
+    results = run_of(records)  # metrics unreachable
+    says = r"metrics were not read .* \(0 when it does not speculate\)"
+    with pytest.raises(PlanError, match=says):
+        fitted(results)
+    calibration = fitted(results, 0)
+    costs = calibration.costs.ordinary
+    assert (costs.fixed_s, costs.per_sequence_s) == pytest.approx((0.020, 0.005))
+    assert calibration.acceptance == 0.0

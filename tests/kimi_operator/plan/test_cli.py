@@ -274,3 +274,18 @@ def test_a_calibration_run_against_a_server_plans(
     compared = cli("bench", "compare", str(tmp_path / "p" / "as-measured"), str(tmp_path / "m"))
     assert compared.code == 0, compared.err
     assert "NOT COMPARABLE" not in compared.out, compared.out
+
+
+def test_a_what_if_with_fewer_drafts_reports_the_acceptance_it_simulates(
+    cli: Cli, trace: Path, tmp_path: Path
+) -> None:
+    """Three drafts planned on the 7-draft calibration (6 accepted): the plan reports what it
+    simulated, 1 + about 2.8 tokens a step, not the calibration's 7."""
+    text = (
+        "configurations: [{name: three, gpus: 16, draftTokens: 3, "
+        "calibration: gb300-tp16-latency_specialized-dspark7}]\n"
+    )
+    data = plan(cli, trace, tmp_path / "p", "--config", str(write(tmp_path, "c.yaml", text)))
+    (entry,) = data["configurations"]
+    length = entry["summary"]["server_metrics"]["spec_decode_acceptance_length"]
+    assert length == pytest.approx(1 + 0.96145 + 0.96145**2 + 0.96145**3, abs=2e-3)
