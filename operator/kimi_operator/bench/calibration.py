@@ -29,9 +29,11 @@ quarter and eighth; decode contexts the eighth and the half; streams 0 and every
 (room for the starter and the probe).
 """
 
+from dataclasses import dataclass
 from typing import Final
 
-from kimi_operator.bench.profiles import PlannedRequest
+from kimi_operator.bench import BenchError
+from kimi_operator.bench.profiles import PROFILE_DEFAULTS, PlannedRequest
 
 PREFILL_OUTPUT_TOKENS: Final = 2
 PREFIX_UNSHARED_TOKENS: Final = 16  # a whole block of the hit's prompt is its own
@@ -107,3 +109,51 @@ def stream_counts(largest_batch: int) -> list[int]:
     """Streams decoding while a probe arrives: none, and each batch size that leaves room for
     the starter and the probe."""
     return sorted({0, *(b - 2 for b in batch_sizes(largest_batch) if b > 2)})
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What the server can take, as it says (None: it does not say)."""
+
+    max_model_len: int | None  # its model card on /v1/models
+    max_num_seqs: int | None  # kimi_scheduler_config_info on its /metrics
+
+
+def longest_request(longest_prompt: int, output_tokens: int) -> int:
+    """The most tokens (prompt and answer) one request of the sweep holds."""
+    return max(
+        *(prompt + PREFILL_OUTPUT_TOKENS for prompt in prompt_lengths(longest_prompt)),
+        *(context + output_tokens for context in decode_contexts(longest_prompt)),
+        decode_contexts(longest_prompt)[0] + STREAM_OUTPUT_FACTOR * output_tokens,
+    )
+
+
+def sized_to_server(
+    prompt_tokens: int | None, concurrency: int | None, output_tokens: int, limits: ServerLimits
+) -> tuple[int, int]:
+    """The sweep's longest prompt and largest batch: the flags where given (refused, naming the
+    flag, when the server cannot take them); else the defaults, halved until every request fits
+    the server's context, and no larger a batch than it runs at once."""
+    defaults = PROFILE_DEFAULTS["calibration"]
+    context = limits.max_model_len
+    prompt = prompt_tokens or defaults.prompt_tokens
+    if prompt_tokens is None and context is not None:
+        shortest = 2 * PREFIX_UNSHARED_TOKENS
+        while prompt > shortest and longest_request(prompt, output_tokens) > context:
+            prompt //= 2
+    if context is not None and longest_request(prompt, output_tokens) > context:
+        flag = f"--prompt-tokens {prompt}" if prompt_tokens else f"--output-tokens {output_tokens}"
+        raise BenchError(
+            f"{flag}: the sweep's longest request would hold "
+            f"{longest_request(prompt, output_tokens)} tokens, over the server's max_model_len "
+            f"{context} (/v1/models): give a smaller --prompt-tokens or --output-tokens"
+        )
+    largest = limits.max_num_seqs
+    batch = concurrency or min(defaults.concurrency or 1, largest or defaults.concurrency or 1)
+    if concurrency is not None and largest is not None and concurrency > largest:
+        raise BenchError(
+            f"--concurrency {concurrency}: the server runs at most {largest} sequences at once "
+            "(its max_num_seqs, kimi_scheduler_config_info): a larger batch would measure "
+            f"queueing, not a decode step; give at most {largest}"
+        )
+    return prompt, batch

@@ -368,7 +368,10 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
     if args.gpu_hour_price is not None and gpus is None:
         raise BenchError("--gpu-hour-price needs --gpus (or --deployment, which knows them)")
     endpoint = parse_endpoint(target.endpoint if target else args.endpoint)
+    metrics_url = args.metrics_url or f"{endpoint.root}/metrics"
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
     defaults = PROFILE_DEFAULTS[args.profile]
+    concurrency = args.concurrency or defaults.concurrency
     trace = None
     replay: Replay | None = None
     tasks_cut = 0
@@ -390,15 +393,20 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
         if args.requests is not None:
             tasks_cut = _tasks_cut(plan, plan_trace(entries, None))
     elif args.profile == "calibration":
-        from kimi_operator.bench.calibration import calibration_plan  # noqa: PLC0415
+        import asyncio  # noqa: PLC0415
+
+        from kimi_operator.bench.calibration import (  # noqa: PLC0415
+            calibration_plan,
+            sized_to_server,
+        )
+        from kimi_operator.bench.endpoint import server_limits  # noqa: PLC0415
 
         if args.requests is not None:
             raise BenchError("--requests does not apply to --profile calibration (a fixed sweep)")
-        plan = calibration_plan(
-            args.concurrency or defaults.concurrency or 1,
-            args.prompt_tokens or defaults.prompt_tokens,
-            args.output_tokens or defaults.output_tokens,
-        )
+        output = args.output_tokens or defaults.output_tokens
+        limits = asyncio.run(server_limits(endpoint, metrics_url, args.model, api_key))
+        prompt, concurrency = sized_to_server(args.prompt_tokens, args.concurrency, output, limits)
+        plan = calibration_plan(concurrency, prompt, output)
         replay = "closed"  # each phase waits for the previous one's answers
     else:
         plan = fixed_plan(
@@ -413,7 +421,7 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
         profile=args.profile,
         plan=plan,
         trace=trace,
-        concurrency=args.concurrency or defaults.concurrency,
+        concurrency=concurrency,
         warmup=args.warmup,
         ignore_eos=args.ignore_eos,
         seed=args.seed,
@@ -422,9 +430,9 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
         deployment=args.deployment,
         decode_backend=target.decode_backend if target else None,
         replicas=target.replicas if target else 1,
-        api_key=args.api_key or os.environ.get("OPENAI_API_KEY") or None,
+        api_key=api_key,
         timeout_s=args.timeout,
-        metrics_url=args.metrics_url or f"{endpoint.root}/metrics",
+        metrics_url=metrics_url,
         group_metrics_urls=tuple(args.group_metrics_url),
         replay=replay,
         tasks_cut=tasks_cut,

@@ -7,7 +7,9 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from kimi_operator.bench import BenchError
+from kimi_operator.bench.calibration import ServerLimits
 from kimi_operator.bench.client import connect_reason
+from kimi_operator.bench.server_metrics import parse, served_config
 
 PROBE_TIMEOUT_S = 10.0
 
@@ -48,7 +50,15 @@ def _reason(error: BaseException) -> str:
 
 
 async def served_models(session: aiohttp.ClientSession, endpoint: Endpoint) -> list[str] | None:
-    """The model ids from /models, or None when the server does not list them (404).
+    """The model ids from /models, or None when the server does not list them (404)."""
+    cards = await model_cards(session, endpoint)
+    return None if cards is None else [str(card["id"]) for card in cards]
+
+
+async def model_cards(
+    session: aiohttp.ClientSession, endpoint: Endpoint
+) -> list[dict[str, object]] | None:
+    """The model cards from /models (vLLM's carry `max_model_len`), or None on a 404.
 
     Raises BenchError when the server cannot be reached or refuses us: better one line now than
     a run in which every request fails the same way.
@@ -70,7 +80,7 @@ async def served_models(session: aiohttp.ClientSession, endpoint: Endpoint) -> l
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list):
         raise BenchError(f"{url}: no model list in the answer; is this an OpenAI API?")
-    return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+    return [m for m in data if isinstance(m, dict) and "id" in m]
 
 
 def choose_model(requested: str | None, served: list[str] | None, base: str) -> str:
@@ -104,3 +114,23 @@ async def server_version(session: aiohttp.ClientSession, endpoint: Endpoint) -> 
         return None
     version = body.get("version") if isinstance(body, dict) else None
     return str(version) if version is not None else None
+
+
+async def server_limits(
+    endpoint: Endpoint, metrics_url: str, model: str | None, api_key: str | None
+) -> ServerLimits:
+    """The served model's context (its card on /models) and the sequences the server runs at
+    once (its metrics), each None where the server does not say."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    async with aiohttp.ClientSession(headers=headers) as session:
+        cards = await model_cards(session, endpoint) or []
+        text = await get_text(session, metrics_url)
+    ids = [str(card["id"]) for card in cards]
+    chosen = model if model in ids else (ids[0] if len(ids) == 1 else None)
+    card = next((card for card in cards if card["id"] == chosen), {})
+    context = card.get("max_model_len")
+    served = served_config(parse(text)) if text is not None else None
+    return ServerLimits(
+        max_model_len=context if isinstance(context, int) else None,
+        max_num_seqs=served.max_num_seqs if served is not None else None,
+    )

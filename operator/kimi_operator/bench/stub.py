@@ -54,6 +54,7 @@ class Schedule:
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 4096
     prefix_caching: bool = True
+    max_model_len: int = 131072  # on its model card (/v1/models) too
 
 
 @dataclass
@@ -135,7 +136,8 @@ class StubApp:
         self.app.router.add_get("/stub/sends", self._sends)
 
     async def _models(self, _: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.schedule.model}]})
+        card = {"id": self.schedule.model, "max_model_len": self.schedule.max_model_len}
+        return web.json_response({"object": "list", "data": [card]})
 
     async def _version(self, _: web.Request) -> web.Response:
         return web.json_response({"version": self.schedule.version})
@@ -165,7 +167,7 @@ class StubApp:
             f"vllm:prefix_cache_hits_total{{{labels}}} {state.prefix_hits}\n"
             f'kimi_scheduler_config_info{{model_name="{s.model}",max_num_seqs="{s.max_num_seqs}",'
             f'max_num_batched_tokens="{s.max_num_batched_tokens}",enable_chunked_prefill="True",'
-            f'max_model_len="131072"}} 1\n'
+            f'max_model_len="{s.max_model_len}"}} 1\n'
             f'vllm:cache_config_info{{engine="0",block_size="64",'
             f'enable_prefix_caching="{s.prefix_caching}"}} 1\n'
         )
@@ -183,6 +185,12 @@ class StubApp:
         chat = request.path.endswith("/chat/completions")
         prompt = body["messages"][-1]["content"] if chat else body["prompt"]
         prompt_tokens = len(prompt.split())
+        if prompt_tokens + int(body["max_tokens"]) > s.max_model_len:  # as vLLM refuses it
+            message = (
+                f"This model's maximum context length is {s.max_model_len} tokens. However, you "
+                f"requested {prompt_tokens + int(body['max_tokens'])} tokens."
+            )
+            return web.json_response({"error": {"message": message}}, status=400)
         state.look_up(prompt.split())
         options = body.get("stream_options") or {}
         usage = s.usage and bool(options.get("include_usage"))

@@ -239,6 +239,7 @@ def test_metrics_unreachable_is_a_warning_not_a_failure(
     summary = results(tmp_path)["summary"]
     assert summary["server_metrics"] == {
         "reachable": False,
+        "served": None,
         "spec_decode_acceptance_length": None,
         "spec_decode_acceptance_rate": None,
         "fast_path_fraction": None,
