@@ -77,6 +77,12 @@ def add_plan_parser(sub: Any) -> None:
         metavar="METRIC=S",
         help="find the fewest groups meeting e.g. task_completion_p90=600 or ttft_p50=2",
     )
+    plan.add_argument(
+        "--emit-spec",
+        metavar="FILE",
+        help="with --target: write the KimiDeployment that meets it at the lowest cost per "
+        "completed task (validated; metadata and weight sources from a KimiDeployment in --config)",
+    )
     plan.set_defaults(run=cmd_plan)
 
 
@@ -120,7 +126,11 @@ def _configurations(
     args: argparse.Namespace, measured: "list[Calibration]"
 ) -> "list[Configuration]":
     from kimi_operator.plan import PlanError  # noqa: PLC0415
-    from kimi_operator.plan.configs import Configuration, load_configurations  # noqa: PLC0415
+    from kimi_operator.plan.configs import (  # noqa: PLC0415
+        Configuration,
+        load_configurations,
+        what_ifs,
+    )
 
     configurations: list[Configuration] = []
     if measured:
@@ -147,6 +157,8 @@ def _configurations(
         )
     for path in args.config:
         configurations += load_configurations(path)
+    if measured and not args.config:
+        configurations += what_ifs(measured[0].draft_tokens)
     if not configurations:
         raise PlanError("plan needs --calibration RUN or --config FILE (or both)")
     names = [c.name for c in configurations]
@@ -195,6 +207,8 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         plan_trace,
         trace_digest,
     )
+    from kimi_operator.plan import PlanError  # noqa: PLC0415
+    from kimi_operator.plan.emit import choose, manifest, template, write_spec  # noqa: PLC0415
     from kimi_operator.plan.predict import Workload, predict  # noqa: PLC0415
     from kimi_operator.plan.report import (  # noqa: PLC0415
         HEADER,
@@ -207,6 +221,8 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from kimi_operator.plan.target import fewest_groups, parse_target  # noqa: PLC0415
 
     target = parse_target(args.target) if args.target else None
+    if args.emit_spec and target is None:
+        raise PlanError("--emit-spec needs --target: the spec written is the one that meets it")
     entries = load_trace(args.trace)
     measured = _calibrations(args)
     configurations = _configurations(args, measured)
@@ -244,4 +260,13 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(note, file=err)
     out.write(text_table(table_rows(planned, str(target) if target else None), HEADER) + "\n")
     out.write(f"\nplan: {directory / PLAN}, {directory / REPORT}\n")
+    if args.emit_spec:
+        choice = choose(
+            planned,
+            lambda item, groups: predict(
+                item.config.model_copy(update={"replicas": groups}), item.calibration, workload
+            ),
+        )
+        write_spec(Path(args.emit_spec), manifest(choice, template(args.config)), choice.why)
+        out.write(f"spec: {args.emit_spec}: {choice.why}\n")
     return EXIT_OK

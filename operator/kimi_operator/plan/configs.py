@@ -84,6 +84,21 @@ def _from_deployment(body: Any, label: str) -> Configuration:
     )
 
 
+def what_ifs(draft_tokens: int) -> list[Configuration]:
+    """GB300 shapes to set beside a calibrated deployment when no --config is given: TP16 and
+    TP8 groups, each decode backend, drafting as the calibrated deployment does."""
+    return [
+        Configuration(
+            name=f"gb300-tp{gpus}-{backend.split('_')[0]}",
+            gpus=gpus,
+            backend=backend,
+            draft_tokens=draft_tokens,
+        )
+        for gpus in (16, 8)
+        for backend in ("latency_specialized", "auto")
+    ]
+
+
 def load_configurations(path: str) -> list[Configuration]:
     import yaml  # noqa: PLC0415
 

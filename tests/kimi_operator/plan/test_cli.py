@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kimi_operator.bench.results import Summary
 from kimi_operator.bench.stub import StubApp
@@ -187,8 +188,8 @@ def test_sweeps_joined_by_commas_plan_as_one_calibration(
         paths.append(str(tmp_path / name))
     cpu, again, other = paths
     data = plan(cli, trace, tmp_path / "p", "--calibration", f"{cpu},{again}")
-    assert [c["calibration"] for c in data["configurations"]] == ["cpu"]
-    (calibration,) = data["calibrations"]
+    assert data["configurations"][0]["calibration"] == "cpu"
+    calibration = data["calibrations"][0]
     assert calibration["origin"] == f"measured: {cpu}, {again}"
     # "again"'s requests (0.004 s late) moved the fit (test_calibration has the figures).
     alone = plan(cli, trace, tmp_path / "q", "--calibration", cpu)["calibrations"][0]
@@ -254,7 +255,7 @@ def test_a_calibration_run_against_a_server_plans(
     ]
     small = write(tmp_path, "small.jsonl", "".join(json.dumps(t) + "\n" for t in turns))
     data = plan(cli, small, tmp_path / "p", "--calibration", str(run))
-    (first,) = data["configurations"]
+    first = data["configurations"][0]
     assert (first["name"], first["calibration"], first["gpus"]) == ("as-measured", "cal", 1)
     # The server as it runs (what it reports), not the sweep's largest batch (2) and defaults.
     schedule = app.schedule
@@ -289,3 +290,65 @@ def test_a_what_if_with_fewer_drafts_reports_the_acceptance_it_simulates(
     (entry,) = data["configurations"]
     length = entry["summary"]["server_metrics"]["spec_decode_acceptance_length"]
     assert length == pytest.approx(1 + 0.96145 + 0.96145**2 + 0.96145**3, abs=2e-3)
+
+
+def test_a_calibration_alone_is_compared_with_gb300_shapes(
+    cli: Cli, trace: Path, tmp_path: Path
+) -> None:
+    """No --config: the calibrated deployment beside TP16 and TP8 groups of each backend (the
+    GB300 built-ins: the run was on 1 GPU), drafting as it did."""
+    measured = tmp_path / "cpu"
+    measured.mkdir()
+    (measured / "results.json").write_text(run_of(sweep()).model_dump_json())
+    data = plan(cli, trace, tmp_path / "p", "--calibration", str(measured))
+    assert [(c["name"], c["gpus"], c["calibration"]) for c in data["configurations"]] == [
+        ("as-measured", 1, "cpu"),
+        ("gb300-tp16-latency", 16, "gb300-tp16-latency_specialized-nodraft"),
+        ("gb300-tp16-auto", 16, "gb300-tp16-auto-nodraft"),
+        ("gb300-tp8-latency", 8, "gb300-tp8-latency_specialized-nodraft"),
+        ("gb300-tp8-auto", 8, "gb300-tp8-auto-nodraft"),
+    ]
+
+
+def test_the_spec_that_meets_the_target_at_the_least_cost_is_written_and_valid(
+    cli: Cli, trace: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "k3.yaml"
+    run = cli(
+        "plan", "--trace", str(trace), "--gpu-hour-price", "6.5", "--output", str(tmp_path / "p"),
+        "--config", str(write(tmp_path, "c.yaml", CONFIGS)),
+        "--target", "task_completion_p90=600", "--emit-spec", str(spec),
+    )  # fmt: skip
+    assert run.code == 0, run.err
+    data = json.loads((tmp_path / "p" / "plan.json").read_text())
+    # Each candidate's cost at its fewest groups for the target, modelled again here.
+    costs = {}
+    for entry in data["configurations"]:
+        if entry["configuration"].get("disaggregated") is None:
+            config = write(
+                tmp_path,
+                f"{entry['name']}.yaml",
+                "configurations: ["
+                + json.dumps(entry["configuration"] | {"replicas": entry["groups_for_target"]})
+                + "]\n",
+            )
+            again = plan(cli, trace, tmp_path / entry["name"], "--config", str(config))
+            costs[entry["name"]] = again["configurations"][0]["cost_per_task_usd"]
+    cheapest = min(costs, key=lambda name: costs[name])
+    chosen = next(e for e in data["configurations"] if e["name"] == cheapest)
+    body = yaml.safe_load(spec.read_text())
+    assert body["spec"]["gpus"] == chosen["configuration"]["gpus"]
+    assert body["spec"]["replicas"] == chosen["groups_for_target"]
+    assert body["spec"]["decode"]["backend"] == chosen["configuration"]["backend"]
+    assert body["spec"]["autoscaling"]["minReplicas"] == chosen["groups_for_target"]
+    assert f"spec: {spec}: {cheapest} with" in run.out
+    assert "tp8x2-split (not a KimiDeployment: 8 GPUs a group, disaggregated)" in run.out
+    validated = cli("validate", str(spec))
+    assert validated.code == 0, validated.out + validated.err
+
+
+def test_a_spec_needs_a_target(cli: Cli, trace: Path, tmp_path: Path) -> None:
+    config = str(write(tmp_path, "c.yaml", CONFIGS))
+    argv = ["plan", "--trace", str(trace), "--gpu-hour-price", "1", "--config", config]
+    says = one_error_line(cli, *argv, "--output", str(tmp_path / "p"), "--emit-spec", "x.yaml")
+    assert "--emit-spec needs --target" in says
