@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
+    from kimi_operator.bench.results import Results
     from kimi_operator.plan.calibration import Calibration
     from kimi_operator.plan.configs import Configuration
+    from kimi_operator.plan.memory import Fit
 
 AS_MEASURED = "as-measured"
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
@@ -198,6 +200,16 @@ def _calibration_for(config: "Configuration", measured: "list[Calibration]") -> 
     )
 
 
+def _memory(config: "Configuration", results: "Results") -> "Fit | None":
+    """The trace's open sessions against a GB300 group's HBM (8 or 16 GPUs: Kimi K3's shapes)."""
+    from kimi_operator.plan.emit import GROUP_GPUS  # noqa: PLC0415
+    from kimi_operator.plan.memory import fit, longest_context, open_sessions  # noqa: PLC0415
+
+    if config.gpus not in GROUP_GPUS:
+        return None
+    return fit(config.gpus, longest_context(results), open_sessions(results), config.replicas)
+
+
 def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from kimi_operator.bench.report import prepare_output, text_table  # noqa: PLC0415
     from kimi_operator.bench.results import TraceInfo  # noqa: PLC0415
@@ -253,7 +265,17 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             groups = fewest_groups(
                 config, target, partial(predict, calibration=calibration, workload=workload)
             )
-        planned.append(Planned(config, calibration, predict(config, calibration, workload), groups))
+        results = predict(config, calibration, workload)
+        memory = _memory(config, results)
+        if memory is not None and not memory.fits:
+            print(
+                f"note: {config.name}: up to {memory.open_sessions_per_group} sessions are open "
+                f"per group and a group holds {memory.sessions_held} of the trace's longest "
+                f"context ({memory.longest_context_tokens} tokens) in HBM: the prefix cache "
+                "would evict, so the plan's cache hits are optimistic",
+                file=err,
+            )
+        planned.append(Planned(config, calibration, results, groups, memory))
     for note in write_plan(
         directory, planned, workload.trace, args.gpu_hour_price, str(target) if target else None
     ):

@@ -15,6 +15,7 @@ from kimi_operator.bench.stats import percentile
 from kimi_operator.plan import PlanError
 from kimi_operator.plan.calibration import Calibration
 from kimi_operator.plan.configs import MAX_GROUPS, Configuration
+from kimi_operator.plan.memory import Fit
 
 PLAN, REPORT, PLOT = "plan.json", "report.md", "plan.png"
 SCHEMA_VERSION = 1
@@ -26,6 +27,7 @@ class Planned:
     calibration: Calibration
     results: Results
     groups_for_target: int | None = None  # with --target: fewest groups that meet it
+    memory: Fit | None = None  # GB300 shapes: the trace's open sessions against HBM
 
 
 def decode_p10(results: Results) -> float | None:
@@ -47,6 +49,7 @@ def _entry(planned: Planned, target: str | None) -> dict[str, Any]:
         "cost_per_task_usd": tasks.cost_per_task_usd if tasks else None,
         "cost_per_million_output_tokens_usd": summary.cost_per_million_output_tokens_usd,
     }
+    entry["memory"] = asdict(planned.memory) if planned.memory else None
     if target is not None:
         entry["groups_for_target"] = planned.groups_for_target  # None: not met with MAX_GROUPS
     entry["summary"] = summary.model_dump(mode="json")
@@ -64,6 +67,14 @@ def _groups(planned: Planned, target: str | None) -> str:
         return "-"
     found = planned.groups_for_target
     return f"> {MAX_GROUPS}" if found is None else str(found)
+
+
+def _sessions(memory: Fit | None) -> str:
+    if memory is None:
+        return "-"
+    return f"{memory.sessions_held} / {memory.open_sessions_per_group}" + (
+        "" if memory.fits else " (do not fit)"
+    )
 
 
 def table_rows(planned: list[Planned], target: str | None) -> list[list[str]]:
@@ -87,6 +98,7 @@ def table_rows(planned: list[Planned], target: str | None) -> list[list[str]]:
                 pct(s.server_metrics.fast_path_fraction),
                 usd(t.cost_per_task_usd if t else None),
                 usd(s.cost_per_million_output_tokens_usd),
+                _sessions(item.memory),
                 _groups(item, target),
             ]
         )
@@ -107,6 +119,7 @@ HEADER = [
     "fast path",
     "$/task",
     "$/1M out",
+    "sessions held / open",
     "groups for target",
 ]
 
