@@ -35,6 +35,15 @@ PREFILL_FIXED_S: Final = 0.030
 # the 2-CPU test server where the engine takes the same CPUs.
 PER_STREAM_S: Final = 0.0002
 MAX_NUM_SEQS: Final = 8
+# Prefill attention, from FLOPs (vLLM's MLA prefill decompresses the latent into per-head keys and
+# values and runs attention over them): a (token, earlier token) pair costs 2 x 96 heads x (192 key
+# + 128 value widths) multiply-adds in each of the 24 MLA layers (the KDA layers are linear: no
+# pairs); a cached token costs its decompression, 2 x 512 x 96 x 256 in each. The key and value
+# widths are DeepSeek V3's (K3's are not in the wheel); BF16 at 2.25 PFLOP/s dense a GB300 GPU and
+# 50% of it: assumed.
+MLA_PAIR_FLOPS: Final = 2 * 96 * (192 + 128) * 24
+MLA_CACHED_TOKEN_FLOPS: Final = 2 * 512 * 96 * 256 * 24
+ATTENTION_FLOPS_PER_GPU: Final = 2.25e15 * 0.5
 MODEL: Final = "moonshotai/Kimi-K3"
 
 
@@ -66,7 +75,12 @@ def builtin_calibration(gpus: int, backend: str, draft_tokens: int) -> Calibrati
         max_num_seqs=MAX_NUM_SEQS,
         costs=StepCosts(
             ordinary=ordinary,
-            prefill=PrefillCost(PREFILL_FIXED_S, prefill_factor / TP16_PREFILL_TOK_S),
+            prefill=PrefillCost(
+                PREFILL_FIXED_S,
+                prefill_factor / TP16_PREFILL_TOK_S,
+                per_cached_token_s=MLA_CACHED_TOKEN_FLOPS / (gpus * ATTENTION_FLOPS_PER_GPU),
+                per_attention_pair_s=MLA_PAIR_FLOPS / (gpus * ATTENTION_FLOPS_PER_GPU),
+            ),
             fast=fast if backend == "latency_specialized" else None,
             per_stream_s=PER_STREAM_S,
         ),
