@@ -177,9 +177,10 @@ def main() -> None:
             _deletions_row(deletions),
         ),
         (
-            "frozen leader woken: writes but to the Lease / exit code",
-            f"{len(frozen.writes_after_wake)} / {frozen.exit_code}   (target 0 / 3; "
-            f"burst {frozen.burst}, converged {frozen.converged.exact})",
+            "frozen leader woken: writes but to the Lease that took effect / exit code",
+            f"{len(frozen.landed_after_wake)} / {frozen.exit_code}   (target 0 / 3; "
+            f"{len(frozen.writes_after_wake)} sent and refused; burst {frozen.burst}, "
+            f"converged {frozen.converged.exact})",
         ),
         (
             "silent watch: deployments created meanwhile converged",

@@ -226,7 +226,7 @@ def test_the_client_refuses_writes_without_a_fresh_lease(
 ) -> None:
     clock = Clock()
     a = candidate(client, "a", clock)
-    client.fence = a.leading
+    client.write_budget = a.write_budget
     body = sample()
     body["metadata"] = {"name": "fenced", "namespace": "inference"}
     with pytest.raises(NotLeading, match="not the leader"):

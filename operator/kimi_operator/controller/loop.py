@@ -225,7 +225,9 @@ class Controller:
             prune=prune,
         )
         if outcome.status != old:
-            status = {"status": outcome.status}
+            # Made from `obj`: refused (409) if it changed since; the retry reads it again.
+            version = obj["metadata"].get("resourceVersion")
+            status = {"metadata": {"resourceVersion": version}, "status": outcome.status}
             self.client.patch(
                 KIMI_DEPLOYMENT, state.namespace, state.name, status, subresource="status"
             )
@@ -258,6 +260,7 @@ class Controller:
                 self.queue.retry(uid, retry_delay(error, self.queue.failures(uid)))
 
     def _drop(self, uid: str) -> None:
+        self.defaults.image_gate.release(uid)  # a turn it held goes to the next deployment
         with self._guard:
             self.deployments.pop(uid, None)
         self.queue.remove(uid)

@@ -185,27 +185,47 @@ def apply_child(
     if patch is None:
         into.live.append(actual)
         return
+    # Decided from this read: refused (409) if the object changed since, or was made anew.
+    patch["metadata"]["resourceVersion"] = actual["metadata"]["resourceVersion"]
     into.live.append(client.patch(resource, namespace, name, patch))
     into.patched.append(_label(desired))
+
+
+def preconditions(obj: Mapping[str, Any]) -> dict[str, str]:
+    """DeleteOptions.preconditions naming `obj` as it was read: the delete is refused (409) if
+    the object was deleted and made again (its uid) or written since (its resourceVersion)."""
+    meta = obj["metadata"]
+    return {"uid": str(meta["uid"]), "resourceVersion": str(meta["resourceVersion"])}
 
 
 @dataclass(frozen=True)
 class Write:
     """One write decided ahead, as data: create `body`, merge-patch `body` into, or delete, the
-    object `name` of `resource` (the shared weights caches, which are not applied as children)."""
+    object `name` of `resource` (the shared weights caches, which are not applied as children).
+    A patch decided from a read carries its resourceVersion in `body`; a delete, the
+    `preconditions` of the object read (docs/architecture.md, "Write rules")."""
 
     verb: Literal["create", "patch", "delete"]
     resource: Resource
     namespace: str
     name: str
     body: Mapping[str, Any] | None = None
+    precondition: Mapping[str, str] | None = None
+
+    @classmethod
+    def delete(cls, resource: Resource, obj: Mapping[str, Any]) -> "Write":
+        """Delete `obj` as it was read, and nothing made or written since."""
+        meta = obj["metadata"]
+        return cls("delete", resource, meta["namespace"], meta["name"], None, preconditions(obj))
 
 
 def perform(client: Client, write: Write, into: Applied) -> dict[str, Any] | None:
     """Send `write`; the object as it is now (None after a delete), recorded in `into`."""
     label = f"{write.resource.kind}/{write.name}"
     if write.verb == "delete":
-        if client.delete(write.resource, write.namespace, write.name):
+        if client.delete(
+            write.resource, write.namespace, write.name, precondition=write.precondition
+        ):
             into.deleted.append(label)
         return None
     assert write.body is not None  # create and patch carry one

@@ -53,6 +53,8 @@ def reconcile(
     old = dict(body.get("status") or {})
     generation = body.get("metadata", {}).get("generation")
     if terminating(body):
+        # Nothing rolls it any more: the turn to move to a new default image goes to the next.
+        defaults.image_gate.release(str(body["metadata"].get("uid", "")))
         conditions = cond.terminating_conditions(old)
         status = cond.render(old, conditions, generation=generation, now=now)
         return Outcome(status, result="terminating")
