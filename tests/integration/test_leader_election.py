@@ -271,8 +271,8 @@ def test_only_the_election_s_own_lease_is_exempt_from_the_budget(
     """The exemption is for coordination.k8s.io's Leases, not for any kind named Lease."""
     client.write_budget = lambda: 0.0
     other = Resource("example.com", "v1", "leases", "Lease")
-    body = {"apiVersion": "example.com/v1", "kind": "Lease", "metadata": {"name": "x"}}
-    body["metadata"]["namespace"] = "inference"
+    metadata = {"name": "x", "namespace": "inference"}
+    body = {"apiVersion": "example.com/v1", "kind": "Lease", "metadata": metadata}
     mark = api.mark()
     with pytest.raises(NotLeading):
         client.create(other, body)

@@ -3,8 +3,8 @@ its writes are the children as they are now), and the Warning Events to post. Wr
 writes, as Kubernetes' controllers do: it says what the cluster holds once they are made.
 """
 
-from collections.abc import Mapping
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
