@@ -400,3 +400,24 @@ def test_a_leader_whose_renewals_hang_is_fenced_at_its_deadline_and_stops(
     assert isinstance(first.failure, LeadershipLost)
     assert first.controller.queue.get(0) is None  # shut down: no more work handed out
     api.clear_faults()
+
+
+def test_a_failed_start_ends_the_renewals_and_gives_the_lease_up(
+    api: EmbeddedApiServer, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller fails to start once this replica leads: `run` raises, and the thread that
+    renews the Lease ends with it (it went on renewing, in-process, holding the Lease for good:
+    no standby could take over)."""
+    before = {t for t in threading.enumerate() if t.name == "kimi-lease"}
+    op = replica(api, "first")
+
+    def broken() -> None:
+        raise RuntimeError("the controller could not start")
+
+    monkeypatch.setattr(op.controller, "start", broken)
+    op._thread.start()  # as __enter__ does, without its check that it started
+    wait_for(lambda: op.failure is not None, 5 * DURATIONS[0], "the failed start")
+    assert isinstance(op.failure, RuntimeError)
+    renewing = [t for t in threading.enumerate() if t.name == "kimi-lease" and t not in before]
+    assert not any(t.is_alive() for t in renewing)
+    assert lease(client)["holderIdentity"] == ""  # given up: a standby takes over at once
