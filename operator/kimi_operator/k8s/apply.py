@@ -16,7 +16,7 @@ from kimi_operator.k8s.errors import NotOwned, OwnerTerminating
 from kimi_operator.k8s.resources import BY_KIND, Resource
 
 APPLIED_ANNOTATION = "kimi-operator.io/applied-spec"
-GONE = "the owner is gone or being deleted"
+OWNER_NOT_CURRENT = "the owner is gone or being deleted"  # since this reconcile read it
 NOT_SET_BY_US = ("apiVersion", "kind", "metadata", "status")
 
 
@@ -169,7 +169,9 @@ def apply_child(
     actual = client.get(resource, namespace, name)
     if actual is None:
         if not owner_current():
-            raise OwnerTerminating(f"{resource.kind} {namespace}/{name} not created: {GONE}")
+            raise OwnerTerminating(
+                f"{resource.kind} {namespace}/{name} not created: {OWNER_NOT_CURRENT}"
+            )
         into.live.append(client.create(resource, desired))
         into.created.append(_label(desired))
         return
@@ -180,7 +182,9 @@ def apply_child(
                 "KimiDeployment; rename the deployment or delete that object"
             )
         if not owner_current():
-            raise OwnerTerminating(f"{resource.kind} {namespace}/{name} not adopted: {GONE}")
+            raise OwnerTerminating(
+                f"{resource.kind} {namespace}/{name} not adopted: {OWNER_NOT_CURRENT}"
+            )
     patch = drift_patch(actual, desired)
     if patch is None:
         into.live.append(actual)
