@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Self, TypeVar
 
@@ -858,9 +858,27 @@ class ApiServer(kmock.KubernetesEmulator):
         name = request.name or (data.get("metadata") or {}).get("name") or ""
         logged = len(self.timeline)
         self.timeline.append(Write(time.monotonic(), request.method.value, request.url.path, name))
+        return await self._answer(request, logged)
+
+    async def _answer(self, request: kmock.Request, logged: int | None = None) -> Any:
+        """A fault's answer, or the object's; `logged`: the write's place in the timeline."""
+        fault = self._fault_for(request)
+        if fault is not None and fault.delay_s:
+            # A real server finishes what it started though the client gave up waiting.
+            task = asyncio.ensure_future(self._logged(self._faulted(request, fault), logged))
+            task.add_done_callback(_retrieved)  # its failure may have nobody left to hear it
+            return await asyncio.shield(task)
+        if fault is not None:
+            return await self._logged(self._faulted(request, fault), logged)
+        return await self._logged(self._serve_object(request), logged)
+
+    async def _logged(self, answer: Awaitable[Any], logged: int | None) -> Any:
+        """`answer`, its HTTP status noted at `logged` in the timeline (None: a read)."""
+        if logged is None:
+            return await answer
         code = 500
         try:
-            response = await self._answer(request)
+            response = await answer
             code = getattr(response, "status", 200)
             return response
         except kmock.KubernetesError as error:
@@ -868,18 +886,6 @@ class ApiServer(kmock.KubernetesEmulator):
             raise
         finally:
             self.timeline[logged] = self.timeline[logged]._replace(code=code)
-
-    async def _answer(self, request: kmock.Request) -> Any:
-        """A fault's answer, or the object's."""
-        fault = self._fault_for(request)
-        if fault is not None and fault.delay_s:
-            # A real server finishes what it started though the client gave up waiting.
-            task = asyncio.ensure_future(self._faulted(request, fault))
-            task.add_done_callback(_retrieved)  # its failure may have nobody left to hear it
-            return await asyncio.shield(task)
-        if fault is not None:
-            return await self._faulted(request, fault)
-        return await self._serve_object(request)
 
     async def _serve_object(self, request: kmock.Request) -> Any:
         resource = request.resource
