@@ -130,7 +130,7 @@ def test_nothing_cuts_a_retry_after_short(client: CountingClient) -> None:
     assert harness.run_due() == 1
     controller = harness.controller
     controller.child_changed(uid)
-    edited = {**obj, "metadata": {**obj["metadata"], "generation": 2}, "status": {"x": 1}}
+    edited = client.patch(KIMI_DEPLOYMENT, NAMESPACE, "throttled", {"spec": {"replicas": 2}})
     controller.observe("MODIFIED", edited)
     controller.resync()
     harness.clock.advance(1.999)
