@@ -225,12 +225,7 @@ class Controller:
             prune=prune,
         )
         if outcome.status != old:
-            # Made from `obj`: refused (409) if it changed since; the retry reads it again.
-            version = obj["metadata"].get("resourceVersion")
-            status = {"metadata": {"resourceVersion": version}, "status": outcome.status}
-            self.client.patch(
-                KIMI_DEPLOYMENT, state.namespace, state.name, status, subresource="status"
-            )
+            self._write_status(state, obj, outcome.status)
         state.acted = generation
         if prune and outcome.error is None:
             state.pruned = generation
@@ -240,6 +235,32 @@ class Controller:
         if outcome.events:
             self._posting.submit(post_warnings, self.client, obj, outcome.events)
         return outcome
+
+    def _write_status(
+        self, state: Deployment, obj: Mapping[str, Any], status: Mapping[str, Any]
+    ) -> None:
+        """Conditional on `obj`, the version the status was made from (docs/architecture.md,
+        "Write rules"): refused (409) when it changed since. When only its status or metadata
+        moved on (another status write landed first), the status still describes its spec: it
+        is written once more on the version read afresh; after an edit, or its deletion, the
+        409 stands (the retry reconciles what is there now)."""
+        meta = obj["metadata"]
+        version = meta.get("resourceVersion")
+        for last in (False, True):
+            patch = {"metadata": {"resourceVersion": version}, "status": dict(status)}
+            try:
+                self.client.patch(
+                    KIMI_DEPLOYMENT, state.namespace, state.name, patch, subresource="status"
+                )
+                return
+            except ApiError as error:
+                if error.code != 409 or last:
+                    raise
+                fresh = self.client.get(KIMI_DEPLOYMENT, state.namespace, state.name) or {}
+                now = fresh.get("metadata") or {}
+                if (now.get("uid"), now.get("generation")) != (meta["uid"], meta.get("generation")):
+                    raise
+                version = now.get("resourceVersion")
 
     def _failed(self, uid: str, state: Deployment, error: KubernetesError) -> None:
         """Temporary failures are retried after their delay, permanent ones at the resync; the
