@@ -205,7 +205,7 @@ class Controller:
     ) -> Outcome | None:
         """Reconcile `obj` (None: read it now), write its status; None when it is gone."""
         if obj is None:
-            obj = self.client.get(KIMI_DEPLOYMENT, state.namespace, state.name)
+            obj = self._read(state)
             if obj is None or obj["metadata"].get("uid") != uid:
                 with self._guard:  # its DELETED event was missed (a dropped watch)
                     self._known.pop(uid, None)
@@ -236,6 +236,10 @@ class Controller:
             self._posting.submit(post_warnings, self.client, obj, outcome.events)
         return outcome
 
+    def _read(self, state: Deployment) -> dict[str, Any] | None:
+        """The deployment as it is now (None: gone)."""
+        return self.client.get(KIMI_DEPLOYMENT, state.namespace, state.name)
+
     def _write_status(
         self, state: Deployment, obj: Mapping[str, Any], status: Mapping[str, Any]
     ) -> None:
@@ -256,8 +260,7 @@ class Controller:
             except ApiError as error:
                 if error.code != 409 or last:
                     raise
-                fresh = self.client.get(KIMI_DEPLOYMENT, state.namespace, state.name) or {}
-                now = fresh.get("metadata") or {}
+                now = (self._read(state) or {}).get("metadata") or {}
                 if (now.get("uid"), now.get("generation")) != (meta["uid"], meta.get("generation")):
                     raise
                 version = now.get("resourceVersion")
