@@ -110,7 +110,7 @@ def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
             """Every child and every status written (read incrementally: polling is load too)."""
             seen.extend(fetch(url + TIMELINE_PATH + f"?since={len(seen)}"))
             children = statuses = 0
-            for _, method, path, _ in seen:
+            for _, method, path, *_ in seen:
                 if method == "POST" and "/kimideployments" not in path and "/events" not in path:
                     children += 1
                 elif method == "PATCH" and path.endswith("/status"):
@@ -135,7 +135,7 @@ def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
         created_at: dict[str, float] = {}
         done_at: dict[str, float] = {}
         writes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        for when, method, path, name in timeline:
+        for when, method, path, name, *_ in timeline:
             if method == "POST" and path.endswith("/kimideployments"):
                 created_at[name] = when
                 continue

@@ -8,8 +8,9 @@ and CRDs changed by hand; --deployments churned by --clients concurrent clients,
 (benchmarks/fuzz_inputs.py); deployments held terminating and deleted with each propagation
 policy (Foreground, Orphan, Background), and two `--leader-elect` replicas whose leader is frozen
 (SIGSTOP) in a burst and woken after the standby converged, and the KimiDeployment watch gone
-silent while deployments are created (embedded/teardown.py). Prints a table and writes
-benchmarks/results/reliability.json.
+silent while deployments are created (embedded/teardown.py); a prune's DELETE held by the API
+server while its group is made anew, and the default-image turn holder deleted mid-move
+(embedded/stale.py). Prints a table and writes benchmarks/results/reliability.json.
 
 Usage: python benchmarks/reliability.py [--kills 50] [--deployments 500] [--soak-seconds 600]
        python benchmarks/reliability.py --bounded   (a few minutes: fewer of everything)
@@ -35,6 +36,7 @@ from kimi_operator.embedded.reliability import (
     run_restarts,
 )
 from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.stale import run_holder_deleted, run_stale_delete
 from kimi_operator.embedded.teardown import (
     DeletionReport,
     run_deletions,
@@ -105,6 +107,7 @@ def main() -> None:
             silent = run_silent_watch(
                 api, client, deployments=4 if args.bounded else 10, timeout_s=300
             )
+            stale = run_stale_delete(api, client, timeout_s=180)
             churn = run_churn(
                 client,
                 deployments=args.deployments,
@@ -121,6 +124,13 @@ def main() -> None:
             [*LEADER_ELECTION, "--resync-interval=5", "--workers=16"],
             token=operator_identity(api),
             burst=60 if args.bounded else 120,
+            timeout_s=180,
+        )
+        holder = run_holder_deleted(
+            client,
+            lambda image: OperatorProcess(
+                api.url, [*args_, f"--serving-image={image}"], token=operator_identity(api)
+            ),
             timeout_s=180,
         )
         client.close()
@@ -154,6 +164,15 @@ def main() -> None:
         "deletions": summary(deletions),
         "frozen_leader": summary(frozen),
         "silent_watch": summary(silent),
+        "stale_delete": {
+            "answer": stale.answer,
+            "group_made_anew_survived": stale.survived,
+            "converged": stale.converged.exact,
+        },
+        "turn_holder_deleted": {
+            "next_moved_after_seconds": round(holder.moved_after_s, 1),
+            "resync_interval_seconds": 5,
+        },
         "fuzz": fuzz,
         "rss_mb": {"peak": churn.peak_rss_mb, "final": churn.final_rss_mb},
         "rss_mb_over_time": churn.rss_mb,
@@ -177,15 +196,25 @@ def main() -> None:
             _deletions_row(deletions),
         ),
         (
-            "frozen leader woken: writes but to the Lease / exit code",
-            f"{len(frozen.writes_after_wake)} / {frozen.exit_code}   (target 0 / 3; "
-            f"burst {frozen.burst}, converged {frozen.converged.exact})",
+            "frozen leader woken: writes but to the Lease that took effect / exit code",
+            f"{len(frozen.landed_after_wake)} / {frozen.exit_code}   (target 0 / 3; "
+            f"{len(frozen.writes_after_wake)} sent and refused; burst {frozen.burst}, "
+            f"converged {frozen.converged.exact})",
         ),
         (
             "silent watch: deployments created meanwhile converged",
             f"{silent.deployments} in {silent.converge_s:.0f} s, audit exact "
             f"{silent.converged.exact}   (watch resumed from its version {silent.resumed}; "
             "inactivity timeout 70 s)",
+        ),
+        (
+            "stale prune (held 3 s, group made anew): answer / group survived",
+            f"{stale.answer} / {stale.survived}   (target 409 / True; "
+            f"converged {stale.converged.exact})",
+        ),
+        (
+            "default-image turn holder deleted mid-move: next one moved after",
+            f"{holder.moved_after_s:.1f} s   (target: within a resync, 5 s)",
         ),
         ("fuzz cases run (crashes / tracebacks)", _fuzz_row(fuzz)),
         ("operator RSS peak / final", f"{churn.peak_rss_mb:.1f} / {churn.final_rss_mb:.1f} MB"),

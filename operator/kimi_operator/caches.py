@@ -285,7 +285,9 @@ def releases(
     listed: Mapping[str, Sequence[Mapping[str, Any]]], uid: str, keep: set[tuple[str, str]]
 ) -> list[Write]:
     """Stop using the caches (`listed` by CACHE_SELECTOR, by kind) this deployment uses but no
-    longer wants: take its reference off, and delete the object when it was the last user."""
+    longer wants: take its reference off, and delete the object when it was the last user. Both
+    are conditional on the object as listed: a deployment that joined meanwhile makes the
+    delete fail (409), never lose the cache it has just joined."""
     out = []
     for kind, obj in ((kind, obj) for kind, objs in listed.items() for obj in objs):
         resource = BY_KIND[kind]
@@ -298,5 +300,5 @@ def releases(
             change = {"ownerReferences": others, "resourceVersion": meta.get("resourceVersion")}
             out.append(Write("patch", resource, meta["namespace"], name, {"metadata": change}))
         else:
-            out.append(Write("delete", resource, meta["namespace"], name))
+            out.append(Write.delete(resource, obj))
     return out

@@ -196,7 +196,9 @@ class Operator:
             self.started.set()  # standing by
             if self.elector.acquire(self.stop):
                 elector = self.elector
-                loop.client.fence = lambda: not self.fenced.is_set() and elector.leading()
+                loop.client.write_budget = lambda: (
+                    0.0 if self.fenced.is_set() else elector.write_budget()
+                )
                 lost = not self._lead_and_hold(elector)
         finally:
             self._step_down(release=not lost)
@@ -225,8 +227,11 @@ class Operator:
             thread.start()
         try:
             self._lead()
-            threads[1].join()
+        except BaseException:
+            self.stop.set()  # a failed start ends the renewals too (`run` gives the Lease up)
+            raise
         finally:
+            threads[1].join()
             done.set()
         if not kept or not kept[0]:
             self._fence()

@@ -2,16 +2,18 @@
 the embedded API server carries the policy out as kube-apiserver and the garbage collector do
 (embedded/deletion.py), and the operator gives a terminating deployment its status only."""
 
-import time
 from typing import Any
 
 import pytest
 
+from kimi_operator.builders import OperatorDefaults
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.errors import ApiError
+from kimi_operator.k8s.errors import ApiError, OwnerTerminating
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, SERVICE
-from tests.integration.conftest import RESYNC_S
+from kimi_operator.reconcile import reconcile
+from kimi_operator.runner import OperatorThread
+from tests.integration.conftest import metrics_of, resync_ticks, resyncs
 from tests.support.cluster import NAME, NS, children, condition, create, sample, wait_for
 
 HOLD = "example.com/hold"  # a finalizer of someone else's that keeps the deployment terminating
@@ -56,9 +58,8 @@ def terminating_status(client: Client) -> dict[str, Any] | None:
     return status if reason == "Terminating" else None
 
 
-@pytest.mark.usefixtures("operator")
 def test_a_foreground_deletion_completes_without_children_coming_back(
-    client: Client, api: EmbeddedApiServer
+    client: Client, api: EmbeddedApiServer, operator: OperatorThread
 ) -> None:
     held_deployment(client)
     mark = api.mark()
@@ -68,7 +69,7 @@ def test_a_foreground_deletion_completes_without_children_coming_back(
     assert kd["metadata"]["deletionTimestamp"]
     assert kd["metadata"]["finalizers"] == [HOLD]
     assert children(client) == {}
-    time.sleep(4 * RESYNC_S)  # resyncs and the children's DELETED events reach the operator
+    resyncs(metrics_of(operator))  # whole reconciles of the terminating deployment since
     assert child_writes(api, mark) == []  # the operator wrote no child: the collector did all
     assert children(client) == {}
     status = wait_for(lambda: terminating_status(client), what="the Terminating status")
@@ -77,38 +78,41 @@ def test_a_foreground_deletion_completes_without_children_coming_back(
     wait_for(lambda: client.get(KIMI_DEPLOYMENT, NS, NAME) is None, what="the deployment gone")
 
 
-@pytest.mark.usefixtures("operator")
 def test_a_child_deleted_while_its_owner_terminates_is_not_recreated(
-    client: Client, api: EmbeddedApiServer
+    client: Client, api: EmbeddedApiServer, operator: OperatorThread
 ) -> None:
     """What the garbage collector does in a foreground deletion, one child at a time: the
     operator must not put the LeaderWorkerSet back (GPU pods scheduled for a deployment being
     torn down)."""
     held_deployment(client)
     client.delete(KIMI_DEPLOYMENT, NS, NAME)  # background: held by our finalizer only
-    time.sleep(2 * RESYNC_S)
+    wait_for(lambda: terminating_status(client), what="the Terminating status")
     assert client.delete(LEADER_WORKER_SET, NS, f"{NAME}-g0")
     mark = api.mark()
-    time.sleep(4 * RESYNC_S)
+    resyncs(metrics_of(operator))
     assert child_writes(api, mark) == []
     assert terminating_status(client) is not None
     assert "LeaderWorkerSet/k3-tp8-dspark-g0" not in children(client)
     assert "Service/k3-tp8-dspark" in children(client)  # left to the collector, not pruned
 
 
-@pytest.mark.usefixtures("operator")
 def test_an_orphan_deletion_leaves_the_children_without_owner_references(
-    client: Client, api: EmbeddedApiServer
+    client: Client,
+    api: EmbeddedApiServer,
+    operator: OperatorThread,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    held_deployment(client)
+    kd = held_deployment(client)
     mark = api.mark()
     assert client.delete(KIMI_DEPLOYMENT, NS, NAME, propagation="Orphan")
-    time.sleep(4 * RESYNC_S)  # resyncs: no adoption of the children back
+    wait_for(lambda: terminating_status(client), what="the Terminating status")
+    resyncs(metrics_of(operator))  # whole reconciles since: no adoption of the children back
     assert child_writes(api, mark) == []
-    assert terminating_status(client) is not None
     release_hold(client)
     wait_for(lambda: client.get(KIMI_DEPLOYMENT, NS, NAME) is None, what="the deployment gone")
-    time.sleep(2 * RESYNC_S)
+    uid = kd["metadata"]["uid"]
+    wait_for(lambda: uid not in operator.controller.known(), what="the operator to forget it")
+    resync_ticks(operator, monkeypatch).wait(2)  # resyncs since, with nothing left to revisit
     found = children(client)
     assert set(found) == CHILDREN  # kept, as the user asked
     assert all(not c["metadata"].get("ownerReferences") for c in found.values())
@@ -189,3 +193,26 @@ def service(
         "metadata": meta,
         "spec": {"ports": [{"port": 80}]},
     }
+
+
+def test_a_reconcile_that_finds_its_owner_terminating_reports_no_failure(client: Client) -> None:
+    """A reconcile began from a copy read before the deletion; the group it would put back is
+    gone (the collector's work) and the owner, read afresh, is terminating: the write is not
+    made (`OwnerTerminating`), and the status says Terminating, not Degraded, with no Warning
+    Event (controller/loop.py calls it no failure)."""
+    client.create(KIMI_DEPLOYMENT, sample())
+    body = client.get(KIMI_DEPLOYMENT, NS, NAME)
+    assert body is not None
+    first = reconcile(body, client, OperatorDefaults(), spec_changed=True, now="now")
+    assert first.error is None
+    client.patch(KIMI_DEPLOYMENT, NS, NAME, {"metadata": {"finalizers": [HOLD]}})
+    client.delete(KIMI_DEPLOYMENT, NS, NAME)  # held terminating by our finalizer
+    assert client.delete(LEADER_WORKER_SET, NS, f"{NAME}-g0")
+    stale = {**body, "status": first.status}  # read before the deletion
+    outcome = reconcile(stale, client, OperatorDefaults(), spec_changed=False, now="now")
+    assert isinstance(outcome.error, OwnerTerminating)
+    assert condition(outcome.status, "Degraded").get("status") != "True", outcome.status
+    assert condition(outcome.status, "Progressing")["reason"] == "Terminating"
+    assert outcome.events == []
+    assert client.get(LEADER_WORKER_SET, NS, f"{NAME}-g0") is None
+    release_hold(client)

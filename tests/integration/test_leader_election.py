@@ -18,6 +18,7 @@ from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.errors import ApiError, NotLeading
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEASE, Resource
 from kimi_operator.runner import LeadershipLost, OperatorThread, RunConfig
+from tests.integration.conftest import metrics_of, resyncs
 from tests.support.cluster import children, sample, wait_for
 
 NAME = "kimi-kimi-operator"  # the chart's Lease: the release's full name
@@ -226,7 +227,7 @@ def test_the_client_refuses_writes_without_a_fresh_lease(
 ) -> None:
     clock = Clock()
     a = candidate(client, "a", clock)
-    client.fence = a.leading
+    client.write_budget = a.write_budget
     body = sample()
     body["metadata"] = {"name": "fenced", "namespace": "inference"}
     with pytest.raises(NotLeading, match="not the leader"):
@@ -242,6 +243,52 @@ def test_the_client_refuses_writes_without_a_fresh_lease(
     assert api.writes(mark) == []  # refused before anything was sent
 
 
+def test_a_write_never_outlasts_the_leadership_left_plus_the_margin(
+    client: Client, api: EmbeddedApiServer
+) -> None:
+    """The budget is what is left of the renew deadline plus the margin before a standby can
+    take over (lease duration - renew deadline): a request still unanswered then is abandoned,
+    however long the client's own timeouts would wait."""
+    clock = Clock()
+    a = candidate(client, "a", clock)
+    assert a.write_budget() == 0.0  # not leading
+    assert a.try_acquire_or_renew()  # at 100: leading until 110, a standby may lead at 115
+    clock.now = 109.0
+    assert a.write_budget() == pytest.approx(6.0)
+    clock.now = 110.0
+    assert a.write_budget() == 0.0  # the renew deadline passed: no write at all
+    client.write_budget = lambda: 0.2
+    api.inject(Fault("POST", "/services", delay_s=3.0))  # answered after 3 s, had it waited
+    body = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "late", "namespace": "x"}}
+    with pytest.raises(ApiError) as abandoned:
+        client.create(Resource("", "v1", "services", "Service"), body)
+    assert abandoned.value.code == 0
+
+
+def test_only_the_election_s_own_lease_is_exempt_from_the_budget(
+    client: Client, api: EmbeddedApiServer
+) -> None:
+    """The exemption is for coordination.k8s.io's Leases, not for any kind named Lease."""
+    client.write_budget = lambda: 0.0
+    other = Resource("example.com", "v1", "leases", "Lease")
+    metadata = {"name": "x", "namespace": "inference"}
+    body = {"apiVersion": "example.com/v1", "kind": "Lease", "metadata": metadata}
+    mark = api.mark()
+    with pytest.raises(NotLeading):
+        client.create(other, body)
+    assert api.writes(mark) == []
+
+
+def test_a_lease_duration_in_fractions_of_a_second_is_written_rounded_up(client: Client) -> None:
+    """leaseDurationSeconds is whole seconds: rounded down, 2.5 s was written as 2 s, below
+    the 2.2 s renew deadline, and a standby could lead before this leader stopped."""
+    config = LeaseConfig(RELEASE_NAMESPACE, NAME, "a", 2.5, 2.2, 0.5)
+    assert LeaderElector(client, config).try_acquire_or_renew()
+    written = lease(client)["leaseDurationSeconds"]
+    assert isinstance(written, int)
+    assert written >= config.lease_duration_s
+
+
 def test_durations_out_of_order_are_refused() -> None:
     with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
         LeaseConfig("ns", renew_deadline_s=15.0, lease_duration_s=15.0)
@@ -250,10 +297,16 @@ def test_durations_out_of_order_are_refused() -> None:
 # --- two operators, as the chart runs them -------------------------------------------------
 
 
+# The chart's durations (15 s lease, 10 s renew deadline, 2 s retry period) shortened, keeping
+# room for a loaded machine: a leader stalled for 1 s still has 2 s of its renew deadline left.
+DURATIONS = (4.0, 3.0, 0.2)
+
+
 def replica(api: EmbeddedApiServer, identity: str) -> OperatorThread:
-    """An operator with the chart's default values: leader election in the release's namespace,
-    authorized by the chart's RBAC (its Role for the Lease included)."""
-    lease_config = LeaseConfig(RELEASE_NAMESPACE, NAME, identity, 1.5, 1.0, 0.1)
+    """An operator as the chart runs it, on shortened durations (DURATIONS): leader election on
+    the chart's Lease in the release's namespace, authorized by the chart's RBAC (its Role for
+    the Lease included)."""
+    lease_config = LeaseConfig(RELEASE_NAMESPACE, NAME, identity, *DURATIONS)
     config = RunConfig(
         server=api.url,
         token=operator_identity(api),
@@ -301,7 +354,7 @@ def test_one_replica_reconciles_and_the_other_takes_over_when_it_stops(
     first, second = replicas
     create(client, "k3-a")
     wait_for(lambda: has_group(client, "k3-a"), what="the leader to create k3-a's group")
-    time.sleep(1.0)  # two resyncs' worth
+    resyncs(metrics_of(first))  # the leader reconciled k3-a whole since, twice
     assert reconciles(first) > 0
     assert reconciles(second) == 0
     assert not second.operator.leading.is_set()
@@ -327,7 +380,7 @@ def test_a_leader_that_loses_the_lease_stops_reconciling(
     assert not first.operator.leading.is_set()
     done = reconciles(first)
     # "someone-else" never renews: after a lease duration the standby takes over.
-    wait_for(second.operator.leading.is_set, 10.0, "the standby to lead")
+    wait_for(second.operator.leading.is_set, 5 * DURATIONS[0], "the standby to lead")
     create(client, "k3-c")
     wait_for(lambda: has_group(client, "k3-c"), what="the new leader to create k3-c's group")
     assert reconciles(first) == done
@@ -336,15 +389,35 @@ def test_a_leader_that_loses_the_lease_stops_reconciling(
 def test_a_leader_whose_renewals_hang_is_fenced_at_its_deadline_and_stops(
     replicas: tuple[OperatorThread, OperatorThread], api: EmbeddedApiServer
 ) -> None:
-    """The API server holds every Lease read for 8 s (a hung connection): the leader's renewal
-    gets only what is left of its 1 s renew deadline, the watchdog fences at the deadline, and
-    the replica ends well before the hung request would have answered."""
+    """The API server holds every Lease read for 10 minutes (a hung connection): the leader's
+    renewal gets only what is left of its renew deadline, the watchdog fences at the deadline,
+    and the replica ends long before the hung request would have answered (waiting for it, the
+    waits below would time out)."""
     first, _ = replicas
-    api.inject(Fault("GET", "/leases/", delay_s=8.0, times=1000))
-    started = time.monotonic()
-    wait_for(first.operator.fenced.is_set, 4.0, "the leader to fence itself")
-    wait_for(lambda: first.failure is not None, 4.0, "the leader to stop")
-    assert time.monotonic() - started < 8.0
+    api.inject(Fault("GET", "/leases/", delay_s=600.0, times=1000))
+    wait_for(first.operator.fenced.is_set, 5 * DURATIONS[1], "the leader to fence itself")
+    wait_for(lambda: first.failure is not None, 5 * DURATIONS[1], "the leader to stop")
     assert isinstance(first.failure, LeadershipLost)
     assert first.controller.queue.get(0) is None  # shut down: no more work handed out
     api.clear_faults()
+
+
+def test_a_failed_start_ends_the_renewals_and_gives_the_lease_up(
+    api: EmbeddedApiServer, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller fails to start once this replica leads: `run` raises, and the thread that
+    renews the Lease ends with it (it went on renewing, in-process, holding the Lease for good:
+    no standby could take over)."""
+    before = {t for t in threading.enumerate() if t.name == "kimi-lease"}
+    op = replica(api, "first")
+
+    def broken() -> None:
+        raise RuntimeError("the controller could not start")
+
+    monkeypatch.setattr(op.controller, "start", broken)
+    op._thread.start()  # as __enter__ does, without its check that it started
+    wait_for(lambda: op.failure is not None, 5 * DURATIONS[0], "the failed start")
+    assert isinstance(op.failure, RuntimeError)
+    renewing = [t for t in threading.enumerate() if t.name == "kimi-lease" and t not in before]
+    assert not any(t.is_alive() for t in renewing)
+    assert lease(client)["holderIdentity"] == ""  # given up: a standby takes over at once

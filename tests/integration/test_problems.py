@@ -6,10 +6,12 @@ import pytest
 
 from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
+from kimi_operator.builders import OperatorDefaults
 from kimi_operator.embedded.server import EmbeddedApiServer, Fault
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError
-from kimi_operator.k8s.resources import EVENT, KIMI_DEPLOYMENT, SERVICE
+from kimi_operator.k8s.resources import EVENT, KIMI_DEPLOYMENT, SERVICE, Resource
+from kimi_operator.reconcile import reconcile
 from kimi_operator.runner import OperatorThread
 from tests.integration.conftest import metrics_of, resyncs
 from tests.support.cluster import (
@@ -240,3 +242,25 @@ def test_fast_path_warning_is_an_event_and_a_condition_message(
     assert events[0]["message"] in spec_valid["message"]
     resyncs(metrics_of(operator), 3)
     assert len(warnings(client, "FastPathExceeded")) == 1  # once per spec, not per resync
+
+
+def test_a_transient_discovery_error_is_said_in_the_status_and_retried(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Discovery is a read like the others: a 503 from it ends the observation, and the status
+    says RetryingAfterApiError (it escaped the reconcile, leaving the status as it was)."""
+    client.create(KIMI_DEPLOYMENT, sample())
+    body = client.get(KIMI_DEPLOYMENT, NS, NAME)
+    assert body is not None
+
+    def unavailable(resource: Resource) -> bool:
+        raise ApiError(f"discover {resource.kind}: HTTP 503: unavailable", code=503)
+
+    monkeypatch.setattr(client, "served", unavailable)
+    outcome = reconcile(body, client, OperatorDefaults(), spec_changed=True, now="now")
+    assert isinstance(outcome.error, ApiError)
+    assert outcome.error.code == 503
+    progressing = condition(outcome.status, "Progressing")
+    assert progressing["reason"] == "RetryingAfterApiError", outcome.status
+    assert "HTTP 503" in progressing["message"]
+    assert outcome.applied.created == []

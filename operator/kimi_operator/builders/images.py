@@ -27,7 +27,10 @@ class ImageChoice:
 
 
 def moving(deployment: Mapping[str, Any], image: str) -> bool:
-    """Whether a KimiDeployment's status says it is rolling out on the default `image`."""
+    """Whether a KimiDeployment's status says it is rolling out on the default `image` (one
+    being deleted is not: its status is the last it had, and nothing rolls it any more)."""
+    if (deployment.get("metadata") or {}).get("deletionTimestamp"):
+        return False
     status = deployment.get("status") or {}
     following = status.get("imageSource") == "OperatorDefault" and status.get("image") == image
     return following and progressing_reason(status) in ROLLING_REASONS
@@ -73,7 +76,8 @@ class DefaultImageGate:
                 self._holder = (uid, label)
 
     def release(self, uid: str) -> None:
-        """`uid` is done moving, or no longer follows the default (or is gone)."""
+        """`uid` is done moving, or no longer follows the default, or is being deleted or gone
+        (reconcile.reconcile and the controller's drop of a deleted deployment release it)."""
         with self._lock:
             if self._holder is not None and self._holder[0] == uid:
                 self._holder = None

@@ -13,13 +13,14 @@ retry period instead of a lease duration.
 
 Fencing (docs/architecture.md, "Fencing"): a renewal's requests get only what is left of the
 renew deadline; a watchdog declares the leadership lost at the deadline even while a renewal is
-in flight; `leading()` is what the client asks before every write. The leader dates its lease
-from when its renewal started, a standby dates what it saw from when its read returned: both
-err on the side of the other replica.
+in flight; `write_budget()` is what the client asks before every write (how long it may still
+take). The leader dates its lease from when its renewal started, a standby dates what it saw from
+when its read returned: both err on the side of the other replica.
 """
 
 import datetime
 import logging
+import math
 import random
 import socket
 import threading
@@ -102,6 +103,16 @@ class LeaderElector:
             and self._clock() - renewed < self.config.renew_deadline_s
         )
 
+    def write_budget(self) -> float:
+        """How long a write may still take: what is left of the renew deadline plus the margin
+        before any standby can take over (lease duration - renew deadline); 0 when not leading.
+        A request bounded by it ends before another replica can lead."""
+        deadline = self.deadline()
+        if deadline is None or not self.leading():
+            return 0.0
+        margin = self.config.lease_duration_s - self.config.renew_deadline_s
+        return deadline - self._clock() + margin
+
     def _time_left(self, deadline: float | None) -> float | None:
         """Seconds a request may take before `deadline` (our clock); None: no deadline."""
         if deadline is None:
@@ -165,7 +176,9 @@ class LeaderElector:
     def _spec(self, stamp: str, *, acquired: str, transitions: int) -> dict[str, Any]:
         return {
             "holderIdentity": self.config.identity,
-            "leaseDurationSeconds": round(self.config.lease_duration_s),
+            # Whole seconds, rounded up: never below the renew deadline the config was checked
+            # against (2.5 s written as 2 s would let a standby in before this leader stops).
+            "leaseDurationSeconds": math.ceil(self.config.lease_duration_s),
             "acquireTime": acquired,
             "renewTime": stamp,
             "leaseTransitions": transitions,

@@ -205,7 +205,7 @@ class Controller:
     ) -> Outcome | None:
         """Reconcile `obj` (None: read it now), write its status; None when it is gone."""
         if obj is None:
-            obj = self.client.get(KIMI_DEPLOYMENT, state.namespace, state.name)
+            obj = self._read(state)
             if obj is None or obj["metadata"].get("uid") != uid:
                 with self._guard:  # its DELETED event was missed (a dropped watch)
                     self._known.pop(uid, None)
@@ -225,10 +225,7 @@ class Controller:
             prune=prune,
         )
         if outcome.status != old:
-            status = {"status": outcome.status}
-            self.client.patch(
-                KIMI_DEPLOYMENT, state.namespace, state.name, status, subresource="status"
-            )
+            self._write_status(state, obj, outcome.status)
         state.acted = generation
         if prune and outcome.error is None:
             state.pruned = generation
@@ -238,6 +235,35 @@ class Controller:
         if outcome.events:
             self._posting.submit(post_warnings, self.client, obj, outcome.events)
         return outcome
+
+    def _read(self, state: Deployment) -> dict[str, Any] | None:
+        """The deployment as it is now (None: gone)."""
+        return self.client.get(KIMI_DEPLOYMENT, state.namespace, state.name)
+
+    def _write_status(
+        self, state: Deployment, obj: Mapping[str, Any], status: Mapping[str, Any]
+    ) -> None:
+        """Conditional on `obj`, the version the status was made from (docs/architecture.md,
+        "Write rules"): refused (409) when it changed since. When only its status or metadata
+        moved on (another status write landed first), the status still describes its spec: it
+        is written once more on the version read afresh; after an edit, or its deletion, the
+        409 stands (the retry reconciles what is there now)."""
+        meta = obj["metadata"]
+        version = meta.get("resourceVersion")
+        for last in (False, True):
+            patch = {"metadata": {"resourceVersion": version}, "status": dict(status)}
+            try:
+                self.client.patch(
+                    KIMI_DEPLOYMENT, state.namespace, state.name, patch, subresource="status"
+                )
+                return
+            except ApiError as error:
+                if error.code != 409 or last:
+                    raise
+                now = (self._read(state) or {}).get("metadata") or {}
+                if (now.get("uid"), now.get("generation")) != (meta["uid"], meta.get("generation")):
+                    raise
+                version = now.get("resourceVersion")
 
     def _failed(self, uid: str, state: Deployment, error: KubernetesError) -> None:
         """Temporary failures are retried after their delay, permanent ones at the resync; the
@@ -258,6 +284,7 @@ class Controller:
                 self.queue.retry(uid, retry_delay(error, self.queue.failures(uid)))
 
     def _drop(self, uid: str) -> None:
+        self.defaults.image_gate.release(uid)  # a turn it held goes to the next deployment
         with self._guard:
             self.deployments.pop(uid, None)
         self.queue.remove(uid)

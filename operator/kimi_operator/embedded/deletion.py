@@ -1,5 +1,5 @@
-"""DeleteOptions.propagationPolicy as kube-apiserver and the garbage collector carry it out, for
-the embedded API server (embedded.server).
+"""DeleteOptions as kube-apiserver and the garbage collector carry them out, for the embedded API
+server (embedded.server): its preconditions (`check_preconditions`), and its propagationPolicy.
 
 - **Background** (the default here): the object goes at once (unless it has finalizers); the
   collector then deletes what it owned.
@@ -42,6 +42,34 @@ def propagation_policy(query: Mapping[str, str], body: Any) -> str:
         message = f'propagationPolicy: Unsupported value: "{policy}": supported values: {supported}'
         raise kmock.KubernetesError(422, "Invalid", message)
     return str(policy)
+
+
+def check_preconditions(body: Any, obj: Mapping[str, Any], kind: str, group: str) -> None:
+    """DeleteOptions.preconditions as kube-apiserver checks them before it deletes (its
+    `rest.BeforeDelete`): a uid, then a resourceVersion, other than the object's is refused with
+    409 Conflict, the GroupResource named by the kind as kube-apiserver names it there."""
+    options = body if isinstance(body, Mapping) else {}
+    wanted = options.get("preconditions") or {}
+    meta = obj["metadata"]
+    uid, version = wanted.get("uid"), wanted.get("resourceVersion")
+    if uid is not None and uid != meta.get("uid"):
+        why = (
+            f"the UID in the precondition ({uid}) does not match the UID in record "
+            f"({meta.get('uid')}). The object might have been deleted and then recreated"
+        )
+    elif version is not None and version != meta.get("resourceVersion"):
+        why = (
+            f"the ResourceVersion in the precondition ({version}) does not match the "
+            f"ResourceVersion in record ({meta.get('resourceVersion')}). The object might have "
+            "been modified"
+        )
+    else:
+        return
+    name = meta.get("name", "")
+    qualified = f"{kind}.{group}" if group else kind
+    message = f'Operation cannot be fulfilled on {qualified} "{name}": {why}'
+    details = {"name": name, "group": group, "kind": kind}
+    raise kmock.KubernetesError(409, "Conflict", message, details)
 
 
 def _now() -> str:

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Self, TypeVar
 
@@ -48,7 +48,7 @@ from kimi_operator.embedded import (
     webhooks,
 )
 from kimi_operator.embedded.admission import CustomResource, Refused
-from kimi_operator.embedded.deletion import Collector, propagation_policy
+from kimi_operator.embedded.deletion import Collector, check_preconditions, propagation_policy
 from kimi_operator.embedded.endpoints import Endpoints
 from kimi_operator.embedded.fieldsets import Schema
 
@@ -265,6 +265,12 @@ class Write(NamedTuple):
     method: str
     path: str
     name: str  # of the object written
+    code: int = 0  # the HTTP status answered (0: not answered yet)
+
+    @property
+    def refused(self) -> bool:
+        """Answered with an error: it changed nothing."""
+        return self.code >= 300
 
 
 class Read(NamedTuple):
@@ -846,21 +852,40 @@ class ApiServer(kmock.KubernetesEmulator):
         scale = request.subresource == "scale" and bool(request.name)  # PUT has no kmock action
         if resource is None or resource.plural is None or (_action(request) is None and not scale):
             return await super()._handle(request)  # discovery and other non-object paths
-        if request.method.value in WRITES:
-            data = request.data if isinstance(request.data, dict) else {}
-            name = request.name or (data.get("metadata") or {}).get("name") or ""
-            self.timeline.append(
-                Write(time.monotonic(), request.method.value, request.url.path, name)
-            )
+        if request.method.value not in WRITES:
+            return await self._answer(request)
+        data = request.data if isinstance(request.data, dict) else {}
+        name = request.name or (data.get("metadata") or {}).get("name") or ""
+        logged = len(self.timeline)
+        self.timeline.append(Write(time.monotonic(), request.method.value, request.url.path, name))
+        return await self._answer(request, logged)
+
+    async def _answer(self, request: kmock.Request, logged: int | None = None) -> Any:
+        """A fault's answer, or the object's; `logged`: the write's place in the timeline."""
         fault = self._fault_for(request)
         if fault is not None and fault.delay_s:
             # A real server finishes what it started though the client gave up waiting.
-            task = asyncio.ensure_future(self._faulted(request, fault))
+            task = asyncio.ensure_future(self._logged(self._faulted(request, fault), logged))
             task.add_done_callback(_retrieved)  # its failure may have nobody left to hear it
             return await asyncio.shield(task)
         if fault is not None:
-            return await self._faulted(request, fault)
-        return await self._serve_object(request)
+            return await self._logged(self._faulted(request, fault), logged)
+        return await self._logged(self._serve_object(request), logged)
+
+    async def _logged(self, answer: Awaitable[Any], logged: int | None) -> Any:
+        """`answer`, its HTTP status noted at `logged` in the timeline (None: a read)."""
+        if logged is None:
+            return await answer
+        code = 500
+        try:
+            response = await answer
+            code = getattr(response, "status", 200)
+            return response
+        except kmock.KubernetesError as error:
+            code = error.status
+            raise
+        finally:
+            self.timeline[logged] = self.timeline[logged]._replace(code=code)
 
     async def _serve_object(self, request: kmock.Request) -> Any:
         resource = request.resource
@@ -1081,6 +1106,9 @@ class ApiServer(kmock.KubernetesEmulator):
                     await self._announce(resource, "DELETED", raw)
                 return aiohttp.web.json_response(raw, headers=_warned(warnings))
             policy = propagation_policy(request.url.query, request.data)
+            check_preconditions(
+                request.data, obj.raw, self._kind(resource)[1], resource.group or ""
+            )
             return aiohttp.web.json_response(await self._deletion.delete(key, obj, policy))
 
     async def _scale(

@@ -134,7 +134,11 @@ def run_deletions(
 class FrozenLeaderReport:
     burst: int
     exit_code: int | None  # of the old leader once woken (3: it stepped down)
-    writes_after_wake: list[str]  # "METHOD path" of every write but the Lease's since SIGCONT
+    # "METHOD path -> code" of every write but the Lease's since SIGCONT
+    writes_after_wake: list[str]
+    # Those the API server did not refuse: the woken leader's changes (none: its writes are
+    # fenced, and what was past the fence carries the read it was decided from).
+    landed_after_wake: list[str]
     converged: Audit
 
 
@@ -164,11 +168,12 @@ def run_frozen_leader(
             woken = api.mark()
             first.signal(signal.SIGCONT)
             code = first.wait(timeout_s)
-            writes = [f"{w.method} {w.path}" for w in api.writes(woken)]
+            writes = [w for w in api.writes(woken) if "/leases/" not in w.path]
             return FrozenLeaderReport(
                 burst=burst,
                 exit_code=code,
-                writes_after_wake=[w for w in writes if "/leases/" not in w],
+                writes_after_wake=[f"{w.method} {w.path} -> {w.code}" for w in writes],
+                landed_after_wake=[f"{w.method} {w.path}" for w in writes if not w.refused],
                 converged=converge(client, timeout_s),
             )
 
@@ -240,5 +245,6 @@ def summary(report: DeletionReport | FrozenLeaderReport | SilentWatchReport) -> 
         "burst": report.burst,
         "old_leader_exit_code": report.exit_code,
         "writes_after_wake_not_to_the_lease": len(report.writes_after_wake),
+        "writes_after_wake_that_changed_something": len(report.landed_after_wake),
         "converged": report.converged.exact,
     }

@@ -16,7 +16,7 @@ from kimi_operator.k8s.errors import NotOwned, OwnerTerminating
 from kimi_operator.k8s.resources import BY_KIND, Resource
 
 APPLIED_ANNOTATION = "kimi-operator.io/applied-spec"
-GONE = "the owner is gone or being deleted"
+OWNER_NOT_CURRENT = "the owner is gone or being deleted"  # since this reconcile read it
 NOT_SET_BY_US = ("apiVersion", "kind", "metadata", "status")
 
 
@@ -169,7 +169,9 @@ def apply_child(
     actual = client.get(resource, namespace, name)
     if actual is None:
         if not owner_current():
-            raise OwnerTerminating(f"{resource.kind} {namespace}/{name} not created: {GONE}")
+            raise OwnerTerminating(
+                f"{resource.kind} {namespace}/{name} not created: {OWNER_NOT_CURRENT}"
+            )
         into.live.append(client.create(resource, desired))
         into.created.append(_label(desired))
         return
@@ -180,32 +182,54 @@ def apply_child(
                 "KimiDeployment; rename the deployment or delete that object"
             )
         if not owner_current():
-            raise OwnerTerminating(f"{resource.kind} {namespace}/{name} not adopted: {GONE}")
+            raise OwnerTerminating(
+                f"{resource.kind} {namespace}/{name} not adopted: {OWNER_NOT_CURRENT}"
+            )
     patch = drift_patch(actual, desired)
     if patch is None:
         into.live.append(actual)
         return
+    # Decided from this read: refused (409) if the object changed since, or was made anew.
+    patch["metadata"]["resourceVersion"] = actual["metadata"]["resourceVersion"]
     into.live.append(client.patch(resource, namespace, name, patch))
     into.patched.append(_label(desired))
+
+
+def preconditions(obj: Mapping[str, Any]) -> dict[str, str]:
+    """DeleteOptions.preconditions naming `obj` as it was read: the delete is refused (409) if
+    the object was deleted and made again (its uid) or written since (its resourceVersion)."""
+    meta = obj["metadata"]
+    return {"uid": str(meta["uid"]), "resourceVersion": str(meta["resourceVersion"])}
 
 
 @dataclass(frozen=True)
 class Write:
     """One write decided ahead, as data: create `body`, merge-patch `body` into, or delete, the
-    object `name` of `resource` (the shared weights caches, which are not applied as children)."""
+    object `name` of `resource` (the shared weights caches, which are not applied as children).
+    A patch decided from a read carries its resourceVersion in `body`; a delete, the
+    `preconditions` of the object read (docs/architecture.md, "Write rules")."""
 
     verb: Literal["create", "patch", "delete"]
     resource: Resource
     namespace: str
     name: str
     body: Mapping[str, Any] | None = None
+    precondition: Mapping[str, str] | None = None
+
+    @classmethod
+    def delete(cls, resource: Resource, obj: Mapping[str, Any]) -> "Write":
+        """Delete `obj` as it was read, and nothing made or written since."""
+        meta = obj["metadata"]
+        return cls("delete", resource, meta["namespace"], meta["name"], None, preconditions(obj))
 
 
 def perform(client: Client, write: Write, into: Applied) -> dict[str, Any] | None:
     """Send `write`; the object as it is now (None after a delete), recorded in `into`."""
     label = f"{write.resource.kind}/{write.name}"
     if write.verb == "delete":
-        if client.delete(write.resource, write.namespace, write.name):
+        if client.delete(
+            write.resource, write.namespace, write.name, precondition=write.precondition
+        ):
             into.deleted.append(label)
         return None
     assert write.body is not None  # create and patch carry one

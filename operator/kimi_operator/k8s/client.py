@@ -20,7 +20,7 @@ from kubernetes import config as k8s_config
 
 from kimi_operator.k8s.errors import ApiError, NotLeading
 from kimi_operator.k8s.ratelimit import TokenBucket
-from kimi_operator.k8s.resources import Resource
+from kimi_operator.k8s.resources import LEASE, Resource
 
 MERGE_PATCH = "application/merge-patch+json"
 WATCH_TIMEOUT_S = 300  # the server ends each watch after this; it is resumed from the last version
@@ -28,13 +28,16 @@ WATCH_TIMEOUT_S = 300  # the server ends each watch after this; it is resumed fr
 # (kube-apiserver sends a bookmark about every minute; kopf waits 70 s too).
 WATCH_INACTIVITY_S = 70.0
 LIST_PAGE_SIZE = 500  # objects per page of a list (limit/continue)
+CONNECT_S = 5.0
 
 # A request's body (encoded), query and content type.
 Request = tuple[bytes | None, Mapping[str, str] | None, str]
 # (verb, kind, HTTP status or 0 for no answer): observed after every request, for metrics.
 RequestHook = Callable[[str, str, int], None]
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-LEASE_KIND = "Lease"  # the election's own writes are never fenced
+# With leader election: the seconds a write may still take (what is left of this replica's
+# leadership plus the margin before a standby can take over); 0 or less: it may not write.
+WriteBudget = Callable[[], float]
 
 
 def load_configuration(server: str | None = None, token: str | None = None) -> Any:
@@ -85,44 +88,52 @@ class Client:
         self._api = k8s_client.ApiClient(configuration)
         self.host: str = configuration.host
         self._pool: urllib3.PoolManager = self._api.rest_client.pool_manager
-        self._timeout = urllib3.Timeout(connect=5.0, read=timeout_s)
+        self._read_s = timeout_s
+        self._timeout = urllib3.Timeout(connect=CONNECT_S, read=timeout_s)
         # Bookmarks keep a live watch talking; silence this long is a dead connection.
-        self._watch_timeout = urllib3.Timeout(connect=5.0, read=watch_inactivity_s)
+        self._watch_timeout = urllib3.Timeout(connect=CONNECT_S, read=watch_inactivity_s)
         self._rate_limit, self._page_size = rate_limit, page_size
         self._discovery_ttl_s = discovery_ttl_s
         self._discovered: dict[str, tuple[float, frozenset[str]]] = {}
         self._discovering = threading.Lock()
         self._on_request = on_request
-        # Asked before every write but the Lease's: with leader election, whether this replica
-        # still holds a fresh Lease (controller/leader.py). None: no leader election.
-        self.fence: Callable[[], bool] | None = None
+        # Asked before every write but to the Lease (the election's own): with leader election,
+        # how long this replica may still write (controller/leader.py). None: no election.
+        self.write_budget: WriteBudget | None = None
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
 
     def _send(  # noqa: PLR0917 (a private helper: what, method, path, request, stream)
         self,
-        what: tuple[str, str],
+        what: tuple[str, Resource],
         method: str,
         path: str,
         request: Request,
         stream: bool,
         timeout_s: float | None = None,
     ) -> urllib3.BaseHTTPResponse:
-        """The response to one request; `what` is (verb, kind), for metrics and messages;
-        `stream`: its body not read yet; `timeout_s`: the whole request's bound, instead of the
-        client's timeouts. A write is refused (`NotLeading`) when the fence says so."""
-        (verb, kind), (body, query, content_type) = what, request
-        if self._rate_limit is not None and kind != LEASE_KIND:  # renewals never wait their turn
+        """The response to one request; `what` is (verb, resource), for metrics, messages and
+        the write budget; `stream`: its body not read yet; `timeout_s`: the whole request's
+        bound, instead of the client's timeouts. A write is refused (`NotLeading`) when the
+        budget is spent, and never outlasts it."""
+        (verb, resource), (body, query, content_type) = what, request
+        kind, election = resource.kind, resource == LEASE
+        if self._rate_limit is not None and not election:  # renewals never wait their turn
             self._rate_limit.wait()
-        # After the wait for a token, right before sending: a lease may lapse while a write
-        # queues behind a burst (or its process is frozen there).
-        fence = self.fence
-        if method in WRITE_METHODS and kind != LEASE_KIND and fence is not None and not fence():
-            raise NotLeading(f"{verb} {kind} {path}: refused: this replica is not the leader")
         timeout = self._watch_timeout if stream else self._timeout
         if timeout_s is not None:
             timeout = urllib3.Timeout(total=timeout_s)
+        # After the wait for a token, right before sending: a lease may lapse while a write
+        # queues behind a burst (or its process is frozen there).
+        budget = self.write_budget
+        if method in WRITE_METHODS and not election and budget is not None:
+            left = budget()
+            if left <= 0:
+                raise NotLeading(f"{verb} {kind} {path}: refused: this replica is not the leader")
+            # No request outlives the leadership by more than the margin (docs/architecture.md).
+            cap = left if timeout_s is None else min(left, timeout_s)
+            timeout = urllib3.Timeout(connect=CONNECT_S, read=self._read_s, total=cap)
         headers = {"Accept": "application/json", "Content-Type": content_type}
         self._api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
         url = self.host + path + (f"?{urlencode(query)}" if query else "")
@@ -149,7 +160,7 @@ class Client:
     def _request(
         self,
         verb: str,
-        kind: str,
+        resource: Resource,
         method: str,
         path: str,
         *,
@@ -165,13 +176,13 @@ class Client:
         when `exists_ok`."""
         encoded = None if body is None else json.dumps(body).encode()
         request = (encoded, query, content_type)
-        response = self._send((verb, kind), method, path, request, False, timeout_s)
+        response = self._send((verb, resource), method, path, request, False, timeout_s)
         status, data = response.status, response.data
         if (status == 404 and missing_ok) or (status == 409 and exists_ok):
             return None
         if status >= 300:
             retry_after = response.headers.get("Retry-After")
-            raise classify(verb, f"{kind} {path}", status, data, retry_after)
+            raise classify(verb, f"{resource.kind} {path}", status, data, retry_after)
         return json.loads(data) if data and decode else {}
 
     def _observe(self, verb: str, kind: str, status: int) -> None:
@@ -187,7 +198,7 @@ class Client:
             cached = self._discovered.get(path)
             now = time.monotonic()
             if cached is None or cached[0] < now:
-                answer = self._request("discover", resource.kind, "GET", path, missing_ok=True)
+                answer = self._request("discover", resource, "GET", path, missing_ok=True)
                 plurals = frozenset(r.get("name", "") for r in (answer or {}).get("resources", []))
                 cached = self._discovered[path] = (now + self._discovery_ttl_s, plurals)
         return resource.plural in cached[1]
@@ -197,7 +208,7 @@ class Client:
     ) -> dict[str, Any] | None:
         path = resource.item(namespace, name)
         found: dict[str, Any] | None = self._request(
-            "get", resource.kind, "GET", path, missing_ok=True, timeout_s=timeout_s
+            "get", resource, "GET", path, missing_ok=True, timeout_s=timeout_s
         )
         return found
 
@@ -214,7 +225,7 @@ class Client:
     ) -> dict[str, Any]:
         path = resource.collection(body["metadata"]["namespace"])
         created: dict[str, Any] = self._request(
-            "create", resource.kind, "POST", path, body=body, timeout_s=timeout_s
+            "create", resource, "POST", path, body=body, timeout_s=timeout_s
         )
         return created
 
@@ -224,7 +235,7 @@ class Client:
         operator's CPU in a profiled burst of 200 new deployments)."""
         path = resource.collection(body["metadata"]["namespace"])
         answer = self._request(
-            "create", resource.kind, "POST", path, body=body, exists_ok=True, decode=False
+            "create", resource, "POST", path, body=body, exists_ok=True, decode=False
         )
         return answer is not None
 
@@ -240,7 +251,7 @@ class Client:
         """A JSON merge patch (RFC 7386) of the object or of its `subresource`."""
         path = resource.item(namespace, name) + (f"/{subresource}" if subresource else "")
         patched: dict[str, Any] = self._request(
-            "patch", resource.kind, "PATCH", path, body=dict(patch), content_type=MERGE_PATCH
+            "patch", resource, "PATCH", path, body=dict(patch), content_type=MERGE_PATCH
         )
         return patched
 
@@ -252,21 +263,33 @@ class Client:
         meta = body["metadata"]
         path = resource.item(meta["namespace"], meta["name"])
         replaced: dict[str, Any] = self._request(
-            "replace", resource.kind, "PUT", path, body=dict(body), timeout_s=timeout_s
+            "replace", resource, "PUT", path, body=dict(body), timeout_s=timeout_s
         )
         return replaced
 
     def delete(
-        self, resource: Resource, namespace: str, name: str, *, propagation: str = "Background"
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        *,
+        propagation: str = "Background",
+        precondition: Mapping[str, str] | None = None,
     ) -> bool:
         """False when it was already gone. What it owns goes too, in the background by default
         (a Job's default for a plain DELETE is to orphan its pods); `propagation`: Foreground or
-        Orphan, as `kubectl delete --cascade` sends them."""
+        Orphan, as `kubectl delete --cascade` sends them (in a DeleteOptions body, as kubectl
+        does). `precondition` (`apply.preconditions`): only the object as it was read, else a 409
+        `ApiError`."""
+        options: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": propagation,
+        }
+        if precondition is not None:
+            options["preconditions"] = dict(precondition)
         path = resource.item(namespace, name)
-        query = {"propagationPolicy": propagation}
-        answer = self._request(
-            "delete", resource.kind, "DELETE", path, query=query, missing_ok=True
-        )
+        answer = self._request("delete", resource, "DELETE", path, body=options, missing_ok=True)
         return answer is not None
 
     def listing(
@@ -305,7 +328,7 @@ class Client:
                 **({"continue": token} if token else {}),
             }
             answer = self._request(
-                "list", resource.kind, "GET", path, query=query, missing_ok=missing_ok
+                "list", resource, "GET", path, query=query, missing_ok=missing_ok
             )
             if answer is None:
                 return None
@@ -331,7 +354,7 @@ class Client:
         path = _collection_path(resource, namespace)
         what = f"watch {resource.kind} {path}"
         request = (None, query, "application/json")
-        response = self._send(("watch", resource.kind), "GET", path, request, True)
+        response = self._send(("watch", resource), "GET", path, request, True)
         if response.status >= 300:
             data = response.read()
             response.release_conn()

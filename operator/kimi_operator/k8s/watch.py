@@ -4,14 +4,17 @@
 Each watch is the client-go pattern (docs/architecture.md, "Watches"): list for a
 resourceVersion, watch from it with bookmarks, resume from the last version seen after a dropped
 or silent stream (no event nor bookmark for `Client`'s inactivity timeout), list again only on
-410 Gone, retry after a jittered delay, and wait quietly while the resource is not served (its
-CRD not installed). A watch runs in a thread of its own on the operator's one HTTP client
-(`Client.watch`) and hands each event to a callback that must not block (the controller's only
-enqueue). A child event costs one JSON decode: all the operator needs from it is which
+410 Gone (after a jittered delay that doubles while 410s follow each other, as client-go's
+reflector backs off), retry after a jittered delay, and wait quietly while the resource is not
+served (its CRD not installed). A watch runs in a thread of its own on the operator's one HTTP
+client (`Client.watch`) and hands each event to a callback that must not block (the controller's
+only enqueue). A child event costs one JSON decode: all the operator needs from it is which
 KimiDeployment to refresh (`owners_to_refresh`). A KimiDeployment watch hands whole objects, and
 the objects of each listing with the event type None (as after a restart: children may have
 drifted meanwhile). A child watch lists one object at first, for the version only; after a 410
 it lists them all and hands them on as RELISTED: one that changed during the gap is not lost.
+An object the watch knew (listed, or seen in an event) that a listing after a 410 lacks was
+deleted during the gap: it is handed on as DELETED, as client-go's Replace does.
 A watch whose thread died of an unexpected error says so (`failed`; /healthz fails on it).
 """
 
@@ -35,7 +38,11 @@ EventHandler = Callable[[str | None, Mapping[str, Any]], None]
 OwnerChanged = Callable[[str], None]
 RETRY_S = 5.0
 NOT_SERVED_RETRY_S = 30.0
-GONE = 410
+# After 410 Gone: list again after this (jittered, doubling while 410s follow each other up to
+# RELIST_MAX_S), as client-go's reflector backs off (0.8 s, 30 s).
+RELIST_S = 0.8
+RELIST_MAX_S = 30.0
+HTTP_GONE = 410  # the version asked for is older than the server's history
 RELISTED = "RELISTED"  # a child listed again after 410 Gone: it may have changed meanwhile
 
 
@@ -55,6 +62,11 @@ def owners_to_refresh(event_type: str | None, obj: Mapping[str, Any]) -> list[st
     ]
     controllers = [ref["uid"] for ref in refs if ref.get("controller")]
     return controllers or [ref["uid"] for ref in refs]
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
 def json_lines(chunks: Iterable[bytes]) -> Iterator[dict[str, Any]]:
@@ -93,6 +105,7 @@ class Watch:
         with_items: bool = False,
         retry_s: float = RETRY_S,
         not_served_retry_s: float = NOT_SERVED_RETRY_S,
+        relist_s: float = RELIST_S,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -102,6 +115,11 @@ class Watch:
         self.with_items = with_items
         self.retry_s = retry_s
         self.not_served_retry_s = not_served_retry_s
+        self.relist_s = relist_s
+        self._expired = 0  # 410s in a row (the relist's backoff)
+        # What the watch knows is there (listed, or seen in an event), by namespace and name: the
+        # metadata a DELETED event needs, for those a listing after a 410 no longer has.
+        self._known: dict[tuple[str, str], dict[str, Any]] = {}
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._stream: WatchStream | None = None
@@ -134,8 +152,11 @@ class Watch:
                         continue
                 self._watch(self.version)  # ended by the server: resumed from the last version
             except (ApiError, ValueError) as error:
-                if isinstance(error, ApiError) and error.code == GONE:
+                if isinstance(error, ApiError) and error.code == HTTP_GONE:
                     self.version, relisting = None, True
+                    self._expired += 1
+                    backoff = min(RELIST_MAX_S, self.relist_s * 2 ** (self._expired - 1))
+                    self._stopping.wait(backoff * random.uniform(1.0, 2.0))
                     continue
                 if self._stopping.is_set():
                     return
@@ -162,10 +183,23 @@ class Watch:
                 self._not_served_said = True
             return None
         self._not_served_said = False
+        if not handing_on:
+            return listing.version
         event_type = None if self.with_items else RELISTED
-        for item in listing.items if handing_on else ():
+        gone = dict(self._known)
+        self._known.clear()
+        for item in listing.items:
+            gone.pop(self._remember(item), None)
             self.on_event(event_type, item)
+        for last in gone.values():  # deleted while the watch was too far behind
+            self.on_event("DELETED", last)
         return listing.version
+
+    def _remember(self, obj: Mapping[str, Any]) -> tuple[str, str]:
+        meta = obj.get("metadata") or {}
+        kept = ("name", "namespace", "uid", "resourceVersion", "ownerReferences")
+        self._known[key := _key(obj)] = {"metadata": {k: meta[k] for k in kept if k in meta}}
+        return key
 
     def _watch(self, version: str) -> None:
         """Stream events until the server ends the watch, keeping the last resourceVersion seen
@@ -190,9 +224,14 @@ class Watch:
         obj = event.get("object") or {}
         event_type = event.get("type")
         if event_type == "ERROR":
-            if obj.get("code") == GONE:
-                raise ApiError(f"watch {self.resource.kind}: too old", code=GONE)
+            if obj.get("code") == HTTP_GONE:
+                raise ApiError(f"watch {self.resource.kind}: too old", code=HTTP_GONE)
             raise ValueError(f"watch error: {obj.get('message', obj)}")
+        self._expired = 0  # the watch is current again
+        if event_type in ("ADDED", "MODIFIED"):
+            self._remember(obj)
+        elif event_type == "DELETED":
+            self._known.pop(_key(obj), None)
         if event_type in ("ADDED", "MODIFIED", "DELETED"):
             self.on_event(event_type, obj)
         version: str | None = (obj.get("metadata") or {}).get("resourceVersion")

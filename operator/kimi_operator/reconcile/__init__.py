@@ -21,6 +21,7 @@ from kimi_operator.reconcile.act import Acted, act, act_caches
 from kimi_operator.reconcile.decide import UPSTREAM, decide, plan_children, stopped
 from kimi_operator.reconcile.observe import observe
 from kimi_operator.reconcile.status import Outcome, outcome
+from kimi_operator.reconcile.status import terminating as terminating_outcome
 
 __all__ = ["UPSTREAM", "Outcome", "plan_children", "reconcile", "terminating"]
 
@@ -53,9 +54,9 @@ def reconcile(
     old = dict(body.get("status") or {})
     generation = body.get("metadata", {}).get("generation")
     if terminating(body):
-        conditions = cond.terminating_conditions(old)
-        status = cond.render(old, conditions, generation=generation, now=now)
-        return Outcome(status, result="terminating")
+        # Nothing rolls it any more: the turn to move to a new default image goes to the next.
+        defaults.image_gate.release(str(body["metadata"].get("uid", "")))
+        return terminating_outcome(old, generation, now=now)
     try:
         report = check_document(_document(body))
         problems = report.problems

@@ -412,7 +412,7 @@ def _prune(observed: Observed, plan: Plan) -> list[Write]:
             meta = obj["metadata"]
             if (kind, meta["name"]) in planned or not owned_by(obj, observed.uid):
                 continue
-            out.append(Write("delete", BY_KIND[kind], meta["namespace"], meta["name"]))
+            out.append(Write.delete(BY_KIND[kind], obj))
     return out
 
 

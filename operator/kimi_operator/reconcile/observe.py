@@ -63,20 +63,23 @@ def observe(
 ) -> Observed:
     """What the cluster holds for the deployment `body` (validated: `kd`, with `warnings`);
     `prune`: the controller asks for the children to prune. A failed read ends the observation
-    (`error`): the reconcile then writes nothing. Reading the served APIs, the pods or the Gateway
-    fails the reconcile only for a lasting reason (they are not watched)."""
+    (`error`), discovery's included (the status then says what failed, and when it is tried
+    again): the reconcile writes nothing. Reading the pods or the Gateway fails the reconcile
+    only for a lasting reason (they are not watched)."""
     old = body.get("status") or {}
     first = not old  # never reconciled: its children most likely do not exist yet
     seen = Observed(
         body,
         kd,
-        served_apis(client, kd),
+        # Until discovery answers, as if served: nothing is written anyway after a failed read.
+        dict.fromkeys(UPSTREAM, True),
         warnings=warnings,
         first=first,
         # Nothing to scale down before the first status, unless the spec was edited before it.
         prune=prune and not (first and body.get("metadata", {}).get("generation") == 1),
     )
     try:
+        seen.served = served_apis(client, kd)
         _weights(client, seen, defaults, now=now)
         _children(client, seen, defaults, now=now)
         _turn(client, seen, defaults, now=now)

@@ -3,6 +3,7 @@ its writes are the children as they are now), and the Warning Events to post. Wr
 writes, as Kubernetes' controllers do: it says what the cluster holds once they are made.
 """
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from kimi_operator.builders.meta import group_name, leader_selector
 from kimi_operator.builders.serving import endpoint
 from kimi_operator.controller.retry import retry_delay, temporary
 from kimi_operator.k8s.apply import Applied
-from kimi_operator.k8s.errors import ApiError, KubernetesError
+from kimi_operator.k8s.errors import ApiError, KubernetesError, OwnerTerminating
 from kimi_operator.k8s.resources import COMPUTE_DOMAIN, LEADER_WORKER_SET, Resource
 from kimi_operator.reconcile.decide import Decision, Observed, condition, routing_missing
 from kimi_operator.rollout import Steps
@@ -38,6 +39,14 @@ class Outcome:
     result: str = "reconciled"  # reconciled | invalid | error | terminating: for metrics
     # Reconcile again after this many seconds even if nothing is watched to change (a deadline).
     requeue_after_s: float | None = None
+
+
+def terminating(old: Mapping[str, Any], generation: int | None, *, now: str) -> Outcome:
+    """A deployment being deleted: its status only, Progressing `Terminating`, no Event. No
+    failure of its own, whether the reconcile saw the deletion first or a write found it."""
+    conditions = cond.terminating_conditions(old)
+    status = cond.render(old, conditions, generation=generation, now=now)
+    return Outcome(status, result="terminating")
 
 
 def outcome(
@@ -55,6 +64,9 @@ def outcome(
     `failures`: temporary failures in a row before this reconcile (the backoff the status
     reports)."""
     kd, old, spec = observed.kd, observed.old, observed.kd.spec
+    if isinstance(error, OwnerTerminating):  # deleted since it was read: not Degraded by that
+        generation = observed.body.get("metadata", {}).get("generation")
+        return dataclasses.replace(terminating(old, generation, now=now), error=error)
     plan, weights, steps, image = decision.plan, decision.weights, decision.steps, decision.image
     served = observed.served
     retrying: Problem | None = None

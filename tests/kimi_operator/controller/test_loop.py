@@ -130,7 +130,7 @@ def test_nothing_cuts_a_retry_after_short(client: CountingClient) -> None:
     assert harness.run_due() == 1
     controller = harness.controller
     controller.child_changed(uid)
-    edited = {**obj, "metadata": {**obj["metadata"], "generation": 2}, "status": {"x": 1}}
+    edited = client.patch(KIMI_DEPLOYMENT, NAMESPACE, "throttled", {"spec": {"replicas": 2}})
     controller.observe("MODIFIED", edited)
     controller.resync()
     harness.clock.advance(1.999)
@@ -311,3 +311,34 @@ def test_a_relist_finds_a_deployment_whose_added_event_was_missed(
     assert harness.run_due() == 1
     assert client.get(SERVICE, "relisting", "missed") is not None
     assert harness.controller.relist() == 0
+
+
+def test_a_status_write_overtaken_by_another_status_write_is_made_again(
+    client: CountingClient,
+) -> None:
+    """The status is conditional on the version it was made from: after a write that changed
+    only the status (the same generation), it is written again on the fresh version; after an
+    edit, the 409 stands and the retry reconciles the new spec."""
+    harness = Harness(client)
+    uid = created(client, harness, "overtaken")["metadata"]["uid"]
+    overtake = {"status": {"observedGeneration": 0}}
+
+    def overtaken() -> None:
+        client.patch(KIMI_DEPLOYMENT, NAMESPACE, "overtaken", overtake, subresource="status")
+
+    harness.before = overtaken
+    assert harness.run_due() == 1
+    found = client.get(KIMI_DEPLOYMENT, NAMESPACE, "overtaken")
+    assert found is not None
+    assert found["status"]["observedGeneration"] == 1  # the reconcile's status, not the other
+    assert harness.controller.queue.failures(uid) == 0
+    # A status to write again (read as 0), and an edit while the reconcile runs.
+    client.patch(KIMI_DEPLOYMENT, NAMESPACE, "overtaken", overtake, subresource="status")
+
+    def edited() -> None:
+        client.patch(KIMI_DEPLOYMENT, NAMESPACE, "overtaken", {"spec": {"replicas": 2}})
+
+    harness.before = edited
+    harness.controller.resync()
+    assert harness.run_due() == 1
+    assert harness.controller.queue.failures(uid) == 1  # refused: the spec it described is gone

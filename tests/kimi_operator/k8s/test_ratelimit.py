@@ -66,7 +66,7 @@ def test_a_write_that_waited_its_turn_is_fenced_when_it_is_sent() -> None:
     bucket = TokenBucket(1.0, 1, clock=clock, sleep=sleep)
     with EmbeddedApiServer() as api:
         client = Client(load_configuration(api.url), rate_limit=bucket)
-        client.fence = lambda: leading[0]
+        client.write_budget = lambda: 1.0 if leading[0] else 0.0
         client.get(SERVICE, "default", "missing")  # the burst's one token
         with pytest.raises(NotLeading):
             client.create(SERVICE, LATE)

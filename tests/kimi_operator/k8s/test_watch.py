@@ -13,7 +13,7 @@ import pytest
 
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import LEADER_WORKER_SET
-from kimi_operator.k8s.watch import Watch, owners_to_refresh, refreshing
+from kimi_operator.k8s.watch import RELIST_S, Watch, owners_to_refresh, refreshing
 
 OWNER = {"kind": "KimiDeployment", "uid": "u-1", "controller": True}
 
@@ -94,11 +94,13 @@ async def watch_against(
     token: str | None = None,
     with_items: bool = False,
     inactivity_s: float = 70.0,
+    waits: list[float] | None = None,
 ) -> tuple[list[str], list[dict[str, str]], list[aiohttp.web.Request]]:
     """Run a child watch against a server answering its lists and watches in turn (the last
     answer repeats) until `wanted` owners were refreshed and `watches_wanted` watches made; the
     owners, the watches' query parameters and every request. `with_items`: a watch that hands
-    whole objects on, listed ones too; then "TYPE name" of each object instead of owners."""
+    whole objects on, listed ones too; then "TYPE name" of each object instead of owners.
+    `waits`: the watch's waits are recorded there, and not waited."""
     requests: list[aiohttp.web.Request] = []
 
     async def serve(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
@@ -133,6 +135,8 @@ async def watch_against(
         retry_s=0.05,
         not_served_retry_s=0.05,
     )
+    if waits is not None:
+        watch._stopping = Recorded(waits)  # its waits, on no clock
     thread = threading.Thread(target=watch.run, daemon=True)
     thread.start()
     try:
@@ -147,6 +151,20 @@ async def watch_against(
     assert not thread.is_alive()
     queries = [dict(r.query) for r in requests if r.query.get("watch") == "true"]
     return owners, queries, requests
+
+
+class Recorded(threading.Event):
+    """A stop event whose timed waits are recorded (`waits`) and return at once."""
+
+    def __init__(self, waits: list[float]) -> None:
+        super().__init__()
+        self.waits = waits
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is None:
+            return super().wait()
+        self.waits.append(timeout)
+        return self.is_set()
 
 
 def listed(version: str, *items: Any) -> Script:
@@ -189,11 +207,11 @@ def test_lists_then_watches_from_its_version_and_relists_after_gone() -> None:
                 watched(line("MODIFIED", child(owner("b"), {"r": 1}, "11"))),  # then ends
                 hang,
             ],
-            wanted=2,
+            wanted=3,
             watches_wanted=3,
         )
     )
-    assert owners == ["a", "b"]
+    assert owners == ["a", "a", "b"]  # a's child, missing from the listing after 410: deleted
     # Watch from the list's version; after 410, list again; after the stream ended, resume from
     # the last version seen.
     assert [q.get("resourceVersion") for q in queries[:3]] == ["5", "9", "11"]
@@ -396,3 +414,43 @@ def test_a_watch_whose_handler_raises_dies_saying_so() -> None:
 
     watch = asyncio.run(run())
     assert isinstance(watch.failed, RuntimeError)
+
+
+def test_410s_in_a_row_relist_after_a_jittered_delay_that_doubles() -> None:
+    """client-go's reflector backs off before it lists again; listing at once, a server whose
+    history is too short for the watch would be listed in a tight loop."""
+    gone = line("ERROR", {"kind": "Status", "code": 410, "message": "too old"})
+    changed = line("MODIFIED", child(owner("a"), {"r": 1}, "13"))
+    waits: list[float] = []
+    owners, _, requests = asyncio.run(
+        watch_against(
+            [listed("5"), listed("9"), listed("12")],
+            [watched(gone), watched(gone), watched(changed), hang],
+            wanted=1,
+            watches_wanted=4,
+            waits=waits,
+        )
+    )
+    assert owners == ["a"]
+    assert len(lists_of(requests)) == 3
+    first, second = waits[:2]
+    assert RELIST_S <= first < 2 * RELIST_S
+    assert 2 * RELIST_S <= second < 4 * RELIST_S
+
+
+def test_a_child_deleted_during_the_gap_is_handed_on_as_deleted() -> None:
+    """A child seen before a 410 and missing from the listing after it went away meanwhile:
+    its owner is refreshed now (client-go's Replace), not at the next resync."""
+    gone = line("ERROR", {"kind": "Status", "code": 410, "message": "too old"})
+    seen = line("MODIFIED", child(owner("a"), {"readyReplicas": 1}, "6"))
+    other = {"metadata": {"name": "other", "resourceVersion": "8"}}
+    owners, _, _ = asyncio.run(
+        watch_against(
+            [listed("5"), listed("9", other)],
+            [watched(seen, gone), hang],
+            wanted=2,
+            watches_wanted=2,
+            waits=[],
+        )
+    )
+    assert owners == ["a", "a"]  # its status changed, then it was found gone

@@ -143,9 +143,10 @@ def test_groups_wait_for_the_weights_and_are_not_pruned_meanwhile() -> None:
 
 
 def with_uid(child: dict[str, Any]) -> dict[str, Any]:
-    """`child` as listed: controlled by the deployment."""
+    """`child` as listed: controlled by the deployment, with the API server's uid and version."""
     refs = [{"uid": UID, "controller": True}]
-    return {**child, "metadata": {**child["metadata"], "ownerReferences": refs}}
+    made = {"uid": f"uid-of-{child['metadata']['name']}", "resourceVersion": "7"}
+    return {**child, "metadata": {**child["metadata"], **made, "ownerReferences": refs}}
 
 
 def listed(children: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -170,6 +171,9 @@ def test_a_scale_down_prunes_the_surplus_groups_only() -> None:
         f"LeaderWorkerSet/{NAME}-g1",
     ]
     assert {w.verb for w in decision.delete} == {"delete"}
+    # Each conditional on the object as listed (docs/architecture.md, "Write rules").
+    wanted = {"uid": f"uid-of-{NAME}-g1", "resourceVersion": "7"}
+    assert all(w.precondition == wanted for w in decision.delete)
 
 
 def test_no_prune_lists_nothing_to_delete() -> None:

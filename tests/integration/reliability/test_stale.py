@@ -1,0 +1,35 @@
+"""Decisions the world overtook (embedded.stale): a prune's DELETE held up by the API server
+while its group is made anew, and the turn holder of a new default image deleted mid-move."""
+
+from contextlib import AbstractContextManager
+from typing import Any
+
+from kimi_operator.builders import OperatorDefaults
+from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.stale import MOVERS, run_holder_deleted, run_stale_delete
+from kimi_operator.k8s.client import Client
+from kimi_operator.runner import OperatorThread, RunConfig
+
+
+def test_a_held_up_prune_is_refused_and_the_group_made_anew_meanwhile_survives(
+    api: EmbeddedApiServer, client: Client, operator: OperatorThread
+) -> None:
+    report = run_stale_delete(api, client, timeout_s=60)
+    assert report.answer == 409  # refused by its preconditions
+    assert report.survived
+    assert report.converged.exact, report.converged.summary()
+    assert operator.failure is None
+
+
+def test_the_turn_holder_deleted_mid_move_lets_the_next_deployment_move(
+    api: EmbeddedApiServer, client: Client, token: str
+) -> None:
+    def start(image: str) -> AbstractContextManager[Any]:
+        defaults = OperatorDefaults(serving_image=image)
+        config = RunConfig(
+            server=api.url, token=token, resync_interval_s=0.5, workers=2, defaults=defaults
+        )
+        return OperatorThread(config)
+
+    report = run_holder_deleted(client, start, timeout_s=60)
+    assert {report.holder, report.waiter} == set(MOVERS)
