@@ -26,7 +26,6 @@ import yaml
 from kimi_operator.admission.server import ServeConfig, serve
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
-from kimi_operator.cli import build_parser
 from kimi_operator.embedded.chart import CHART, RELEASE, webhook_configuration
 from kimi_operator.embedded.chart import NAMESPACE as CHART_NAMESPACE
 from kimi_operator.embedded.clients import Kubectl, step
@@ -44,6 +43,7 @@ from kimi_operator.k8s.resources import (
     LEADER_WORKER_SET,
     Resource,
 )
+from kimi_operator.run_args import parse_run_arguments
 from kimi_operator.runner import OperatorThread, RunConfig
 
 DEPLOYMENT = Resource("apps", "v1", "deployments", "Deployment")
@@ -242,7 +242,7 @@ def _chart_operator(api: EmbeddedApiServer, client: Client) -> RunConfig:
     operator = "app.kubernetes.io/component=operator"
     (deployment,) = client.list(DEPLOYMENT, CHART_NAMESPACE, label_selector=operator)
     pod = deployment["spec"]["template"]["spec"]
-    args = build_parser().parse_args(["run", *pod["containers"][0]["args"]])
+    args = parse_run_arguments(pod["containers"][0]["args"])
     token = api.issue_token(CHART_NAMESPACE, pod["serviceAccountName"])
     defaults = OperatorDefaults(
         serving_image=args.serving_image,
