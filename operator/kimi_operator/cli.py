@@ -281,10 +281,13 @@ def _demo_extra_missing(error: ModuleNotFoundError) -> bool:
 
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import logging  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
 
     try:
         from kimi_operator.embedded.demo import DemoError, run_demo  # noqa: PLC0415
+        from kimi_operator.embedded.sandbox import serve  # noqa: PLC0415
     except ModuleNotFoundError as error:
         if not _demo_extra_missing(error):
             raise  # an import bug, shown as itself
@@ -295,6 +298,12 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
         return EXIT_UNREADABLE
     logging.basicConfig(level=logging.ERROR, stream=err)
+    if args.serve:
+        stop = threading.Event()
+        for stopping in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stopping, lambda *_: stop.set())
+        serve(Path(args.kubeconfig), out, stop)
+        return EXIT_OK
     try:
         run_demo(Path(args.samples), out)
     except DemoError as error:
@@ -393,6 +402,18 @@ def _add_operator_parsers(sub: Any) -> None:
     )
     demo.add_argument(
         "--samples", default="crds/samples", help="folder of KimiDeployment YAML (%(default)s)"
+    )
+    demo.add_argument(
+        "--serve",
+        action="store_true",
+        help="instead, an empty cluster of your own for helm and kubectl (the operator runs once "
+        "the chart is installed), until Ctrl-C",
+    )
+    demo.add_argument(
+        "--kubeconfig",
+        default=".kube/sandbox.kubeconfig",
+        metavar="FILE",
+        help="with --serve: write the cluster's kubeconfig here (%(default)s)",
     )
     demo.set_defaults(run=cmd_demo)
 

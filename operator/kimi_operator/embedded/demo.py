@@ -38,15 +38,15 @@ from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (
     BUILT_IN,
     CHILD_RESOURCES,
+    DEPLOYMENT,
     EVENT,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
-    Resource,
 )
 from kimi_operator.run_args import parse_run_arguments
 from kimi_operator.runner import OperatorThread, RunConfig
 
-DEPLOYMENT = Resource("apps", "v1", "deployments", "Deployment")
+CHART_OPERATOR = "app.kubernetes.io/component=operator"  # the chart's operator Deployment
 RESYNC_S = 1.0
 BAD_ARGS = '["--max-num-batched-tokens", "abc"]'  # CEL lets it through, vLLM's parser does not
 TIMEOUT_S = 20.0
@@ -234,16 +234,14 @@ def _webhook_refusal(
     kubectl.run("apply", "-f", str(path), check=False)
 
 
-def _chart_operator(api: EmbeddedApiServer, client: Client) -> RunConfig:
-    """The operator as the chart deployed it: its ServiceAccount's identity (a token the server
-    issues for it, as the kubelet mounts one) and the arguments the chart rendered for its
-    container; only the resync interval is the demo's (1 s) and it serves no health or metrics
-    ports."""
-    operator = "app.kubernetes.io/component=operator"
-    (deployment,) = client.list(DEPLOYMENT, CHART_NAMESPACE, label_selector=operator)
+def chart_operator(api: EmbeddedApiServer, deployment: Mapping[str, Any]) -> RunConfig:
+    """The operator as the chart deployed it (`deployment`, the chart's operator Deployment): its
+    ServiceAccount's identity (a token the server issues for it, as the kubelet mounts one) and
+    the arguments the chart rendered for its container; only the resync interval is the demo's
+    (1 s) and it serves no health or metrics ports."""
     pod = deployment["spec"]["template"]["spec"]
     args = parse_run_arguments(pod["containers"][0]["args"])
-    token = api.issue_token(CHART_NAMESPACE, pod["serviceAccountName"])
+    token = api.issue_token(deployment["metadata"]["namespace"], pod["serviceAccountName"])
     defaults = OperatorDefaults(
         serving_image=args.serving_image,
         serving_image_vllm_version=args.serving_image_vllm_version,
@@ -296,7 +294,8 @@ def run_demo(samples: Path, out: TextIO) -> None:
             "--create-namespace",
             "--hide-notes",
         )
-        config = _chart_operator(api, client)
+        (deployment,) = client.list(DEPLOYMENT, CHART_NAMESPACE, label_selector=CHART_OPERATOR)
+        config = chart_operator(api, deployment)
         kubectl.run(
             "get",
             "deployment,serviceaccount,clusterrole",
