@@ -1273,20 +1273,6 @@ class EmbeddedApiServer:
     def clear_faults(self) -> None:
         self.call(lambda handler: handler.clear_faults())
 
-    def set_watches(
-        self, *, history_window: int | None = None, bookmark_interval_s: float | None = None
-    ) -> None:
-        """Keep `history_window` events of each resource (from the next one on); send bookmarks
-        every `bookmark_interval_s` on the watches opened from now on."""
-
-        def configure(handler: ApiServer) -> None:
-            if history_window is not None:
-                handler.history_window = history_window
-            if bookmark_interval_s is not None:
-                handler.bookmark_interval_s = bookmark_interval_s
-
-        self.call(configure)
-
     def injected(self) -> dict[str, int]:
         """How many faults were answered, by `Fault.kind`."""
         return self.call(lambda handler: dict(handler.injected))
