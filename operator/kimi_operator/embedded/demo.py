@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import yaml
 
 from kimi_operator.admission.server import ServeConfig, serve
+from kimi_operator.api.status import condition
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.embedded.chart import CHART, RELEASE, webhook_configuration
@@ -32,6 +33,7 @@ from kimi_operator.embedded.clients import Kubectl, step
 from kimi_operator.embedded.hub import FakeHub
 from kimi_operator.embedded.jobs import SECRET, JobRunner
 from kimi_operator.embedded.kubelet import mark_ready
+from kimi_operator.embedded.processes import wait
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client, load_configuration
@@ -64,17 +66,14 @@ class DemoError(Exception):
 
 
 def _wait(probe: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not probe():
-        if time.monotonic() > deadline:
-            raise DemoError(f"timed out after {TIMEOUT_S:.0f} s waiting for {what}")
-        time.sleep(0.05)
+    try:
+        wait(probe, TIMEOUT_S, what, every=0.05)
+    except TimeoutError as error:
+        raise DemoError(str(error)) from None
 
 
 def _condition(kd: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    conditions = (kd.get("status") or {}).get("conditions", [])
-    found: Mapping[str, Any] = next((c for c in conditions if c["type"] == kind), {})
-    return found
+    return condition(kd.get("status") or {}, kind)
 
 
 def _child_line(child: Mapping[str, Any]) -> str:
@@ -106,10 +105,9 @@ def summary(client: Client, deployment: Mapping[str, Any]) -> list[str]:
             f"  PersistentVolumeClaim/{weights['claimName']} and Job/{weights['claimName']}  "
             f"(weights cache, shared: {weights['repo']}@{weights['commit'][:12]})"
         )
-    for condition in (deployment.get("status") or {}).get("conditions", []):
+    for shown in (deployment.get("status") or {}).get("conditions", []):
         lines.append(
-            f"  condition {condition['type']}={condition['status']} "
-            f"({condition['reason']}: {condition['message']})"
+            f"  condition {shown['type']}={shown['status']} ({shown['reason']}: {shown['message']})"
         )
     return lines
 
