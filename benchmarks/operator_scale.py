@@ -69,7 +69,7 @@ def main() -> None:  # noqa: PLR0915 (one straight-line measurement)
         sys.exit(f"operator_scale: {missing}")
 
     server = subprocess.Popen(
-        [sys.executable, "-m", "kimi_operator.embedded.server"],
+        [sys.executable, "-m", "kimi_operator.embedded"],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -266,13 +266,31 @@ def own_namespace() -> str:
         return "default"
 
 
+# What a wheel install lacks for the demo: the package kimi_operator.embedded (left out of the
+# wheel) and the demo extra's modules (pyproject.toml), with the weights downloader its Jobs run.
+DEMO_PACKAGE = "kimi_operator.embedded"
+DEMO_EXTRA = ("kmock", "celpy", "jsonpatch", "huggingface_hub", "kimi_kernels")
+
+
+def _demo_extra_missing(error: ModuleNotFoundError) -> bool:
+    """Whether `error` says the demo is not installed (the package, or a module of the extra),
+    rather than a bug in what it imports."""
+    name = error.name or ""
+    return name == DEMO_PACKAGE or name.split(".")[0] in DEMO_EXTRA
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import logging  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
 
     try:
         from kimi_operator.embedded.demo import DemoError, run_demo  # noqa: PLC0415
-    except ImportError as error:  # not in the wheel; kmock and cel-python: the demo extra
+        from kimi_operator.embedded.sandbox import serve  # noqa: PLC0415
+    except ModuleNotFoundError as error:
+        if not _demo_extra_missing(error):
+            raise  # an import bug, shown as itself
         print(
             "error: the demo runs from a clone of the repository with the demo extra "
             f"(`make demo`, or pip install -e '.[demo]'): {error}",
@@ -280,6 +298,12 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
         return EXIT_UNREADABLE
     logging.basicConfig(level=logging.ERROR, stream=err)
+    if args.serve:
+        stop = threading.Event()
+        for stopping in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stopping, lambda *_: stop.set())
+        serve(Path(args.kubeconfig), out, stop)
+        return EXIT_OK
     try:
         run_demo(Path(args.samples), out)
     except DemoError as error:
@@ -361,14 +385,7 @@ def _add_admission_parser(sub: Any) -> None:
 
 
 def _add_operator_parsers(sub: Any) -> None:
-    import os  # noqa: PLC0415
-
-    from kimi_operator.builders import (  # noqa: PLC0415
-        DEFAULT_SERVING_IMAGE,
-        DEFAULT_SERVING_VLLM_VERSION,
-    )
-    from kimi_operator.builders.autoscaling import DEFAULT_PROMETHEUS_URL  # noqa: PLC0415
-    from kimi_operator.builders.routing import DEFAULT_EPP_IMAGE  # noqa: PLC0415
+    from kimi_operator.run_args import add_run_arguments  # noqa: PLC0415
 
     run = sub.add_parser(
         "run",
@@ -376,129 +393,7 @@ def _add_operator_parsers(sub: Any) -> None:
         description="Reconcile KimiDeployments into LeaderWorkerSets, ComputeDomains, a Service, "
         "a PodMonitor and a PodDisruptionBudget.",
     )
-    run.add_argument(
-        "--namespace",
-        action="append",
-        metavar="NS",
-        help="watch this namespace (repeatable); default: all namespaces",
-    )
-    run.add_argument(
-        "--serving-image",
-        default=os.environ.get("KIMI_OPERATOR_SERVING_IMAGE", DEFAULT_SERVING_IMAGE),
-        help="image for deployments that leave spec.image empty "
-        "(env KIMI_OPERATOR_SERVING_IMAGE; default %(default)s)",
-    )
-    run.add_argument(
-        "--serving-image-vllm-version",
-        default=os.environ.get(
-            "KIMI_OPERATOR_SERVING_IMAGE_VLLM_VERSION", DEFAULT_SERVING_VLLM_VERSION
-        ),
-        metavar="VERSION",
-        help="the vLLM version --serving-image carries; below 0.33.0, TP groups across nodes get "
-        "--disable-custom-all-reduce (vllm issue 52778). A spec.image declares its own with the "
-        "annotation kimi-operator.io/vllm-version (env KIMI_OPERATOR_SERVING_IMAGE_VLLM_VERSION; "
-        "default %(default)s)",
-    )
-    run.add_argument(
-        "--epp-image",
-        default=os.environ.get("KIMI_OPERATOR_EPP_IMAGE", DEFAULT_EPP_IMAGE),
-        metavar="IMAGE",
-        help="endpoint picker image for spec.routing.mode InferencePool where "
-        "spec.routing.endpointPicker.image is empty (env KIMI_OPERATOR_EPP_IMAGE; "
-        "default %(default)s)",
-    )
-    run.add_argument(
-        "--prometheus-url",
-        default=os.environ.get("KIMI_OPERATOR_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
-        metavar="URL",
-        help="Prometheus that the KEDA ScaledObjects of spec.autoscaling query; it must evaluate "
-        "the chart's recording rules (env KIMI_OPERATOR_PROMETHEUS_URL; default %(default)s)",
-    )
-    run.add_argument(
-        "--resync-interval",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="reconcile every deployment this often, repairing drift (default %(default)s)",
-    )
-    run.add_argument(
-        "--workers", type=int, default=16, help="reconciles at once (default %(default)s)"
-    )
-    run.add_argument(
-        "--kube-api-qps",
-        type=float,
-        default=500.0,
-        metavar="QPS",
-        help="client-side rate limit on API requests, as client-go's: the average a second once "
-        "the burst is spent; Lease renewals are never held back (default %(default)s)",
-    )
-    run.add_argument(
-        "--kube-api-burst",
-        type=int,
-        default=1000,
-        metavar="N",
-        help="client-side rate limit: requests sent at once before --kube-api-qps applies "
-        "(default %(default)s)",
-    )
-    run.add_argument(
-        "--api-timeout",
-        type=float,
-        default=15.0,
-        metavar="SECONDS",
-        help="retry an API request unanswered this long (default %(default)s)",
-    )
-    run.add_argument(
-        "--discovery-interval",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="look again this often whether LeaderWorkerSet, ComputeDomain and PodMonitor are "
-        "installed (default %(default)s)",
-    )
-    run.add_argument(
-        "--health-address",
-        default="0.0.0.0:8081",
-        metavar="HOST:PORT",
-        help="serve /healthz here; empty: off (default %(default)s)",
-    )
-    run.add_argument(
-        "--metrics-address",
-        default="0.0.0.0:8080",
-        metavar="HOST:PORT",
-        help="serve the kimi_operator_* Prometheus metrics here; empty: off (default %(default)s)",
-    )
-    run.add_argument(
-        "--leader-elect",
-        action="store_true",
-        help="elect a leader on a Lease among the operator's replicas: only the leader "
-        "reconciles, the others stand by (needed with more than one replica, and for a "
-        "rolling update without two operators at once)",
-    )
-    run.add_argument(
-        "--leader-elect-resource-name",
-        default="kimi-operator",
-        metavar="NAME",
-        help="the Lease's name (default %(default)s)",
-    )
-    run.add_argument(
-        "--leader-elect-resource-namespace",
-        default="",
-        metavar="NAMESPACE",
-        help="the Lease's namespace (default: $POD_NAMESPACE, else the ServiceAccount's)",
-    )
-    for flag, default, what in (
-        ("lease-duration", 15.0, "how long a standby waits on a Lease not renewed"),
-        ("renew-deadline", 10.0, "how long the leader tries to renew before it stops"),
-        ("retry-period", 2.0, "how often the leader renews and a standby tries"),
-    ):
-        run.add_argument(
-            f"--leader-elect-{flag}",
-            type=float,
-            default=default,
-            metavar="SECONDS",
-            help=f"{what} (default %(default)s)",
-        )
-    run.add_argument("--verbose", action="store_true", help="debug logging")
+    add_run_arguments(run)
     run.set_defaults(run=cmd_run)
 
     demo = sub.add_parser(
@@ -507,6 +402,18 @@ def _add_operator_parsers(sub: Any) -> None:
     )
     demo.add_argument(
         "--samples", default="crds/samples", help="folder of KimiDeployment YAML (%(default)s)"
+    )
+    demo.add_argument(
+        "--serve",
+        action="store_true",
+        help="instead, an empty cluster of your own for helm and kubectl (the operator runs once "
+        "the chart is installed), until Ctrl-C",
+    )
+    demo.add_argument(
+        "--kubeconfig",
+        default=".kube/sandbox.kubeconfig",
+        metavar="FILE",
+        help="with --serve: write the cluster's kubeconfig here (%(default)s)",
     )
     demo.set_defaults(run=cmd_demo)
 

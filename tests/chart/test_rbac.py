@@ -38,7 +38,7 @@ from kimi_operator.embedded.jobs import JobRunner, running
 from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.rbac import Attributes, request_attributes
 from kimi_operator.embedded.server import EmbeddedApiServer
-from kimi_operator.embedded.upstream import child_crds, routing_crds, upstream_crd
+from kimi_operator.embedded.upstream import ROUTING_KINDS, child_crds, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
@@ -435,7 +435,7 @@ def _observe(
     if not leader_election:
         values["leaderElection"] = {"enabled": False}
     with EmbeddedApiServer() as api:
-        upstream = [*child_crds(), upstream_crd("ScaledObject"), *routing_crds()]
+        upstream = [*child_crds(), upstream_crd("ScaledObject"), *map(upstream_crd, ROUTING_KINDS)]
         api.install_crds([crd(), *upstream])
         config = RunConfig(
             server=api.url,

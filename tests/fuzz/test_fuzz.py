@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kimi_operator.api.engine_args import refused_engine_args
 from tests.fuzz.harness import check_text, check_value
 from tests.fuzz.strategies import ENGINE_ARGS, YAML_BYTES, documents, smuggled_flags
+from tests.support.engine_args import refused_engine_args
 from tests.support.fuzzing import examples
 from tests.support.vllm_cli import FORBIDDEN_DESTS
 from tests.support.vllm_cli import parse as _parse

@@ -28,8 +28,11 @@ LEFT_OUT = (
     "observability/generate.py",
     "bench/stub.py",
 )
-# The one import of a left-out module, guarded: `kimi-operator demo` says what to install.
-GUARDED = {("kimi_operator/cli.py", "kimi_operator.embedded.demo")}
+# The imports of left-out modules, guarded: `kimi-operator demo` says what to install.
+GUARDED = {
+    ("kimi_operator/cli.py", "kimi_operator.embedded.demo"),
+    ("kimi_operator/cli.py", "kimi_operator.embedded.sandbox"),
+}
 # What may import the bench extra: bench/, and plan's plot (skipped with a line without it).
 BENCH_EXTRA_USERS = ("kimi_operator/bench/", "kimi_operator/plan/report.py")
 PLUGIN_GROUPS = {"vllm.general_plugins", "vllm.stat_logger_plugins"}
@@ -166,3 +169,11 @@ def test_kernels_wheel_declares_the_vllm_plugins(kernels_wheel: zipfile.ZipFile)
         for point in groups[group]:
             target = point.split("=", 1)[1].split(":")[0]
             assert f"{target.replace('.', '/')}.py" in modules, f"{group}: {point}"
+
+
+def test_both_wheels_carry_the_license(
+    operator_wheel: zipfile.ZipFile, kernels_wheel: zipfile.ZipFile
+) -> None:
+    for wheel in (operator_wheel, kernels_wheel):
+        assert "Apache License" in _dist_info(wheel, "licenses/LICENSE")
+        assert "License-Expression: Apache-2.0" in _dist_info(wheel, "METADATA")

@@ -16,6 +16,7 @@ from kimi_operator.k8s.resources import CONFIG_MAP, LEADER_WORKER_SET
 from kimi_operator.k8s.watch import json_lines
 from kimi_operator.runner import OperatorThread, RunConfig
 from tests.support.cluster import NS, children, create, sample, status_of, wait_for
+from tests.support.watches import set_watches
 
 DEFAULT = "default"
 STOCK = "k3-tp16-stock"  # no ComputeDomain: only the group's readiness can make it Ready
@@ -67,7 +68,7 @@ def test_a_watch_from_a_version_gets_the_events_since_in_order_then_live_ones(
 def test_a_version_older_than_the_history_is_410_gone(
     api: EmbeddedApiServer, client: Client, reader: Client
 ) -> None:
-    api.set_watches(history_window=3)
+    set_watches(api, history_window=3)
     first = version_of(client.create(CONFIG_MAP, config_map("a", "x")))
     patched = [
         version_of(client.patch(CONFIG_MAP, DEFAULT, "a", {"data": {"step": str(step)}}))
@@ -86,7 +87,7 @@ def test_a_version_older_than_the_history_is_410_gone(
 def test_a_watch_allowing_bookmarks_gets_them_with_the_current_version(
     api: EmbeddedApiServer, client: Client, reader: Client
 ) -> None:
-    api.set_watches(bookmark_interval_s=0.1)
+    set_watches(api, bookmark_interval_s=0.1)
     created = version_of(client.create(CONFIG_MAP, config_map("a", "x")))
     with watching(reader, str(created)) as events:
         client.create(CONFIG_MAP, config_map("unwatched", "y"))  # a newer version, not selected
@@ -183,7 +184,7 @@ def test_a_child_watch_resumed_past_the_history_lists_once(
     moves on meanwhile: the resumed watch gets 410, the operator lists the LeaderWorkerSets once
     and hands them on, and the status says Ready. (Bookmarks every 0.2 s keep the quiet watches
     alive within the inactivity timeout of 1 s, as every minute does in a cluster for 70 s.)"""
-    api.set_watches(bookmark_interval_s=0.2)
+    set_watches(api, bookmark_interval_s=0.2)
     config = RunConfig(
         server=api.url, token=token, resync_interval_s=60, workers=2, watch_inactivity_s=1.0
     )
@@ -192,7 +193,7 @@ def test_a_child_watch_resumed_past_the_history_lists_once(
         ready_except_the_group(api, client)
         mark = len(api.reads())
         api.inject(Fault("GET", "/leaderworkersets", drop_watch=True, silent=True))
-        api.set_watches(history_window=1)
+        set_watches(api, history_window=1)
         group_ready(client)  # the event the silent stream never sends
         moved = {"metadata": {"labels": {"moved": "on"}}}
         client.patch(LEADER_WORKER_SET, NS, LWS_NAME, moved)  # the window has moved past it

@@ -4,10 +4,12 @@ import io
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
 
+import kimi_operator
 from kimi_operator.cli import main, own_namespace
 from tests.support.repo import ROOT
 from tests.support.specs import edited
@@ -296,15 +298,37 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_demo_without_the_embedded_server_says_what_to_install(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """As from the wheel, which leaves embedded/ out: one line naming `make demo`, exit 2."""
-    monkeypatch.setitem(sys.modules, "kimi_operator.embedded.demo", None)  # import fails
-    code, out, err = run(capsys, "demo")
-    assert (code, out) == (2, [])
-    assert len(err) == 1
-    assert err[0].startswith("error: the demo runs from a clone of the repository with the demo ")
-    assert "`make demo`" in err[0]
+    """As from the wheel, which leaves embedded/ out (or without the demo extra): one line naming
+    `make demo`, exit 2."""
+    for missing in ("kimi_operator.embedded", "kmock"):
+        with monkeypatch.context() as patch:
+            for name in [n for n in sys.modules if n.startswith("kimi_operator.embedded")]:
+                patch.delitem(sys.modules, name)
+            if missing == "kmock":
+                patch.setitem(sys.modules, missing, None)  # its import fails
+            else:  # a kimi_operator without embedded/, as the wheel installs it
+                patch.setattr(kimi_operator, "__path__", [str(tmp_path)])
+            code, out, err = run(capsys, "demo")
+        assert (code, out) == (2, []), missing
+        assert len(err) == 1
+        assert err[0].startswith("error: the demo runs from a clone of the repository with the ")
+        assert "`make demo`" in err[0]
+        assert missing in err[0]
+
+
+@pytest.mark.parametrize("broken", [ModuleType("kimi_operator.embedded.demo"), None])
+def test_an_import_error_in_the_demo_is_reported_as_itself(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, broken: ModuleType | None
+) -> None:
+    """A bug (a name the demo lacks; a module of ours missing) is not a missing extra: it comes
+    out as the error it is, not as advice to install."""
+    monkeypatch.setitem(sys.modules, "kimi_operator.embedded.demo", broken)
+    with pytest.raises(ImportError) as raised:
+        run(capsys, "demo")
+    assert "kimi_operator.embedded.demo" in str(raised.value)
+    assert "clone" not in capsys.readouterr().err
 
 
 def test_run_refuses_leader_election_durations_out_of_order(

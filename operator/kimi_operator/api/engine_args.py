@@ -327,9 +327,3 @@ def _known_option_groups() -> tuple[KnownOptions, ...]:
 
 
 KNOWN_OPTIONS = _known_option_groups()
-
-
-def refused_engine_args(args: Iterable[str]) -> list[tuple[str, ForbiddenFlags]]:
-    """Every refused element with the group that refuses it."""
-    args = list(args)
-    return [(a, group) for group in ENGINE_ARG_REFUSALS for a in group.refused(args)]

@@ -100,7 +100,13 @@ class KimiDeploymentStatus(StatusModel):
 ROLLING_REASONS = frozenset({"RollingOut", "RolloutStalled"})
 
 
+def condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    """The condition `kind` of a status, {} if it has none."""
+    conditions = status.get("conditions") or []
+    found: Mapping[str, Any] = next((c for c in conditions if c.get("type") == kind), {})
+    return found
+
+
 def progressing_reason(status: Mapping[str, Any]) -> str:
     """The reason of a status's Progressing condition ("" if it has none)."""
-    found = [c for c in status.get("conditions", []) if c.get("type") == "Progressing"]
-    return str(found[0].get("reason", "")) if found else ""
+    return str(condition(status, "Progressing").get("reason", ""))

@@ -72,7 +72,13 @@ def webhook_configuration(url: str, values: Mapping[str, Any] | None = None) -> 
     """The chart's ValidatingWebhookConfiguration (rendered with `values`), the webhook called at
     `url` instead of its Service (there is no cluster network here)."""
     (found,) = [o for o in render(values) if o["kind"] == "ValidatingWebhookConfiguration"]
-    found = json.loads(json.dumps(found))  # a copy: render's result is cached
-    for webhook in found["webhooks"]:
+    return called_at(found, url)
+
+
+def called_at(configuration: Mapping[str, Any], url: str) -> dict[str, Any]:
+    """A copy of the webhook configuration `configuration` whose webhooks are called at `url` (and
+    their Service's path) instead of their Service."""
+    copied: dict[str, Any] = json.loads(json.dumps(configuration))
+    for webhook in copied["webhooks"]:
         webhook["clientConfig"] = {"url": url + webhook["clientConfig"]["service"]["path"]}
-    return dict(found)
+    return copied

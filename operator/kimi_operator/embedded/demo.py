@@ -24,29 +24,31 @@ from typing import Any, TextIO
 import yaml
 
 from kimi_operator.admission.server import ServeConfig, serve
+from kimi_operator.api.status import condition
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
-from kimi_operator.cli import build_parser
 from kimi_operator.embedded.chart import CHART, RELEASE, webhook_configuration
 from kimi_operator.embedded.chart import NAMESPACE as CHART_NAMESPACE
 from kimi_operator.embedded.clients import Kubectl, step
 from kimi_operator.embedded.hub import FakeHub
 from kimi_operator.embedded.jobs import SECRET, JobRunner
 from kimi_operator.embedded.kubelet import mark_ready
+from kimi_operator.embedded.processes import wait
 from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (
     BUILT_IN,
     CHILD_RESOURCES,
+    DEPLOYMENT,
     EVENT,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
-    Resource,
 )
+from kimi_operator.run_args import parse_run_arguments
 from kimi_operator.runner import OperatorThread, RunConfig
 
-DEPLOYMENT = Resource("apps", "v1", "deployments", "Deployment")
+CHART_OPERATOR = "app.kubernetes.io/component=operator"  # the chart's operator Deployment
 RESYNC_S = 1.0
 BAD_ARGS = '["--max-num-batched-tokens", "abc"]'  # CEL lets it through, vLLM's parser does not
 TIMEOUT_S = 20.0
@@ -64,17 +66,14 @@ class DemoError(Exception):
 
 
 def _wait(probe: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not probe():
-        if time.monotonic() > deadline:
-            raise DemoError(f"timed out after {TIMEOUT_S:.0f} s waiting for {what}")
-        time.sleep(0.05)
+    try:
+        wait(probe, TIMEOUT_S, what, every=0.05)
+    except TimeoutError as error:
+        raise DemoError(str(error)) from None
 
 
 def _condition(kd: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    conditions = (kd.get("status") or {}).get("conditions", [])
-    found: Mapping[str, Any] = next((c for c in conditions if c["type"] == kind), {})
-    return found
+    return condition(kd.get("status") or {}, kind)
 
 
 def _child_line(child: Mapping[str, Any]) -> str:
@@ -106,10 +105,9 @@ def summary(client: Client, deployment: Mapping[str, Any]) -> list[str]:
             f"  PersistentVolumeClaim/{weights['claimName']} and Job/{weights['claimName']}  "
             f"(weights cache, shared: {weights['repo']}@{weights['commit'][:12]})"
         )
-    for condition in (deployment.get("status") or {}).get("conditions", []):
+    for shown in (deployment.get("status") or {}).get("conditions", []):
         lines.append(
-            f"  condition {condition['type']}={condition['status']} "
-            f"({condition['reason']}: {condition['message']})"
+            f"  condition {shown['type']}={shown['status']} ({shown['reason']}: {shown['message']})"
         )
     return lines
 
@@ -234,16 +232,14 @@ def _webhook_refusal(
     kubectl.run("apply", "-f", str(path), check=False)
 
 
-def _chart_operator(api: EmbeddedApiServer, client: Client) -> RunConfig:
-    """The operator as the chart deployed it: its ServiceAccount's identity (a token the server
-    issues for it, as the kubelet mounts one) and the arguments the chart rendered for its
-    container; only the resync interval is the demo's (1 s) and it serves no health or metrics
-    ports."""
-    operator = "app.kubernetes.io/component=operator"
-    (deployment,) = client.list(DEPLOYMENT, CHART_NAMESPACE, label_selector=operator)
+def chart_operator(api: EmbeddedApiServer, deployment: Mapping[str, Any]) -> RunConfig:
+    """The operator as the chart deployed it (`deployment`, the chart's operator Deployment): its
+    ServiceAccount's identity (a token the server issues for it, as the kubelet mounts one) and
+    the arguments the chart rendered for its container; only the resync interval is the demo's
+    (1 s) and it serves no health or metrics ports."""
     pod = deployment["spec"]["template"]["spec"]
-    args = build_parser().parse_args(["run", *pod["containers"][0]["args"]])
-    token = api.issue_token(CHART_NAMESPACE, pod["serviceAccountName"])
+    args = parse_run_arguments(pod["containers"][0]["args"])
+    token = api.issue_token(deployment["metadata"]["namespace"], pod["serviceAccountName"])
     defaults = OperatorDefaults(
         serving_image=args.serving_image,
         serving_image_vllm_version=args.serving_image_vllm_version,
@@ -296,7 +292,8 @@ def run_demo(samples: Path, out: TextIO) -> None:
             "--create-namespace",
             "--hide-notes",
         )
-        config = _chart_operator(api, client)
+        (deployment,) = client.list(DEPLOYMENT, CHART_NAMESPACE, label_selector=CHART_OPERATOR)
+        config = chart_operator(api, deployment)
         kubectl.run(
             "get",
             "deployment,serviceaccount,clusterrole",

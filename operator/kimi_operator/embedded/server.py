@@ -1301,20 +1301,6 @@ class EmbeddedApiServer:
     def clear_faults(self) -> None:
         self.call(lambda handler: handler.clear_faults())
 
-    def set_watches(
-        self, *, history_window: int | None = None, bookmark_interval_s: float | None = None
-    ) -> None:
-        """Keep `history_window` events of each resource (from the next one on); send bookmarks
-        every `bookmark_interval_s` on the watches opened from now on."""
-
-        def configure(handler: ApiServer) -> None:
-            if history_window is not None:
-                handler.history_window = history_window
-            if bookmark_interval_s is not None:
-                handler.bookmark_interval_s = bookmark_interval_s
-
-        self.call(configure)
-
     def injected(self) -> dict[str, int]:
         """How many faults were answered, by `Fault.kind`."""
         return self.call(lambda handler: dict(handler.injected))
@@ -1348,29 +1334,3 @@ class EmbeddedApiServer:
     def writes(self, since: int = 0) -> list[Write]:
         """The state-changing requests (POST, PUT, PATCH, DELETE) since `since`, in order."""
         return self.call(lambda handler: [Write(*entry) for entry in handler.timeline[since:]])
-
-
-def main() -> None:
-    """`python -m kimi_operator.embedded.server`: serve on 127.0.0.1 with the KimiDeployment CRD
-    and the vendored CRDs of its children installed and the chart's RBAC stored; print the URL,
-    then the operator's ServiceAccount token; run until SIGTERM or SIGINT.
-    The benchmark runs it in a process of its own."""
-    import signal  # noqa: PLC0415
-
-    from kimi_operator.api.crd import crd  # noqa: PLC0415
-    from kimi_operator.embedded.chart import operator_identity  # noqa: PLC0415
-    from kimi_operator.embedded.upstream import child_crds  # noqa: PLC0415
-
-    crds = child_crds()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with EmbeddedApiServer() as api:
-        api.install_crds([crd(), *crds])
-        token = operator_identity(api)
-        print(api.url, token, sep="\n", flush=True)
-        stop.wait()
-
-
-if __name__ == "__main__":
-    main()

@@ -56,11 +56,6 @@ def _parsed(name: str) -> dict[str, Any]:
     return loaded
 
 
-def routing_crds() -> list[dict[str, Any]]:
-    """The CRDs of ROUTING_KINDS, in that order."""
-    return [upstream_crd(kind) for kind in ROUTING_KINDS]
-
-
 def child_crds() -> list[dict[str, Any]]:
     """The CRDs of the operator's custom children (CHILD_KINDS), in that order."""
     return [upstream_crd(kind) for kind in CHILD_KINDS]

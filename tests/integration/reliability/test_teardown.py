@@ -7,6 +7,7 @@ from kimi_operator.embedded.teardown import run_deletions, run_silent_watch
 from kimi_operator.k8s.client import Client
 from kimi_operator.runner import OperatorThread, RunConfig
 from tests.support.cluster import NAME, NS, create, sample, status_of, wait_for
+from tests.support.watches import set_watches
 
 
 def test_deletions_with_every_policy_leave_nothing_behind_and_create_nothing(
@@ -49,7 +50,7 @@ def test_deployments_created_while_the_watch_is_silent_converge_once_it_is_resum
     timeout is 1 s (bookmarks every 0.3 s keep its quiet watches alive, as every minute does for
     70 s in a cluster) and whose resync (60 s) cannot find new deployments: only the resumed
     watch brings them."""
-    api.set_watches(bookmark_interval_s=0.3)
+    set_watches(api, bookmark_interval_s=0.3)
     config = RunConfig(
         server=api.url, token=token, resync_interval_s=60, workers=2, watch_inactivity_s=1.0
     )

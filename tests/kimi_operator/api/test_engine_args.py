@@ -17,12 +17,12 @@ from kimi_operator.api.engine_args import (
     FORBIDDEN_FLAG_GROUPS,
     MALFORMED_ARGS,
     SPACED_ARGS,
-    refused_engine_args,
 )
 from kimi_operator.api.rules import RULES
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.vllm_flags import SERVE_FLAGS, SERVE_OPTIONS
 from kimi_operator.builders.vllm_args import leader_args, worker_args
+from tests.support.engine_args import refused_engine_args
 from tests.support.specs import edited
 from tests.support.vllm_cli import FORBIDDEN_DESTS
 from tests.support.vllm_cli import parse as _parse

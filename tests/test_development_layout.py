@@ -1,5 +1,6 @@
-"""README's "Layout" names only paths that exist: each line's first column from the repository's
-root, and each file or folder its description names from that entry's folder (`exists_from`)."""
+"""docs/development.md's "Layout" names only paths that exist: each line's first column from the
+repository's root, and each file or folder its description names from that entry's folder
+(`exists_from`)."""
 
 import re
 from pathlib import Path
@@ -38,7 +39,7 @@ def exists_from(folder: Path, name: str) -> bool:
 
 
 def test_every_path_the_layout_names_exists() -> None:
-    named = layout_paths(layout_block((ROOT / "README.md").read_text()))
+    named = layout_paths(layout_block((ROOT / "docs" / "development.md").read_text()))
     assert len(named) > 30  # the block was found and read
     missing = [
         f"{name} (from {folder.relative_to(ROOT)})"

@@ -1,0 +1,149 @@
+"""The arguments of `kimi-operator run`, apart from the rest of the CLI: the chart renders them
+into the operator's Deployment, and the demo and the sandbox read them back from there to run the
+operator as the chart would (kimi_operator.embedded.demo)."""
+
+import argparse
+from collections.abc import Sequence
+
+
+def add_run_arguments(run: argparse.ArgumentParser) -> None:
+    """Every option of `kimi-operator run`, on `run`."""
+    import os  # noqa: PLC0415
+
+    from kimi_operator.builders import (  # noqa: PLC0415
+        DEFAULT_SERVING_IMAGE,
+        DEFAULT_SERVING_VLLM_VERSION,
+    )
+    from kimi_operator.builders.autoscaling import DEFAULT_PROMETHEUS_URL  # noqa: PLC0415
+    from kimi_operator.builders.routing import DEFAULT_EPP_IMAGE  # noqa: PLC0415
+
+    run.add_argument(
+        "--namespace",
+        action="append",
+        metavar="NS",
+        help="watch this namespace (repeatable); default: all namespaces",
+    )
+    run.add_argument(
+        "--serving-image",
+        default=os.environ.get("KIMI_OPERATOR_SERVING_IMAGE", DEFAULT_SERVING_IMAGE),
+        help="image for deployments that leave spec.image empty "
+        "(env KIMI_OPERATOR_SERVING_IMAGE; default %(default)s)",
+    )
+    run.add_argument(
+        "--serving-image-vllm-version",
+        default=os.environ.get(
+            "KIMI_OPERATOR_SERVING_IMAGE_VLLM_VERSION", DEFAULT_SERVING_VLLM_VERSION
+        ),
+        metavar="VERSION",
+        help="the vLLM version --serving-image carries; below 0.33.0, TP groups across nodes get "
+        "--disable-custom-all-reduce (vllm issue 52778). A spec.image declares its own with the "
+        "annotation kimi-operator.io/vllm-version (env KIMI_OPERATOR_SERVING_IMAGE_VLLM_VERSION; "
+        "default %(default)s)",
+    )
+    run.add_argument(
+        "--epp-image",
+        default=os.environ.get("KIMI_OPERATOR_EPP_IMAGE", DEFAULT_EPP_IMAGE),
+        metavar="IMAGE",
+        help="endpoint picker image for spec.routing.mode InferencePool where "
+        "spec.routing.endpointPicker.image is empty (env KIMI_OPERATOR_EPP_IMAGE; "
+        "default %(default)s)",
+    )
+    run.add_argument(
+        "--prometheus-url",
+        default=os.environ.get("KIMI_OPERATOR_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
+        metavar="URL",
+        help="Prometheus that the KEDA ScaledObjects of spec.autoscaling query; it must evaluate "
+        "the chart's recording rules (env KIMI_OPERATOR_PROMETHEUS_URL; default %(default)s)",
+    )
+    run.add_argument(
+        "--resync-interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="reconcile every deployment this often, repairing drift (default %(default)s)",
+    )
+    run.add_argument(
+        "--workers", type=int, default=16, help="reconciles at once (default %(default)s)"
+    )
+    run.add_argument(
+        "--kube-api-qps",
+        type=float,
+        default=500.0,
+        metavar="QPS",
+        help="client-side rate limit on API requests, as client-go's: the average a second once "
+        "the burst is spent; Lease renewals are never held back (default %(default)s)",
+    )
+    run.add_argument(
+        "--kube-api-burst",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="client-side rate limit: requests sent at once before --kube-api-qps applies "
+        "(default %(default)s)",
+    )
+    run.add_argument(
+        "--api-timeout",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="retry an API request unanswered this long (default %(default)s)",
+    )
+    run.add_argument(
+        "--discovery-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="look again this often whether LeaderWorkerSet, ComputeDomain and PodMonitor are "
+        "installed (default %(default)s)",
+    )
+    run.add_argument(
+        "--health-address",
+        default="0.0.0.0:8081",
+        metavar="HOST:PORT",
+        help="serve /healthz here; empty: off (default %(default)s)",
+    )
+    run.add_argument(
+        "--metrics-address",
+        default="0.0.0.0:8080",
+        metavar="HOST:PORT",
+        help="serve the kimi_operator_* Prometheus metrics here; empty: off (default %(default)s)",
+    )
+    run.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="elect a leader on a Lease among the operator's replicas: only the leader "
+        "reconciles, the others stand by (needed with more than one replica, and for a "
+        "rolling update without two operators at once)",
+    )
+    run.add_argument(
+        "--leader-elect-resource-name",
+        default="kimi-operator",
+        metavar="NAME",
+        help="the Lease's name (default %(default)s)",
+    )
+    run.add_argument(
+        "--leader-elect-resource-namespace",
+        default="",
+        metavar="NAMESPACE",
+        help="the Lease's namespace (default: $POD_NAMESPACE, else the ServiceAccount's)",
+    )
+    for flag, default, what in (
+        ("lease-duration", 15.0, "how long a standby waits on a Lease not renewed"),
+        ("renew-deadline", 10.0, "how long the leader tries to renew before it stops"),
+        ("retry-period", 2.0, "how often the leader renews and a standby tries"),
+    ):
+        run.add_argument(
+            f"--leader-elect-{flag}",
+            type=float,
+            default=default,
+            metavar="SECONDS",
+            help=f"{what} (default %(default)s)",
+        )
+    run.add_argument("--verbose", action="store_true", help="debug logging")
+
+
+def parse_run_arguments(argv: Sequence[str]) -> argparse.Namespace:
+    """`argv` (a container's `args`, say) as `kimi-operator run` reads them."""
+    parser = argparse.ArgumentParser(prog="kimi-operator run")
+    add_run_arguments(parser)
+    return parser.parse_args(list(argv))

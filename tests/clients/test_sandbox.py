@@ -1,0 +1,89 @@
+"""`kimi-operator demo --serve`, as a user drives it: the sandbox in a process of its own, then the
+README's quickstart with the real helm and kubectl on the kubeconfig it wrote, then Ctrl-C."""
+
+import io
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kimi_operator.embedded.chart import CHART
+from kimi_operator.embedded.clients import Kubectl
+from kimi_operator.embedded.processes import wait
+from tests.support.repo import ROOT
+from tests.support.tools import require_tool
+
+pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
+
+SAMPLE = ROOT / "crds" / "samples" / "k3-tp16-latency.yaml"
+NAME, NAMESPACE = "k3-tp16-latency", "inference"
+TIMEOUT = "--timeout=60s"
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """The sandbox's process and the kubeconfig it writes (once written)."""
+    require_tool("kubectl")
+    require_tool("helm")
+    kubeconfig = tmp_path / "sandbox.kubeconfig"
+    command = ["-m", "kimi_operator.cli", "demo", "--serve", "--kubeconfig", str(kubeconfig)]
+    process = subprocess.Popen(
+        [sys.executable, *command],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait(lambda: kubeconfig.exists() or process.poll() is not None, 60, "the kubeconfig")
+        assert process.poll() is None, process.communicate()[0]
+        yield process, kubeconfig
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def test_the_quickstart_on_the_sandbox(
+    sandbox: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    process, kubeconfig = sandbox
+    kubectl = Kubectl(kubeconfig, io.StringIO(), tmp_path / "home")
+
+    # Empty: a real cluster's namespaces, nothing a `helm install` would collide with.
+    namespaces = kubectl.run("get", "namespaces", "-o", "name").split()
+    assert {"namespace/default", "namespace/kube-system"} <= set(namespaces)
+    assert "namespace/kimi-system" not in namespaces
+    assert kubectl.run("get", "serviceaccounts", "-A") == "No resources found"
+    assert "kimideployments" not in kubectl.run("get", "crd", "-o", "name")
+
+    kubectl.helm("install", "kimi-operator", str(CHART), "-n", "kimi-system", "--create-namespace")
+    kubectl.run("create", "namespace", NAMESPACE)
+    kubectl.run("apply", "-f", str(SAMPLE))
+    kubectl.run("wait", "--for=condition=Ready", f"kimi/{NAME}", "-n", NAMESPACE, TIMEOUT)
+    table = kubectl.run("get", "kimi", "-n", NAMESPACE)
+    assert f"http://{NAME}.{NAMESPACE}.svc:8000/v1" in table
+
+    kubectl.run("scale", f"kimi/{NAME}", "-n", NAMESPACE, "--replicas", "2")
+    ready_2 = "--for=jsonpath={.status.readyReplicas}=2"
+    kubectl.run("wait", ready_2, f"kimi/{NAME}", "-n", NAMESPACE, TIMEOUT)
+    groups = json.loads(kubectl.run("get", "leaderworkersets", "-n", NAMESPACE, "-o", "json"))
+    assert len(groups["items"]) == 2
+    assert "Ready Replicas:" in kubectl.run("describe", "kimi", NAME, "-n", NAMESPACE)
+
+    kubectl.run("delete", "kimi", NAME, "-n", NAMESPACE)
+    kubectl.run("wait", "--for=delete", "leaderworkersets", "--all", "-n", NAMESPACE, TIMEOUT)
+
+    process.send_signal(signal.SIGINT)  # Ctrl-C
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    assert f"export KUBECONFIG={kubeconfig}\n" in output
+    assert (
+        "the operator runs, as Deployment kimi-system/kimi-operator would: ServiceAccount "
+        "kimi-operator" in output
+    )
+    assert "the operator stopped" in output
