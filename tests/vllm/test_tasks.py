@@ -74,15 +74,15 @@ def test_open_replay_sends_on_the_trace_times_closed_waits_for_answers(
 def test_a_refused_turn_fails_its_task_once_and_its_dependant_is_not_sent(
     served: Served, tmp_path: Path
 ) -> None:
-    # Turn b asks for more tokens than the model's context (2048): the server answers 400.
-    refused = turn(0, "b", "s", "a", 0.1).replace('"output_tokens": 8', '"output_tokens": 4096')
+    # Turn b asks for more tokens than the model's context (4096): the server answers 400.
+    refused = turn(0, "b", "s", "a", 0.1).replace('"output_tokens": 8', '"output_tokens": 8192')
     trace = turn(0, "a", "s") + refused + turn(0, "c", "s", "b") + turn(0, "x", "t")
     before = served.metrics().totals[SUCCESSES]
     data = replay(served, tmp_path, trace)
     summary, tasks = data["summary"], data["tasks"]
     assert summary["requests_failed"] == 1
     ((error, count),) = summary["errors"].items()
-    assert error.startswith("HTTP 400: max_tokens=4096"), error
+    assert error.startswith("HTTP 400: max_tokens=8192"), error
     assert count == 1
     assert summary["tasks"]["failed"] == 1
     assert summary["tasks"]["completed"] == 1  # session t
