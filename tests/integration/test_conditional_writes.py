@@ -163,3 +163,24 @@ def test_the_api_server_refuses_a_delete_whose_preconditions_fail_as_kube_apiser
         PERSISTENT_VOLUME_CLAIM, NS, meta["name"], precondition=preconditions(claim)
     )
     assert client.get(PERSISTENT_VOLUME_CLAIM, NS, meta["name"]) is None
+
+
+def test_a_status_sent_on_a_stale_version_is_refused_and_kept_for_the_fault_report(
+    api: EmbeddedApiServer, client: Client
+) -> None:
+    """The reliability run's fault report counts what the operator said in a status the API
+    server refused because the deployment was edited after it was read (a phase once failed
+    with "the status never said ApiThrottled": the throttled reconcile's status was refused)."""
+    created = client.create(KIMI_DEPLOYMENT, sample(NAME))
+    read_at = created["metadata"]["resourceVersion"]
+    client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": {"replicas": 2}})
+    accepted, stale = api.status_mark(), api.stale_status_mark()
+    status = {"observedGeneration": 1, "conditions": [{"type": "Degraded", "status": "True"}]}
+    with pytest.raises(ApiError) as refused:
+        client.patch(
+            KIMI_DEPLOYMENT, NS, NAME,
+            {"metadata": {"resourceVersion": read_at}, "status": status}, subresource="status",
+        )  # fmt: skip
+    assert refused.value.code == 409
+    assert api.status_writes(accepted) == []
+    assert api.stale_status_writes(stale) == [(f"{NS}/{NAME}", status)]

@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, NamedTuple, Self, TypeVar
 
 import aiohttp.web
@@ -335,6 +336,9 @@ class ApiServer(kmock.KubernetesEmulator):
     injected: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
     # ("namespace/name", status) of every status write to a KimiDeployment: what it said when
     status_log: list[tuple[str, dict[str, Any]]] = attrs.field(factory=list, init=False)
+    # KimiDeployment statuses sent on a stale resourceVersion (refused with 409): the object was
+    # edited after the reconcile that made them read it.
+    stale_status_log: list[tuple[str, dict[str, Any]]] = attrs.field(factory=list, init=False)
     # (monotonic time, method, path, object name) of every state-changing request: the
     # benchmark's clock (monotonic time is shared by the processes of one machine).
     timeline: list[Write] = attrs.field(factory=list, init=False)
@@ -655,6 +659,25 @@ class ApiServer(kmock.KubernetesEmulator):
             creationTimestamp=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
         return {**data, "metadata": metadata}
+
+    def _updated_noting_stale(
+        self, request: kmock.Request, current: Mapping[str, Any], namespace: str
+    ) -> tuple[dict[str, Any], list[str]]:
+        """`_updated`, keeping a KimiDeployment status refused as stale (the fault report's)."""
+        try:
+            return self._updated(request, current)
+        except kmock.KubernetesError as error:
+            resource = request.resource
+            if (
+                error.status == HTTPStatus.CONFLICT
+                and request.subresource == "status"
+                and resource is not None
+                and resource.plural == "kimideployments"
+                and isinstance(request.data, dict)
+            ):
+                name = f"{namespace}/{current['metadata']['name']}"
+                self.stale_status_log.append((name, request.data.get("status") or {}))
+            raise
 
     def _updated(
         self, request: kmock.Request, current: Mapping[str, Any]
@@ -1093,7 +1116,7 @@ class ApiServer(kmock.KubernetesEmulator):
                     return self._table(request, resource, [obj.raw])
                 return aiohttp.web.json_response(obj.raw)
             if _action(request) == action.UPDATE:
-                change, warnings = self._updated(request, obj.raw)
+                change, warnings = self._updated_noting_stale(request, obj.raw, namespace)
                 obj.patch(change)
                 raw = obj.raw
                 if request.subresource == "status" and resource.plural == "kimideployments":
@@ -1322,6 +1345,13 @@ class EmbeddedApiServer:
 
     def status_mark(self) -> int:
         return self.call(lambda handler: len(handler.status_log))
+
+    def stale_status_writes(self, since: int = 0) -> list[tuple[str, dict[str, Any]]]:
+        """("namespace/name", status) of each KimiDeployment status refused as stale (409)."""
+        return self.call(lambda handler: list(handler.stale_status_log[since:]))
+
+    def stale_status_mark(self) -> int:
+        return self.call(lambda handler: len(handler.stale_status_log))
 
     def mark(self) -> int:
         """A position in the log of writes, for `writes(since=...)`."""
