@@ -211,17 +211,23 @@ def test_a_speculating_run_needs_its_draft_count_and_splits_the_paths() -> None:
     assert (costs.ordinary.fixed_s, costs.ordinary.per_sequence_s) == pytest.approx((0.055, 0.0))
 
 
-def test_chunks_that_carry_two_steps_do_not_slow_or_speculate_the_steps() -> None:
-    """A busy API server falls behind the engine and sends two steps' tokens in one chunk: the
-    gap before such a chunk is two steps long. With the server's metrics read (no speculative-
-    decoding counters: it does not speculate), a step is one token's time, not a chunk's."""
+def two_steps_a_chunk_at_the_end() -> list[RequestRecord]:
+    """`sweep()` whose decode streams' last four steps arrive as two chunks of two tokens (8
+    chunks, 10 tokens): an API server that fell behind the engine."""
     records = sweep()
     for r in records:
         if r.group and r.group.startswith("decode:"):
             step = r.chunk_times_s[1] - r.chunk_times_s[0]
-            # The last four steps arrive as two chunks of two tokens: 8 chunks, 10 tokens.
             times = [*r.chunk_times_s[:6], r.chunk_times_s[5] + 2 * step, r.chunk_times_s[9]]
             r.chunk_times_s, r.chunk_tokens = times, [1] * 6 + [2, 2]
+    return records
+
+
+def test_chunks_that_carry_two_steps_do_not_slow_or_speculate_the_steps() -> None:
+    """A busy API server falls behind the engine and sends two steps' tokens in one chunk: the
+    gap before such a chunk is two steps long. With the server's metrics read (no speculative-
+    decoding counters: it does not speculate), a step is one token's time, not a chunk's."""
+    records = two_steps_a_chunk_at_the_end()
     results = run_of(records)
     with pytest.raises(PlanError, match="--calibration-drafts"):  # chunks alone: 1.5 a step
         fitted(results)
@@ -323,12 +329,7 @@ def test_without_the_servers_metrics_a_run_without_drafts_counts_a_token_a_step(
     """Chunks that carry two steps, and no metrics to say the server does not speculate: the
     user says so (--calibration-drafts 0) and a step is one token's time; without it, the error
     says what could not be told apart."""
-    records = sweep()
-    for r in records:
-        if r.group and r.group.startswith("decode:"):
-            step = r.chunk_times_s[1] - r.chunk_times_s[0]
-            times = [*r.chunk_times_s[:6], r.chunk_times_s[5] + 2 * step, r.chunk_times_s[9]]
-            r.chunk_times_s, r.chunk_tokens = times, [1] * 6 + [2, 2]
+    records = two_steps_a_chunk_at_the_end()
     results = run_of(records)  # metrics unreachable
     says = r"metrics were not read .* \(0 when it does not speculate\)"
     with pytest.raises(PlanError, match=says):
