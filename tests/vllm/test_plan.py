@@ -17,6 +17,10 @@ from kimi_operator.cli import main
 from tests.vllm.conftest import Served
 
 SESSIONS, TURNS = 5, 4
+# TTFT's bound is wider than the pooled check's 20% had been, and on purpose (issue 38's bar):
+# this compares one calibration with one replay, and a replay's TTFT p50 is about 20 requests'
+# on a machine whose speed moves ~15% from second to second (docs/planning.md); task completion,
+# half of it think time, keeps 20%.
 BOUNDS = {"task completion p50": 0.20, "task completion p90": 0.20, "TTFT p50": 0.25}
 
 

@@ -148,8 +148,8 @@ def sized_to_server(
             f"{longest_request(prompt, output_tokens)} tokens, over the server's max_model_len "
             f"{context} (/v1/models): give a smaller --prompt-tokens or --output-tokens"
         )
-    largest = limits.max_num_seqs
-    batch = concurrency or min(defaults.concurrency or 1, largest or defaults.concurrency or 1)
+    largest, default = limits.max_num_seqs, defaults.concurrency or 1
+    batch = concurrency or min(default, largest or default)
     if concurrency is not None and largest is not None and concurrency > largest:
         raise BenchError(
             f"--concurrency {concurrency}: the server runs at most {largest} sequences at once "
