@@ -24,8 +24,8 @@ from kimi_operator.builders import (
 from kimi_operator.builders.autoscaling import target_metric
 from kimi_operator.builders.images import ImageChoice, choose
 from kimi_operator.builders.weights import hf_sources
-from kimi_operator.k8s.apply import Write, owned_by, with_owner
 from kimi_operator.k8s.errors import KubernetesError
+from kimi_operator.k8s.merge import Write, owned_by, with_owner
 from kimi_operator.k8s.resources import (
     BY_KIND,
     COMPUTE_DOMAIN,

@@ -23,8 +23,8 @@ from kimi_operator.builders.images import ImageChoice
 from kimi_operator.builders.meta import group_name, leader_selector
 from kimi_operator.builders.serving import endpoint
 from kimi_operator.controller.retry import retry_delay, temporary
-from kimi_operator.k8s.apply import Applied
 from kimi_operator.k8s.errors import ApiError, KubernetesError, OwnerTerminating
+from kimi_operator.k8s.merge import Applied
 from kimi_operator.k8s.resources import COMPUTE_DOMAIN, LEADER_WORKER_SET, Resource
 from kimi_operator.reconcile.decide import Decision, Observed, condition, routing_missing
 from kimi_operator.rollout import Steps
