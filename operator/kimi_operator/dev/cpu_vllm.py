@@ -200,14 +200,6 @@ class CpuServer:
     ) -> None:
         self.stop()
 
-    def rss_bytes(self) -> int:
-        """Resident memory of the server's process tree (API server, engine, worker)."""
-        import psutil  # noqa: PLC0415 (installed by make setup with vLLM's interfaces)
-
-        assert self.process is not None
-        top = psutil.Process(self.process.pid)
-        return sum(p.memory_info().rss for p in [top, *top.children(recursive=True)])
-
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
