@@ -12,7 +12,7 @@ from typing import Any, Literal, NamedTuple
 from kimi_operator import caches, rollout, routing
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
-from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
+from kimi_operator.api.status import ROLLING_REASONS, condition, progressing_reason
 from kimi_operator.builders import (
     OperatorDefaults,
     Resolved,
@@ -414,13 +414,6 @@ def _prune(observed: Observed, plan: Plan) -> list[Write]:
                 continue
             out.append(Write.delete(BY_KIND[kind], obj))
     return out
-
-
-def condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    """The condition `kind` of a status, {} if it has none."""
-    conditions = status.get("conditions") or []
-    found: Mapping[str, Any] = next((c for c in conditions if c.get("type") == kind), {})
-    return found
 
 
 def had_weights(status: Mapping[str, Any]) -> bool:
