@@ -32,11 +32,11 @@ from kimi_operator.builders.meta import MANAGER
 from kimi_operator.controller.leader import LeaseConfig
 from kimi_operator.embedded.chart import NAMESPACE as RELEASE_NAMESPACE
 from kimi_operator.embedded.chart import operator_identity
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.hub import FakeHub
 from kimi_operator.embedded.jobs import JobRunner, running
 from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.rbac import Attributes, request_attributes
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import ROUTING_KINDS, child_crds, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (

@@ -11,7 +11,7 @@ import pytest
 from kimi_operator import caches
 from kimi_operator import reconcile as reconcile_module
 from kimi_operator.builders import OperatorDefaults
-from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.k8s.apply import perform
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError

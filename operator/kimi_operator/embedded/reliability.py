@@ -24,8 +24,9 @@ import yaml
 
 from kimi_operator.api.status import condition
 from kimi_operator.embedded.audit import Audit, audit
+from kimi_operator.embedded.faults import Fault
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import OperatorProcess, memory_mb, wait
-from kimi_operator.embedded.server import EmbeddedApiServer, Fault
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, SERVICE
