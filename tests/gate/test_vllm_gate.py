@@ -76,14 +76,19 @@ def _local(args: list[str], checkpoints: tuple[str, str]) -> list[str]:
     return out
 
 
-def _verdicts(cases: list[tuple[list[str], dict[str, str]]]) -> list[str]:
+def _outcomes(cases: list[tuple[list[str], dict[str, str]]]) -> list[dict[str, Any]]:
+    """Per case, the harness's verdict and what vLLM's config code made of the KV settings."""
     payload = json.dumps([{"args": a, "env": e} for a, e in cases])
     done = subprocess.run(
         [sys.executable, str(HARNESS)], input=payload, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    verdicts: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
-    return verdicts
+    outcomes: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return outcomes
+
+
+def _verdicts(cases: list[tuple[list[str], dict[str, str]]]) -> list[str]:
+    return [outcome["verdict"] for outcome in _outcomes(cases)]
 
 
 def test_accepted_specs_pass_vllms_gate_and_doctored_renders_do_not(
@@ -165,3 +170,83 @@ def _doctored(
         ),
         ("no decode_backend", swap("--additional-config", "{}"), V2_ENV, "stock"),
     ]
+
+
+OFFLOADED = [(name, edits) for name, edits, valid in CORPUS if valid and "cpuOffload" in str(edits)]
+EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512,expandable_segments:True"}
+
+
+def _tier_gib(edits: dict[str, Any]) -> int:
+    """perGPU x gpus, read from the corpus edits (whole GiB, `NGi`)."""
+    per_gpu = edits["spec.kvCache.cpuOffload"]["perGPU"]
+    assert per_gpu.endswith("Gi")
+    gpus: int = edits.get("spec.gpus", 16)
+    return int(per_gpu[:-2]) * gpus
+
+
+def test_the_cpu_tier_is_vllms_native_offloading_connector_with_the_hybrid_manager_on(
+    checkpoints: tuple[str, str],
+) -> None:
+    """What vLLM's config code (config/vllm.py, `_post_init_kv_transfer_config`) builds from the
+    rendered flags of every rank: the OffloadingConnector holding the whole group's tier, and the
+    hybrid KV cache manager (K3's KDA state beside its MLA KV) left on, since that connector
+    supports it. Doctored: the expandable-segments allocator is refused by vLLM, prefix caching off
+    is not (the operator's rule: docs/rules.md)."""
+    cases, expected = [], []
+    for name, edits in OFFLOADED:
+        for args, env in _containers(edited(edits)):
+            cases.append((_local(args, checkpoints), env))
+            expected.append((name, _tier_gib(edits)))
+    leader, env = cases[0]
+    no_prefix = [
+        "--no-enable-prefix-caching" if a == "--enable-prefix-caching" else a for a in leader
+    ]
+    outcomes = _outcomes([*cases, (leader, env | EXPANDABLE), (no_prefix, env)])
+    assert len(expected) >= 20
+    for (name, gib), outcome in zip(expected, outcomes, strict=False):
+        assert outcome["verdict"] in ("pass", "stock"), (name, outcome)
+        kv = outcome["kv"]
+        assert kv["connector"] == {
+            "name": "OffloadingConnector",
+            "role": "kv_both",
+            "extra": {"cpu_bytes_to_use": gib * 2**30},
+        }, name
+        assert kv["hybrid_manager_off"] is False, name
+        assert kv["prefix_caching"] is True, name
+    refused, unchecked = outcomes[len(expected) :]
+    assert "OffloadingConnector is incompatible with PYTORCH_CUDA_ALLOC_CONF" in refused["verdict"]
+    assert unchecked["verdict"] == "pass"
+    assert unchecked["kv"]["prefix_caching"] is False
+
+
+def _source(module: str) -> str:
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None
+    assert spec.origin is not None
+    return Path(spec.origin).read_text()
+
+
+def _class_bases(source: str) -> dict[str, list[str]]:
+    import ast  # noqa: PLC0415
+
+    return {
+        node.name: [ast.unparse(base) for base in node.bases]
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef)
+    }
+
+
+def test_only_the_native_backend_serves_a_hybrid_model() -> None:
+    """vLLM turns the hybrid KV cache manager off for a connector without SupportsHMA
+    (config/vllm.py), and K3's KDA layers cannot run without it. The lmcache backend's connector,
+    LMCacheMPConnector (config/vllm.py), is lmcache's own class when that package is installed
+    (absent here) and else the wheel's LMCacheMPConnectorUpstream, read from its source: no
+    SupportsHMA, and an error for more than one KV cache group."""
+    connectors = "vllm.distributed.kv_transfer.kv_connector.v1"
+    lmcache = _source(f"{connectors}.lmcache_mp_connector")
+    native = _class_bases(_source(f"{connectors}.offloading_connector"))["OffloadingConnector"]
+    assert "SupportsHMA" in native
+    assert "SupportsHMA" not in _class_bases(lmcache)["LMCacheMPConnectorUpstream"]
+    assert "LMCacheMPConnector only works without hybrid kv cache manager" in lmcache

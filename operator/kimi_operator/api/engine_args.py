@@ -210,6 +210,12 @@ FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
         "spec.kvCache.gpuMemoryUtilizationPercent or spec.kvCache.enablePrefixCaching instead",
     ),
     ForbiddenFlags(
+        _options("kv_offloading_size", "kv_offloading_backend", "kv_events_config"),
+        "the CPU KV tier is spec.kvCache.cpuOffload, on vLLM's native backend (LMCache's "
+        "connector does not support the hybrid KV cache manager that Kimi K3's KDA layers need), "
+        "and KV events are spec.routing.prefixScoring Precise",
+    ),
+    ForbiddenFlags(
         _options("model", "served_model_name", "revision", "config"),
         "the model is spec.model (and --config could set any forbidden flag)",
     ),
