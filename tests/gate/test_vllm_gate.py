@@ -21,7 +21,8 @@ import pytest
 
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults, build_children
-from kimi_operator.builders.vllm_args import DRAFT_DIR
+from kimi_operator.builders.routing import PICKER_BLOCK_TOKENS
+from kimi_operator.builders.vllm_args import DRAFT_DIR, KV_EVENTS_PORT
 from tests.support.corpus import CORPUS
 from tests.support.k3_checkpoint import K3_TEXT, write_config, write_k3_checkpoint
 from tests.support.pods import expand
@@ -250,3 +251,25 @@ def test_only_the_native_backend_serves_a_hybrid_model() -> None:
     assert "SupportsHMA" in native
     assert "SupportsHMA" not in _class_bases(lmcache)["LMCacheMPConnectorUpstream"]
     assert "LMCacheMPConnector only works without hybrid kv cache manager" in lmcache
+
+
+def test_precise_scoring_publishes_kv_events_in_blocks_the_picker_can_hash(
+    checkpoints: tuple[str, str],
+) -> None:
+    """vLLM's config takes the rendered KV events config (ZMQ, the topic the picker's filter
+    takes), and the picker's block size divides the block size vLLM's config code gives the cache
+    (the simulated platform's; docs/kv-cache.md says what the GPU-side check adds)."""
+    precise = [
+        edited(edits)
+        for _, edits, valid in CORPUS
+        if valid and "Precise" in str(edits.get("spec.routing", ""))
+    ]
+    assert len(precise) >= 2
+    cases = [(_local(args, checkpoints), env) for doc in precise for args, env in _containers(doc)]
+    for outcome in _outcomes(cases):
+        events = outcome["kv"]["events"]
+        assert events["enabled"] is True
+        assert events["publisher"] == "zmq"
+        assert events["endpoint"] == f"tcp://*:{KV_EVENTS_PORT}"
+        assert events["topic"] == "kv@leader@moonshotai/Kimi-K3"
+        assert outcome["kv"]["block_size"] % PICKER_BLOCK_TOKENS == 0

@@ -127,6 +127,17 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
         },
         False,
     ),
+    (
+        "routing-precise-no-prefix-scorer",
+        {
+            "spec.routing": {
+                "mode": "InferencePool",
+                "prefixScoring": "Precise",
+                "endpointPicker": {"weights": {"prefixCache": 0}},
+            }
+        },
+        False,
+    ),
     ("routing-estimated-model-with-at", {"spec.model.name": "kimi@k3"}, True),
     ("routing-scoring-unknown", {"spec.routing.prefixScoring": "Exact"}, False),
     ("routing-mode-unknown", {"spec.routing.mode": "Mesh"}, False),

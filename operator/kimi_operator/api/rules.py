@@ -530,6 +530,18 @@ RULES: tuple[Rule, ...] = (
         got=lambda r: r["prefixScoring"],
     ),
     Rule(
+        scope=("routing",),
+        reads=(("prefixScoring",), ("endpointPicker", "weights", "prefixCache")),
+        field="prefixScoring",
+        cel="self.prefixScoring != 'Precise' || self.endpointPicker.weights.prefixCache > 0",
+        check=lambda r: (
+            r["prefixScoring"] != "Precise" or r["endpointPicker"]["weights"]["prefixCache"] > 0
+        ),
+        problem="precise prefix scoring feeds the prefix-cache scorer, which weight 0 leaves out",
+        allowed="Estimated; or Precise with endpointPicker.weights.prefixCache above 0",
+        got=lambda r: r["endpointPicker"]["weights"]["prefixCache"],
+    ),
+    Rule(
         scope=(),
         reads=(("routing", "prefixScoring"), ("kvCache", "enablePrefixCaching")),
         field="routing.prefixScoring",

@@ -134,6 +134,10 @@ def leader_args(spec: KimiDeploymentSpec, no_custom_all_reduce: bool = False) ->
         "--port",
         str(HTTP_PORT),
     ]
+    if spec.routing.prefix_scoring == "Precise":
+        # The render endpoints (/v1/chat/completions/render) the picker's token producer calls;
+        # vLLM answers them with 403 without it (entrypoints/scale_out/factories.py).
+        args.append("--enable-scale-out")
     if spec.nodes_per_group > 1:
         args += [
             "--nnodes", str(spec.nodes_per_group),
