@@ -199,7 +199,13 @@ def _config_problems(config: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-GO_TYPES = {"string": str, "int": int, "bool": bool, "float64": (int, float), "object": dict}
+GO_TYPES: dict[str, type | tuple[type, ...]] = {
+    "string": str,
+    "int": int,
+    "bool": bool,
+    "float64": (int, float),
+    "object": dict,
+}
 
 
 def _parameter_problems(where: str, value: Any, schema: Any) -> list[str]:
