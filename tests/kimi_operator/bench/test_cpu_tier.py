@@ -74,6 +74,23 @@ def test_without_the_tier_the_evicted_session_is_recomputed_and_no_tier_is_repor
     assert "CPU-tier" not in (tmp_path / "out" / "report.md").read_text()
 
 
+def test_compare_without_and_with_the_tier(
+    cli: Cli, stub: Callable[..., tuple[str, StubApp]], tmp_path: Path
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(TRACE)
+    for name, cpu_blocks in (("a", 0), ("b", 64)):
+        url, _ = stub(ttft_s=0.01, step_s=0.002, gpu_blocks=2, cpu_blocks=cpu_blocks)
+        _replay(cli, url, trace, tmp_path / name)
+    run = cli("bench", "compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert run.code == 0, run.err
+    lines = run.out.splitlines()
+    (tier,) = [line.split() for line in lines if line.startswith("CPU-tier hit rate")]
+    assert tier[-3:] == ["-", f"{HITS / QUERIES:.1%}", "-"]  # A has no tier: no ratio
+    assert any(line.startswith("TTFT of returning turns (ms) p50") for line in lines)
+    assert any(line.startswith("TTFT of first turns (ms) p50") for line in lines)
+
+
 def _record(index: int, ttft: float | None, *, error: str | None = None) -> RequestRecord:
     return RequestRecord(
         index=index,
