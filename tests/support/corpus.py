@@ -351,6 +351,14 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
         },
         False,
     ),
+    (  # vLLM would replace its connector with the offloading connector
+        "cpu-offload-kv-transfer-config",
+        {
+            "spec.kvCache.cpuOffload": OFFLOAD,
+            "spec.engineArgs": ['--kv-transfer-c={"kv_connector":"NixlConnector"}'],
+        },
+        False,
+    ),
     ("offloading-size-in-engine-args", {"spec.engineArgs": ["--kv-offloading-size", "512"]}, False),
     ("offloading-size-abbreviated", {"spec.engineArgs": ["--kv-offloading-s=512"]}, False),
     ("kv-events-in-engine-args", {"spec.engineArgs": ["--kv-events-config={}"]}, False),

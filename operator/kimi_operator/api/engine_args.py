@@ -235,6 +235,14 @@ FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
 )
 
 
+# vLLM replaces the connector of a --kv-transfer-config with its offloading connector when
+# --kv-offloading-size is set (config/vllm.py, _post_init_kv_transfer_config): refused beside
+# spec.kvCache.cpuOffload (a rule in rules.py), allowed without it.
+KV_TRANSFER_CONFIG = ForbiddenFlags(
+    _options("kv_transfer_config"),
+    "with spec.kvCache.cpuOffload vLLM replaces its connector with the offloading connector",
+)
+
 # An option name followed by a space: argparse reads the whole element as a value (a model name).
 SPACED_ARGS = ForbiddenFlags(
     flags=(),

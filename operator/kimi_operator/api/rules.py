@@ -16,6 +16,7 @@ from kimi_operator.api.constants import FAST_PATH_MAX_DECODE_TOKENS
 from kimi_operator.api.engine_args import (
     ENGINE_ARG_REFUSALS,
     KNOWN_OPTIONS,
+    KV_TRANSFER_CONFIG,
     ForbiddenFlags,
     KnownOptions,
 )
@@ -505,6 +506,20 @@ RULES: tuple[Rule, ...] = (
         "connector's registered copies)",
         allowed=f"no {EXPANDABLE}, or no kvCache.cpuOffload",
         got=lambda s: _expandable(s["env"]),
+    ),
+    Rule(
+        scope=(),
+        reads=(("kvCache", "cpuOffload"), ("engineArgs",)),
+        field="engineArgs",
+        cel="!has(self.kvCache.cpuOffload) || "
+        f"self.engineArgs.all(a, !a.matches('{_cel_string(KV_TRANSFER_CONFIG.pattern)}'))",
+        check=lambda s: (
+            "cpuOffload" not in s["kvCache"] or not KV_TRANSFER_CONFIG.refused(s["engineArgs"])
+        ),
+        problem=f"{KV_TRANSFER_CONFIG.label} beside kvCache.cpuOffload: "
+        + KV_TRANSFER_CONFIG.reason,
+        allowed="no --kv-transfer-config, or no kvCache.cpuOffload",
+        got=lambda s: KV_TRANSFER_CONFIG.refused(s["engineArgs"]),
     ),
     # An HTTPRoute attaches an InferencePool to the Gateway: there is none without the pool.
     Rule(
