@@ -34,6 +34,7 @@ from kimi_operator.bench.server_metrics import (
     Snapshot,
     parse,
 )
+from kimi_operator.builders.routing import PICKER_BLOCK_TOKENS
 
 CACHE_INFO = "vllm:cache_config_info"
 
@@ -117,6 +118,8 @@ def check(
     return {
         "passed": passed,
         "block_size": block,
+        # Precise prefix scoring (docs/kv-cache.md): the picker hashes blocks of 16 tokens.
+        "block_size_divides_into_picker_blocks": block % PICKER_BLOCK_TOKENS == 0,
         "gpu_cache_tokens": gpu_tokens,
         "first_turn_prompt_tokens": first_tokens,
         "filler_prompt_tokens": filled,

@@ -42,6 +42,7 @@ def test_a_session_evicted_from_gpu_memory_comes_back_from_the_tier(
     assert code == 0, report
     # The stub says block_size 64: the session's 64 words are one whole block of it.
     assert report["expected_tier_hits"] == 64
+    assert report["block_size_divides_into_picker_blocks"] is True  # 64 is 4 blocks of 16
     assert report["returning_turn_tier_hits"] == 64
     assert report["returning_turn_gpu_hits"] == 0
     assert report["filler_prompt_tokens"] == 4 * 32
