@@ -1,10 +1,12 @@
 """Run in a fresh process (tests/gate/test_vllm_gate.py starts it): each case's `vllm serve`
 arguments and environment through vLLM 0.33.0's own code, on a simulated GB300 (SM 10.3).
 
-stdin: a JSON list of {"args": [...], "env": {...}}; stdout (last line): a JSON list of verdicts,
-"pass" (vLLM's specialized_decode_config returned a DecodeConfig), "stock" (it returned None: the
-deployment never enters the fast path) or "refused: <vLLM's message>" (it, or vLLM's parser or
-config code before it, raised).
+stdin: a JSON list of {"args": [...], "env": {...}}; stdout (last line): a JSON list, one object
+per case: "verdict", "pass" (vLLM's specialized_decode_config returned a DecodeConfig), "stock"
+(it returned None: the deployment never enters the fast path) or "refused: <vLLM's message>" (it,
+or vLLM's parser or config code before it, raised); and, for a config vLLM built, what its config
+code made of the KV settings: "kv" (the KV connector it configured: name, role, extra config; the
+hybrid KV cache manager off or not; the KV events config; the cache block size).
 
 The CUDA platform module cannot be imported without libcuda, so the platform is vLLM's CPU
 platform with what a GB300's CUDA platform says where the config and the gate read it: device
@@ -65,7 +67,31 @@ def _error(message: str) -> None:
 PARSER.error = _error  # argparse would exit the process
 
 
-def verdict(args: list[str], env: dict[str, str], base_env: dict[str, str]) -> str:
+def kv_settings(config: Any) -> dict[str, Any]:
+    transfer, events = config.kv_transfer_config, config.kv_events_config
+    return {
+        "connector": None
+        if transfer is None
+        else {
+            "name": transfer.kv_connector,
+            "role": transfer.kv_role,
+            "extra": transfer.kv_connector_extra_config,
+        },
+        "hybrid_manager_off": config.scheduler_config.disable_hybrid_kv_cache_manager,
+        "events": None
+        if events is None
+        else {
+            "enabled": events.enable_kv_cache_events,
+            "publisher": events.publisher,
+            "endpoint": events.endpoint,
+            "topic": events.topic,
+        },
+        "block_size": config.cache_config.block_size,
+        "prefix_caching": config.cache_config.enable_prefix_caching,
+    }
+
+
+def verdict(args: list[str], env: dict[str, str], base_env: dict[str, str]) -> dict[str, Any]:
     os.environ.clear()
     os.environ.update(base_env | env)
     try:
@@ -76,8 +102,9 @@ def verdict(args: list[str], env: dict[str, str], base_env: dict[str, str]) -> s
         config = AsyncEngineArgs.from_cli_args(namespace).create_engine_config()
         decode = specialized_decode_config(config)
     except (ParserExit, ValueError, TypeError, AssertionError) as error:
-        return f"refused: {type(error).__name__}: {' | '.join(str(error).splitlines()[:3])[:400]}"
-    return "stock" if decode is None else "pass"
+        message = " | ".join(str(error).splitlines()[:3])[:400]
+        return {"verdict": f"refused: {type(error).__name__}: {message}", "kv": None}
+    return {"verdict": "stock" if decode is None else "pass", "kv": kv_settings(config)}
 
 
 def main() -> None:

@@ -28,6 +28,12 @@ ITL = "vllm:inter_token_latency_seconds"
 # Counters of prompt tokens looked up in, and found in, vLLM's prefix cache (0.33.0 catalog).
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
+# The KV connector's: with kvCache.cpuOffload, tokens looked up in (and found in) the CPU tier,
+# those the GPU prefix cache missed; and the bytes moved each way (OffloadingConnector only).
+OFFLOAD_QUERIES = "vllm:external_prefix_cache_queries_total"
+OFFLOAD_HITS = "vllm:external_prefix_cache_hits_total"
+OFFLOAD_LOADED = "vllm:kv_offload_load_bytes_total"
+OFFLOAD_STORED = "vllm:kv_offload_store_bytes_total"
 
 
 @dataclass
@@ -123,6 +129,10 @@ def delta(before: Snapshot | None, after: Snapshot | None) -> ServerMetrics:
         decode_rate_metric=source if rate is not None else None,
         inter_token_latency_s=mean(ITL),
         prefix_cache_hit_rate=_ratio(change(PREFIX_HITS), change(PREFIX_QUERIES)),
+        offload_hit_rate=_ratio(change(OFFLOAD_HITS), change(OFFLOAD_QUERIES)),
+        offload_hit_tokens=change(OFFLOAD_HITS) if OFFLOAD_HITS in after.totals else None,
+        offload_loaded_bytes=change(OFFLOAD_LOADED) if OFFLOAD_LOADED in after.totals else None,
+        offload_stored_bytes=change(OFFLOAD_STORED) if OFFLOAD_STORED in after.totals else None,
     )
 
 

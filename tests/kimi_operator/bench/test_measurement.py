@@ -251,6 +251,10 @@ def test_metrics_unreachable_is_a_warning_not_a_failure(
         "inter_token_latency_s": None,
         "prefix_cache_hit_rate": None,
         "prefix_cache_groups": [],
+        "offload_hit_rate": None,
+        "offload_hit_tokens": None,
+        "offload_loaded_bytes": None,
+        "offload_stored_bytes": None,
     }
     assert any("no /metrics" in w for w in summary["warnings"])
 
