@@ -4,6 +4,7 @@ import json
 
 from kimi_operator.api.spec import KimiDeploymentSpec, ServingSpec
 from kimi_operator.api.vllm_parse import destinations
+from kimi_operator.builders.lifecycle import drain_flags, load_flags
 
 HTTP_PORT = 8000
 DISABLE_CUSTOM_ALL_REDUCE = "--disable-custom-all-reduce"
@@ -49,6 +50,7 @@ def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
     if kv.mamba_ssm_cache_dtype != "auto":
         flags += ["--mamba-ssm-cache-dtype", kv.mamba_ssm_cache_dtype]
     flags += serving_flags(spec.serving) + recipe_defaults(spec.engine_args)
+    flags += load_flags(spec.serving) + drain_flags(spec.serving)
     if spec.speculative is not None:
         draft = {
             "method": spec.speculative.method,

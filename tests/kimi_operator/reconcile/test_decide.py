@@ -84,7 +84,11 @@ def test_a_first_reconcile_creates_every_child() -> None:
     seen = observed(body(), first=True)
     decision = decide(seen, DEFAULTS, now=NOW)
     assert names(decision.apply) == sorted([*GROUPS, *REST])
-    assert (decision.caches, decision.held, decision.delete) == ([], [], [])
+    # The namespace's compile-cache claim, created or joined like a weights cache.
+    assert [(w.verb, w.resource.kind, w.name) for w in decision.caches] == [
+        ("create", "PersistentVolumeClaim", "kimi-compile-cache")
+    ]
+    assert (decision.held, decision.delete) == ([], [])
     status = status_of(seen, decision, decision.apply).status
     assert (status["replicas"], status["readyReplicas"]) == (1, 0)
     assert condition(status, "Ready")["status"] == "False"
@@ -186,6 +190,7 @@ def test_a_quota_refusal_of_a_cache_stops_the_weights_and_the_groups() -> None:
     seen = observed(doc)
     planned = decide(seen, DEFAULTS, now=NOW)
     assert [(w.verb, w.resource.kind) for w in planned.caches] == [
+        ("create", "PersistentVolumeClaim"),  # the compile cache
         ("create", "PersistentVolumeClaim"),
         ("create", "Job"),
     ]
