@@ -9,7 +9,7 @@ import pytest
 
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults, build_caches, build_children, preview_weights
-from tests.support.pods import pod_specs
+from tests.support.pods import pod_specs, privilege_problems
 from tests.support.specs import edited
 
 MOUNT = "/var/cache/vllm-kimi"
@@ -120,6 +120,10 @@ def test_host_path_is_a_folder_per_key_on_the_node() -> None:
     assert "//" not in path
     assert path.rsplit("/", 1)[1] == _folder(edited({}))  # the key, as the claim's subPath
     assert _claims(children) == []
+    assert privilege_problems(children) == []  # the one host path a person may opt into
+    for _, container in _containers(children):  # the folder mounted anywhere else is not it
+        container["volumeMounts"].append({"name": "compile-cache", "mountPath": "/etc"})
+    assert len(privilege_problems(children)) == len(_containers(children))
 
 
 def test_disabled_renders_no_volume_variables_or_claim() -> None:
