@@ -62,6 +62,25 @@ class CompileCacheSpec(ApiModel):
     )
 
 
+class RestartBudgetSpec(ApiModel):
+    """When the operator stops recreating a failing group (docs/group-lifecycle.md)."""
+
+    failures: Annotated[int, Field(ge=1, le=100)] = Field(
+        3,
+        description="Failures of one group (recreated, a container crashed, OOM, NCCL/IMEX, an "
+        "image that cannot be pulled) within windowMinutes that stop it: Degraded "
+        "GroupStopped, until the kimi-operator.io/resume annotation is set to a new value.",
+    )
+    window_minutes: Annotated[int, Field(ge=1, le=1440)] = Field(
+        60, description="The window the failures are counted in."
+    )
+    start_grace_minutes: Annotated[int, Field(ge=0, le=480)] = Field(
+        30,
+        description="While a pod of a starting group still pulls its image or initializes, for "
+        "this long after the leader is scheduled, workers giving up on it are not counted.",
+    )
+
+
 class LifecycleFields(ApiModel):
     """The spec.serving fields of a group's life, mixed into ServingSpec."""
 
@@ -87,6 +106,11 @@ class LifecycleFields(ApiModel):
         description="With loadFormat auto or safetensors (--safetensors-load-strategy): "
         "prefetch reads the files into the page cache first (network storage), eager reads each "
         "file whole, lazy maps them; omitted: vLLM's choice.",
+    )
+    restart_budget: RestartBudgetSpec = Field(
+        default_factory=RestartBudgetSpec,
+        json_schema_extra=nested_default(),
+        description="How many failures of a group are retried before it is stopped.",
     )
     drain_seconds: Annotated[int, Field(ge=0, le=MAX_DRAIN_SECONDS)] = Field(
         120,

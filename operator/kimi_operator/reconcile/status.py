@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_operator import caches, rollout, routing
+from kimi_operator import caches, group_life, rollout, routing
 from kimi_operator import conditions as cond
 from kimi_operator.api.problem import Problem
 from kimi_operator.builders import (
@@ -39,6 +39,9 @@ class Outcome:
     result: str = "reconciled"  # reconciled | invalid | error | terminating: for metrics
     # Reconcile again after this many seconds even if nothing is watched to change (a deadline).
     requeue_after_s: float | None = None
+    # For the operator's metrics: groups' start-up times recorded now, failures counted now.
+    startups: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
 
 
 def terminating(old: Mapping[str, Any], generation: int | None, *, now: str) -> Outcome:
@@ -131,8 +134,10 @@ def outcome(
             gpus=spec.gpus * spec.replicas,
             autoscaler=plan.autoscaler,
         ),
+        groups=None if error else decision.groups,
     )
     events = cond.newly_bad(old, status)
+    startups, counted = group_life.news(old, status.get("groups") or [])
     if spec_changed:
         events += _spec_warnings(observed, defaults)
     return Outcome(
@@ -142,6 +147,8 @@ def outcome(
         error,
         result="error" if error else "reconciled",
         requeue_after_s=_requeue_after(steps if not error else None, weights),
+        startups=startups,
+        failures=counted,
     )
 
 
