@@ -4,6 +4,7 @@ stand-in kubelet does), records the group's start-up time, counts its failures w
 pod's reason, and stops a crash-looping group after its budget until a person resumes it."""
 
 import datetime
+import functools
 from typing import Any
 
 import pytest
@@ -83,7 +84,8 @@ def test_start_up_time_is_recorded_and_a_crash_loop_is_stopped_then_resumed(
     # Now it crash-loops: OOM-killed, recreated by LeaderWorkerSet, OOM-killed again.
     for failures in (1, 2):
         _recreate(client, lws)
-        wait_for(lambda: _counted(client, namespace, name, failures), TIMEOUT_S, "counted")
+        counted = functools.partial(_counted, client, namespace, name, failures)
+        wait_for(counted, TIMEOUT_S, f"failure {failures} counted")
     record = wait_for(lambda: _stopped(client, namespace, name), TIMEOUT_S, "stopped")
     assert record["lastFailure"]["reason"] == "OOMKilled"
     degraded = condition(status_of(client, namespace, name), "Degraded")
