@@ -39,8 +39,9 @@ class Outcome:
     result: str = "reconciled"  # reconciled | invalid | error | terminating: for metrics
     # Reconcile again after this many seconds even if nothing is watched to change (a deadline).
     requeue_after_s: float | None = None
-    # For the operator's metrics: groups' start-up times recorded now, failures counted now.
-    startups: list[float] = field(default_factory=list)
+    # For the operator's metrics: groups' start-up times recorded now (seconds, fraction of the
+    # budget), failures counted now (their reasons).
+    startups: list[tuple[float, float]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
 
@@ -147,7 +148,7 @@ def outcome(
         error,
         result="error" if error else "reconciled",
         requeue_after_s=_requeue_after(steps if not error else None, weights),
-        startups=startups,
+        startups=[(s, s / (spec.serving.startup_timeout_minutes * 60)) for s in startups],
         failures=counted,
     )
 
