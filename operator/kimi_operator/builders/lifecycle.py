@@ -63,7 +63,7 @@ def cache_volume(
 
 def cache_env(root: str) -> list[dict[str, Any]]:
     """Every cache under `root`, and vLLM's start-up plan on (also what the CPU measurement
-    gives its server: tests/vllm/test_startup_cache.py)."""
+    gives its server: tests/vllm/test_group_lifecycle.py)."""
     env = [{"name": name, "value": f"{root}/{folder}"} for name, folder in CACHE_DIRS]
     return [*env, {"name": STARTUP_PLAN_ENV, "value": "1"}]
 
