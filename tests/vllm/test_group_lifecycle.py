@@ -8,7 +8,7 @@ vLLM hashes changed (VLLM_ENGINE_READY_TIMEOUT_S, which the operator derives fro
 budget) makes vLLM compile into a new folder. Ratios of one run: the machine's speed cancels.
 
 The drain: a server given the operator's --shutdown-timeout finishes a request in flight after
-SIGTERM (what the kubelet sends a leaving pod's vLLM); with 0 it aborts it.
+SIGTERM (what the kubelet sends a leaving pod's vLLM); with 0 the request gets no further token.
 
 Its own servers, one at a time, not the session's: about 1-2 minutes each on two CPUs.
 """
@@ -83,6 +83,7 @@ def test_a_warm_cache_root_starts_faster_and_a_hashed_setting_misses(tmp_path: P
 # Long enough to be in flight when SIGTERM comes (the tiny model decodes tens of tokens a second
 # on two CPUs), inside the server's 4,096-token context.
 TOKENS = 1500
+STALL_S = 60
 
 
 @dataclass
@@ -108,7 +109,9 @@ def _stream(root: str, first: threading.Event, out: Streamed) -> None:
         {"Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=300) as response:
+        # A drained stream never pauses this long; an aborted one stalls for good (vLLM kills the
+        # engine and leaves the connection open until the client or the kubelet gives up).
+        with urllib.request.urlopen(request, timeout=STALL_S) as response:
             for line in response:
                 text = line.decode().strip()
                 if not text.startswith("data: {"):

@@ -9,19 +9,11 @@ import pytest
 
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults, build_caches, build_children, preview_weights
+from tests.support.corpus import CACHE_VARIABLES
 from tests.support.pods import pod_specs, privilege_problems
 from tests.support.specs import edited
 
 MOUNT = "/var/cache/vllm-kimi"
-# Written out rather than imported: what the issue and vLLM 0.33.0's readers name.
-CACHE_VARIABLES = {
-    "VLLM_CACHE_ROOT",
-    "TORCHINDUCTOR_CACHE_DIR",
-    "TRITON_CACHE_DIR",
-    "DG_JIT_CACHE_DIR",
-    "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR",
-    "CUTE_DSL_CACHE_DIR",
-}
 
 
 def _children(doc: dict[str, Any], defaults: OperatorDefaults | None = None) -> list[Any]:
