@@ -175,9 +175,16 @@ def _records(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 
 
 def unrecorded(status: Mapping[str, Any], groups: Mapping[str, Mapping[str, Any]]) -> bool:
-    """Whether a live group's start-up time is not in the status yet (its pods are read then)."""
+    """Whether a group's pods are worth reading although it is Ready: it has no record yet (a new
+    group, or an operator upgraded onto running groups), or it was seen starting (its leader
+    recorded) and has no start-up time yet. A group whose pods were looked for and not found
+    (the demo's do not exist) is not read again at every resync."""
     records = _records(status)
-    return any(records.get(name, {}).get("startupSeconds") is None for name in groups)
+    return any(
+        name not in records
+        or (records[name].get("leaderUid") and records[name].get("startupSeconds") is None)
+        for name in groups
+    )
 
 
 def records(

@@ -76,6 +76,9 @@ def test_the_start_up_time_is_leader_scheduled_to_leader_ready_and_kept() -> Non
     assert record["startupSeconds"] == 20.5 * 60
     assert not group_life.unrecorded(status, {GROUP: lws()})
     assert step(kd, status, None, at(30))["groups"][0]["startupSeconds"] == 20.5 * 60
+    # A group never seen (read once), and one whose pods were not found (not read again).
+    assert group_life.unrecorded({}, {GROUP: lws()})
+    assert not group_life.unrecorded(step(kd, {}, [], at(1)), {GROUP: lws()})
     startups, failures = group_life.news({}, status["groups"])
     assert (startups, failures) == ([20.5 * 60], [])
 
