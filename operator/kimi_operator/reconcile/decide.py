@@ -381,9 +381,9 @@ def decide(
     records = group_life.records(kd, old, observed.groups, observed.pods, now=now)
     halted = group_life.stopped(records)
     plan.children = group_life.braked(rolled.planned, halted)
-    stopped = group_life.stopped_problem(kd, records)
-    if stopped is not None:
-        plan.degradations.append(stopped)
+    brake = group_life.stopped_problem(kd, records)
+    if brake is not None:
+        plan.degradations.append(brake)
     following = image.source == "OperatorDefault" and image.image == defaults.serving_image
     decision = Decision(
         plan,
