@@ -25,6 +25,7 @@ from kimi_operator.builders.weights import (
     JOB_NAME_LABEL,
     RETAIN_ANNOTATION,
     cache_name,
+    compile_cache_claim,
     hf_sources,
     resolve_job_name,
 )
@@ -269,12 +270,16 @@ def shared_write(
 
 
 def retained(kd: KimiDeployment, weights: Weights) -> set[str]:
-    """The claims kept for good once made (`cache.retain`): nobody's reference is put on them."""
+    """The claims kept for good once made (`cache.retain`): nobody's reference is put on them.
+    The namespace's compile-cache claim always: every deployment of the namespace may use it, and
+    joining it by reference would have them all patch one object (conflicts without end under
+    churn); it is created once and deleted by a person."""
+    compile_cache = compile_cache_claim(kd)
     return {
         weights.resolved[role].claim_name
         for role, source in hf_sources(kd)
         if source.cache.retain and role in weights.resolved
-    }
+    } | ({compile_cache["metadata"]["name"]} if compile_cache is not None else set())
 
 
 def _uids(refs: Sequence[Mapping[str, Any]]) -> set[str]:

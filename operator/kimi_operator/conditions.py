@@ -251,10 +251,12 @@ def render(
     rollout: Mapping[str, Any] | None = None,
     weights: Sequence[Mapping[str, Any]] | None = None,
     scale: ScaleStatus | None = None,
+    groups: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The status object: transition times kept for conditions whose status did not change;
     replica counts, endpoint, scale fields, the `rollout` fields (updatedReplicas, image,
-    imageSource, pendingImage) and the resolved `weights` kept from `old` when not given."""
+    imageSource, pendingImage), the resolved `weights` and the `groups`' records (group_life.py)
+    kept from `old` when not given."""
     previous = {c.get("type"): c for c in old.get("conditions", [])}
     entries = []
     for kind in CONDITION_TYPES:
@@ -287,6 +289,7 @@ def render(
             "selector": scale.selector if scale else old.get("selector", ""),
             "gpus": scale.gpus if scale else old.get("gpus", 0),
             "autoscaler": scale.autoscaler if scale else old.get("autoscaler", ""),
+            "groups": (list(groups) if groups is not None else old.get("groups")) or None,
         }
     )
     return rendered.model_dump(exclude_none=True)

@@ -17,6 +17,7 @@ import pytest
 
 from kimi_kernels.weights import MANIFEST
 from kimi_operator import caches as weights_caches
+from kimi_operator.builders.lifecycle import SHARED_CLAIM
 from kimi_operator.builders.weights import RETAIN_ANNOTATION
 from kimi_operator.embedded.audit import audit
 from kimi_operator.embedded.faults import Fault as ApiFault
@@ -94,11 +95,13 @@ def serving(client: Client, name: str) -> dict[str, Any]:
 
 
 def caches(client: Client) -> list[tuple[str, str]]:
+    """The weights caches (not the namespace's compile-cache claim: test_group_lifecycle.py)."""
     return sorted(
         (obj["kind"], obj["metadata"]["name"])
         for resource in (PERSISTENT_VOLUME_CLAIM, JOB)
         for obj in client.list(resource, NS)
         if obj["metadata"]["labels"].get("app.kubernetes.io/component") == "weights-cache"
+        and obj["metadata"]["name"] != SHARED_CLAIM
     )
 
 
@@ -335,7 +338,12 @@ def test_a_claim_left_pending_is_said_and_nothing_runs(
 
     # What the operator says of the same claim once it has waited past the limit: no volume comes.
     live = [obj for resource in (PERSISTENT_VOLUME_CLAIM, JOB) for obj in client.list(resource, NS)]
-    live = [o for o in live if o["metadata"]["labels"].get("app.kubernetes.io/component")]
+    live = [
+        o
+        for o in live
+        if o["metadata"]["labels"].get("app.kubernetes.io/component")
+        and o["metadata"]["name"] != SHARED_CLAIM
+    ]
     (claim,) = (o for o in live if o["kind"] == "PersistentVolumeClaim")
     created = datetime.datetime.strptime(
         claim["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"

@@ -248,10 +248,11 @@ def test_render_prints_children_of_a_valid_spec(
     children = list(yaml.safe_load_all(capsys.readouterr().out))
     assert code == 0
     assert [c["kind"] for c in children] == [
+        "PersistentVolumeClaim",  # the namespace's compile-cache claim
         "ComputeDomain", "LeaderWorkerSet", "ComputeDomain", "LeaderWorkerSet",
         "Service", "PodDisruptionBudget", "PodMonitor",
     ]  # fmt: skip
-    lws = children[1]["spec"]["leaderWorkerTemplate"]
+    lws = children[2]["spec"]["leaderWorkerTemplate"]
     assert lws["leaderTemplate"]["spec"]["containers"][0]["image"] == "registry.local/vllm:1"
 
 

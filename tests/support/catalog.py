@@ -114,6 +114,7 @@ def operator_samples() -> set[str]:
     metrics.duration.labels("create").observe(0.1)
     metrics.observe_request("get", "KimiDeployment", 200)
     metrics.set_conditions("uid-1", {"conditions": [{"type": "Ready", "status": "True"}]})
+    metrics.group_failures.labels("OOMKilled")
     return {s.name for family in metrics.registry.collect() for s in family.samples}
 
 

@@ -13,6 +13,19 @@ AUTOSCALING = {"maxReplicas": 4, "target": {"waitingRequestsPerGroup": 8}}
 OFFLOAD = {"perGPU": "32Gi"}
 EXPANDABLE = {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}
 
+# The compile caches' variables, written out as the issue and vLLM 0.33.0's readers name them
+# (the operator owns them: builders/lifecycle.py).
+CACHE_VARIABLES = frozenset(
+    {
+        "VLLM_CACHE_ROOT",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TRITON_CACHE_DIR",
+        "DG_JIT_CACHE_DIR",
+        "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR",
+        "CUTE_DSL_CACHE_DIR",
+    }
+)
+
 # (case id, edits to the valid base document, expected verdict)
 CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     ("minimal", {}, True),
@@ -456,6 +469,57 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     ("serving-startup-long", {"spec.serving.startupTimeoutMinutes": 481}, False),
     ("serving-startup-quoted", {"spec.serving.startupTimeoutMinutes": "90"}, False),
     ("serving-unknown", {"spec.serving.toolParser": "hermes"}, False),
+    ("serving-load-fastsafetensors", {"spec.serving.loadFormat": "fastsafetensors"}, True),
+    (
+        "serving-load-prefetch",
+        {"spec.serving": {"loadFormat": "safetensors", "safetensorsLoadStrategy": "prefetch"}},
+        True,
+    ),
+    ("serving-load-eager", {"spec.serving.safetensorsLoadStrategy": "eager"}, True),
+    ("serving-load-pt", {"spec.serving.loadFormat": "pt"}, False),
+    ("serving-load-torchao", {"spec.serving.safetensorsLoadStrategy": "torchao"}, False),
+    (
+        "serving-load-strategy-fastsafetensors",
+        {"spec.serving": {"loadFormat": "fastsafetensors", "safetensorsLoadStrategy": "lazy"}},
+        False,
+    ),
+    ("serving-drain-none", {"spec.serving.drainSeconds": 0}, True),
+    ("serving-drain-hour", {"spec.serving.drainSeconds": 3600}, True),
+    ("serving-drain-long", {"spec.serving.drainSeconds": 3601}, False),
+    ("serving-drain-negative", {"spec.serving.drainSeconds": -1}, False),
+    ("compile-cache-claim", {"spec.serving.compileCache": {"claimName": "rwx-cache"}}, True),
+    (
+        "compile-cache-host-path",
+        {"spec.serving.compileCache": {"volume": "HostPath", "hostPath": "/mnt/nvme"}},
+        True,
+    ),
+    ("compile-cache-disabled", {"spec.serving.compileCache": {"volume": "Disabled"}}, True),
+    (
+        "compile-cache-sized",
+        {"spec.serving.compileCache": {"storageClassName": "cephfs", "size": "1Ti"}},
+        True,
+    ),
+    ("compile-cache-emptydir", {"spec.serving.compileCache": {"volume": "EmptyDir"}}, False),
+    ("compile-cache-bad-claim", {"spec.serving.compileCache": {"claimName": "Cache_1"}}, False),
+    ("compile-cache-relative", {"spec.serving.compileCache": {"hostPath": "cache"}}, False),
+    ("compile-cache-bad-size", {"spec.serving.compileCache": {"size": "lots"}}, False),
+    ("args-load-format", {"spec.engineArgs": ["--load-format", "pt"]}, False),
+    ("args-shutdown-timeout", {"spec.engineArgs": ["--shutdown-timeout=5"]}, False),
+    ("args-load-strategy", {"spec.engineArgs": ["--safetensors-load-strategy=lazy"]}, False),
+    *(
+        (f"env-{name.lower()}", {"spec.env": [{"name": name, "value": "/tmp/c"}]}, False)
+        for name in sorted(CACHE_VARIABLES)
+    ),
+    (
+        "env-startup-plan-off",
+        {"spec.env": [{"name": "VLLM_ENABLE_STARTUP_PLAN", "value": "0"}]},
+        False,
+    ),
+    (
+        "env-startup-plan-same",
+        {"spec.env": [{"name": "VLLM_ENABLE_STARTUP_PLAN", "value": "1"}]},
+        True,
+    ),
     ("args-tool-parser", {"spec.engineArgs": ["--tool-call-parser", "kimi_k2"]}, False),
     ("args-auto-tools", {"spec.engineArgs": ["--enable-auto-tool-choice"]}, False),
     ("args-reasoning-parser", {"spec.engineArgs": ["--reasoning-parser=kimi_k3"]}, False),

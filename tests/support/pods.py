@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.builders.lifecycle import CACHE_MOUNT, CACHE_VOLUME
 
 # Programs that would interpret a string as code: never the first word of a container command.
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash", "ksh", "busybox", "env", "xargs", "eval"})
@@ -89,6 +90,23 @@ def shell_problems(children: list[dict[str, Any]], kd: KimiDeployment) -> list[s
     return problems
 
 
+def _host_path_problems(where: str, pod: dict[str, Any]) -> list[str]:
+    """The one host path a spec may opt into (spec.serving.compileCache.volume HostPath): the
+    compile caches' folder, mounted at their one mount point; any other is a problem."""
+    problems = []
+    for volume in (v for v in pod.get("volumes", []) if "hostPath" in v):
+        mounts = {
+            m["mountPath"]
+            for c in _containers(pod)
+            for m in c.get("volumeMounts", [])
+            if m["name"] == volume["name"]
+        }
+        cache = volume["name"] == CACHE_VOLUME and mounts <= {CACHE_MOUNT}
+        if not cache or volume["hostPath"].get("type") != "DirectoryOrCreate":
+            problems.append(f"{where}: hostPath volume {volume['name']}")
+    return problems
+
+
 def privilege_problems(children: list[dict[str, Any]]) -> list[str]:
     """No host namespaces, host paths, privileged containers, added capabilities or API token."""
     problems: list[str] = []
@@ -96,8 +114,7 @@ def privilege_problems(children: list[dict[str, Any]]) -> list[str]:
         problems += [f"{where}: {key}" for key in HOST_NAMESPACES if pod.get(key) is True]
         if pod.get("automountServiceAccountToken") is not False:
             problems.append(f"{where}: mounts a Kubernetes API token (vLLM needs none)")
-        volumes = pod.get("volumes", [])
-        problems += [f"{where}: hostPath volume {v['name']}" for v in volumes if "hostPath" in v]
+        problems += _host_path_problems(where, pod)
         for container in _containers(pod):
             at = f"{where}/{container['name']}"
             context = container.get("securityContext", {})

@@ -232,6 +232,11 @@ FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
         ),
         "the operator sets multi-node placement and the serving port",
     ),
+    ForbiddenFlags(
+        _options("load_format", "safetensors_load_strategy", "shutdown_timeout"),
+        "how weights are read and how long a leaving group drains are spec.serving.loadFormat, "
+        "safetensorsLoadStrategy and drainSeconds",
+    ),
 )
 
 

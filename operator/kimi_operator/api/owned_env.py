@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from kimi_operator.api.constants import METRICS_PORT
+from kimi_operator.api.lifecycle import CACHE_DIRS, STARTUP_PLAN_ENV
+
+# What vLLM reads as on with bool(int(value)): any nonzero decimal integer.
+NONZERO_INT = r"^[+-]?0*[1-9][0-9]*$"
 
 
 @dataclass(frozen=True)
@@ -29,7 +33,7 @@ OWNED_ENV: Final = (
         "the fast path runs on the V2 model runner",
         # vLLM 0.33.0 reads it as bool(int(value)) (vllm/envs.py:360-363 and 2149-2151): any
         # nonzero decimal integer means on; "true" makes it raise ValueError at start-up.
-        r"^[+-]?0*[1-9][0-9]*$",
+        NONZERO_INT,
         "1 (or another nonzero integer)",
     ),
     OwnedEnv(
@@ -69,6 +73,23 @@ OWNED_ENV: Final = (
         "huggingface source), never to serving pods",
         "",
         "",
+    ),
+    *(
+        OwnedEnv(
+            name,
+            "",  # under the compile-cache volume's mount (builders/lifecycle.py)
+            "the compile, JIT and autotune caches live on spec.serving.compileCache's volume",
+            "",
+            "",
+        )
+        for name, _ in CACHE_DIRS
+    ),
+    OwnedEnv(
+        STARTUP_PLAN_ENV,
+        "1",
+        "vLLM keeps its memory profiling with the compile cache and skips it at the next start",
+        NONZERO_INT,  # read as bool(int(value)) (vllm/envs.py)
+        "1 (or another nonzero integer)",
     ),
 )
 # The part of the list the preflight init container also gets.

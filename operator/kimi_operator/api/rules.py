@@ -521,6 +521,18 @@ RULES: tuple[Rule, ...] = (
         allowed="no --kv-transfer-config, or no kvCache.cpuOffload",
         got=lambda s: KV_TRANSFER_CONFIG.refused(s["engineArgs"]),
     ),
+    # vLLM 0.33.0 reads fastsafetensors with its own iterator, which never looks at the strategy
+    # (model_loader/default_loader.py, _get_weights_iterator): it would be dropped in silence.
+    Rule(
+        scope=("serving",),
+        reads=(("loadFormat",), ("safetensorsLoadStrategy",)),
+        field="safetensorsLoadStrategy",
+        cel="self.loadFormat != 'fastsafetensors' || !has(self.safetensorsLoadStrategy)",
+        check=lambda s: s["loadFormat"] != "fastsafetensors" or "safetensorsLoadStrategy" not in s,
+        problem="fastsafetensors reads the checkpoint its own way and ignores the strategy",
+        allowed="loadFormat auto or safetensors, or no safetensorsLoadStrategy",
+        got=lambda s: s.get("safetensorsLoadStrategy"),
+    ),
     # An HTTPRoute attaches an InferencePool to the Gateway: there is none without the pool.
     Rule(
         scope=("routing",),

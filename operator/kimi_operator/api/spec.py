@@ -11,6 +11,7 @@ from pydantic_core import PydanticCustomError
 
 from kimi_operator.api import constants as c
 from kimi_operator.api.base import DNS_SUBDOMAIN, ApiModel, nested_default
+from kimi_operator.api.lifecycle import LifecycleFields
 from kimi_operator.api.pod_options import (
     QUANTITY,
     Affinity,
@@ -326,7 +327,7 @@ class RolloutSpec(ApiModel):
     )
 
 
-class ServingSpec(ApiModel):
+class ServingSpec(LifecycleFields):
     """What an agent endpoint needs of vLLM, and how long a cold start may take
     (docs/serving.md)."""
 

@@ -43,6 +43,48 @@ class WeightsStatus(StatusModel):
     claim_name: str = Field(max_length=253, description="The cache claim holding that commit.")
 
 
+class GroupFailure(StatusModel):
+    reason: str = Field(
+        max_length=64,
+        description="ImagePull, OOMKilled, NcclOrImex, PreflightFailed, Crashed or Recreated.",
+    )
+    message: str = Field("", max_length=1024, description="What the failing pod said.")
+    at: str = Field("", max_length=64, description="When the operator saw it (RFC 3339).")
+
+
+class GroupStatus(StatusModel):
+    """One TP group's life (docs/group-lifecycle.md): its start-up time and its failures."""
+
+    name: str = Field(max_length=253, description="The group's LeaderWorkerSet.")
+    startup_seconds: float | None = Field(
+        None, description="Its last start: leader pod scheduled to leader Ready, in seconds."
+    )
+    started_at: str = Field("", max_length=64, description="When its leader was scheduled.")
+    restarts: Annotated[int, Field(ge=0)] = Field(0, description="Failures counted in all.")
+    last_failure: GroupFailure | None = Field(None, description="The last failure seen.")
+    recent_failures: list[Annotated[str, Field(max_length=64)]] = Field(
+        default_factory=list,
+        max_length=100,
+        description="When the failures within spec.serving.restartBudget.windowMinutes were seen.",
+    )
+    stopped: bool = Field(
+        False, description="Stopped by the restart budget: not recreated until resumed."
+    )
+    resumed_by: str = Field(
+        "", max_length=256, description="The kimi-operator.io/resume value it was stopped under."
+    )
+    leader_uid: str = Field("", max_length=64, description="The leader pod it was last seen with.")
+    generation: Annotated[int, Field(ge=0)] = Field(
+        0, description="The LeaderWorkerSet's generation then (a new one: a rollout, no failure)."
+    )
+    failed_since_leader: bool = Field(
+        False, description="A failure was counted since that leader was seen."
+    )
+    failure_keys: list[Annotated[str, Field(max_length=256)]] = Field(
+        default_factory=list, max_length=16, description="The failures already counted."
+    )
+
+
 class KimiDeploymentStatus(StatusModel):
     observed_generation: Annotated[int, Field(ge=0)] | None = Field(
         None, description="The most recent spec generation the operator has acted on."
@@ -88,6 +130,11 @@ class KimiDeploymentStatus(StatusModel):
         description="Label selector of the groups' leader pods (the scale subresource's).",
     )
     gpus: Annotated[int, Field(ge=0)] = Field(0, description="GPUs in total: gpus x replicas.")
+    groups: Annotated[list[GroupStatus], Field(max_length=128)] | None = Field(
+        None,
+        description="Each TP group's start-up time, failures and whether the restart budget "
+        "stopped it.",
+    )
     autoscaler: str = Field(
         "",
         max_length=512,

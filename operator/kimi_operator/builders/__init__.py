@@ -18,6 +18,7 @@ from kimi_operator.builders.serving import pod_disruption_budget, pod_monitor, s
 from kimi_operator.builders.weights import (
     cache_claim,
     cache_name,
+    compile_cache_claim,
     download_job,
     hf_sources,
     resolve_job,
@@ -175,9 +176,11 @@ def build_caches(
     kd: KimiDeployment, defaults: OperatorDefaults, weights: Resolved
 ) -> list[dict[str, Any]]:
     """The weights caches of the resolved Hugging Face sources: a claim and its download Job
-    each, shared with other deployments of the same key (not controlled by this one)."""
+    each, shared with other deployments of the same key (not controlled by this one); and the
+    namespace's compile-cache claim, shared with its other deployments."""
     image = serving_image(kd, defaults)
-    out = []
+    claim = compile_cache_claim(kd)
+    out = [] if claim is None else [claim]
     for role, source in hf_sources(kd):
         if role in weights:
             out += [

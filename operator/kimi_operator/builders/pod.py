@@ -8,6 +8,12 @@ from kimi_operator.api.constants import ENGINE_READY_MARGIN_S, METRICS_PORT
 from kimi_operator.api.host_memory import PodMemory, pod_memory, quantity_text
 from kimi_operator.api.owned_env import FAST_PATH_ENV, owned
 from kimi_operator.api.spec import KimiDeployment, ServingSpec, WeightSource
+from kimi_operator.builders.lifecycle import (
+    cache_key,
+    cache_volume,
+    pre_stop,
+    termination_grace_s,
+)
 from kimi_operator.builders.meta import labels
 from kimi_operator.builders.vllm_args import (
     DRAFT_DIR,
@@ -83,7 +89,9 @@ def engine_ready_timeout_s(serving: ServingSpec) -> int:
     return serving.startup_timeout_minutes * 60 - ENGINE_READY_MARGIN_S
 
 
-def _env(kd: KimiDeployment, with_domain: bool) -> list[dict[str, Any]]:
+def _env(
+    kd: KimiDeployment, with_domain: bool, cache_env: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """The operator's variables (api/owned_env.py), then the user's: an operator-owned name the
     user also lists (with a value the rules accept as the same) is rendered once. No Hugging Face
     token: the weights come from a claim (the download Job alone gets the token)."""
@@ -91,7 +99,7 @@ def _env(kd: KimiDeployment, with_domain: bool) -> list[dict[str, Any]]:
         "name": "VLLM_ENGINE_READY_TIMEOUT_S",
         "value": str(engine_ready_timeout_s(kd.spec.serving)),
     }
-    env = [*_fast_path_env(with_domain), *_set("KIMI_METRICS_PORT"), ready]
+    env = [*_fast_path_env(with_domain), *_set("KIMI_METRICS_PORT"), ready, *cache_env]
     rendered = {e["name"] for e in env}
     return env + [e.model_dump(exclude_none=True) for e in kd.spec.env if e.name not in rendered]
 
@@ -169,6 +177,12 @@ def pod_template(
     """`caches`: the weights cache claim of each Hugging Face source, by role (model, draft)."""
     spec = kd.spec
     volumes, mounts = _volumes(kd, caches)
+    compile_cache = cache_volume(kd, cache_key(kd, image, caches))
+    cache_env: list[dict[str, Any]] = []
+    if compile_cache is not None:
+        volumes.append(compile_cache[0])
+        mounts.append(compile_cache[1])
+        cache_env = compile_cache[2]
     resources = _resources(kd)
     args = (leader_args if role == "leader" else worker_args)(spec, no_custom_all_reduce)
     ports = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
@@ -177,7 +191,7 @@ def pod_template(
         "image": image,
         "command": ["vllm", "serve"],
         "args": args,
-        "env": _env(kd, channel_claim is not None),
+        "env": _env(kd, channel_claim is not None, cache_env),
         "ports": ports,
         "resources": resources,
         "volumeMounts": mounts,
@@ -191,9 +205,11 @@ def pod_template(
         container["startupProbe"] = _health_probe(
             periodSeconds=STARTUP_PERIOD_S, failureThreshold=startup_probe_failures(spec.serving)
         )
+        container["lifecycle"] = pre_stop()
     # vLLM never talks to the Kubernetes API: no service account token in a pod that runs the
     # user's image (docs/security.md).
     pod: dict[str, Any] = {
+        "terminationGracePeriodSeconds": termination_grace_s(spec.serving),
         "automountServiceAccountToken": False,
         "containers": [container],
         "volumes": volumes,

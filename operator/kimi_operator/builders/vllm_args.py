@@ -5,6 +5,7 @@ import json
 from kimi_operator.api.host_memory import offloading_size_gib
 from kimi_operator.api.spec import KimiDeploymentSpec, ServingSpec
 from kimi_operator.api.vllm_parse import destinations
+from kimi_operator.builders.lifecycle import drain_flags, load_flags
 
 HTTP_PORT = 8000
 # The leaders' ZMQ publisher of KV cache events (vLLM's default endpoint; llm-d-router's default
@@ -54,6 +55,7 @@ def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
         flags += ["--mamba-ssm-cache-dtype", kv.mamba_ssm_cache_dtype]
     flags += serving_flags(spec.serving) + recipe_defaults(spec.engine_args)
     flags += cpu_offload_flags(spec) + kv_events_flags(spec)
+    flags += load_flags(spec.serving) + drain_flags(spec.serving)
     if spec.speculative is not None:
         draft = {
             "method": spec.speculative.method,

@@ -4,7 +4,8 @@ to a commit once, then a claim and a download Job shared by every deployment of 
 
 The resolve Job belongs to one deployment (controller reference, pruned once resolved). The claim
 and the download Job are named from the cache's key, carry no deployment's labels, and get a
-non-controller ownerReference from each deployment using them (reconcile/, caches.py).
+non-controller ownerReference from each deployment using them (reconcile/, caches.py). The
+namespace's compile-cache claim (builders/lifecycle.py) is shared the same way.
 """
 
 import hashlib
@@ -15,6 +16,7 @@ from typing import Any, Literal
 
 from kimi_operator.api.spec import HuggingFaceSource, KimiDeployment
 from kimi_operator.api.status import WeightsStatus
+from kimi_operator.builders.lifecycle import SHARED_CLAIM
 from kimi_operator.builders.meta import APP_NAME, MANAGER, metadata
 from kimi_operator.builders.pod import CONTAINER_SECURITY
 
@@ -136,7 +138,8 @@ def resolve_job(
     return _job(kd, meta, source, image, args=args, claim=None)
 
 
-def _cache_metadata(kd: KimiDeployment, name: str, resolved: WeightsStatus) -> dict[str, Any]:
+def _shared_metadata(kd: KimiDeployment, name: str) -> dict[str, Any]:
+    """A shared cache's: no deployment's labels, and one selector (CACHE_COMPONENT) for all."""
     return {
         "name": name,
         "namespace": kd.metadata.namespace,
@@ -146,8 +149,12 @@ def _cache_metadata(kd: KimiDeployment, name: str, resolved: WeightsStatus) -> d
             "app.kubernetes.io/component": CACHE_COMPONENT,
             CACHE_LABEL: name,
         },
-        "annotations": {WEIGHTS_ANNOTATION: f"{resolved.repo}@{resolved.commit}"},
     }
+
+
+def _cache_metadata(kd: KimiDeployment, name: str, resolved: WeightsStatus) -> dict[str, Any]:
+    annotations = {WEIGHTS_ANNOTATION: f"{resolved.repo}@{resolved.commit}"}
+    return {**_shared_metadata(kd, name), "annotations": annotations}
 
 
 def cache_claim(
@@ -164,6 +171,26 @@ def cache_claim(
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": _cache_metadata(kd, resolved.claim_name, resolved),
+        "spec": spec,
+    }
+
+
+def compile_cache_claim(kd: KimiDeployment) -> dict[str, Any] | None:
+    """The namespace's compile-cache claim, when the spec wants the operator's: created by the
+    first deployment that needs it, shared like a weights cache; None otherwise."""
+    cache = kd.spec.serving.compile_cache
+    if cache.volume != "Shared" or cache.claim_name:
+        return None
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": cache.size}},
+    }
+    if cache.storage_class_name:
+        spec["storageClassName"] = cache.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _shared_metadata(kd, SHARED_CLAIM),
         "spec": spec,
     }
 

@@ -230,6 +230,11 @@ class Controller:
         if prune and outcome.error is None:
             state.pruned = generation
         self.metrics.set_conditions(uid, outcome.status)
+        for seconds, fraction in outcome.startups:
+            self.metrics.group_startup.observe(seconds)
+            self.metrics.group_startup_budget.observe(fraction)
+        for reason in outcome.failures:
+            self.metrics.group_failures.labels(reason).inc()
         if outcome.requeue_after_s is not None:
             self.queue.add_after(uid, outcome.requeue_after_s, "requeue")
         if outcome.events:

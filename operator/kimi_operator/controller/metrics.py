@@ -9,6 +9,23 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+BUDGET_BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0)
+# A TP group's start: a warm one in minutes, a cold Kimi K3 in most of an hour, the budget 8 h.
+STARTUP_BUCKETS = (
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    900.0,
+    1200.0,
+    1800.0,
+    2700.0,
+    3600.0,
+    5400.0,
+    7200.0,
+    14400.0,
+    28800.0,
+)
 
 
 class Metrics:
@@ -39,6 +56,26 @@ class Metrics:
             "kimi_operator_api_requests",
             "Requests to the Kubernetes API server by verb, kind and HTTP status (0: no answer).",
             ["verb", "kind", "code"],
+            registry=self.registry,
+        )
+        self.group_startup = Histogram(
+            "kimi_operator_group_startup_seconds",
+            "TP group starts: leader pod scheduled to leader Ready, seconds (status.groups).",
+            buckets=STARTUP_BUCKETS,
+            registry=self.registry,
+        )
+        self.group_startup_budget = Histogram(
+            "kimi_operator_group_startup_budget_fraction",
+            "TP group starts as a fraction of their budget (spec.serving.startupTimeoutMinutes): "
+            "near 1, the next slow start is killed by the startup probe.",
+            buckets=BUDGET_BUCKETS,
+            registry=self.registry,
+        )
+        self.group_failures = Counter(
+            "kimi_operator_group_failures",
+            "TP group failures the restart budget counts, by reason (ImagePull, OOMKilled, "
+            "NcclOrImex, PreflightFailed, Crashed, Recreated).",
+            ["reason"],
             registry=self.registry,
         )
         self.leader = Gauge(

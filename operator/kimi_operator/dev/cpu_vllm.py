@@ -93,9 +93,11 @@ def build_model() -> Path:
     return MODEL_DIR
 
 
-def command(model: Path, port: int) -> list[str]:
+def command(model: Path, port: int, *, compiled: bool = False) -> list[str]:
     """The server's command line (its `vllm` script looks up a distribution named vllm, which the
-    CPU build is not: the module is run instead)."""
+    CPU build is not: the module is run instead). `compiled`: torch.compile as the pods run it,
+    not eager (the start-up cache measurement, tests/vllm/test_group_lifecycle.py)."""
+    eager = [] if compiled else ["--enforce-eager"]  # start in ~25 s instead of 45-130 s
     return [
         str(PYTHON),
         "-m",
@@ -114,7 +116,7 @@ def command(model: Path, port: int) -> list[str]:
         "4096",
         "--max-num-seqs",
         "8",
-        "--enforce-eager",  # start in ~25 s instead of 45-130 s of compilation
+        *eager,
     ]
 
 
@@ -144,6 +146,9 @@ class CpuServer:
     metrics_port: int = 8001
     threads: int = 2
     log: IO[bytes] | None = None
+    compiled: bool = False  # torch.compile (see `command`)
+    env: dict[str, str] = field(default_factory=dict)  # over `environment`'s
+    args: list[str] = field(default_factory=list)  # after `command`'s
     start_s: float = 0.0
     settings: ServedConfig | None = None  # what the server reports running with
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
@@ -163,8 +168,8 @@ class CpuServer:
         model = build_model()
         started = time.monotonic()
         self.process = process = subprocess.Popen(
-            command(model, self.port),
-            env=environment(self.metrics_port, self.threads),
+            [*command(model, self.port, compiled=self.compiled), *self.args],
+            env=environment(self.metrics_port, self.threads) | self.env,
             stdout=self.log,
             stderr=subprocess.STDOUT if self.log is not None else None,
             start_new_session=True,  # its engine and worker processes go with it

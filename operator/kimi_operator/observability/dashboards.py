@@ -444,6 +444,30 @@ def operator_dashboard() -> dashboard.Dashboard:
         ),
         _series(
             grid,
+            "TP group start-up time (leader scheduled to Ready)",
+            "s",
+            [
+                (
+                    f"histogram_quantile({q}, sum by (le) "
+                    "(rate(kimi_operator_group_startup_seconds_bucket[6h])))",
+                    name,
+                )
+                for q, name in ((0.5, "p50"), (0.9, "p90"))
+            ],
+        ),
+        _series(
+            grid,
+            "TP group failures by reason",
+            "ops",
+            [
+                (
+                    f"sum by (reason) (rate(kimi_operator_group_failures_total[{WINDOW}]))",
+                    "{{reason}}",
+                )
+            ],
+        ),
+        _series(
+            grid,
             "API server requests by status",
             "ops",
             [

@@ -13,6 +13,9 @@ DEFAULT_DECODE_FLOOR = 20
 FLOOR_MARKER = "kimi:decode_tokens_per_second_per_user:p50_5m < "
 TTFT_P90_LIMIT_SECONDS = 10
 KV_CACHE_FULL = 0.95
+# A group's start past this fraction of its budget (a bucket of the operator's histogram).
+START_BUDGET = "kimi_operator_group_startup_budget_fraction"
+START_BUDGET_WARN = 0.75
 FAST_PATH_MIN_FRACTION = 0.5
 
 BY = "namespace, deployment, model_name"
@@ -202,6 +205,21 @@ def alerting_rules(decode_floor: float = DEFAULT_DECODE_FLOOR) -> list[dict[str,
             severity="critical",
             summary="{{ $value }} KimiDeployment(s) not Ready",
             description=("kubectl get kimi -A shows which; its Ready condition says why."),
+        ),
+        _alert(
+            "KimiGroupStartNearBudget",
+            f"sum(increase({START_BUDGET}_count[1h])) - "
+            f'sum(increase({START_BUDGET}_bucket{{le="{START_BUDGET_WARN}"}}[1h])) > 0',
+            "0m",
+            severity="warning",
+            summary="A Kimi K3 group start used most of its budget",
+            description=(
+                f"A TP group took more than {START_BUDGET_WARN:.0%} of "
+                "spec.serving.startupTimeoutMinutes to become Ready in the last hour: the next "
+                "slower start is killed by its startup probe. kubectl get kimi -A -o "
+                "jsonpath='{..groups}' shows each group's startupSeconds; see "
+                "docs/group-lifecycle.md (the compile caches, the load format)."
+            ),
         ),
         _alert(
             "KimiKVCacheNearlyFull",

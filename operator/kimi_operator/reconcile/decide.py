@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from kimi_operator import caches, rollout, routing
+from kimi_operator import caches, group_life, rollout, routing
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import ROLLING_REASONS, condition, progressing_reason
@@ -84,6 +84,9 @@ class Observed:
     turn: str = ""  # the image gate's answer, if asked: who moves to the new default image now
     unschedulable: str = ""  # what kube-scheduler says of the pods waiting for nodes
     gateway_endpoint: str = ""  # the API's URL through spec.routing.gatewayRef's Gateway
+    # Its pods, read while a group is not Ready or its start-up time not recorded (None: not
+    # read this time).
+    pods: list[dict[str, Any]] | None = None
     # `weights_of` this observation, worked out once its caches are read (observe.py; None: not
     # yet, and `decide` works it out).
     found: FoundWeights | None = None
@@ -132,6 +135,7 @@ class Decision:
     steps: Steps | None = None  # the rollout's (None: the reconcile stops before it)
     image: ImageChoice | None = None
     gate: Gate = "release"  # the operator-wide turn to move to a new default image
+    groups: list[dict[str, Any]] = field(default_factory=list)  # status.groups (group_life.py)
 
 
 def _missing(resource: Resource) -> Problem:
@@ -374,17 +378,23 @@ def decide(
         now=now,
         was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
     )
-    plan.children = rolled.planned
+    records = group_life.records(kd, old, observed.groups, observed.pods, now=now)
+    halted = group_life.stopped(records)
+    plan.children = group_life.braked(rolled.planned, halted)
+    brake = group_life.stopped_problem(kd, records)
+    if brake is not None:
+        plan.degradations.append(brake)
     following = image.source == "OperatorDefault" and image.image == defaults.serving_image
     decision = Decision(
         plan,
         weights,
         caches=cache_writes,
-        apply=rolled.write,
-        held=rolled.held,
+        apply=group_life.braked(rolled.write, halted),
+        held=group_life.braked(rolled.held, halted),
         steps=rolled.steps,
         image=image,
         gate="hold" if following and rolled.steps.rolling else "release",
+        groups=records,
     )
     if observed.prune:
         decision.delete = _prune(observed, plan)

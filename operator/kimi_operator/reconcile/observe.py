@@ -8,7 +8,7 @@ a write's answer, and lists cost the API server: each is made only where it can 
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_operator import caches, rollout, routing
+from kimi_operator import caches, group_life, rollout, routing
 from kimi_operator import conditions as cond
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders import OperatorDefaults
@@ -86,8 +86,11 @@ def observe(
     except KubernetesError as error:
         seen.error = error
         return seen
-    if not seen.first and any(not rollout.group_ready(g) for g in seen.groups.values()):
-        seen.unschedulable = _waiting_for_nodes(client, seen.kd)
+    waiting = any(not rollout.group_ready(g) for g in seen.groups.values())
+    if not seen.first and (waiting or group_life.unrecorded(seen.old, seen.groups)):
+        seen.pods = _pods(client, seen.kd)
+        if waiting and seen.pods is not None:
+            seen.unschedulable = cond.unschedulable(seen.pods)
     seen.gateway_endpoint = _gateway_endpoint(client, seen.kd)
     return seen
 
@@ -170,18 +173,19 @@ def _turn(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: st
     asks_turn(seen, defaults, now=now, ask=ask)
 
 
-def _waiting_for_nodes(client: Client, kd: KimiDeployment) -> str:
-    """Why a group's pods wait for nodes, as the scheduler said on them; "" if none does (or the
-    pods could not be listed now: pods are not watched, the next resync looks again)."""
+def _pods(client: Client, kd: KimiDeployment) -> list[dict[str, Any]] | None:
+    """The deployment's pods: why a group's wait for nodes, as the scheduler said on them, and
+    each group's start and failures (group_life.py); None if they could not be listed now (pods
+    are not watched, the next resync looks again)."""
     try:
-        pods = client.list(
+        pods: list[dict[str, Any]] = client.list(
             POD, kd.metadata.namespace, label_selector=selector_string(selector_labels(kd))
         )
     except ApiError as error:
         if temporary(error):
-            return ""
+            return None
         raise
-    return cond.unschedulable(pods)
+    return pods
 
 
 def _gateway_endpoint(client: Client, kd: KimiDeployment) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_operator import caches, rollout, routing
+from kimi_operator import caches, group_life, rollout, routing
 from kimi_operator import conditions as cond
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.status import condition
@@ -40,6 +40,10 @@ class Outcome:
     result: str = "reconciled"  # reconciled | invalid | error | terminating: for metrics
     # Reconcile again after this many seconds even if nothing is watched to change (a deadline).
     requeue_after_s: float | None = None
+    # For the operator's metrics: groups' start-up times recorded now (seconds, fraction of the
+    # budget), failures counted now (their reasons).
+    startups: list[tuple[float, float]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
 
 
 def terminating(old: Mapping[str, Any], generation: int | None, *, now: str) -> Outcome:
@@ -132,8 +136,10 @@ def outcome(
             gpus=spec.gpus * spec.replicas,
             autoscaler=plan.autoscaler,
         ),
+        groups=None if error else decision.groups,
     )
     events = cond.newly_bad(old, status)
+    startups, counted = group_life.news(old, status.get("groups") or [])
     if spec_changed:
         events += _spec_warnings(observed, defaults)
     return Outcome(
@@ -143,6 +149,8 @@ def outcome(
         error,
         result="error" if error else "reconciled",
         requeue_after_s=_requeue_after(steps if not error else None, weights),
+        startups=[(s, s / (spec.serving.startup_timeout_minutes * 60)) for s in startups],
+        failures=counted,
     )
 
 

@@ -419,10 +419,16 @@ def test_the_epp_role_grants_what_upstream_grants_it() -> None:
 
 
 def _routing_objects(children: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What mode InferencePool adds: everything but the groups and the deployment's own Service,
-    PodDisruptionBudget and PodMonitor."""
+    """What mode InferencePool adds: everything but the groups, the compile-cache claim and the
+    deployment's own Service, PodDisruptionBudget and PodMonitor."""
     name = "k3-routed"
-    kept = {"ComputeDomain", "LeaderWorkerSet", "PodDisruptionBudget", "PodMonitor"}
+    kept = {
+        "ComputeDomain",
+        "LeaderWorkerSet",
+        "PodDisruptionBudget",
+        "PodMonitor",
+        "PersistentVolumeClaim",
+    }
     return [
         c
         for c in children

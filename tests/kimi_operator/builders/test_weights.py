@@ -14,6 +14,7 @@ from kimi_operator.builders import (
     build_children,
     preview_weights,
 )
+from kimi_operator.builders.lifecycle import SHARED_CLAIM
 from kimi_operator.builders.weights import cache_name, claim_size, resolve_job_name
 from tests.support.pods import pod_specs
 from tests.support.specs import edited
@@ -44,6 +45,13 @@ def resolved(kd: KimiDeployment, size: int = 5 << 30) -> dict[str, WeightsStatus
     }
 
 
+def weights_caches(kd: KimiDeployment, weights: dict[str, WeightsStatus]) -> list[dict[str, Any]]:
+    """build_caches but the namespace's compile-cache claim (tests/kimi_operator/builders/
+    test_lifecycle.py)."""
+    built = build_caches(kd, OperatorDefaults(), weights)
+    return [c for c in built if c["metadata"]["name"] != SHARED_CLAIM]
+
+
 def of_kind(children: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [c for c in children if c["kind"] == kind]
 
@@ -71,7 +79,7 @@ def test_unresolved_a_resolve_job_and_no_group() -> None:
 def test_resolved_claim_and_download_job_of_exactly_that_commit() -> None:
     kd = deployment(revision="main", tokenSecretRef=TOKEN_REF, cache={"storageClassName": "cephfs"})
     weights = resolved(kd)
-    claim, job = build_caches(kd, OperatorDefaults(), weights)
+    claim, job = weights_caches(kd, weights)
     name = weights["model"].claim_name
     assert (claim["kind"], claim["metadata"]["name"]) == ("PersistentVolumeClaim", name)
     assert claim["spec"] == {
@@ -131,7 +139,7 @@ def test_the_cache_key_is_repository_commit_and_files() -> None:
 
 def test_given_size_and_files_are_used() -> None:
     kd = deployment(cache={"size": "3Ti", "files": ["*.safetensors", "config.json"]})
-    claim, job = build_caches(kd, OperatorDefaults(), resolved(kd))
+    claim, job = weights_caches(kd, resolved(kd))
     assert claim["spec"]["resources"]["requests"]["storage"] == "3Ti"
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args.count("--include") == 2
@@ -157,7 +165,7 @@ def test_draft_from_hugging_face_gets_its_own_cache_and_mount() -> None:
     assert [c["kind"] for c in build_children(kd, OperatorDefaults(), weights={})].count("Job") == 1
     weights = preview_weights(kd)
     assert list(weights) == ["draft"]
-    caches = build_caches(kd, OperatorDefaults(), weights)
+    caches = weights_caches(kd, weights)
     assert [c["kind"] for c in caches] == ["PersistentVolumeClaim", "Job"]
     (_, pod), *_ = pod_specs(build_children(kd, OperatorDefaults(), weights=weights))
     volume = next(v for v in pod["volumes"] if v["name"] == "draft-weights")
@@ -169,5 +177,5 @@ def test_a_pvc_source_has_no_cache() -> None:
     assert report.deployment is not None
     kd = report.deployment
     assert preview_weights(kd) == {}
-    assert build_caches(kd, OperatorDefaults(), {}) == []
+    assert weights_caches(kd, {}) == []
     assert of_kind(build_children(kd, OperatorDefaults(), weights={}), "LeaderWorkerSet")

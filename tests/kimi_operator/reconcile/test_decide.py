@@ -11,6 +11,7 @@ from kimi_operator import caches
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
+from kimi_operator.builders.weights import RETAIN_ANNOTATION
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.merge import APPLIED_ANNOTATION, Applied
 from kimi_operator.k8s.resources import LEADER_WORKER_SET
@@ -84,10 +85,29 @@ def test_a_first_reconcile_creates_every_child() -> None:
     seen = observed(body(), first=True)
     decision = decide(seen, DEFAULTS, now=NOW)
     assert names(decision.apply) == sorted([*GROUPS, *REST])
-    assert (decision.caches, decision.held, decision.delete) == ([], [], [])
+    # The namespace's compile-cache claim, created or joined like a weights cache.
+    assert [(w.verb, w.resource.kind, w.name) for w in decision.caches] == [
+        ("create", "PersistentVolumeClaim", "kimi-compile-cache")
+    ]
+    assert (decision.held, decision.delete) == ([], [])
     status = status_of(seen, decision, decision.apply).status
     assert (status["replicas"], status["readyReplicas"]) == (1, 0)
     assert condition(status, "Ready")["status"] == "False"
+
+
+def test_the_compile_cache_claim_is_created_once_and_joined_by_nobody() -> None:
+    """Every deployment of a namespace may use it: joining it by reference had them all patch one
+    object, and under churn the conflicts never ended (make test-reliability's churn)."""
+    seen = observed(body(), first=True)
+    (create,) = decide(seen, DEFAULTS, now=NOW).caches
+    assert create.body is not None
+    meta = create.body["metadata"]
+    assert meta["ownerReferences"] == []  # nobody's: kept until a person deletes it
+    assert meta["annotations"][RETAIN_ANNOTATION] == "true"
+    other = body()
+    other["metadata"] |= {"name": "other", "uid": "uid-2"}
+    there = observed(other, caches={("PersistentVolumeClaim", create.name): create.body})
+    assert decide(there, DEFAULTS, now=NOW).caches == []
 
 
 def test_a_template_change_rolls_one_group_at_a_time() -> None:
@@ -186,6 +206,7 @@ def test_a_quota_refusal_of_a_cache_stops_the_weights_and_the_groups() -> None:
     seen = observed(doc)
     planned = decide(seen, DEFAULTS, now=NOW)
     assert [(w.verb, w.resource.kind) for w in planned.caches] == [
+        ("create", "PersistentVolumeClaim"),  # the compile cache
         ("create", "PersistentVolumeClaim"),
         ("create", "Job"),
     ]
