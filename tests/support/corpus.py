@@ -368,7 +368,9 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
         "cpu-offload-kv-transfer-config",
         {
             "spec.kvCache.cpuOffload": OFFLOAD,
-            "spec.engineArgs": ['--kv-transfer-c={"kv_connector":"NixlConnector"}'],
+            "spec.engineArgs": [
+                '--kv-transfer-c={"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+            ],
         },
         False,
     ),
