@@ -49,7 +49,8 @@ def deployment(name: str, namespace: str = NAMESPACE, **spec: Any) -> dict[str, 
 def unsettled(client: Client) -> list[str]:
     """The deployments whose status does not yet say that the current generation was acted on
     with nothing degraded and no retry pending (groups may still be starting: no kubelet here),
-    with what it says."""
+    with what it says. A group is recorded in status.groups by the reconcile after the one that
+    creates it (the first reads no pods): until then the status is still to be written."""
     found = []
     for kd in client.list(KIMI_DEPLOYMENT):
         status = kd.get("status") or {}
@@ -58,6 +59,7 @@ def unsettled(client: Client) -> list[str]:
             status.get("observedGeneration") != kd["metadata"].get("generation")
             or degraded.get("status") != "False"
             or progressing.get("reason") == "RetryingAfterApiError"
+            or len(status.get("groups") or []) < (status.get("replicas") or 0)
         ):
             found.append(
                 f"{kd['metadata']['name']} (generation {kd['metadata'].get('generation')}, "

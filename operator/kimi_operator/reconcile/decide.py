@@ -378,10 +378,7 @@ def decide(
         now=now,
         was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
     )
-    # The groups created now are recorded now too: the status is whole from the first reconcile,
-    # not rewritten at the next resync (a write more per deployment, and after it looked settled).
-    planned = {c["metadata"]["name"]: c for c in rolled.planned if c["kind"] == "LeaderWorkerSet"}
-    records = group_life.records(kd, old, planned | observed.groups, observed.pods, now=now)
+    records = group_life.records(kd, old, observed.groups, observed.pods, now=now)
     halted = group_life.stopped(records)
     plan.children = group_life.braked(rolled.planned, halted)
     brake = group_life.stopped_problem(kd, records)
