@@ -83,7 +83,7 @@ def test_a_warm_cache_root_starts_faster_and_a_hashed_setting_misses(tmp_path: P
 # Long enough to be in flight when SIGTERM comes (the tiny model decodes tens of tokens a second
 # on two CPUs), inside the server's 4,096-token context.
 TOKENS = 1500
-STALL_S = 60
+STALL_S = 20
 
 
 @dataclass
