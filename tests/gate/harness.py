@@ -1,10 +1,12 @@
 """Run in a fresh process (tests/gate/test_vllm_gate.py starts it): each case's `vllm serve`
 arguments and environment through vLLM 0.33.0's own code, on a simulated GB300 (SM 10.3).
 
-stdin: a JSON list of {"args": [...], "env": {...}}; stdout (last line): a JSON list of verdicts,
-"pass" (vLLM's specialized_decode_config returned a DecodeConfig), "stock" (it returned None: the
-deployment never enters the fast path) or "refused: <vLLM's message>" (it, or vLLM's parser or
-config code before it, raised).
+stdin: a JSON list of {"args": [...], "env": {...}}; stdout (last line): a JSON list of
+{"verdict": ..., "kv_transfer": ...}: the verdict is "pass" (vLLM's specialized_decode_config
+returned a DecodeConfig), "stock" (it returned None: the deployment never enters the fast path) or
+"refused: <vLLM's message>" (it, or vLLM's parser or config code before it, raised); kv_transfer
+is what the engine config's KVTransferConfig says of the KV connector (null without one), with
+the conv state layout vLLM's envs read (NixlConnector needs DS for K3's KDA state).
 
 The CUDA platform module cannot be imported without libcuda, so the platform is vLLM's CPU
 platform with what a GB300's CUDA platform says where the config and the gate read it: device
@@ -51,6 +53,8 @@ from vllm.models.kimi_k3.nvidia.specialized_decode.runtime import (  # noqa: E40
 )
 from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
 
+from vllm import envs  # noqa: E402
+
 PARSER = make_arg_parser(FlexibleArgumentParser())
 
 
@@ -65,7 +69,22 @@ def _error(message: str) -> None:
 PARSER.error = _error  # argparse would exit the process
 
 
-def verdict(args: list[str], env: dict[str, str], base_env: dict[str, str]) -> str:
+def _kv_transfer(config: Any) -> dict[str, Any] | None:
+    kv = config.kv_transfer_config
+    if kv is None:
+        return None
+    return {
+        "kv_connector": kv.kv_connector,
+        "kv_role": kv.kv_role,
+        "is_kv_producer": kv.is_kv_producer,
+        "is_kv_consumer": kv.is_kv_consumer,
+        "kv_load_failure_policy": kv.kv_load_failure_policy,
+        "conv_state_layout": envs.VLLM_SSM_CONV_STATE_LAYOUT,
+        "side_channel_port": envs.VLLM_NIXL_SIDE_CHANNEL_PORT,
+    }
+
+
+def verdict(args: list[str], env: dict[str, str], base_env: dict[str, str]) -> dict[str, Any]:
     os.environ.clear()
     os.environ.update(base_env | env)
     try:
@@ -76,8 +95,9 @@ def verdict(args: list[str], env: dict[str, str], base_env: dict[str, str]) -> s
         config = AsyncEngineArgs.from_cli_args(namespace).create_engine_config()
         decode = specialized_decode_config(config)
     except (ParserExit, ValueError, TypeError, AssertionError) as error:
-        return f"refused: {type(error).__name__}: {' | '.join(str(error).splitlines()[:3])[:400]}"
-    return "stock" if decode is None else "pass"
+        why = " | ".join(str(error).splitlines()[:3])[:400]
+        return {"verdict": f"refused: {type(error).__name__}: {why}", "kv_transfer": None}
+    return {"verdict": "stock" if decode is None else "pass", "kv_transfer": _kv_transfer(config)}
 
 
 def main() -> None:

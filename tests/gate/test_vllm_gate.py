@@ -33,6 +33,7 @@ pytest.importorskip("vllm", reason="vLLM 0.33.0 is installed by `make setup`")
 
 HARNESS = Path(__file__).with_name("harness.py")
 LEADER_ADDRESS = "10.0.0.1"
+POD_IP = "10.0.0.2"  # status.podIP: only the NIXL side channel's host reads it
 DRAFT = {"architectures": ["DSparkDraftModel"], **K3_TEXT, "num_hidden_layers": 1}
 
 
@@ -43,14 +44,18 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 
 def _containers(doc: dict[str, Any]) -> list[tuple[list[str], dict[str, str]]]:
-    """(args, env) of every `vllm serve` container of the first group (groups differ only in
-    names), references resolved as Kubernetes would; none with replicas 0."""
+    """(args, env) of every `vllm serve` container of the first group of each role (a role's
+    groups differ only in names), references resolved as Kubernetes would (the pod's IP from
+    the downward API too); none with replicas 0."""
     report = check_document(doc)
     assert report.deployment is not None, [str(p) for p in report.problems]
     children = build_children(report.deployment, OperatorDefaults())
-    groups = [c["spec"]["leaderWorkerTemplate"] for c in children if c["kind"] == "LeaderWorkerSet"]
+    first: dict[str, dict[str, Any]] = {}
+    for child in children:
+        if child["kind"] == "LeaderWorkerSet":
+            first.setdefault(_role(child), child["spec"]["leaderWorkerTemplate"])
     out = []
-    for template in groups[:1]:
+    for template in first.values():
         ranks = [("leaderTemplate", 0)]
         if "workerTemplate" in template:
             ranks += [("workerTemplate", rank) for rank in range(1, template["size"])]
@@ -59,9 +64,31 @@ def _containers(doc: dict[str, Any]) -> list[tuple[list[str], dict[str, str]]]:
             assert vllm["command"] == ["vllm", "serve"]
             refs = {"LWS_LEADER_ADDRESS": LEADER_ADDRESS, "LWS_WORKER_INDEX": str(rank)}
             args = [expand(a, refs) for a in vllm["args"]]
-            env = {e["name"]: e["value"] for e in vllm["env"] if "value" in e}
+            env = {e["name"]: e.get("value", POD_IP) for e in vllm["env"]}
             out.append((args, env))
     return out
+
+
+def _role(group: dict[str, Any]) -> str:
+    labels = group["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["metadata"]["labels"]
+    return str(labels.get("llm-d.ai/role", "aggregated"))
+
+
+def _kv_transfer(args: list[str]) -> dict[str, Any] | None:
+    """What vLLM's KVTransferConfig must say of a container's rendered connector: NIXL with the
+    role's producer or consumer side, failing a request whose KV does not load, DS layout."""
+    if "--kv-transfer-config" not in args:
+        return None
+    role = json.loads(args[args.index("--kv-transfer-config") + 1])["kv_role"]
+    return {
+        "kv_connector": "NixlConnector",
+        "kv_role": role,
+        "is_kv_producer": role == "kv_producer",
+        "is_kv_consumer": role == "kv_consumer",
+        "kv_load_failure_policy": "fail",
+        "conv_state_layout": "DS",
+        "side_channel_port": 5600,
+    }
 
 
 def _local(args: list[str], checkpoints: tuple[str, str]) -> list[str]:
@@ -76,13 +103,13 @@ def _local(args: list[str], checkpoints: tuple[str, str]) -> list[str]:
     return out
 
 
-def _verdicts(cases: list[tuple[list[str], dict[str, str]]]) -> list[str]:
+def _verdicts(cases: list[tuple[list[str], dict[str, str]]]) -> list[dict[str, Any]]:
     payload = json.dumps([{"args": a, "env": e} for a, e in cases])
     done = subprocess.run(
         [sys.executable, str(HARNESS)], input=payload, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    verdicts: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    verdicts: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
     return verdicts
 
 
@@ -97,10 +124,9 @@ def test_accepted_specs_pass_vllms_gate_and_doctored_renders_do_not(
         assert backend is not None
         for i, (args, env) in enumerate(_containers(doc)):
             cases.append((_local(args, checkpoints), env))
-            labels.append(f"{name}/rank{i}")
-            expected.append(
-                "pass" if backend.spec.decode.backend == "latency_specialized" else "stock"
-            )
+            labels.append(f"{name}/container{i}")
+            gate = "pass" if backend.spec.decode.backend == "latency_specialized" else "stock"
+            expected.append({"verdict": gate, "kv_transfer": _kv_transfer(args)})
     doctored = _doctored(
         _local(_containers(edited(DSPARK))[0][0], checkpoints),
         _local(_containers(edited({}))[0][0], checkpoints),
@@ -112,9 +138,10 @@ def test_accepted_specs_pass_vllms_gate_and_doctored_renders_do_not(
         if verdict != want
     ]
     assert len(cases) > 150
+    assert sum(want["kv_transfer"] is not None for want in expected) >= 10  # both roles, 5 specs
     assert wrong == []
     for (label, _, _, caught_by), verdict in zip(doctored, verdicts[len(cases) :], strict=True):
-        assert caught_by in verdict, (label, verdict)
+        assert caught_by in verdict["verdict"], (label, verdict)
 
 
 DSPARK = {"spec.speculative": {"draftSource": {"pvc": {"claimName": "w", "subPath": "draft"}}}}
@@ -164,4 +191,16 @@ def _doctored(
             "Total number of attention heads (16) must be divisible by tensor parallel size (12)",
         ),
         ("no decode_backend", swap("--additional-config", "{}"), V2_ENV, "stock"),
+        (  # vLLM's parser checks the connector's role against KVTransferConfig's
+            "NIXL, unknown role",
+            [*plain, "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"both"}'],
+            V2_ENV,
+            "kv_role |   Input should be 'kv_producer', 'kv_both' or 'kv_consumer'",
+        ),
+        (
+            "NIXL, no role",  # KVTransferConfig.__post_init__
+            [*plain, "--kv-transfer-config", '{"kv_connector":"NixlConnector"}'],
+            V2_ENV,
+            "Please specify kv_role when kv_connector is set",
+        ),
     ]

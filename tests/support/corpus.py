@@ -117,6 +117,11 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     ),
     ("prefill-tp8-stock", prefill() | {"spec.gpus": 8, "spec.decode.backend": "auto"}, True),
     ("prefill-routing-service", {"spec.prefill": {}}, False),
+    (
+        "prefill-no-prefix-scorer",
+        prefill() | {"spec.routing.endpointPicker.weights.prefixCache": 0},
+        False,
+    ),
     ("prefill-replicas-0", prefill(replicas=0), False),
     ("prefill-unknown-field", prefill(gpus=8), False),
     ("prefill-decider-unknown", prefill(decider="Sometimes"), False),

@@ -418,6 +418,19 @@ DISAGGREGATION_RULES: tuple[Rule, ...] = (
         allowed="other vLLM flags; or no spec.prefill",
         got=lambda s: KV_TRANSFER_FLAGS.refused(s["engineArgs"]),
     ),
+    Rule(
+        scope=(),
+        reads=(("prefill",), ("routing", "endpointPicker", "weights", "prefixCache")),
+        field="routing.endpointPicker.weights.prefixCache",
+        cel="!has(self.prefill) || self.routing.endpointPicker.weights.prefixCache > 0",
+        check=lambda s: (
+            "prefill" not in s or s["routing"]["endpointPicker"]["weights"]["prefixCache"] > 0
+        ),
+        problem="llm-d's disagg-profile-handler needs the prefix-cache scorer in its decode and "
+        "prefill profiles",
+        allowed="1 to 100 with spec.prefill",
+        got=lambda s: s["routing"]["endpointPicker"]["weights"]["prefixCache"],
+    ),
     *(_disaggregation_env_rule(owned) for owned in DISAGGREGATION_ENV),
     Rule(
         scope=(),

@@ -11,9 +11,15 @@ MANAGER = "kimi-operator"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
-def group_name(kd: KimiDeployment, group: int) -> str:
-    """LeaderWorkerSet and ComputeDomain of TP group `group`: `<name>-g<group>`."""
-    return f"{kd.metadata.name}-g{group}"
+# The letter before a group's index in its name: the groups of spec.replicas (decode groups with
+# spec.prefill) are `g`, the prefill groups `p`.
+GROUP_LETTERS = {"aggregated": "g", "decode": "g", "prefill": "p"}
+
+
+def group_name(kd: KimiDeployment, group: int, serving: str = "aggregated") -> str:
+    """LeaderWorkerSet and ComputeDomain of TP group `group`: `<name>-g<group>` (`-p<group>` for
+    a prefill group)."""
+    return f"{kd.metadata.name}-{GROUP_LETTERS[serving]}{group}"
 
 
 def selector_labels(kd: KimiDeployment) -> dict[str, str]:

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from kimi_operator.api.spec import GatewayRef, KimiDeployment
+from kimi_operator.builders.disaggregation import picker_plugins, scheduling_profiles
 from kimi_operator.builders.meta import (
     LWS_WORKER_INDEX_LABEL,
     labels,
@@ -101,8 +102,9 @@ def inference_pool(kd: KimiDeployment) -> dict[str, Any]:
 
 
 def epp_config(kd: KimiDeployment) -> dict[str, Any]:
-    """The EndpointPickerConfig: llm-d-router's default profile with the spec's weights, scraping
-    vLLM's /metrics on the pool's target port."""
+    """The EndpointPickerConfig: llm-d-router's default profile with the spec's weights (with
+    spec.prefill, a decode and a prefill profile of them), scraping vLLM's /metrics on the pool's
+    target port (through the routing sidecar on decode leaders)."""
     weights = kd.spec.routing.endpoint_picker.weights
     scorers = {
         "queue-scorer": weights.queue,
@@ -120,13 +122,11 @@ def epp_config(kd: KimiDeployment) -> dict[str, Any]:
                 "parameters": {"scheme": "http", "path": "/metrics"},
             },
             {"type": "core-metrics-extractor"},
+            *picker_plugins(kd),
         ],
-        "schedulingProfiles": [
-            {
-                "name": "default",
-                "plugins": [{"pluginRef": name, "weight": weight} for name, weight in used.items()],
-            }
-        ],
+        "schedulingProfiles": scheduling_profiles(
+            kd, [{"pluginRef": name, "weight": weight} for name, weight in used.items()]
+        ),
     }
 
 

@@ -4,6 +4,7 @@ from typing import Any
 
 from kimi_operator.api.constants import METRICS_PORT
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.builders.disaggregation import role_selector
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, metadata, selector_labels
 
 # Prometheus's name for the pod label app.kubernetes.io/instance: the KimiDeployment's name.
@@ -17,7 +18,7 @@ def service(kd: KimiDeployment) -> dict[str, Any]:
         "metadata": metadata(kd, kd.metadata.name, "api"),
         "spec": {
             "type": kd.spec.service.type,
-            "selector": selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"},
+            "selector": selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"} | role_selector(kd),
             "ports": [
                 {
                     "name": "http",
