@@ -12,7 +12,11 @@ from kimi_operator.builders.autoscaling import (
     horizontal_pod_autoscaler,
     scaled_object,
 )
-from kimi_operator.builders.disaggregation import Serving, serving_roles
+from kimi_operator.builders.disaggregation import (
+    DEFAULT_ROUTING_SIDECAR_IMAGE,
+    Serving,
+    serving_roles,
+)
 from kimi_operator.builders.images import DefaultImageGate
 from kimi_operator.builders.routing import DEFAULT_EPP_IMAGE, routing_children
 from kimi_operator.builders.serving import pod_disruption_budget, pod_monitor, service
@@ -59,6 +63,8 @@ class OperatorDefaults:
     keda_available: bool = True
     # The endpoint picker of spec.routing.mode InferencePool (chart value endpointPicker.image).
     epp_image: str = DEFAULT_EPP_IMAGE
+    # llm-d's routing sidecar of spec.prefill's decode leaders (endpointPicker.routingSidecarImage).
+    routing_sidecar_image: str = DEFAULT_ROUTING_SIDECAR_IMAGE
     # With spec.routing.mode InferencePool: whether the cluster serves the InferencePool API
     # (else no pool and no endpoint picker: the Service alone, Degraded says why).
     inference_pool_available: bool = True
@@ -175,6 +181,7 @@ def _groups(
                     no_custom_all_reduce,
                     caches=caches,
                     serving=serving,
+                    sidecar_image=defaults.routing_sidecar_image,
                 )
             )
     return children

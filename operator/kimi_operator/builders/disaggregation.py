@@ -98,11 +98,11 @@ def sidecar_args(http_port: int) -> list[str]:
     ]
 
 
-def routing_sidecar(http_port: int, security: dict[str, Any]) -> dict[str, Any]:
+def routing_sidecar(image: str, http_port: int, security: dict[str, Any]) -> dict[str, Any]:
     """A native sidecar (an init container that keeps running): up before vLLM, down after it."""
     return {
         "name": SIDECAR_NAME,
-        "image": DEFAULT_ROUTING_SIDECAR_IMAGE,
+        "image": image,
         "command": ["/app/pd-sidecar"],  # the image's entrypoint (llm-d's Dockerfile.sidecar)
         "restartPolicy": "Always",
         "args": sidecar_args(http_port),

@@ -153,10 +153,12 @@ def pod_template(
     channel_claim: str | None,
     no_custom_all_reduce: bool,
     caches: Mapping[str, str],
-    serving: Serving = "aggregated",
+    serving: Serving,
+    sidecar_image: str,
 ) -> dict[str, Any]:
     """`caches`: the weights cache claim of each Hugging Face source, by role (model, draft).
-    `serving`: the group's part with spec.prefill (disaggregation.py)."""
+    `serving`: the group's part with spec.prefill (disaggregation.py), whose decode leaders run
+    `sidecar_image`."""
     spec = kd.spec
     volumes, mounts = _volumes(kd, caches)
     resources = _resources(kd)
@@ -198,7 +200,7 @@ def pod_template(
     checks = preflight(kd, image, copy.deepcopy(resources), expect_imex=channel_claim is not None)
     init = [checks]
     if role == "leader" and serving == "decode":
-        init.append(routing_sidecar(HTTP_PORT, CONTAINER_SECURITY))
+        init.append(routing_sidecar(sidecar_image, HTTP_PORT, CONTAINER_SECURITY))
     pod = {"initContainers": init, **pod}
     scheduling = spec.scheduling
     if scheduling.node_selector:

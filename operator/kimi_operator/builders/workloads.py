@@ -37,7 +37,8 @@ def leader_worker_set(
     no_custom_all_reduce: bool,
     *,
     caches: Mapping[str, str],
-    serving: Serving = "aggregated",
+    serving: Serving,
+    sidecar_image: str,
 ) -> dict[str, Any]:
     name = group_name(kd, group, serving)
     channel = channel_claim_name(kd, group, serving) if with_domain else None
@@ -51,6 +52,7 @@ def leader_worker_set(
             no_custom_all_reduce=no_custom_all_reduce,
             caches=caches,
             serving=serving,
+            sidecar_image=sidecar_image,
         )
         built["metadata"]["labels"][GROUP_LABEL] = name
         affinity = group_affinity(kd, name)

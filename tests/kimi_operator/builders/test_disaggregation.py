@@ -211,3 +211,22 @@ def test_a_checked_flag_can_fail() -> None:
     sidecar = leader["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["initContainers"][-1]
     flags = {a[2:].split("=", 1)[0] for a in [*sidecar["args"], "--prefiller-port=1"]}
     assert flags - set(SIDECAR["flags"]) == {"prefiller-port"}
+
+
+def test_the_sidecar_image_is_the_releases_and_the_operator_can_move_it() -> None:
+    kd = deployment(CASES[DISAGGREGATED[0]][0])
+
+    def images(defaults: OperatorDefaults) -> set[str]:
+        return {
+            c["image"]
+            for child in build_children(kd, defaults)
+            if child["kind"] == "LeaderWorkerSet"
+            for c in child["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"][
+                "initContainers"
+            ]
+            if c["name"] == "routing-sidecar"
+        }
+
+    assert images(OperatorDefaults()) == {f"{SIDECAR['image']}:{RELEASE['release']}"}
+    mirrored = "registry.example/llm-d-router-disagg-sidecar:v0.10.0"
+    assert images(OperatorDefaults(routing_sidecar_image=mirrored)) == {mirrored}
