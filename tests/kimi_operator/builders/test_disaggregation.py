@@ -10,7 +10,8 @@ import yaml
 
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.embedded.upstream import EPP_RELEASE, upstream_file
-from tests.kimi_operator.builders.cases import CASES, deployment
+from tests.kimi_operator.builders.cases import CASES, _edited, deployment
+from tests.support.repo import ROOT
 
 RELEASE: dict[str, Any] = yaml.safe_load(upstream_file(EPP_RELEASE).read_text())
 SIDECAR = RELEASE["sidecar"]
@@ -230,3 +231,19 @@ def test_the_sidecar_image_is_the_releases_and_the_operator_can_move_it() -> Non
     assert images(OperatorDefaults()) == {f"{SIDECAR['image']}:{RELEASE['release']}"}
     mirrored = "registry.example/llm-d-router-disagg-sidecar:v0.10.0"
     assert images(OperatorDefaults(routing_sidecar_image=mirrored)) == {mirrored}
+
+
+def test_the_docs_example_renders_what_the_docs_say() -> None:
+    docs = (ROOT / "docs" / "disaggregation.md").read_text()
+    spec_block = docs.split("## The spec\n", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    doc = _edited("k3-tp16-routed.yaml", **yaml.safe_load(spec_block)["spec"])
+    doc["metadata"]["name"] = "k3-pd"
+    children = build_children(deployment(doc), OperatorDefaults())
+    groups = sorted(c["metadata"]["name"] for c in children if c["kind"] == "LeaderWorkerSet")
+    assert groups == ["k3-pd-g0", "k3-pd-g1", "k3-pd-p0"]
+    for name in groups:
+        assert f"`{name}`" in docs
+    (config_map,) = [c for c in children if c["kind"] == "ConfigMap"]
+    rendered = yaml.safe_load(config_map["data"]["epp-config.yaml"])
+    shown = docs.split("decider:\n\n```yaml\n", 1)[1].split("schedulingProfiles:", 1)[0]
+    assert yaml.safe_load(shown) == rendered["plugins"][-len(yaml.safe_load(shown)) :]
