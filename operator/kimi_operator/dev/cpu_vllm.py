@@ -18,6 +18,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -153,6 +154,9 @@ class CpuServer:
     log: IO[bytes] | None = None
     start_s: float = 0.0
     settings: ServedConfig | None = None  # what the server reports running with
+    # More flags and variables of the server (a KV connector: tests/vllm/test_disaggregation.py).
+    extra_args: tuple[str, ...] = ()
+    extra_env: Mapping[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -170,8 +174,8 @@ class CpuServer:
         model = build_model()
         started = time.monotonic()
         self.process = subprocess.Popen(
-            command(model, self.port),
-            env=environment(self.metrics_port, self.threads),
+            [*command(model, self.port), *self.extra_args],
+            env=environment(self.metrics_port, self.threads) | dict(self.extra_env),
             stdout=self.log,
             stderr=subprocess.STDOUT if self.log is not None else None,
             start_new_session=True,  # its engine and worker processes go with it
