@@ -33,7 +33,7 @@ import yaml
 
 from kimi_operator.embedded import chart
 from kimi_operator.embedded.processes import OperatorProcess, cpu_s, fetch, memory_mb, wait
-from kimi_operator.embedded.server import TIMELINE_PATH
+from kimi_operator.embedded.timeline import TIMELINE_PATH
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 

@@ -28,6 +28,7 @@ from fuzz_inputs import run_fuzz
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.chart import NAMESPACE as RELEASE_NAMESPACE
 from kimi_operator.embedded.chart import operator_identity
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import OperatorProcess, metric_total
 from kimi_operator.embedded.reliability import (
     run_by_hand,
@@ -35,7 +36,6 @@ from kimi_operator.embedded.reliability import (
     run_faults,
     run_restarts,
 )
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.stale import run_holder_deleted, run_stale_delete
 from kimi_operator.embedded.teardown import (
     DeletionReport,

@@ -68,6 +68,14 @@ def measure(server: CpuServer, batch: int, requests: int, tokens: int) -> dict[s
     }
 
 
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process tree (vLLM's API server, engine and worker)."""
+    import psutil  # noqa: PLC0415 (installed by make setup with vLLM's interfaces)
+
+    top = psutil.Process(pid)
+    return sum(p.memory_info().rss for p in [top, *top.children(recursive=True)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS")
@@ -82,7 +90,8 @@ def main() -> None:
         tempfile.TemporaryFile() as log,
         CpuServer(port=18100, metrics_port=18101, threads=args.threads, log=log) as server,
     ):
-        rss = server.rss_bytes()
+        assert server.process is not None
+        rss = tree_rss_bytes(server.process.pid)
         runs = [measure(server, b, args.requests, args.output_tokens) for b in (1, 8)]
     figures = {
         "vllm": "0.32.0 (CPU build)",

@@ -1,6 +1,6 @@
 """docs/development.md's "Layout" names only paths that exist: each line's first column from the
 repository's root, and each file or folder its description names from that entry's folder
-(`exists_from`)."""
+(`exists_from`); and no file in operator/ is over 800 lines but generated data."""
 
 import re
 from pathlib import Path
@@ -59,3 +59,33 @@ def test_a_path_that_does_not_exist_is_caught() -> None:
         "reconcile.py",
         "unit/",
     ]
+
+
+# No module in operator/ grows past a size a newcomer can read; generated data is exempt.
+MAX_LINES = 800
+GENERATED = {Path("operator/kimi_operator/api/vllm_flags.py")}
+
+
+def too_long(root: Path) -> list[str]:
+    """The Python files under `root/operator` over MAX_LINES lines, but the generated ones."""
+    return sorted(
+        f"{path.relative_to(root)}: {lines} lines"
+        for path in (root / "operator").rglob("*.py")
+        if path.relative_to(root) not in GENERATED
+        and (lines := len(path.read_text().splitlines())) > MAX_LINES
+    )
+
+
+def test_no_file_in_operator_is_over_800_lines() -> None:
+    assert too_long(ROOT) == []
+
+
+def test_a_long_file_is_caught(tmp_path: Path) -> None:
+    package = tmp_path / "operator" / "kimi_operator"
+    package.mkdir(parents=True)
+    (package / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (package / "short.py").write_text("x = 1\n" * MAX_LINES)
+    generated = tmp_path / next(iter(GENERATED))
+    generated.parent.mkdir(parents=True)
+    generated.write_text("x = 1\n" * (MAX_LINES + 1))
+    assert too_long(tmp_path) == [f"operator/kimi_operator/long.py: {MAX_LINES + 1} lines"]

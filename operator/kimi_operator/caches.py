@@ -28,7 +28,7 @@ from kimi_operator.builders.weights import (
     hf_sources,
     resolve_job_name,
 )
-from kimi_operator.k8s.apply import Write, owner_reference
+from kimi_operator.k8s.merge import Write, owner_reference
 from kimi_operator.k8s.resources import BY_KIND, JOB
 from kimi_operator.rollout import epoch
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
-from kimi_operator.k8s.apply import APPLIED_ANNOTATION, covers
+from kimi_operator.k8s.merge import APPLIED_ANNOTATION, covers
 
 # When the operator last wrote a group's template (RFC 3339): the progress deadline counts from it.
 ROLLED_AT_ANNOTATION = "kimi-operator.io/rolled-at"
@@ -141,7 +141,7 @@ def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
 
 
 def is_updated(live: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """`desired` carries the operator's applied-spec annotation (k8s.apply.with_owner)."""
+    """`desired` carries the operator's applied-spec annotation (k8s.merge.with_owner)."""
     applied = _annotations(live).get(APPLIED_ANNOTATION)
     return applied == _annotations(desired)[APPLIED_ANNOTATION] and covers(
         live.get("spec"), desired["spec"]

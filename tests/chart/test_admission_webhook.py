@@ -15,8 +15,9 @@ import yaml
 
 from kimi_operator.admission.handler import WEBHOOK_ID
 from kimi_operator.cli import build_parser
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import write_kubeconfig
-from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
+from kimi_operator.embedded.server import ApiServer
 
 from .helm import CHART, helm, of_kind, template, write_values
 from .test_chart import validate

@@ -18,7 +18,6 @@ import json
 import sys
 import tempfile
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,11 +32,11 @@ from kimi_operator.builders.meta import MANAGER
 from kimi_operator.controller.leader import LeaseConfig
 from kimi_operator.embedded.chart import NAMESPACE as RELEASE_NAMESPACE
 from kimi_operator.embedded.chart import operator_identity
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.hub import FakeHub
 from kimi_operator.embedded.jobs import JobRunner, running
 from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.rbac import Attributes, request_attributes
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import ROUTING_KINDS, child_crds, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (
@@ -54,7 +53,7 @@ from kimi_operator.k8s.resources import (
     Resource,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
-from tests.support.cluster import older_crd
+from tests.support.cluster import older_crd, wait_for
 from tests.support.repo import ROOT
 
 from .helm import of_kind, template
@@ -213,14 +212,6 @@ def _sample(name: str) -> dict[str, Any]:
     return copy.deepcopy(loaded)
 
 
-def _wait(probe: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-
-
 def _autoscaler_switch(
     api: EmbeddedApiServer, kimi: str, children: Callable[[Resource], list[dict[str, Any]]]
 ) -> None:
@@ -228,13 +219,13 @@ def _autoscaler_switch(
     repaired when edited by hand."""
     url = api.url
     _send(url, "PATCH", f"{kimi}/k3", {"spec": {"autoscaling": None}}, merge=True)
-    _wait(lambda: not children(SCALED_OBJECT), "the ScaledObject gone")
+    wait_for(lambda: not children(SCALED_OBJECT), 20.0, "the ScaledObject gone")
     api.remove_crd(SCALED_OBJECT.crd_name)
     _send(url, "PATCH", f"{kimi}/k3", {"spec": {"autoscaling": AUTOSCALING}}, merge=True)
-    _wait(lambda: bool(children(HORIZONTAL_POD_AUTOSCALER)), "the HPA")
+    wait_for(lambda: bool(children(HORIZONTAL_POD_AUTOSCALER)), 20.0, "the HPA")
     hpa = HORIZONTAL_POD_AUTOSCALER.item(NAMESPACE, "k3")
     _send(url, "PATCH", hpa, {"spec": {"maxReplicas": 9}}, merge=True)
-    _wait(lambda: _send(url, "GET", hpa)["spec"]["maxReplicas"] == 4, "the HPA repaired")
+    wait_for(lambda: _send(url, "GET", hpa)["spec"]["maxReplicas"] == 4, 20.0, "the HPA repaired")
 
 
 def _scale_down_to_one(
@@ -243,7 +234,7 @@ def _scale_down_to_one(
     """Down to one group, and its status written: no status write left in flight to undo the
     scenario's next status patch."""
     _send(url, "PATCH", f"{kimi}/k3", {"spec": {"replicas": 1}}, merge=True)
-    _wait(lambda: len(children(LEADER_WORKER_SET)) == 1, "the scale-down to one group")
+    wait_for(lambda: len(children(LEADER_WORKER_SET)) == 1, 20.0, "the scale-down to one group")
 
     def settled() -> bool:
         kd = _send(url, "GET", f"{kimi}/k3")
@@ -251,7 +242,7 @@ def _scale_down_to_one(
         current = status.get("observedGeneration") == kd["metadata"]["generation"]
         return current and status.get("replicas") == 1
 
-    _wait(settled, "the scale-down's status")
+    wait_for(settled, 20.0, "the scale-down's status")
 
 
 def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list[CallSite]) -> None:
@@ -273,11 +264,11 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
         found: list[dict[str, Any]] = _send(url, "GET", resource.collection(NAMESPACE))["items"]
         return [c for c in found if c["metadata"].get("labels", {}).get(MANAGED_BY) == MANAGER]
 
-    _wait(lambda: all(children(r) for r in WITH_KEDA), "a child of every kind")
+    wait_for(lambda: all(children(r) for r in WITH_KEDA), 20.0, "a child of every kind")
     # A child deleted by hand: the operator creates it again.
     service = children(SERVICE)[0]["metadata"]["name"]
     _send(url, "DELETE", SERVICE.item(NAMESPACE, service))
-    _wait(lambda: bool(children(SERVICE)), "the Service created again")
+    wait_for(lambda: bool(children(SERVICE)), 20.0, "the Service created again")
     # Every kind of child edited by hand: the operator patches each back.
     label = "app.kubernetes.io/name"
     for resource in WITH_KEDA:
@@ -289,7 +280,7 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
         labels = [c["metadata"].get("labels", {}) for r in WITH_KEDA for c in children(r)]
         return all(found.get(label) != "edited-by-hand" for found in labels)
 
-    _wait(repaired, "every edited child repaired")
+    wait_for(repaired, 20.0, "every edited child repaired")
     # Every kind of child disowned by hand: the operator adopts each (changing an object's
     # ownerReferences needs delete on it, by the owner-reference admission check).
     for resource in WITH_KEDA:
@@ -300,7 +291,7 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
     def adopted() -> bool:
         return all(c["metadata"].get("ownerReferences") for r in WITH_KEDA for c in children(r))
 
-    _wait(adopted, "every disowned child adopted")
+    wait_for(adopted, 20.0, "every disowned child adopted")
     _autoscaler_switch(api, kimi, children)
     _scale_down_to_one(url, kimi, children)
     _default_image_turn(url, kimi, reached, sites)
@@ -315,10 +306,10 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
         }
     }
     _send(url, "PATCH", f"{kimi}/k3", dropped, merge=True)
-    _wait(lambda: not children(COMPUTE_DOMAIN), "the ComputeDomains gone")
-    _wait(lambda: not children(POD_MONITOR), "the PodMonitor gone")
-    _wait(lambda: not children(HORIZONTAL_POD_AUTOSCALER), "the HPA gone")
-    _wait(lambda: not children(INFERENCE_POOL), "the InferencePool gone")
+    wait_for(lambda: not children(COMPUTE_DOMAIN), 20.0, "the ComputeDomains gone")
+    wait_for(lambda: not children(POD_MONITOR), 20.0, "the PodMonitor gone")
+    wait_for(lambda: not children(HORIZONTAL_POD_AUTOSCALER), 20.0, "the HPA gone")
+    wait_for(lambda: not children(INFERENCE_POOL), 20.0, "the InferencePool gone")
     _invalid_one(api, kimi)
     _weights_scenario(api, kimi)
 
@@ -326,7 +317,7 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
         return all(_hit(site, reached) for site in sites)
 
     try:
-        _wait(all_reached, "every client call of the operator in this mode", timeout=30.0)
+        wait_for(all_reached, 30.0, "every client call of the operator in this mode")
     except AssertionError as timeout:
         raise AssertionError(
             f"{timeout}: the RBAC scenario never made these client calls, so the permissions "
@@ -344,7 +335,11 @@ def _invalid_one(api: EmbeddedApiServer, kimi: str) -> None:
     api.install_crds([older_crd()])
     _send(url, "POST", kimi, bad)
     api.install_crds([crd()])
-    _wait(lambda: bool(_send(url, "GET", f"{kimi}/bad").get("status")), "the invalid one's status")
+    wait_for(
+        lambda: bool(_send(url, "GET", f"{kimi}/bad").get("status")),
+        20.0,
+        "the invalid one's status",
+    )
     _send(url, "DELETE", f"{kimi}/bad")
 
 
@@ -378,7 +373,7 @@ def _default_image_turn(
         _send(url, "PATCH", f"{kimi}/k3/status", older, merge=True)
         return False
 
-    _wait(turn_asked, "a reconcile asking for the turn to move to the new default image")
+    wait_for(turn_asked, 20.0, "a reconcile asking for the turn to move to the new default image")
 
 
 def _weights_scenario(api: EmbeddedApiServer, kimi: str) -> None:
@@ -414,13 +409,13 @@ def _weights_scenario(api: EmbeddedApiServer, kimi: str) -> None:
             listed = _send(api.url, "GET", JOB.collection(NAMESPACE) + "?" + CACHES)["items"]
             return {job["metadata"]["name"] for job in listed}
 
-        _wait(serving(("w1", "w2")), "both deployments serving from one cache", timeout=60.0)
+        wait_for(serving(("w1", "w2")), 60.0, "both deployments serving from one cache")
         (old,) = caches()
         for name in ("w1", "w2"):
             moved = {"spec": {"model": {"source": {"huggingface": {"revision": "v2"}}}}}
             _send(api.url, "PATCH", f"{kimi}/{name}", moved, merge=True)
-            _wait(lambda: len(caches() - {old}) == 1, "the new cache", timeout=60.0)
-        _wait(lambda: old not in caches(), "the old cache deleted with its last user", 60.0)
+            wait_for(lambda: len(caches() - {old}) == 1, 60.0, "the new cache")
+        wait_for(lambda: old not in caches(), 60.0, "the old cache deleted with its last user")
     admin.close()
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kimi_operator.embedded.clients import Kubectl
-from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client, load_configuration
 from tests.support.tools import require_tool

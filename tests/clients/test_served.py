@@ -11,7 +11,8 @@ import pytest
 
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded import discovery, openapi, tables
-from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
+from kimi_operator.embedded.harness import EmbeddedApiServer
+from kimi_operator.embedded.server import ApiServer
 from kimi_operator.embedded.upstream import child_crds
 from tests.support.builtin_openapi import definitions
 

@@ -12,7 +12,7 @@ import pytest
 
 from kimi_operator.embedded import apply_patch, openapi
 from kimi_operator.embedded.fieldsets import Schema, from_fields_v1, paths, to_fields_v1
-from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.harness import EmbeddedApiServer
 
 CONFIG_MAP = Schema(openapi.built_in()["io.k8s.api.core.v1.ConfigMap"], openapi.built_in())
 DEPLOYMENT = Schema(openapi.built_in()["io.k8s.api.apps.v1.Deployment"], openapi.built_in())

@@ -13,8 +13,8 @@ from kimi_operator.api.crd import crd
 from kimi_operator.controller.loop import UNEXPECTED
 from kimi_operator.controller.metrics import Metrics
 from kimi_operator.embedded.chart import operator_identity
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import metric_total
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import CHILD_KINDS, CRD_FILES, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.runner import OperatorThread, RunConfig

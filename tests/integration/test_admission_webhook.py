@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kimi_operator.embedded.chart import webhook_configuration
-from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 from tests.support.admission import Webhook, running_webhook, self_signed
 from tests.support.corpus import DRAFT

@@ -17,8 +17,8 @@ import yaml
 
 from kimi_operator.cli import main
 from kimi_operator.embedded.demo import run_demo, settled
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import free_port
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 from tests.support.cluster import NAME, NS, children, reconciled, sample, wait_for

@@ -11,10 +11,11 @@ import pytest
 from kimi_operator import caches
 from kimi_operator import reconcile as reconcile_module
 from kimi_operator.builders import OperatorDefaults
-from kimi_operator.embedded.server import EmbeddedApiServer
-from kimi_operator.k8s.apply import Applied, owner_reference, perform, preconditions
+from kimi_operator.embedded.harness import EmbeddedApiServer
+from kimi_operator.k8s.apply import perform
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError
+from kimi_operator.k8s.merge import Applied, owner_reference, preconditions
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, PERSISTENT_VOLUME_CLAIM
 from kimi_operator.reconcile import reconcile
 from kimi_operator.reconcile.decide import Decision, Observed

@@ -12,7 +12,7 @@ import pytest
 
 from kimi_operator.embedded.chart import NAMESPACE as RELEASE_NAMESPACE
 from kimi_operator.embedded.chart import operator_identity
-from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.teardown import EXIT_LEADERSHIP_LOST, run_frozen_leader
 from kimi_operator.k8s.client import Client
 

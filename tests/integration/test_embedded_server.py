@@ -12,10 +12,11 @@ import pytest
 
 from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
+from kimi_operator.embedded.authorization import Check
 from kimi_operator.embedded.chart import operator_identity
-from kimi_operator.embedded.server import Check, EmbeddedApiServer
-from kimi_operator.k8s.apply import owner_reference
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.k8s.client import Client, load_configuration
+from kimi_operator.k8s.merge import owner_reference
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
     KIMI_DEPLOYMENT,

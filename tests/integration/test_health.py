@@ -4,8 +4,8 @@ unexpected error, so that the container is restarted rather than left blind to e
 from collections.abc import Mapping
 from typing import Any
 
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import free_port, healthy
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 from kimi_operator.runner import OperatorThread, RunConfig

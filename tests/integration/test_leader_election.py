@@ -13,7 +13,8 @@ import pytest
 from kimi_operator.controller.leader import LeaderElector, LeaseConfig, Watchdog
 from kimi_operator.embedded.chart import NAMESPACE as RELEASE_NAMESPACE
 from kimi_operator.embedded.chart import operator_identity
-from kimi_operator.embedded.server import EmbeddedApiServer, Fault
+from kimi_operator.embedded.faults import Fault
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.errors import ApiError, NotLeading
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEASE, Resource

@@ -7,7 +7,8 @@ import pytest
 from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
-from kimi_operator.embedded.server import EmbeddedApiServer, Fault
+from kimi_operator.embedded.faults import Fault
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import EVENT, KIMI_DEPLOYMENT, SERVICE, Resource

@@ -4,8 +4,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.kubelet import mark_ready
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import LEADER_WORKER_SET
 from kimi_operator.runner import OperatorThread, RunConfig

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import OperatorProcess
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET
 from kimi_operator.rollout import leader_image

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.kubelet import mark_ready, start_groups
 from kimi_operator.embedded.scheduler import Scheduler, fleet
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import CHILD_KINDS
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (

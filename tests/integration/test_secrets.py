@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.hub import FakeHub
 from kimi_operator.embedded.jobs import SECRET, JobRunner, running
 from kimi_operator.embedded.kubelet import mark_ready
-from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
+from kimi_operator.embedded.server import ApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,

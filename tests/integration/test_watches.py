@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from kimi_operator.embedded.faults import Fault
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.kubelet import group_ready_status, mark_ready
-from kimi_operator.embedded.server import EmbeddedApiServer, Fault, Read
+from kimi_operator.embedded.timeline import Read
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import CONFIG_MAP, LEADER_WORKER_SET
 from kimi_operator.k8s.watch import json_lines

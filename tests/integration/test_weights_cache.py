@@ -19,11 +19,11 @@ from kimi_kernels.weights import MANIFEST
 from kimi_operator import caches as weights_caches
 from kimi_operator.builders.weights import RETAIN_ANNOTATION
 from kimi_operator.embedded.audit import audit
+from kimi_operator.embedded.faults import Fault as ApiFault
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.hub import FakeHub, Fault
 from kimi_operator.embedded.jobs import SECRET, JobRunner, running
 from kimi_operator.embedded.kubelet import mark_ready
-from kimi_operator.embedded.server import EmbeddedApiServer
-from kimi_operator.embedded.server import Fault as ApiFault
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import (

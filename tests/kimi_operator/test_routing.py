@@ -9,7 +9,7 @@ import pytest
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders import OperatorDefaults, build_children
-from kimi_operator.k8s.apply import drift_patch, with_owner
+from kimi_operator.k8s.merge import drift_patch, with_owner
 from kimi_operator.routing import gateway_endpoint, routing_condition
 from tests.kimi_operator.builders.cases import _edited, deployment
 

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import yaml
 
 from kimi_operator.api.crd import crd
+from kimi_operator.api.status import condition as api_condition
 from kimi_operator.embedded.processes import wait
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
@@ -53,7 +54,9 @@ def status_of(client: Client, namespace: str, name: str) -> dict[str, Any]:
 
 
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
-    found: dict[str, Any] = next(c for c in status.get("conditions", []) if c["type"] == kind)
+    """The condition `kind` of a status; the test fails when the status has none."""
+    found = dict(api_condition(status, kind))
+    assert found, f"no {kind} condition in {status.get('conditions')}"
     return found
 
 

@@ -7,8 +7,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.kubelet import mark_ready
-from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
+from kimi_operator.embedded.server import ApiServer
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import LEADER_WORKER_SET
 from kimi_operator.rollout import group_index, group_ready, leader_image

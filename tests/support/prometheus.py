@@ -36,7 +36,7 @@ from kimi_kernels.decode_metrics import names
 from kimi_kernels.decode_metrics.decode_path import DecodePathRecorder
 from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
 from kimi_operator.controller.metrics import Metrics
-from kimi_operator.embedded.processes import free_port
+from kimi_operator.embedded.processes import free_port, wait
 from tests.support.feed import record, served
 from tests.support.repo import ROOT
 
@@ -242,14 +242,6 @@ class Proof:
         params = {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
         result: list[dict[str, Any]] = self.api("query_range", **params)["result"]
         return result
-
-
-def wait(condition: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {seconds}s for {what}")
-        time.sleep(0.1)
 
 
 @contextlib.contextmanager

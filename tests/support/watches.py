@@ -1,6 +1,7 @@
 """The embedded server's watch settings, changed by the tests that need short ones."""
 
-from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer
+from kimi_operator.embedded.harness import EmbeddedApiServer
+from kimi_operator.embedded.server import ApiServer
 
 
 def set_watches(

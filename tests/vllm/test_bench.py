@@ -47,10 +47,13 @@ def test_bench_agrees_with_the_server(
     assert summary["output_tokens_total"] == requests * 64
     metrics = summary["server_metrics"]
     assert metrics["decode_rate_metric"] == "kimi_request_decode_tokens_per_second"
+    assert summary["decode_tokens_per_s"] is not None, summary["warnings"]
     client = summary["decode_tokens_per_s"]["mean"]
     assert client == pytest.approx(metrics["decode_tokens_per_s"], rel=AGREEMENT)
     # On a busy shared machine a stream can stall and then arrive in one read (seen here: 1.35 s,
-    # then 50 chunks together): such requests are marked, warned about and left out; most are timed.
+    # then 50 chunks together), or the server's frontend can fall behind and merge a stream's
+    # tokens into a few chunks (seen in CI: 7 of 16 requests in 2 chunks 6 ms apart): such requests
+    # are marked, warned about and left out; most are timed.
     bursts = sum(r["burst"] for r in out["requests"])
     assert bursts <= requests // 2
     warned = any(w.startswith("TIMING UNRELIABLE") for w in summary["warnings"])

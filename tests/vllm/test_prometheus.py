@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from kimi_kernels.decode_metrics import names
+from kimi_operator.embedded.processes import wait
 from tests.support.catalog import (
     VARIABLES,
     VLLM_CATALOG,
@@ -20,7 +21,7 @@ from tests.support.catalog import (
     rule_groups,
     substitute,
 )
-from tests.support.prometheus import Proof, prometheus_scraping, wait
+from tests.support.prometheus import Proof, prometheus_scraping
 from tests.support.tools import require_tool
 from tests.vllm.conftest import Served, timed_requests
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_operator.api.constants import GROUP, KIND, PLURAL, VERSION
+from kimi_operator.api.status import condition
 from kimi_operator.bench import BenchError
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -85,8 +86,7 @@ def resolve(reference: str) -> Target:
     spec, status = body.get("spec") or {}, body.get("status") or {}
     endpoint = status.get("endpoint")
     if not endpoint:
-        conditions: list[dict[str, Any]] = status.get("conditions") or []
-        ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+        ready = condition(status, "Ready")
         why = ready.get("message") or ready.get("reason") or "the operator has not reported one"
         raise BenchError(f"{KIND} {reference} has no endpoint yet: {why}")
     replicas = spec.get("replicas", 1)

@@ -223,7 +223,7 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
     scraped = zip(groups_before, groups_after, strict=True)
     groups = prefix_cache_groups(dict(zip(options.group_metrics_urls, scraped, strict=True)))
     metrics = with_groups(delta(before, after), groups)
-    records = mark_bursts(records, metrics.inter_token_latency_s)
+    records = mark_bursts(records, metrics.inter_token_latency_s, metrics.decode_tokens_per_s)
     info = ServerInfo(
         version=server or (after.info.get("vllm_version") if after else None),
         decode_backend=(after.info.get("decode_backend") if after else None),

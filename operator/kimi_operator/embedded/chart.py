@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from kimi_operator.embedded.clients import tool
-from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.harness import EmbeddedApiServer
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "kimi-operator"

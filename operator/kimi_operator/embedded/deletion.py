@@ -1,5 +1,6 @@
 """DeleteOptions as kube-apiserver and the garbage collector carry them out, for the embedded API
-server (embedded.server): its preconditions (`check_preconditions`), and its propagationPolicy.
+server (embedded.server): its preconditions (`check_preconditions`), its propagationPolicy, and
+the garbage collection after it (`Collector.collect_garbage`).
 
 - **Background** (the default here): the object goes at once (unless it has finalizers); the
   collector then deletes what it owned.
@@ -83,12 +84,15 @@ def _refers_to(obj: Mapping[str, Any], uid: str, *, blocking: bool = False) -> b
 
 @dataclass
 class Collector:
-    """The deletions in progress in one store of objects (kmock's `objects`)."""
+    """The deletions in progress in one store of objects (kmock's `objects`), and the garbage
+    collector: what an object deleted owned goes after it."""
 
     objects: Any
     announce: Announce
     next_version: Callable[[], str]
     terminating: set[Key] = field(default_factory=set)  # keys with a deletionTimestamp
+    # uids of the objects that exist: added by each create, recomputed by each collection.
+    uids: set[str] = field(default_factory=set)
 
     async def delete(self, key: Key, obj: Any, policy: str) -> dict[str, Any]:
         """A DELETE of a stored object: gone now, or marked for its finalizers (the policy's
@@ -167,3 +171,44 @@ class Collector:
         self.terminating.discard(key)
         await self.announce(key[0], "DELETED", raw)
         return True
+
+    async def collect_orphan(self, key: Key) -> None:
+        """Delete a just created object whose owner is already gone (a race the real garbage
+        collector also settles)."""
+        if key not in self.objects or self.objects[key].deleted:
+            return
+        raw = self.objects[key].raw
+        owners = {ref.get("uid") for ref in raw["metadata"].get("ownerReferences") or []}
+        if owners and not owners & self.uids:
+            self.objects[key].delete()
+            await self.announce(key[0], "DELETED", raw)
+
+    def _live_uids(self) -> set[str]:
+        self.uids = {obj.raw["metadata"]["uid"] for obj in self.objects.values() if not obj.deleted}
+        return self.uids
+
+    async def collect_garbage(self) -> None:
+        """Delete every object whose owners are all gone, until none is left; an object that
+        keeps some owner loses its references to the others (as Kubernetes' collector does)."""
+        while True:
+            if await self.settle():
+                continue
+            alive = self._live_uids()
+            orphans = []
+            for key, obj in self.objects.items():
+                if obj.deleted:
+                    continue
+                raw = obj.raw
+                refs = raw["metadata"].get("ownerReferences") or []
+                kept = [ref for ref in refs if ref.get("uid") in alive]
+                if refs and not kept:
+                    orphans.append((key, raw))
+                elif len(kept) < len(refs):
+                    change = {"ownerReferences": kept, "resourceVersion": self.next_version()}
+                    obj.patch({"metadata": change})
+                    await self.announce(key[0], "MODIFIED", obj.raw)
+            if not orphans:
+                return
+            for key, raw in orphans:
+                self.objects[key].delete()
+                await self.announce(key[0], "DELETED", raw)

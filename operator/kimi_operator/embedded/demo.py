@@ -30,11 +30,11 @@ from kimi_operator.builders import OperatorDefaults
 from kimi_operator.embedded.chart import CHART, RELEASE, webhook_configuration
 from kimi_operator.embedded.chart import NAMESPACE as CHART_NAMESPACE
 from kimi_operator.embedded.clients import Kubectl, step
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.hub import FakeHub
 from kimi_operator.embedded.jobs import SECRET, JobRunner
 from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.processes import wait
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (

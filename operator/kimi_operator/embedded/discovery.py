@@ -246,3 +246,55 @@ def wants_aggregated(accept: str) -> bool:
     first = accept.split(",", 1)[0].replace(" ", "")
     parameters = set(first.split(";")[1:])
     return {"g=apidiscovery.k8s.io", "v=v2", "as=APIGroupDiscoveryList"} <= parameters
+
+
+def custom_resource_info(crd: Mapping[str, Any], version: Mapping[str, Any]) -> kmock.ResourceInfo:
+    """How a CRD's version is declared to kmock (and so discovered)."""
+    spec, names = crd["spec"], crd["spec"]["names"]
+    return kmock.ResourceInfo(
+        kind=names["kind"],
+        singular=names.get("singular"),
+        namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+        shortnames=set(names.get("shortNames", [])),
+        categories=set(names.get("categories", [])),
+        subresources=set(version.get("subresources", {})),
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+    )
+
+
+def has_status(resources: kmock.ResourcesArray, resource: kmock.resource) -> bool:
+    """Whether a declared resource has the status subresource."""
+    for known in resources:
+        if resource == known:
+            return "status" in resources[known].subresources
+    return False
+
+
+def kind_of(resources: kmock.ResourcesArray, resource: kmock.resource) -> tuple[str, str]:
+    """(apiVersion, kind) of a declared resource; kmock's 404 when it is not declared."""
+    for known, info in resources.items():
+        if resource == kmock.resource(known):
+            group, version = resource.group or "", str(resource.version)
+            return (f"{group}/{version}" if group else version), str(getattr(info, "kind", ""))
+    raise kmock.KubernetesResourceNotFoundError()
+
+
+class Plurals:
+    """The plural served for a kind in an apiVersion (asked for every owner reference of every
+    write: indexed once per set of declared resources)."""
+
+    def __init__(self) -> None:
+        # (the declared resources, {(apiVersion, kind): plural})
+        self._index: tuple[tuple[Any, ...], dict[tuple[str, Any], str | None]] | None = None
+
+    def plural_of(self, resources: kmock.ResourcesArray, api_version: str, kind: str) -> str | None:
+        served = tuple(resources)
+        if self._index is None or self._index[0] != served:
+            index: dict[tuple[str, Any], str | None] = {}
+            for key, info in resources.items():
+                known = kmock.resource(key)
+                version = str(known.version)
+                group_version = f"{known.group}/{version}" if known.group else version
+                index.setdefault((group_version, getattr(info, "kind", None)), known.plural)
+            self._index = (served, index)
+        return self._index[1].get((api_version, kind))

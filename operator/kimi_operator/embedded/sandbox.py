@@ -21,9 +21,9 @@ from typing import TextIO
 
 from kimi_operator.embedded.chart import called_at
 from kimi_operator.embedded.demo import CHART_OPERATOR, admission_webhook, chart_operator
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.processes import write_kubeconfig
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import DEPLOYMENT, Resource

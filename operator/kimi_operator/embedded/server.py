@@ -3,38 +3,34 @@ bookkeeping and the checks a real API server does.
 
 kmock 0.8's `KubernetesEmulator` stores objects as plain dicts. This subclass adds what the
 operator relies on: `uid`, `resourceVersion`, `generation` (bumped on spec changes only), the status
-subresource (status writes touch only status, object writes never touch it), 404 for resources
-whose CRD is not installed, a garbage collector stand-in (deleting an owner deletes what it
-controls), and injectable faults; and what a real one refuses or rewrites: every installed CRD's
-structural schema and CEL rules (embedded.admission), bearer-token users authorized by the stored
-RBAC objects, and the OwnerReferencesPermissionEnforcement admission plugin (embedded.rbac).
+subresource (status writes touch only status, object writes never touch it), the scale subresource
+(embedded.scale), 404 for resources whose CRD is not installed, a garbage collector stand-in
+(deleting an owner deletes what it controls; embedded.deletion for propagation policies), watches
+that resume from a version (embedded.watches), and injectable faults (embedded.faults); and what a
+real one refuses or rewrites: every installed CRD's structural schema and CEL rules
+(embedded.admission), bearer-token users authorized by the stored RBAC objects, owner references
+and RBAC escalation checked (embedded.authorization), validating webhooks (embedded.webhooks).
 For the real kubectl and helm: /version, discovery and OpenAPI (embedded.endpoints), namespaces
 and list kinds (embedded.namespaces), Tables (embedded.tables), server-side apply and managed
-fields (embedded.apply_patch), protobuf bodies (embedded.protobuf), Status errors.
+fields (embedded.apply_patch), protobuf bodies (embedded.protobuf), Status errors
+(embedded.errors). It records every write, list and watch (embedded.timeline).
+`EmbeddedApiServer` (embedded.harness) runs it in a thread of its own.
 docs/embedded-api-server.md lists what it reproduces, with the tests, and what it does not.
 """
 
 import asyncio
 import collections
-import contextvars
-import copy
-import dataclasses
 import datetime
 import json
-import logging
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from http import HTTPStatus
-from typing import Any, NamedTuple, Self, TypeVar
+from typing import Any
 
 import aiohttp.web
 import attrs
-import jsonpatch
 import kmock
-import multidict
 from kmock import action
 
 from kimi_operator.embedded import (
@@ -44,100 +40,32 @@ from kimi_operator.embedded import (
     paging,
     protobuf,
     rbac,
+    scale,
     tables,
     watches,
     webhooks,
 )
 from kimi_operator.embedded.admission import CustomResource, Refused
+from kimi_operator.embedded.authorization import CURRENT_USER, Authorization
+from kimi_operator.embedded.builtin import BUILT_IN, CRDS
 from kimi_operator.embedded.deletion import Collector, check_preconditions, propagation_policy
 from kimi_operator.embedded.endpoints import Endpoints
+from kimi_operator.embedded.errors import (
+    already_exists,
+    check_version,
+    error_response,
+    not_found,
+    status_object,
+    status_response,
+    warned,
+)
+from kimi_operator.embedded.faults import Fault, Faults, answer_with
 from kimi_operator.embedded.fieldsets import Schema
+from kimi_operator.embedded.patches import merge_diff, patched
+from kimi_operator.embedded.timeline import TIMELINE_PATH, Read, Write
 
-T = TypeVar("T")
-LOG = logging.getLogger(__name__)
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-TIMELINE_PATH = "/_kimi/timeline"
 DIRECT = frozenset({action.FETCH, action.CREATE, action.UPDATE, action.DELETE})
-CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
-RBAC_KINDS = ("clusterroles", "clusterrolebindings", "roles", "rolebindings")
-# The user of the request being served (set by `ApiServer.__call__`).
-_USER: contextvars.ContextVar[rbac.User] = contextvars.ContextVar("user", default=rbac.ADMIN_USER)
-
-BUILT_IN = {
-    "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False),
-    "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
-    "v1/services": kmock.ResourceInfo(kind="Service", namespaced=True),
-    "v1/configmaps": kmock.ResourceInfo(kind="ConfigMap", namespaced=True),
-    "apps/v1/deployments": kmock.ResourceInfo(
-        kind="Deployment", namespaced=True, subresources={"status"}
-    ),
-    "autoscaling/v2/horizontalpodautoscalers": kmock.ResourceInfo(
-        kind="HorizontalPodAutoscaler", namespaced=True
-    ),
-    "events.k8s.io/v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
-    "policy/v1/poddisruptionbudgets": kmock.ResourceInfo(
-        kind="PodDisruptionBudget", namespaced=True
-    ),
-    "v1/serviceaccounts": kmock.ResourceInfo(kind="ServiceAccount", namespaced=True),
-    "v1/secrets": kmock.ResourceInfo(kind="Secret", namespaced=True),
-    "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True, subresources={"status"}),
-    "v1/persistentvolumeclaims": kmock.ResourceInfo(
-        kind="PersistentVolumeClaim", namespaced=True, subresources={"status"}
-    ),
-    "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True, subresources={"status"}),
-    "coordination.k8s.io/v1/leases": kmock.ResourceInfo(kind="Lease", namespaced=True),
-    f"admissionregistration.k8s.io/v1/{webhooks.CONFIGURATIONS}": kmock.ResourceInfo(
-        kind="ValidatingWebhookConfiguration", namespaced=False
-    ),
-    CRDS: kmock.ResourceInfo(kind="CustomResourceDefinition", namespaced=False),
-    **{
-        f"{rbac.RBAC_GROUP}/v1/{plural}": kmock.ResourceInfo(
-            kind=kind, namespaced=plural.startswith("role")
-        )
-        for plural, kind in zip(
-            RBAC_KINDS, ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"), strict=True
-        )
-    },
-}
-
-
-def merge_patch(value: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """RFC 7386: apply a JSON merge patch."""
-    result = dict(value)
-    for key, change in patch.items():
-        if change is None:
-            result.pop(key, None)
-        elif isinstance(change, Mapping) and isinstance(result.get(key), Mapping):
-            result[key] = merge_patch(result[key], change)
-        elif isinstance(change, Mapping):
-            result[key] = merge_patch({}, change)
-        else:
-            result[key] = change
-    return result
-
-
-def merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON merge patch that turns `old` into `new`."""
-    patch: dict[str, Any] = {key: None for key in old if key not in new}
-    for key, value in new.items():
-        before = old.get(key)
-        if isinstance(before, Mapping) and isinstance(value, Mapping):
-            nested = merge_diff(before, value)
-            if nested:
-                patch[key] = nested
-        elif key not in old or before != value:
-            patch[key] = value
-    return patch
-
-
-def _patched(current: Mapping[str, Any], change: Any) -> dict[str, Any]:
-    """`current` with a JSON patch (a list) or a merge patch applied; 422 when it does not apply."""
-    try:
-        if isinstance(change, list):
-            return dict(jsonpatch.apply_patch(dict(current), change, in_place=False))
-        return dict(merge_patch(current, change or {}))
-    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, ValueError) as error:
-        raise kmock.KubernetesError(status=422, reason="Invalid", message=str(error)) from None
 
 
 def _action(request: kmock.Request) -> action | None:
@@ -146,70 +74,6 @@ def _action(request: kmock.Request) -> action | None:
     if request.action is None and request.method.value == "PUT" and request.name:
         return action.UPDATE
     return request.action
-
-
-def _check_version(sent: Mapping[str, Any], current: Mapping[str, Any]) -> None:
-    """kube-apiserver's optimistic concurrency: a write naming a resourceVersion other than the
-    object's is refused with 409 Conflict."""
-    version = (sent.get("metadata") or {}).get("resourceVersion")
-    if version and version != current["metadata"]["resourceVersion"]:
-        name = current["metadata"].get("name")
-        message = f"{name}: the object has been modified; apply your changes to the latest"
-        raise kmock.KubernetesError(409, "Conflict", message + " version and try again")
-
-
-def _object_error(
-    resource: kmock.resource, name: str, status: int, reason: str, what: str
-) -> kmock.KubernetesError:
-    """kube-apiserver's error about one object: `<plural>.<group> "<name>" <what>`."""
-    group = resource.group or ""
-    qualified = f"{resource.plural}.{group}" if group else str(resource.plural)
-    details = {"name": name, "group": group, "kind": resource.plural}
-    return kmock.KubernetesError(status, reason, f'{qualified} "{name}" {what}', details)
-
-
-def not_found(resource: kmock.resource, name: str) -> kmock.KubernetesError:
-    return _object_error(resource, name, 404, "NotFound", "not found")
-
-
-def already_exists(resource: kmock.resource, name: str) -> kmock.KubernetesError:
-    return _object_error(resource, name, 409, "AlreadyExists", "already exists")
-
-
-def _get_path(obj: Mapping[str, Any], path: str) -> Any:
-    value: Any = obj
-    for part in path.strip(".").split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
-    return value
-
-
-def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
-    *parents, last = path.strip(".").split(".")
-    for part in parents:
-        obj = obj.setdefault(part, {})
-    obj[last] = value
-
-
-def _scale_of(obj: Mapping[str, Any], paths: Mapping[str, str]) -> dict[str, Any]:
-    """The autoscaling/v1 Scale of a custom resource (kube-apiserver's scale subresource)."""
-    meta = obj["metadata"]
-    status: dict[str, Any] = {"replicas": _get_path(obj, paths["statusReplicasPath"]) or 0}
-    selector = (
-        _get_path(obj, paths.get("labelSelectorPath", "")) if "labelSelectorPath" in paths else None
-    )
-    if selector:
-        status["selector"] = selector
-    return {
-        "kind": "Scale",
-        "apiVersion": "autoscaling/v1",
-        "metadata": {
-            key: meta[key]
-            for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-            if key in meta
-        },
-        "spec": {"replicas": _get_path(obj, paths["specReplicasPath"]) or 0},
-        "status": status,
-    }
 
 
 def _replace_data(request: kmock.Request, data: dict[str, Any]) -> None:
@@ -226,114 +90,15 @@ def key_of(request: kmock.Request, resource: kmock.resource) -> tuple[Any, Any, 
     return resource, request.namespace or meta.get("namespace"), request.name or meta.get("name")
 
 
-def _warned(warnings: list[str]) -> multidict.CIMultiDict[str]:
-    """The Warning headers kube-apiserver sends (RFC 7234 code 299) for unknown fields pruned."""
-    return multidict.CIMultiDict(("Warning", f"299 - {json.dumps(w)}") for w in warnings)
-
-
-def status_object(code: int, reason: str, message: str, details: Any) -> dict[str, Any]:
-    """Kubernetes' Status object of a failure (an error answer, a watch's ERROR event)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Status",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        **({"details": details} if details else {}),
-        "code": code,
-    }
-
-
 def _retrieved(task: "asyncio.Future[Any]") -> None:
     if not task.cancelled():
         task.exception()
 
 
-class Check(NamedTuple):
-    """An authorization decision about a user's request (or about what its object says)."""
-
-    user: str
-    group: str
-    resource: str  # with the subresource: kimideployments/status
-    verb: str
-    namespaced: bool
-    allowed: bool
-
-
-class Write(NamedTuple):
-    time: float  # time.monotonic(): shared by the processes of one machine
-    method: str
-    path: str
-    name: str  # of the object written
-    code: int = 0  # the HTTP status answered (0: not answered yet)
-
-    @property
-    def refused(self) -> bool:
-        """Answered with an error: it changed nothing."""
-        return self.code >= 300
-
-
-class Read(NamedTuple):
-    """A list or a watch: where a client started reading a collection from."""
-
-    verb: str  # "list" or "watch"
-    path: str
-    resource_version: str  # as the query names it; "" when it does not
-
-
-@dataclass(frozen=True)
-class Fault:
-    """Answer requests whose method and path match with `status`, `times` times in all, hitting
-    every `every`-th match only (a schedule: 1 hits each one).
-
-    `retry_after` (seconds) goes with a 429 as its Retry-After header. `delay_s` holds the answer
-    back that long first (the request is still served unless `status` is set): longer than the
-    client's read timeout, it is a timeout whose write may have happened anyway. `drop_watch`
-    (a GET with ?watch=true) cuts a stream, open or to come, in the middle of an event, as a
-    dropped connection does.
-    """
-
-    method: str
-    path_contains: str
-    status: int = 0  # 0: no error answer (with delay_s or drop_watch)
-    times: int = 1
-    every: int = 1
-    retry_after: int | None = None
-    delay_s: float = 0.0
-    drop_watch: bool = False
-    # With drop_watch: the stream goes silent instead (open, no event nor bookmark ever again),
-    # as a connection lost without a reset does.
-    silent: bool = False
-    message: str = ""  # the error answer's message ("injected <kind>" when empty)
-
-    @property
-    def kind(self) -> str:
-        """The label faults are counted under: conflict, throttle, server-error, timeout,
-        watch-drop, or http-<status>."""
-        if self.drop_watch:
-            return "watch-silence" if self.silent else "watch-drop"
-        if self.delay_s and not self.status:
-            return "timeout"
-        return {409: "conflict", 429: "throttle"}.get(
-            self.status, "server-error" if self.status >= 500 else f"http-{self.status}"
-        )
-
-
-@attrs.frozen
-class InjectedError(kmock.KubernetesError):
-    """An injected error answer; `retry_after` becomes the Retry-After header."""
-
-    retry_after: int | None = None
-
-
 @attrs.define(kw_only=True)
 class ApiServer(kmock.KubernetesEmulator):
     _version: int = attrs.field(default=0, init=False)  # the last resourceVersion given out
-    # [fault, times left, matches so far] of every injected fault
-    _faults: list[list[Any]] = attrs.field(factory=list, init=False)
-    # faults answered so far, by `Fault.kind`
-    injected: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
+    faults: Faults = attrs.field(factory=Faults, init=False)  # embedded.faults
     # ("namespace/name", status) of every status write to a KimiDeployment: what it said when
     status_log: list[tuple[str, dict[str, Any]]] = attrs.field(factory=list, init=False)
     # KimiDeployment statuses sent on a stale resourceVersion (refused with 409): the object was
@@ -343,18 +108,11 @@ class ApiServer(kmock.KubernetesEmulator):
     # benchmark's clock (monotonic time is shared by the processes of one machine).
     timeline: list[Write] = attrs.field(factory=list, init=False)
     reads: list[Read] = attrs.field(factory=list, init=False)  # every list and watch, in order
-    # uids of the objects that exist: added by each create, recomputed by each deletion.
-    _uids: set[str] = attrs.field(factory=set, init=False)
     # The schema and rules of each custom resource, by (group, version, plural).
     _custom: dict[tuple[str, str, str], CustomResource] = attrs.field(factory=dict, init=False)
-    # The users bearer tokens stand for; every authorization decision made about one.
-    _tokens: dict[str, rbac.User] = attrs.field(factory=dict, init=False)
-    checks: set[Check] = attrs.field(factory=set, init=False)
-    _authorizer: rbac.Authorizer | None = attrs.field(default=None, init=False)
-    # (the served resources, {(apiVersion, kind): plural}) for `_plural_of`.
-    _plurals: tuple[tuple[Any, ...], dict[tuple[str, Any], str | None]] | None = attrs.field(
-        default=None, init=False
-    )
+    # Tokens, RBAC and the checks made (embedded.authorization).
+    authorization: Authorization = attrs.field(init=False)
+    _plurals: discovery.Plurals = attrs.field(factory=discovery.Plurals, init=False)
     # Called on the server's thread after every write to an object, before the next request is
     # served: a check of the whole cluster at every step (the rollout tests' audit).
     observers: list[Callable[["ApiServer"], None]] = attrs.field(factory=list, init=False)
@@ -363,7 +121,7 @@ class ApiServer(kmock.KubernetesEmulator):
     # The stored ValidatingWebhookConfigurations (None: to be read again after a write to them).
     _webhooks: list[dict[str, Any]] | None = attrs.field(default=None, init=False)
 
-    _deletion: Collector = attrs.field(init=False)  # propagation policies (embedded.deletion)
+    _deletion: Collector = attrs.field(init=False)  # deletions, garbage (embedded.deletion)
     # Watches (embedded.watches): how many events of each resource are kept for watches that
     # resume from a version (kube-apiserver keeps at least 75 s' worth), and how often a watch
     # that allows bookmarks gets one (kube-apiserver: about every minute).
@@ -376,6 +134,7 @@ class ApiServer(kmock.KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self._deletion = Collector(self.objects, self._announce, self._next_version)
+        self.authorization = Authorization(self._rbac_objects, self._plural_of)
         for key, info in BUILT_IN.items():
             self.resources[key] = info
         for name in namespaces.INITIAL:
@@ -396,13 +155,6 @@ class ApiServer(kmock.KubernetesEmulator):
         """What the OpenAPI documents depend on: the served resources and the CRDs' versions."""
         versions = tuple(c["metadata"].get("resourceVersion") for c in self.crds())
         return (tuple(self.resources), versions)
-
-    def inject(self, fault: Fault) -> None:
-        self._faults.append([fault, fault.times, 0])
-
-    def clear_faults(self) -> None:
-        """Forget the faults not yet used up (the counts of those answered stay)."""
-        self._faults.clear()
 
     async def _announce(self, resource: kmock.resource, kind: str, obj: dict[str, Any]) -> None:
         """Record a watch event (embedded.watches) at once, with the version just given out (an
@@ -426,12 +178,6 @@ class ApiServer(kmock.KubernetesEmulator):
             if resource.plural == plural and not obj.deleted
         ]
 
-    def issue_token(self, namespace: str, name: str) -> str:
-        """A bearer token for the ServiceAccount `namespace/name`."""
-        token = uuid.uuid4().hex
-        self._tokens[token] = rbac.service_account(namespace, name)
-        return token
-
     def store(self, obj: Mapping[str, Any]) -> None:
         """Keep `obj` as the cluster admin's `kubectl apply` would, admission aside: the chart's
         ServiceAccount and RBAC objects."""
@@ -442,39 +188,26 @@ class ApiServer(kmock.KubernetesEmulator):
         meta = obj["metadata"]
         key = (kmock.resource(group, version, plural), meta.get("namespace"), meta["name"])
         self.objects[key] = self._new_object(dict(obj))
-        self._authorizer = None
+        self.authorization.forget_rbac()
         self._webhooks = None
 
-    def _stored_rbac(self) -> rbac.Authorizer:
-        if self._authorizer is None:
-            stored = [
-                obj.raw
-                for (resource, _, _), obj in self.objects.items()
-                if resource.group == rbac.RBAC_GROUP and not obj.deleted
-            ]
-            self._authorizer = rbac.Authorizer(stored)
-        return self._authorizer
-
-    def _authorize(self, user: rbac.User, wanted: rbac.Attributes) -> bool:
-        if user.admin:
-            return True
-        allowed = self._stored_rbac().allowed(user, wanted)
-        namespaced = bool(wanted.namespace)
-        self.checks.add(
-            Check(user.name, wanted.group, wanted.resource, wanted.verb, namespaced, allowed)
-        )
-        return allowed
+    def _rbac_objects(self) -> list[dict[str, Any]]:
+        return [
+            obj.raw
+            for (resource, _, _), obj in self.objects.items()
+            if resource.group == rbac.RBAC_GROUP and not obj.deleted
+        ]
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        scheme, _, token = raw_request.headers.get("Authorization", "").partition(" ")
-        user = self._tokens.get(token) if scheme == "Bearer" else rbac.ADMIN_USER
+        user = self.authorization.user_of(raw_request.headers.get("Authorization", ""))
         if user is None:
-            return self._status(401, "Unauthorized", "Unauthorized", {})
-        wanted = rbac.request_attributes(raw_request.method, raw_request.path, raw_request.query)
-        if wanted is not None and not self._authorize(user, wanted):
-            why = f'User "{user.name}" cannot {wanted}'
-            return self._status(403, "Forbidden", *rbac.forbidden(wanted, why))
-        _USER.set(user)
+            return status_response(401, "Unauthorized", "Unauthorized", {})
+        refusal = self.authorization.refusal(
+            user, raw_request.method, raw_request.path, raw_request.query
+        )
+        if refusal is not None:
+            return status_response(403, "Forbidden", *refusal)
+        CURRENT_USER.set(user)
         if raw_request.method == "GET" and raw_request.path == TIMELINE_PATH:
             since = int(raw_request.query.get("since", "0"))
             return aiohttp.web.json_response(self.timeline[since:])
@@ -487,7 +220,7 @@ class ApiServer(kmock.KubernetesEmulator):
                     "the body of the request was in an unknown format - accepted media types "
                     "include: application/json, application/yaml"
                 )
-                return self._status(415, "UnsupportedMediaType", message, {})
+                return status_response(415, "UnsupportedMediaType", message, {})
         assert self._endpoints is not None
         accept = raw_request.headers.get("Accept", "")
         answer = self._endpoints.answer(raw_request.method, raw_request.path, accept)
@@ -511,15 +244,7 @@ class ApiServer(kmock.KubernetesEmulator):
         spec, names = crd["spec"], crd["spec"]["names"]
         for version in spec["versions"]:
             key = f"{spec['group']}/{version['name']}/{names['plural']}"
-            self.resources[key] = kmock.ResourceInfo(
-                kind=names["kind"],
-                singular=names.get("singular"),
-                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
-                shortnames=set(names.get("shortNames", [])),
-                categories=set(names.get("categories", [])),
-                subresources=set(version.get("subresources", {})),
-                verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-            )
+            self.resources[key] = discovery.custom_resource_info(crd, version)
             plural = (spec["group"], version["name"], names["plural"])
             self._custom[plural] = CustomResource(crd, version)
         if keep:
@@ -549,7 +274,7 @@ class ApiServer(kmock.KubernetesEmulator):
                     raw = obj.raw
                     obj.delete()
                     await self._announce(resource, "DELETED", raw)
-        await self._collect_garbage()
+        await self._deletion.collect_garbage()
 
     def _get_resources(self) -> list[kmock.resource]:
         """Only the declared resources (kmock also counts those it holds objects of, so that an
@@ -560,42 +285,10 @@ class ApiServer(kmock.KubernetesEmulator):
         return any(resource == known for known in self.resources)
 
     def _has_status(self, resource: kmock.resource) -> bool:
-        for known in self.resources:
-            if resource == known:
-                return "status" in self.resources[known].subresources
-        return False
-
-    def _fault_for(self, request: kmock.Request, *, streaming: bool = False) -> Fault | None:
-        """The fault to answer `request` with; `streaming`: the one to cut its watch stream
-        with, now that an event is to be sent on it."""
-        for entry in self._faults:
-            fault, left, seen = entry
-            if (
-                left > 0
-                and request.method == fault.method
-                and fault.path_contains in request.url.path
-                and fault.drop_watch == streaming
-            ):
-                entry[2] = seen + 1
-                if (seen + 1) % fault.every:
-                    continue
-                entry[1] = left - 1
-                self.injected[fault.kind] += 1
-                return fault  # type: ignore[no-any-return]
-        return None
+        return discovery.has_status(self.resources, resource)
 
     async def _faulted(self, request: kmock.Request, fault: Fault) -> Any:
-        """Answer with an error, or late, as injected."""
-        if fault.delay_s:
-            await asyncio.sleep(fault.delay_s)
-        if fault.status:
-            raise InjectedError(
-                status=fault.status,
-                reason="Injected",
-                message=fault.message or f"injected {fault.kind}",
-                retry_after=fault.retry_after,
-            )
-        return await self._serve_object(request)
+        return await answer_with(fault, lambda: self._serve_object(request))
 
     async def _watch_events(self, request: kmock.Request, start: int | None) -> AsyncIterator[Any]:
         """A watch as kube-apiserver serves it (embedded.watches), narrowed by namespace, name,
@@ -636,7 +329,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 if not self._selects(request, event["object"]):
                     continue
                 version = int(event["object"]["metadata"]["resourceVersion"])
-                fault = self._fault_for(request, streaming=True) if version > connected else None
+                fault = self.faults.match(request, streaming=True) if version > connected else None
                 if fault is not None and fault.silent:
                     await asyncio.Event().wait()  # until the client gives up on it
                 if fault is not None:
@@ -685,7 +378,7 @@ class ApiServer(kmock.KubernetesEmulator):
         """What a patch or a PUT makes of the object, as a merge patch kmock can apply; the
         warnings. A resourceVersion in what was sent is a precondition (409 when it is stale)."""
         if isinstance(request.data, dict):
-            _check_version(request.data, current)
+            check_version(request.data, current)
         patch_type = apply_patch.content_type(request.headers)
         if request.method.value == "PUT" or patch_type == apply_patch.APPLY:
             new = dict(request.data) if isinstance(request.data, dict) else {}
@@ -695,7 +388,7 @@ class ApiServer(kmock.KubernetesEmulator):
             schema = self._schema(request.resource)
             new = apply_patch.strategic_merge(current, request.data, schema)
         else:
-            new = _patched(current, request.data)
+            new = patched(current, request.data)
         if request.subresource == "status":
             new = {**current, "status": new.get("status")}
         elif request.resource is not None and self._has_status(request.resource):
@@ -791,72 +484,16 @@ class ApiServer(kmock.KubernetesEmulator):
                     refused.status, refused.reason, refused.message, refused.details
                 ) from None
             new, warnings = admitted.obj, admitted.warnings
-        self._check_owner_references(request, new, old)
-        self._check_escalation(request, new, old)
+        self.authorization.check_owner_references(request, new, old)
+        self.authorization.check_escalation(request, new, old)
         if self._webhooks is None:
             self._webhooks = self.stored(webhooks.CONFIGURATIONS)
-        attempt = webhooks.Attempt(resource, request.subresource, new, old, _USER.get())
+        attempt = webhooks.Attempt(resource, request.subresource, new, old, CURRENT_USER.get())
         warnings = [*warnings, *webhooks.review(self._webhooks, self.stored, attempt)]
         return new, warnings
 
     def _plural_of(self, api_version: str, kind: str) -> str | None:
-        """The plural served for `kind` in `api_version` (asked for every owner reference of
-        every write: indexed once per set of served resources)."""
-        served = tuple(self.resources)
-        if self._plurals is None or self._plurals[0] != served:
-            index: dict[tuple[str, Any], str | None] = {}
-            for key, info in self.resources.items():
-                known = kmock.resource(key)
-                version = str(known.version)
-                group_version = f"{known.group}/{version}" if known.group else version
-                index.setdefault((group_version, getattr(info, "kind", None)), known.plural)
-            self._plurals = (served, index)
-        return self._plurals[1].get((api_version, kind))
-
-    def _check_owner_references(
-        self, request: kmock.Request, new: Mapping[str, Any], old: Mapping[str, Any] | None
-    ) -> None:
-        """The OwnerReferencesPermissionEnforcement admission plugin (embedded.rbac)."""
-        user = _USER.get()
-        if user.admin:
-            return
-        resource = request.resource
-        assert resource is not None
-        meta = new.get("metadata") or {}
-        namespace, name = request.namespace or meta.get("namespace") or "", meta.get("name", "")
-        this = rbac.Attributes(
-            "delete", resource.group or "", resource.plural or "", namespace, name
-        )
-        why = rbac.owner_references_refusal(
-            new, old, this, lambda wanted: self._authorize(user, wanted), self._plural_of
-        )
-        if why:
-            verb = "create" if old is None else "update"
-            message, details = rbac.forbidden(dataclasses.replace(this, verb=verb), why)
-            raise kmock.KubernetesError(403, "Forbidden", message, details)
-
-    def _check_escalation(
-        self, request: kmock.Request, new: Mapping[str, Any], old: Mapping[str, Any] | None
-    ) -> None:
-        """kube-apiserver's RBAC escalation check (embedded.rbac.escalation_refusal): a role or
-        binding written grants nothing its writer does not hold."""
-        user, resource = _USER.get(), request.resource
-        assert resource is not None
-        if user.admin or resource.group != rbac.RBAC_GROUP:
-            return
-        meta = new.get("metadata") or {}
-        namespace, name = request.namespace or meta.get("namespace") or "", meta.get("name", "")
-        if resource.plural in ("roles", "clusterroles"):
-            rules = list(new.get("rules") or [])
-        else:
-            rules = self._stored_rbac().referred_rules(new.get("roleRef") or {}, namespace)
-        why = rbac.escalation_refusal(
-            user, rules, namespace, lambda wanted: self._authorize(user, wanted)
-        )
-        if why:
-            verb = "create" if old is None else "update"
-            this = rbac.Attributes(verb, resource.group, resource.plural or "", namespace, name)
-            raise kmock.KubernetesError(403, "Forbidden", *rbac.forbidden(this, why))
+        return self._plurals.plural_of(self.resources, api_version, kind)
 
     async def _handle(self, request: kmock.Request) -> Any:
         try:
@@ -885,7 +522,7 @@ class ApiServer(kmock.KubernetesEmulator):
 
     async def _answer(self, request: kmock.Request, logged: int | None = None) -> Any:
         """A fault's answer, or the object's; `logged`: the write's place in the timeline."""
-        fault = self._fault_for(request)
+        fault = self.faults.match(request)
         if fault is not None and fault.delay_s:
             # A real server finishes what it started though the client gave up waiting.
             task = asyncio.ensure_future(self._logged(self._faulted(request, fault), logged))
@@ -929,13 +566,13 @@ class ApiServer(kmock.KubernetesEmulator):
         if _action(request) in DIRECT and (request.name or request.action == action.CREATE):
             response = await self._direct(request, resource)
             if resource.group == rbac.RBAC_GROUP:
-                self._authorizer = None  # roles or bindings changed
+                self.authorization.forget_rbac()  # roles or bindings changed
             if resource.plural == webhooks.CONFIGURATIONS:
                 self._webhooks = None
             if request.action == action.DELETE or self._deletion.terminating:
-                await self._collect_garbage()
+                await self._deletion.collect_garbage()
             elif request.action == action.CREATE:
-                await self._collect_orphan(key_of(request, resource))
+                await self._deletion.collect_orphan(key_of(request, resource))
             if request.method.value in WRITES:
                 await self._after_write(request, resource)
                 for observe in self.observers:
@@ -949,24 +586,17 @@ class ApiServer(kmock.KubernetesEmulator):
         return await self._stream(request)
 
     async def _stream(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        """A watch, as `application/json` (client-go decodes a stream by its content type)."""
-        raw = request._raw_request  # private in kmock: the stream is written here
+        """A watch (embedded.watches), of Tables when asked (embedded.tables)."""
+        raw, resource = request._raw_request, request.resource  # kmock's private: written here
         assert raw is not None
+        assert resource is not None
         start = watches.start_of(request.url.query)  # a 400 before the stream when invalid
-        response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
-        await response.prepare(raw)
         events = self._watch_events(request, start)
         if tables.wanted(request.headers.get("Accept", "")):
-            events = self._table_events(request, events)
-        try:
-            async for event in events:
-                chunk = event if isinstance(event, bytes) else json.dumps(event).encode() + b"\n"
-                if chunk:
-                    await response.write(chunk)
-            await response.write_eof()
-        except ConnectionError:
-            pass  # the client went away, or a fault cut the stream
-        return response
+            events = tables.table_events(
+                events, lambda obj: self._table_body(request, resource, [obj])
+            )
+        return await watches.send(raw, events)
 
     async def _after_write(self, request: kmock.Request, resource: kmock.resource) -> None:
         """What follows a write through the API: a CRD written is served (or no longer), a
@@ -988,7 +618,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 raw = obj.raw
                 obj.delete()
                 await self._announce(resource, "DELETED", raw)
-        await self._collect_garbage()
+        await self._deletion.collect_garbage()
 
     def _rows(self, request: kmock.Request, resource: kmock.resource) -> list[dict[str, Any]]:
         return [
@@ -1008,29 +638,14 @@ class ApiServer(kmock.KubernetesEmulator):
         )
 
     def _kind(self, resource: kmock.resource) -> tuple[str, str]:
-        """(apiVersion, kind) of a served resource."""
-        for known, info in self.resources.items():
-            if resource == kmock.resource(known):
-                group, version = resource.group or "", str(resource.version)
-                return (f"{group}/{version}" if group else version), str(getattr(info, "kind", ""))
-        raise kmock.KubernetesResourceNotFoundError()
-
-    def _printer_columns(self, resource: kmock.resource) -> list[dict[str, Any]] | None:
-        """The CRD's additionalPrinterColumns for `resource`; None for a built-in kind."""
-        for crd in self.crds():
-            spec = crd["spec"]
-            if spec["group"] == resource.group and spec["names"]["plural"] == resource.plural:
-                for version in spec["versions"]:
-                    if version["name"] == resource.version:
-                        return list(version.get("additionalPrinterColumns") or [])
-        return None
+        return discovery.kind_of(self.resources, resource)
 
     def _table_body(
         self, request: kmock.Request, resource: kmock.resource, objects: list[dict[str, Any]]
     ) -> dict[str, Any]:
         return tables.table(
             objects,
-            self._printer_columns(resource),
+            tables.printer_columns(self.crds(), resource.group, resource.version, resource.plural),
             str(resource.plural),
             resource_version=str(self._version),
             include=request.url.query.get("includeObject", "Metadata"),
@@ -1040,21 +655,6 @@ class ApiServer(kmock.KubernetesEmulator):
         self, request: kmock.Request, resource: kmock.resource, objects: list[dict[str, Any]]
     ) -> aiohttp.web.Response:
         return aiohttp.web.json_response(self._table_body(request, resource, objects))
-
-    async def _table_events(
-        self, request: kmock.Request, events: AsyncIterator[Any]
-    ) -> AsyncIterator[Any]:
-        """A watch of Tables (`kubectl get -w`): each event's object a one-row Table; no
-        bookmarks; an ERROR (410) as it is."""
-        assert request.resource is not None
-        async for event in events:
-            if not isinstance(event, dict) or event["type"] == "ERROR":
-                yield event
-                continue
-            if event["type"] == "BOOKMARK":
-                continue
-            table = self._table_body(request, request.resource, [event["object"]])
-            yield {"type": event["type"], "object": table}
 
     async def _list(
         self, request: kmock.Request, resource: kmock.resource
@@ -1105,9 +705,9 @@ class ApiServer(kmock.KubernetesEmulator):
                 else:
                     obj.create(new)
                 raw = self.objects[key].raw
-                self._uids.add(new["metadata"]["uid"])
+                self._deletion.uids.add(new["metadata"]["uid"])
                 await self._announce(resource, "ADDED", raw)
-                return aiohttp.web.json_response(raw, status=201, headers=_warned(warnings))
+                return aiohttp.web.json_response(raw, status=201, headers=warned(warnings))
             if gone:
                 raise not_found(resource, key[2])
             assert obj is not None
@@ -1127,7 +727,7 @@ class ApiServer(kmock.KubernetesEmulator):
                 ):
                     obj.delete()
                     await self._announce(resource, "DELETED", raw)
-                return aiohttp.web.json_response(raw, headers=_warned(warnings))
+                return aiohttp.web.json_response(raw, headers=warned(warnings))
             policy = propagation_policy(request.url.query, request.data)
             check_preconditions(
                 request.data, obj.raw, self._kind(resource)[1], resource.group or ""
@@ -1152,215 +752,21 @@ class ApiServer(kmock.KubernetesEmulator):
             if obj is None or obj.deleted:
                 raise not_found(resource, key[2])
             current = obj.raw
-            scale = _scale_of(current, paths)
+            now = scale.scale_of(current, paths)
             if request.method.value == "GET":
-                return aiohttp.web.json_response(scale)
+                return aiohttp.web.json_response(now)
             put = request.method.value == "PUT"
-            wanted = request.data if put else _patched(scale, request.data)
+            wanted = request.data if put else patched(now, request.data)
             wanted = wanted if isinstance(wanted, dict) else {}
-            replicas = (wanted.get("spec") or {}).get("replicas")
-            if type(replicas) is not int or replicas < 0:
-                message = f"spec.replicas: Invalid value: {replicas!r}: must be an integer >= 0"
-                raise kmock.KubernetesError(422, "Invalid", message)
-            _check_version(wanted, current)
-            new = copy.deepcopy(dict(current))
-            _set_path(new, paths["specReplicasPath"], replicas)
+            replicas = scale.replicas_of(wanted)
+            check_version(wanted, current)
+            new = scale.scaled(current, paths, replicas)
             change, warnings = self._stamped(request, current, new)
             obj.patch(change)
             await self._announce(resource, "MODIFIED", obj.raw)
-            return aiohttp.web.json_response(_scale_of(obj.raw, paths), headers=_warned(warnings))
-
-    @staticmethod
-    def _status(
-        code: int, reason: str, message: str, details: Any, headers: Mapping[str, str] | None = None
-    ) -> aiohttp.web.Response:
-        """Kubernetes' Status object, as an answer."""
-        status = status_object(code, reason, message, details)
-        return aiohttp.web.json_response(status, status=code, headers=headers)
+            answer = scale.scale_of(obj.raw, paths)
+            return aiohttp.web.json_response(answer, headers=warned(warnings))
 
     async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
-        """Kubernetes' Status object, without kmock's traceback (formatting it is slow); kmock's
-        own 404s as kube-apiserver's, any other failure a 500 InternalError whose cause goes to
-        the log, never to the client."""
-        if isinstance(exc, kmock.KubernetesNotFoundError):
-            message = "the server could not find the requested resource"
-            return self._status(404, "NotFound", message, {})
-        if not isinstance(exc, kmock.KubernetesError):
-            LOG.error("request failed", exc_info=exc)
-            message = (
-                "Internal error occurred: the embedded API server failed to serve this request"
-            )
-            return self._status(500, "InternalError", message, {})
-        retry_after = getattr(exc, "retry_after", None)
-        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-        reason = type(exc).__name__ if exc.reason is None else exc.reason  # "": a webhook's
-        return self._status(exc.status, reason, exc.message or repr(exc), exc.details, headers)
-
-    async def _collect_orphan(self, key: Any) -> None:
-        """Delete a just created object whose owner is already gone (a race the real garbage
-        collector also settles)."""
-        if key not in self.objects or self.objects[key].deleted:
-            return
-        raw = self.objects[key].raw
-        owners = {ref.get("uid") for ref in raw["metadata"].get("ownerReferences") or []}
-        if owners and not owners & self._uids:
-            self.objects[key].delete()
-            await self._announce(key[0], "DELETED", raw)
-
-    def _live_uids(self) -> set[str]:
-        self._uids = {
-            obj.raw["metadata"]["uid"] for obj in self.objects.values() if not obj.deleted
-        }
-        return self._uids
-
-    async def _collect_garbage(self) -> None:
-        """Delete every object whose owners are all gone, until none is left; an object that
-        keeps some owner loses its references to the others (as Kubernetes' collector does)."""
-        while True:
-            if await self._deletion.settle():
-                continue
-            alive = self._live_uids()
-            orphans = []
-            for key, obj in self.objects.items():
-                if obj.deleted:
-                    continue
-                raw = obj.raw
-                refs = raw["metadata"].get("ownerReferences") or []
-                kept = [ref for ref in refs if ref.get("uid") in alive]
-                if refs and not kept:
-                    orphans.append((key, raw))
-                elif len(kept) < len(refs):
-                    change = {"ownerReferences": kept, "resourceVersion": self._next_version()}
-                    obj.patch({"metadata": change})
-                    await self._announce(key[0], "MODIFIED", obj.raw)
-            if not orphans:
-                return
-            for key, raw in orphans:
-                self.objects[key].delete()
-                await self._announce(key[0], "DELETED", raw)
-
-
-class EmbeddedApiServer:
-    """`ApiServer` on 127.0.0.1 in a thread of its own; a context manager."""
-
-    def __init__(self) -> None:
-        self.url = ""
-        self._handler: ApiServer | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="embedded-api-server", daemon=True)
-        self._failure: BaseException | None = None
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        self._ready.wait(timeout=30)
-        if self._failure is not None or not self.url:
-            raise RuntimeError(f"the embedded API server did not start: {self._failure}")
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout=30)
-
-    def _main(self) -> None:
-        try:
-            asyncio.run(self._serve())
-        except BaseException as error:  # reported by __enter__
-            self._failure = error
-            self._ready.set()
-
-    async def _serve(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        async with ApiServer() as handler, kmock.Server(handler, host="127.0.0.1") as server:
-            self._handler = handler
-            self.url = str(server.url).rstrip("/")
-            self._ready.set()
-            await self._stop.wait()
-
-    def call(self, fn: Callable[[ApiServer], T]) -> T:
-        """Run `fn` on the server's own thread (its state is not thread-safe)."""
-        assert self._loop is not None
-        assert self._handler is not None
-        handler = self._handler
-
-        async def run() -> T:
-            return fn(handler)
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=30)
-
-    def install_crds(self, crds: list[Mapping[str, Any]]) -> None:
-        def install(handler: ApiServer) -> None:
-            for crd in crds:
-                handler.install_crd(crd)
-
-        self.call(install)
-
-    def store(self, objects: Sequence[Mapping[str, Any]]) -> None:
-        """Keep these objects (ServiceAccounts, RBAC) as a cluster admin's apply would."""
-
-        def store(handler: ApiServer) -> None:
-            for obj in objects:
-                handler.store(obj)
-
-        self.call(store)
-
-    def issue_token(self, namespace: str, name: str) -> str:
-        """A bearer token for the ServiceAccount `namespace/name`."""
-        return self.call(lambda handler: handler.issue_token(namespace, name))
-
-    def checks(self) -> set[Check]:
-        """Every authorization decision made so far about a user with a token."""
-        return self.call(lambda handler: set(handler.checks))
-
-    def inject(self, *faults: Fault) -> None:
-        def inject(handler: ApiServer) -> None:
-            for fault in faults:
-                handler.inject(fault)
-
-        self.call(inject)
-
-    def clear_faults(self) -> None:
-        self.call(lambda handler: handler.clear_faults())
-
-    def injected(self) -> dict[str, int]:
-        """How many faults were answered, by `Fault.kind`."""
-        return self.call(lambda handler: dict(handler.injected))
-
-    def remove_crd(self, name: str) -> None:
-        """Delete the CRD `name` and every object of its API."""
-        assert self._loop is not None
-        assert self._handler is not None
-        removal = self._handler.remove_crd(name)
-        asyncio.run_coroutine_threadsafe(removal, self._loop).result(timeout=30)
-
-    def observe(self, observer: Callable[[ApiServer], None]) -> None:
-        """Call `observer` (on the server's thread) after every write to an object."""
-        self.call(lambda handler: handler.observers.append(observer))
-
-    def status_writes(self, since: int = 0) -> list[tuple[str, dict[str, Any]]]:
-        """("namespace/name", status) of each KimiDeployment status write since `since`."""
-        return self.call(lambda handler: list(handler.status_log[since:]))
-
-    def status_mark(self) -> int:
-        return self.call(lambda handler: len(handler.status_log))
-
-    def stale_status_writes(self, since: int = 0) -> list[tuple[str, dict[str, Any]]]:
-        """("namespace/name", status) of each KimiDeployment status refused as stale (409)."""
-        return self.call(lambda handler: list(handler.stale_status_log[since:]))
-
-    def stale_status_mark(self) -> int:
-        return self.call(lambda handler: len(handler.stale_status_log))
-
-    def mark(self) -> int:
-        """A position in the log of writes, for `writes(since=...)`."""
-        return self.call(lambda handler: len(handler.timeline))
-
-    def reads(self, since: int = 0) -> list[Read]:
-        """The lists and watches since the `since`-th, in order."""
-        return self.call(lambda handler: handler.reads[since:])
-
-    def writes(self, since: int = 0) -> list[Write]:
-        """The state-changing requests (POST, PUT, PATCH, DELETE) since `since`, in order."""
-        return self.call(lambda handler: [Write(*entry) for entry in handler.timeline[since:]])
+        """Any failure as kube-apiserver answers it (embedded.errors), not as kmock does."""
+        return error_response(exc)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimi_operator.embedded.audit import Audit
+from kimi_operator.embedded.faults import Fault
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import wait
 from kimi_operator.embedded.reliability import (
     NAMESPACE,
@@ -21,7 +23,7 @@ from kimi_operator.embedded.reliability import (
     delete_all,
     deployment,
 )
-from kimi_operator.embedded.server import EmbeddedApiServer, Fault, Write
+from kimi_operator.embedded.timeline import Write
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET

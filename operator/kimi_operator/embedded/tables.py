@@ -5,7 +5,7 @@ kind's are `Name` and `Age` (a namespace's `Status` too)."""
 
 import datetime
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 NAME_COLUMN = {
@@ -194,3 +194,30 @@ def table(
         "columnDefinitions": definitions,
         "rows": rows,
     }
+
+
+def printer_columns(
+    crds: Iterable[Mapping[str, Any]], group: str | None, version: str | None, plural: str | None
+) -> list[dict[str, Any]] | None:
+    """The CRD's additionalPrinterColumns for the resource; None for a built-in kind."""
+    for crd in crds:
+        spec = crd["spec"]
+        if spec["group"] == group and spec["names"]["plural"] == plural:
+            for served in spec["versions"]:
+                if served["name"] == version:
+                    return list(served.get("additionalPrinterColumns") or [])
+    return None
+
+
+async def table_events(
+    events: AsyncIterator[Any], table_of: Callable[[dict[str, Any]], dict[str, Any]]
+) -> AsyncIterator[Any]:
+    """A watch of Tables (`kubectl get -w`): each event's object a one-row Table (`table_of`); no
+    bookmarks; an ERROR (410) as it is."""
+    async for event in events:
+        if not isinstance(event, dict) or event["type"] == "ERROR":
+            yield event
+            continue
+        if event["type"] == "BOOKMARK":
+            continue
+        yield {"type": event["type"], "object": table_of(event["object"])}

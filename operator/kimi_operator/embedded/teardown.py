@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_operator.embedded.audit import Audit, audit
+from kimi_operator.embedded.faults import Fault
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import OperatorProcess, metric_total, wait
 from kimi_operator.embedded.reliability import (
     NAMESPACE,
@@ -25,7 +27,7 @@ from kimi_operator.embedded.reliability import (
     delete_all,
     deployment,
 )
-from kimi_operator.embedded.server import ApiServer, EmbeddedApiServer, Fault
+from kimi_operator.embedded.server import ApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import CHILD_RESOURCES, KIMI_DEPLOYMENT
 

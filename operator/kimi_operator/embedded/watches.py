@@ -13,11 +13,13 @@ server's thread as soon as it is given out, so "every event after N" is exact.
 
 import asyncio
 import collections
+import json
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+import aiohttp.web
 import kmock
 
 Event = dict[str, Any]
@@ -128,3 +130,21 @@ async def follow(
             newer = log.since(version)
         except Expired:
             return
+
+
+async def send(
+    raw: aiohttp.web.BaseRequest, events: AsyncIterator[Any]
+) -> aiohttp.web.StreamResponse:
+    """A watch's events as `application/json` (client-go decodes a stream by its content type):
+    one JSON line each, bytes as they are; until they end or the client goes away."""
+    response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
+    await response.prepare(raw)
+    try:
+        async for event in events:
+            chunk = event if isinstance(event, bytes) else json.dumps(event).encode() + b"\n"
+            if chunk:
+                await response.write(chunk)
+        await response.write_eof()
+    except ConnectionError:
+        pass  # the client went away, or a fault cut the stream
+    return response

@@ -11,9 +11,10 @@ from typing import Any
 from kimi_operator.api.problem import Problem
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.caches import QUOTA_REFUSAL
-from kimi_operator.k8s.apply import Applied, apply_child, owner_is_current, perform
+from kimi_operator.k8s.apply import apply_child, owner_is_current, perform
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError, KubernetesError
+from kimi_operator.k8s.merge import Applied
 from kimi_operator.reconcile.decide import Decision
 
 

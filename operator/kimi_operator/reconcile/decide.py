@@ -12,7 +12,7 @@ from typing import Any, Literal, NamedTuple
 from kimi_operator import caches, rollout, routing
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
-from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
+from kimi_operator.api.status import ROLLING_REASONS, condition, progressing_reason
 from kimi_operator.builders import (
     OperatorDefaults,
     Resolved,
@@ -24,8 +24,8 @@ from kimi_operator.builders import (
 from kimi_operator.builders.autoscaling import target_metric
 from kimi_operator.builders.images import ImageChoice, choose
 from kimi_operator.builders.weights import hf_sources
-from kimi_operator.k8s.apply import Write, owned_by, with_owner
 from kimi_operator.k8s.errors import KubernetesError
+from kimi_operator.k8s.merge import Write, owned_by, with_owner
 from kimi_operator.k8s.resources import (
     BY_KIND,
     COMPUTE_DOMAIN,
@@ -416,13 +416,6 @@ def _prune(observed: Observed, plan: Plan) -> list[Write]:
                 continue
             out.append(Write.delete(BY_KIND[kind], obj))
     return out
-
-
-def condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    """The condition `kind` of a status, {} if it has none."""
-    conditions = status.get("conditions") or []
-    found: Mapping[str, Any] = next((c for c in conditions if c.get("type") == kind), {})
-    return found
 
 
 def had_weights(status: Mapping[str, Any]) -> bool:

@@ -14,9 +14,9 @@ from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import MANAGER, selector_labels, selector_string
 from kimi_operator.controller.retry import temporary
-from kimi_operator.k8s.apply import owned_by
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError, KubernetesError
+from kimi_operator.k8s.merge import owned_by
 from kimi_operator.k8s.resources import (
     BY_KIND,
     CACHE_RESOURCES,

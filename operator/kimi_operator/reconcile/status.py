@@ -11,6 +11,7 @@ from typing import Any
 from kimi_operator import caches, rollout, routing
 from kimi_operator import conditions as cond
 from kimi_operator.api.problem import Problem
+from kimi_operator.api.status import condition
 from kimi_operator.builders import (
     VLLM_VERSION_ANNOTATION,
     OperatorDefaults,
@@ -23,10 +24,10 @@ from kimi_operator.builders.images import ImageChoice
 from kimi_operator.builders.meta import group_name, leader_selector
 from kimi_operator.builders.serving import endpoint
 from kimi_operator.controller.retry import retry_delay, temporary
-from kimi_operator.k8s.apply import Applied
 from kimi_operator.k8s.errors import ApiError, KubernetesError, OwnerTerminating
+from kimi_operator.k8s.merge import Applied
 from kimi_operator.k8s.resources import COMPUTE_DOMAIN, LEADER_WORKER_SET, Resource
-from kimi_operator.reconcile.decide import Decision, Observed, condition, routing_missing
+from kimi_operator.reconcile.decide import Decision, Observed, routing_missing
 from kimi_operator.rollout import Steps
 
 

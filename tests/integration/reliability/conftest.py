@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from kimi_operator.controller import retry
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import OperatorProcess
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.runner import OperatorThread, RunConfig
 
 HERE = Path(__file__).parent

@@ -3,8 +3,8 @@ exist: restored or reported, the operator up throughout."""
 
 import pytest
 
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.reliability import run_by_hand
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.runner import OperatorThread
 from tests.integration.conftest import UPSTREAM_CRDS

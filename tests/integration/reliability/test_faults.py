@@ -3,8 +3,9 @@ exactly the planned children and the status said what happened meanwhile."""
 
 import pytest
 
+from kimi_operator.embedded.faults import Fault
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.reliability import NAMESPACE, converge, deployment, run_faults
-from kimi_operator.embedded.server import EmbeddedApiServer, Fault
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 from tests.integration.reliability.conftest import CLIENT_TIMEOUT_S

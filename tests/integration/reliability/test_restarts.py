@@ -4,9 +4,9 @@ cluster converges with no duplicate or leaked child. The benchmark does 50 and m
 import os
 import random
 
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import OperatorProcess
 from kimi_operator.embedded.reliability import run_restarts
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 
 SEED = int(os.environ.get("KIMI_RELIABILITY_SEED", random.randrange(1 << 30)))

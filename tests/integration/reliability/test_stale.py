@@ -5,7 +5,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from kimi_operator.builders import OperatorDefaults
-from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.stale import MOVERS, run_holder_deleted, run_stale_delete
 from kimi_operator.k8s.client import Client
 from kimi_operator.runner import OperatorThread, RunConfig

@@ -1,8 +1,9 @@
 """Deletions with each propagation policy while the deployments are held terminating, and
 watches gone silent (a connection lost without a reset): the audit of embedded.teardown."""
 
+from kimi_operator.embedded.faults import Fault
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.kubelet import mark_ready
-from kimi_operator.embedded.server import EmbeddedApiServer, Fault
 from kimi_operator.embedded.teardown import run_deletions, run_silent_watch
 from kimi_operator.k8s.client import Client
 from kimi_operator.runner import OperatorThread, RunConfig

@@ -57,6 +57,26 @@ def test_most_chunks_together_or_a_span_too_short_marks_the_request() -> None:
     assert mark_bursts([steady], 0.25)[0].burst
 
 
+def test_tokens_merged_by_the_server_frontend_mark_the_request() -> None:
+    """A stream whose sender fell behind (vLLM's frontend merges what it has not sent): as CI saw
+    it on a 2-CPU machine, 2 chunks 6 ms apart carrying 30 and 34 tokens, while the server says each
+    request decoded at 148 tok/s (6.8 ms a step). Neither its chunk count nor its gaps give it away;
+    its tokens' rate, 38 times the server's, does."""
+    merged = record([0.477, 0.483]).model_copy(
+        update={"output_tokens": 64, "chunk_tokens": [30, 34], "decode_tokens_per_s": 34 / 0.006}
+    )
+    steady = record([0.03 + 0.0068 * step for step in range(64)]).model_copy(
+        update={"decode_tokens_per_s": 1 / 0.0068}
+    )
+    quick = steady.model_copy(update={"decode_tokens_per_s": 1.9 * 148.0})  # within 2x: timed
+    assert [r.burst for r in mark_bursts([merged, steady, quick], 0.0068, 148.0)] == [
+        True,
+        False,
+        False,
+    ]
+    assert not mark_bursts([merged], 0.0068)[0].burst  # without the server's rate: not seen
+
+
 def test_warnings_name_the_bursts_and_a_disagreeing_server() -> None:
     records = mark_bursts([record([0.1, 0.1, 0.1]), record([0.1, 0.2, 0.3])], 0.1)
     server = ServerMetrics(

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from kimi_operator.embedded.faults import Fault
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import free_port
-from kimi_operator.embedded.server import EmbeddedApiServer, Fault
 from tests.support.bench import Cli, results
 from tests.support.cluster import older_crd
 

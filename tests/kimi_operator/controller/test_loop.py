@@ -11,8 +11,8 @@ from kimi_operator.api.crd import crd
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.controller.loop import Controller
 from kimi_operator.controller.metrics import Metrics
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.reliability import NAMESPACE, deployment
-from kimi_operator.embedded.server import EmbeddedApiServer
 from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.errors import ApiError

@@ -3,7 +3,7 @@ holding its requests to it, the Lease's aside."""
 
 import pytest
 
-from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.errors import NotLeading
 from kimi_operator.k8s.ratelimit import TokenBucket

@@ -11,8 +11,8 @@ from kimi_operator import caches
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
-from kimi_operator.k8s.apply import APPLIED_ANNOTATION, Applied
 from kimi_operator.k8s.client import Client, load_configuration
+from kimi_operator.k8s.merge import APPLIED_ANNOTATION, Applied
 from kimi_operator.k8s.resources import LEADER_WORKER_SET
 from kimi_operator.reconcile import reconcile
 from kimi_operator.reconcile.decide import UPSTREAM, Decision, Observed, decide

@@ -3,8 +3,8 @@
 import copy
 from typing import Any
 
-from kimi_operator.embedded.server import merge_diff, merge_patch
-from kimi_operator.k8s.apply import APPLIED_ANNOTATION, covers, drift_patch, removals, with_owner
+from kimi_operator.embedded.patches import merge_diff, merge_patch
+from kimi_operator.k8s.merge import APPLIED_ANNOTATION, covers, drift_patch, removals, with_owner
 
 OWNER: dict[str, Any] = {
     "apiVersion": "kimi-operator.io/v1alpha1",
