@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kimi_operator.embedded.server import EmbeddedApiServer
+from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.upstream import CHILD_KINDS, ROUTING_KINDS
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET
