@@ -251,6 +251,9 @@ def test_metrics_unreachable_is_a_warning_not_a_failure(
         "inter_token_latency_s": None,
         "prefix_cache_hit_rate": None,
         "prefix_cache_groups": [],
+        "external_prompt_fraction": None,
+        "kv_transfer_time_s": None,
+        "kv_transfer_failures": None,
     }
     assert any("no /metrics" in w for w in summary["warnings"])
 
