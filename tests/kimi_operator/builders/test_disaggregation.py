@@ -10,6 +10,7 @@ import yaml
 
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.embedded.upstream import EPP_RELEASE, upstream_file
+from kimi_operator.observability.rules import recording_rules
 from tests.kimi_operator.builders.cases import CASES, _edited, deployment
 from tests.support.repo import ROOT
 
@@ -247,3 +248,21 @@ def test_the_docs_example_renders_what_the_docs_say() -> None:
     rendered = yaml.safe_load(config_map["data"]["epp-config.yaml"])
     shown = docs.split("decider:\n\n```yaml\n", 1)[1].split("schedulingProfiles:", 1)[0]
     assert yaml.safe_load(shown) == rendered["plugins"][-len(yaml.safe_load(shown)) :]
+
+
+@pytest.mark.parametrize("name", DISAGGREGATED)
+def test_scraped_series_say_their_role_which_the_autoscalers_rules_leave_out(name: str) -> None:
+    (monitor,) = [c for c in _children(name) if c["kind"] == "PodMonitor"]
+    for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+        relabel = {r["targetLabel"]: r["sourceLabels"] for r in endpoint["relabelings"]}
+        # Prometheus's name for a pod label: non-alphanumerics as underscores.
+        assert relabel["role"] == ["__meta_kubernetes_pod_label_llm_d_ai_role"]
+    autoscaler_rules = [
+        r["expr"]
+        for r in recording_rules()
+        if r["record"].startswith(
+            ("kimi:serving_groups:", "kimi:num_requests_waiting:", "kimi:kv_cache_usage_perc:")
+        )
+    ]
+    assert len(autoscaler_rules) == 3
+    assert all('{role!="prefill"}' in expr for expr in autoscaler_rules)
