@@ -84,6 +84,8 @@ def test_create_scale_roll_each_role_switch_back_and_delete(
         status = wait_for(lambda: _serving(client, 2, 1), TIMEOUT_S, "both roles ready")
         assert (status["replicas"], status["prefillReplicas"]) == (2, 1)
         assert status["gpus"] == 8 * 3
+        # The scale subresource's selector: the decode groups' leaders.
+        assert "llm-d.ai/role=decode" in status["selector"].split(",")
 
         # The scale subresource's replicas are the decode groups: the prefill group stays as it is.
         before = _groups(client)

@@ -34,8 +34,9 @@ def serving_roles(spec: KimiDeploymentSpec) -> tuple[Serving, ...]:
 
 
 def role_selector(kd: KimiDeployment) -> dict[str, str]:
-    """With spec.prefill, the Service reaches the decode groups only (vLLM itself, which then
-    prefills too: only the pool's picker pairs a request with a prefill group)."""
+    """With spec.prefill, the decode groups' pods only: the Service's (it reaches their vLLM,
+    which then prefills too: only the pool's picker pairs a request with a prefill group) and the
+    scale subresource's selector."""
     return {} if kd.spec.prefill is None else {ROLE_LABEL: "decode"}
 
 

@@ -4,6 +4,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.builders.disaggregation import role_selector
 
 APP_NAME = "kimi-k3"
 MANAGER = "kimi-operator"
@@ -32,8 +33,9 @@ def selector_string(labels: Mapping[str, str]) -> str:
 
 
 def leader_selector(kd: KimiDeployment) -> str:
-    """The leader pods (one per TP group): the scale subresource's selector."""
-    return selector_string(selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"})
+    """The leader pods (one per TP group; with spec.prefill, per decode group): the scale
+    subresource's selector."""
+    return selector_string(selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"} | role_selector(kd))
 
 
 def labels(kd: KimiDeployment, component: str) -> dict[str, str]:
