@@ -45,6 +45,7 @@ class Observation:
     # With spec.prefill: the prefill groups wanted, present and ready (the others are decode's).
     prefill_wanted: int = 0
     prefill_present: int = 0
+    prefill_updated: int = 0
     prefill_ready: int = 0
     rolling: bool = False  # a pod template change is rolling through the groups
     stalled: str = ""  # why the rollout stopped (a group past its progress deadline)
@@ -100,6 +101,8 @@ def valid_conditions(seen: Observation) -> ConditionSet:
         else:
             out.set("Ready", "False", "GroupsNotReady", _groups_text(seen))
         updated = f"{seen.groups_updated} of {wanted} groups updated"
+        if seen.prefill_wanted:
+            updated += f", {seen.prefill_updated} of {seen.prefill_wanted} prefill groups"
         if seen.stalled:
             out.set("Progressing", "False", "RolloutStalled", f"{updated}; {seen.stalled}")
         else:

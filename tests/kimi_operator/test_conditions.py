@@ -186,3 +186,13 @@ def test_with_prefill_groups_ready_needs_both_roles() -> None:
     # A prefill group too many (one being pruned) keeps Progressing until it is gone.
     extra = dataclasses.replace(settled, prefill_ready=2, prefill_present=3)
     assert entries(extra)["Progressing"][1] != "Reconciled"
+
+
+def test_a_rollout_of_the_prefill_role_says_how_far_it_got() -> None:
+    rolling = seen(groups_ready=3, groups_updated=3, prefill_wanted=2, prefill_present=2)
+    progressing = entries(dataclasses.replace(rolling, prefill_ready=1, prefill_updated=1))
+    assert progressing["Progressing"] == (
+        "True",
+        "RollingOut",
+        "3 of 3 groups updated, 1 of 2 prefill groups",
+    )

@@ -109,6 +109,7 @@ def outcome(
         domains_ready=sum(1 for d in domains if (d.get("status") or {}).get("status") == "Ready"),
         compute_domain_install=COMPUTE_DOMAIN.install,
         groups_updated=steps.updated if steps else 0,
+        prefill_updated=decision.prefill_steps.updated if decision.prefill_steps else 0,
         rolling=bool(steps and steps.rolling),
         stalled=_stalled(observed, steps, decision.prefill_steps),
         waiting=_waiting(image),
