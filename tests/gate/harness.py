@@ -1,12 +1,14 @@
 """Run in a fresh process (tests/gate/test_vllm_gate.py starts it): each case's `vllm serve`
 arguments and environment through vLLM 0.33.0's own code, on a simulated GB300 (SM 10.3).
 
-stdin: a JSON list of {"args": [...], "env": {...}}; stdout (last line): a JSON list of
-{"verdict": ..., "kv_transfer": ...}: the verdict is "pass" (vLLM's specialized_decode_config
-returned a DecodeConfig), "stock" (it returned None: the deployment never enters the fast path) or
-"refused: <vLLM's message>" (it, or vLLM's parser or config code before it, raised); kv_transfer
-is what the engine config's KVTransferConfig says of the KV connector (null without one), with
-the conv state layout vLLM's envs read (NixlConnector needs DS for K3's KDA state).
+stdin: a JSON list of {"args": [...], "env": {...}}; stdout (last line): a JSON list, one object
+per case: "verdict", "pass" (vLLM's specialized_decode_config returned a DecodeConfig), "stock"
+(it returned None: the deployment never enters the fast path) or "refused: <vLLM's message>" (it,
+or vLLM's parser or config code before it, raised); and, for a config vLLM built, what its config
+code made of the KV settings: "kv" (the KV connector it configured: name, role, extra config; the
+hybrid KV cache manager off or not; the KV events config; the cache block size) and
+"kv_transfer" (what KVTransferConfig says of a disaggregated role's NixlConnector, null without
+one, with the conv state layout vLLM's envs read: NixlConnector needs DS for K3's KDA state).
 
 The CUDA platform module cannot be imported without libcuda, so the platform is vLLM's CPU
 platform with what a GB300's CUDA platform says where the config and the gate read it: device
@@ -71,7 +73,7 @@ PARSER.error = _error  # argparse would exit the process
 
 def _kv_transfer(config: Any) -> dict[str, Any] | None:
     kv = config.kv_transfer_config
-    if kv is None:
+    if kv is None or kv.kv_connector != "NixlConnector":
         return None
     return {
         "kv_connector": kv.kv_connector,
@@ -81,6 +83,30 @@ def _kv_transfer(config: Any) -> dict[str, Any] | None:
         "kv_load_failure_policy": kv.kv_load_failure_policy,
         "conv_state_layout": envs.VLLM_SSM_CONV_STATE_LAYOUT,
         "side_channel_port": envs.VLLM_NIXL_SIDE_CHANNEL_PORT,
+    }
+
+
+def kv_settings(config: Any) -> dict[str, Any]:
+    transfer, events = config.kv_transfer_config, config.kv_events_config
+    return {
+        "connector": None
+        if transfer is None
+        else {
+            "name": transfer.kv_connector,
+            "role": transfer.kv_role,
+            "extra": transfer.kv_connector_extra_config,
+        },
+        "hybrid_manager_off": config.scheduler_config.disable_hybrid_kv_cache_manager,
+        "events": None
+        if events is None
+        else {
+            "enabled": events.enable_kv_cache_events,
+            "publisher": events.publisher,
+            "endpoint": events.endpoint,
+            "topic": events.topic,
+        },
+        "block_size": config.cache_config.block_size,
+        "prefix_caching": config.cache_config.enable_prefix_caching,
     }
 
 
@@ -95,9 +121,17 @@ def verdict(args: list[str], env: dict[str, str], base_env: dict[str, str]) -> d
         config = AsyncEngineArgs.from_cli_args(namespace).create_engine_config()
         decode = specialized_decode_config(config)
     except (ParserExit, ValueError, TypeError, AssertionError) as error:
-        why = " | ".join(str(error).splitlines()[:3])[:400]
-        return {"verdict": f"refused: {type(error).__name__}: {why}", "kv_transfer": None}
-    return {"verdict": "stock" if decode is None else "pass", "kv_transfer": _kv_transfer(config)}
+        message = " | ".join(str(error).splitlines()[:3])[:400]
+        return {
+            "verdict": f"refused: {type(error).__name__}: {message}",
+            "kv": None,
+            "kv_transfer": None,
+        }
+    return {
+        "verdict": "stock" if decode is None else "pass",
+        "kv": kv_settings(config),
+        "kv_transfer": _kv_transfer(config),
+    }
 
 
 def main() -> None:

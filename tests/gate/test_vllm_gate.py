@@ -21,7 +21,8 @@ import pytest
 
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults, build_children
-from kimi_operator.builders.vllm_args import DRAFT_DIR
+from kimi_operator.builders.routing import PICKER_BLOCK_TOKENS
+from kimi_operator.builders.vllm_args import DRAFT_DIR, KV_EVENTS_PORT
 from tests.support.corpus import CORPUS
 from tests.support.k3_checkpoint import K3_TEXT, write_config, write_k3_checkpoint
 from tests.support.pods import expand
@@ -103,14 +104,15 @@ def _local(args: list[str], checkpoints: tuple[str, str]) -> list[str]:
     return out
 
 
-def _verdicts(cases: list[tuple[list[str], dict[str, str]]]) -> list[dict[str, Any]]:
+def _outcomes(cases: list[tuple[list[str], dict[str, str]]]) -> list[dict[str, Any]]:
+    """Per case, the harness's verdict and what vLLM's config code made of the KV settings."""
     payload = json.dumps([{"args": a, "env": e} for a, e in cases])
     done = subprocess.run(
         [sys.executable, str(HARNESS)], input=payload, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    verdicts: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
-    return verdicts
+    outcomes: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return outcomes
 
 
 def test_accepted_specs_pass_vllms_gate_and_doctored_renders_do_not(
@@ -131,17 +133,17 @@ def test_accepted_specs_pass_vllms_gate_and_doctored_renders_do_not(
         _local(_containers(edited(DSPARK))[0][0], checkpoints),
         _local(_containers(edited({}))[0][0], checkpoints),
     )
-    verdicts = _verdicts(cases + [(args, env) for _, args, env, _ in doctored])
+    outcomes = _outcomes(cases + [(args, env) for _, args, env, _ in doctored])
     wrong = [
-        (label, verdict)
-        for label, verdict, want in zip(labels, verdicts, expected, strict=False)
-        if verdict != want
+        (label, outcome)
+        for label, outcome, want in zip(labels, outcomes, expected, strict=False)
+        if {key: outcome[key] for key in want} != want
     ]
     assert len(cases) > 150
     assert sum(want["kv_transfer"] is not None for want in expected) >= 10  # both roles, 5 specs
     assert wrong == []
-    for (label, _, _, caught_by), verdict in zip(doctored, verdicts[len(cases) :], strict=True):
-        assert caught_by in verdict["verdict"], (label, verdict)
+    for (label, _, _, caught_by), outcome in zip(doctored, outcomes[len(cases) :], strict=True):
+        assert caught_by in outcome["verdict"], (label, outcome)
 
 
 DSPARK = {"spec.speculative": {"draftSource": {"pvc": {"claimName": "w", "subPath": "draft"}}}}
@@ -204,3 +206,112 @@ def _doctored(
             "Please specify kv_role when kv_connector is set",
         ),
     ]
+
+
+OFFLOADED = [(name, edits) for name, edits, valid in CORPUS if valid and "cpuOffload" in str(edits)]
+EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512,expandable_segments:True"}
+
+
+def _tier_gib(edits: dict[str, Any]) -> int:
+    """perGPU x gpus, read from the corpus edits (whole GiB, `NGi`)."""
+    per_gpu = edits["spec.kvCache.cpuOffload"]["perGPU"]
+    assert per_gpu.endswith("Gi")
+    gpus: int = edits.get("spec.gpus", 16)
+    return int(per_gpu[:-2]) * gpus
+
+
+def test_the_cpu_tier_is_vllms_native_offloading_connector_with_the_hybrid_manager_on(
+    checkpoints: tuple[str, str],
+) -> None:
+    """What vLLM's config code (config/vllm.py, `_post_init_kv_transfer_config`) builds from the
+    rendered flags of every rank: the OffloadingConnector holding the whole group's tier, and the
+    hybrid KV cache manager (K3's KDA state beside its MLA KV) left on, since that connector
+    supports it. Doctored: the expandable-segments allocator is refused by vLLM, prefix caching off
+    is not (the operator's rule: docs/rules.md)."""
+    cases, expected = [], []
+    for name, edits in OFFLOADED:
+        for args, env in _containers(edited(edits)):
+            cases.append((_local(args, checkpoints), env))
+            expected.append((name, _tier_gib(edits)))
+    leader, env = cases[0]
+    no_prefix = [
+        "--no-enable-prefix-caching" if a == "--enable-prefix-caching" else a for a in leader
+    ]
+    outcomes = _outcomes([*cases, (leader, env | EXPANDABLE), (no_prefix, env)])
+    assert len(expected) >= 20
+    for (name, gib), outcome in zip(expected, outcomes, strict=False):
+        assert outcome["verdict"] in ("pass", "stock"), (name, outcome)
+        kv = outcome["kv"]
+        assert kv["connector"] == {
+            "name": "OffloadingConnector",
+            "role": "kv_both",
+            "extra": {"cpu_bytes_to_use": gib * 2**30},
+        }, name
+        assert kv["hybrid_manager_off"] is False, name
+        assert kv["prefix_caching"] is True, name
+    refused, unchecked = outcomes[len(expected) :]
+    assert "OffloadingConnector is incompatible with PYTORCH_CUDA_ALLOC_CONF" in refused["verdict"]
+    assert unchecked["verdict"] == "pass"
+    assert unchecked["kv"]["prefix_caching"] is False
+
+
+def _source(module: str) -> str:
+    """A vLLM module's source, found without importing it (importing vLLM's submodules here would
+    settle its platform for every later test of this process: tests/gate/harness.py's reason)."""
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.find_spec("vllm")  # a top-level package is found, not imported
+    assert spec is not None
+    assert spec.origin is not None
+    parts = module.split(".")[1:]
+    return Path(spec.origin).parent.joinpath(*parts[:-1], f"{parts[-1]}.py").read_text()
+
+
+def _class_bases(source: str) -> dict[str, list[str]]:
+    import ast  # noqa: PLC0415
+
+    return {
+        node.name: [ast.unparse(base) for base in node.bases]
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef)
+    }
+
+
+def test_only_the_native_backend_serves_a_hybrid_model() -> None:
+    """vLLM turns the hybrid KV cache manager off for a connector without SupportsHMA
+    (config/vllm.py), and K3's KDA layers cannot run without it. The lmcache backend's connector,
+    LMCacheMPConnector (config/vllm.py), is lmcache's own class when that package is installed
+    (absent here) and else the wheel's LMCacheMPConnectorUpstream, read from its source: no
+    SupportsHMA, and an error for more than one KV cache group."""
+    connectors = "vllm.distributed.kv_transfer.kv_connector.v1"
+    loaded = set(sys.modules)
+    lmcache = _source(f"{connectors}.lmcache_mp_connector")
+    # Read, not imported: an import here once broke a later test's vLLM ("Failed to infer
+    # device type" in tests/kimi_operator/builders/test_agent_parsers.py).
+    assert set(sys.modules) == loaded
+    native = _class_bases(_source(f"{connectors}.offloading_connector"))["OffloadingConnector"]
+    assert "SupportsHMA" in native
+    assert "SupportsHMA" not in _class_bases(lmcache)["LMCacheMPConnectorUpstream"]
+    assert "LMCacheMPConnector only works without hybrid kv cache manager" in lmcache
+
+
+def test_precise_scoring_publishes_kv_events_in_blocks_the_picker_can_hash(
+    checkpoints: tuple[str, str],
+) -> None:
+    """vLLM's config takes the rendered KV events config (ZMQ, the topic the picker's filter
+    takes), and the picker's block size divides the block size vLLM's config code gives the cache
+    (the simulated platform's; docs/kv-cache.md says what the GPU-side check adds)."""
+    precise = [
+        edited(edits)
+        for _, edits, valid in CORPUS
+        if valid and "Precise" in str(edits.get("spec.routing", ""))
+    ]
+    assert len(precise) >= 2
+    cases = [(_local(args, checkpoints), env) for doc in precise for args, env in _containers(doc)]
+    for outcome in _outcomes(cases):
+        events = outcome["kv"]["events"]
+        assert events["enabled"] is True
+        assert events["publisher"] == "zmq"
+        assert events["endpoint"] == f"tcp://*:{KV_EVENTS_PORT}"
+        assert events["topic"] == "kv@leader@moonshotai/Kimi-K3"
+        assert outcome["kv"]["block_size"] % PICKER_BLOCK_TOKENS == 0

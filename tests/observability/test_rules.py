@@ -40,7 +40,7 @@ def test_staleness_check_catches_a_drift(tmp_path: Path) -> None:
 def test_promtool_check_rules() -> None:
     result = run(require_tool("promtool"), "check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 28 rules found" in result.stdout
+    assert "SUCCESS: 29 rules found" in result.stdout
 
 
 def test_promtool_check_rules_rejects_a_broken_rule(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ DRAFT = {"draftSource": {"pvc": {"claimName": "weights", "subPath": "draft"}}}
 HF = {"huggingface": {"repo": "moonshotai/Kimi-K3"}}
 PVC = {"pvc": {"claimName": "weights"}}
 AUTOSCALING = {"maxReplicas": 4, "target": {"waitingRequestsPerGroup": 8}}
+OFFLOAD = {"perGPU": "32Gi"}
+EXPANDABLE = {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}
 POOL = {"spec.routing.mode": "InferencePool"}
 
 
@@ -198,6 +200,49 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
         True,
     ),
     ("routing-gateway-without-pool", {"spec.routing.gatewayRef": {"name": "inference"}}, False),
+    (
+        "routing-precise",
+        {"spec.routing": {"mode": "InferencePool", "prefixScoring": "Precise"}},
+        True,
+    ),
+    (
+        "routing-precise-with-cpu-offload",
+        {
+            "spec.routing": {"mode": "InferencePool", "prefixScoring": "Precise"},
+            "spec.kvCache.cpuOffload": OFFLOAD,
+        },
+        True,
+    ),
+    ("routing-precise-without-pool", {"spec.routing.prefixScoring": "Precise"}, False),
+    (
+        "routing-precise-prefix-caching-off",
+        {
+            "spec.routing": {"mode": "InferencePool", "prefixScoring": "Precise"},
+            "spec.kvCache.enablePrefixCaching": False,
+        },
+        False,
+    ),
+    (
+        "routing-precise-model-with-at",
+        {
+            "spec.routing": {"mode": "InferencePool", "prefixScoring": "Precise"},
+            "spec.model.name": "kimi@k3",
+        },
+        False,
+    ),
+    (
+        "routing-precise-no-prefix-scorer",
+        {
+            "spec.routing": {
+                "mode": "InferencePool",
+                "prefixScoring": "Precise",
+                "endpointPicker": {"weights": {"prefixCache": 0}},
+            }
+        },
+        False,
+    ),
+    ("routing-estimated-model-with-at", {"spec.model.name": "kimi@k3"}, True),
+    ("routing-scoring-unknown", {"spec.routing.prefixScoring": "Exact"}, False),
     ("routing-mode-unknown", {"spec.routing.mode": "Mesh"}, False),
     (
         "routing-gateway-no-name",
@@ -331,6 +376,97 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     ("max-model-len-0", {"spec.kvCache.maxModelLen": 0}, False),
     ("prefix-caching-off", {"spec.kvCache.enablePrefixCaching": False}, True),
     ("prefix-caching-string", {"spec.kvCache.enablePrefixCaching": "false"}, False),
+    # The CPU KV tier (docs/kv-cache.md): accepted on every decode path and group shape.
+    ("cpu-offload", {"spec.kvCache.cpuOffload": OFFLOAD}, True),
+    ("cpu-offload-tp8", {"spec.kvCache.cpuOffload": OFFLOAD, "spec.gpus": 8}, True),
+    (
+        "cpu-offload-one-node",
+        {"spec.kvCache.cpuOffload": OFFLOAD, "spec.gpus": 8, "spec.gpusPerNode": 8},
+        True,
+    ),
+    (
+        "cpu-offload-dspark",
+        {"spec.kvCache.cpuOffload": {"perGPU": "1Gi"}, "spec.speculative": DRAFT},
+        True,
+    ),
+    (
+        "cpu-offload-stock",
+        {"spec.kvCache.cpuOffload": OFFLOAD, "spec.decode.backend": "auto"},
+        True,
+    ),
+    (
+        "cpu-offload-dcp",
+        {"spec.kvCache.cpuOffload": OFFLOAD, "spec.decode.contextParallelSize": 16},
+        True,
+    ),
+    (  # accepted with a warning: more than a tray holds
+        "cpu-offload-too-big-for-a-tray",
+        {"spec.kvCache.cpuOffload": {"perGPU": "9999Gi"}},
+        True,
+    ),
+    ("cpu-offload-no-size", {"spec.kvCache.cpuOffload": {}}, False),
+    ("cpu-offload-zero", {"spec.kvCache.cpuOffload": {"perGPU": "0Gi"}}, False),
+    ("cpu-offload-mi", {"spec.kvCache.cpuOffload": {"perGPU": "131072Mi"}}, False),
+    ("cpu-offload-decimal", {"spec.kvCache.cpuOffload": {"perGPU": "128G"}}, False),
+    ("cpu-offload-number", {"spec.kvCache.cpuOffload": {"perGPU": 128}}, False),
+    ("cpu-offload-camel", {"spec.kvCache.cpuOffload": {"perGpu": "128Gi"}}, False),
+    (
+        "cpu-offload-prefix-caching-off",
+        {"spec.kvCache.cpuOffload": OFFLOAD, "spec.kvCache.enablePrefixCaching": False},
+        False,
+    ),
+    (
+        "cpu-offload-expandable-segments",
+        {"spec.kvCache.cpuOffload": OFFLOAD, "spec.env": [EXPANDABLE]},
+        False,
+    ),
+    (
+        "cpu-offload-expandable-segments-among-others",
+        {
+            "spec.kvCache.cpuOffload": OFFLOAD,
+            "spec.env": [EXPANDABLE | {"value": "max_split_size_mb:512,expandable_segments:True"}],
+        },
+        False,
+    ),
+    (  # vLLM exempts the cumem allocator, which the gate's CPU platform cannot configure
+        "cpu-offload-expandable-segments-cumem",
+        {
+            "spec.kvCache.cpuOffload": OFFLOAD,
+            "spec.env": [EXPANDABLE],
+            "spec.engineArgs": ["--enable-cumem-allocator"],
+        },
+        False,
+    ),
+    ("expandable-segments-without-offload", {"spec.env": [EXPANDABLE]}, True),
+    (
+        "cpu-offload-expandable-segments-false",
+        {
+            "spec.kvCache.cpuOffload": OFFLOAD,
+            "spec.env": [EXPANDABLE | {"value": "expandable_segments:False"}],
+        },
+        True,
+    ),
+    (
+        "cpu-offload-lmcache",
+        {
+            "spec.kvCache.cpuOffload": OFFLOAD,
+            "spec.engineArgs": ["--kv-offloading-backend=lmcache"],
+        },
+        False,
+    ),
+    (  # vLLM would replace its connector with the offloading connector
+        "cpu-offload-kv-transfer-config",
+        {
+            "spec.kvCache.cpuOffload": OFFLOAD,
+            "spec.engineArgs": [
+                '--kv-transfer-c={"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+            ],
+        },
+        False,
+    ),
+    ("offloading-size-in-engine-args", {"spec.engineArgs": ["--kv-offloading-size", "512"]}, False),
+    ("offloading-size-abbreviated", {"spec.engineArgs": ["--kv-offloading-s=512"]}, False),
+    ("kv-events-in-engine-args", {"spec.engineArgs": ["--kv-events-config={}"]}, False),
     ("dspark", {"spec.speculative": DRAFT}, True),
     ("dspark-1-token", {"spec.speculative": DRAFT | {"numSpeculativeTokens": 1}}, True),
     ("dspark-8-tokens", {"spec.speculative": DRAFT | {"numSpeculativeTokens": 8}}, False),

@@ -34,6 +34,9 @@ MIN_STARTUP_MINUTES: Final = 15
 MAX_STARTUP_MINUTES: Final = 480
 ENGINE_READY_MARGIN_S: Final = 300
 
+# spec.kvCache.cpuOffload.perGPU: a whole number of GiB (vLLM's --kv-offloading-size is in GiB).
+PER_GPU_OFFLOAD: Final = r"^[1-9][0-9]{0,3}Gi$"
+
 # Where the kimi_kernels vLLM plugin serves the decode-rate metrics on every pod (and the
 # PodMonitor scrapes).
 METRICS_PORT: Final = 9090

@@ -210,6 +210,12 @@ FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
         "spec.kvCache.gpuMemoryUtilizationPercent or spec.kvCache.enablePrefixCaching instead",
     ),
     ForbiddenFlags(
+        _options("kv_offloading_size", "kv_offloading_backend", "kv_events_config"),
+        "the CPU KV tier is spec.kvCache.cpuOffload, on vLLM's native backend (LMCache's "
+        "connector does not support the hybrid KV cache manager that Kimi K3's KDA layers need), "
+        "and KV events are spec.routing.prefixScoring Precise",
+    ),
+    ForbiddenFlags(
         _options("model", "served_model_name", "revision", "config"),
         "the model is spec.model (and --config could set any forbidden flag)",
     ),
@@ -228,6 +234,14 @@ FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
     ),
 )
 
+
+# vLLM replaces the connector of a --kv-transfer-config with its offloading connector when
+# --kv-offloading-size is set (config/vllm.py, _post_init_kv_transfer_config): refused beside
+# spec.kvCache.cpuOffload (a rule in rules.py), allowed without it.
+KV_TRANSFER_CONFIG = ForbiddenFlags(
+    _options("kv_transfer_config"),
+    "with spec.kvCache.cpuOffload vLLM replaces its connector with the offloading connector",
+)
 
 # An option name followed by a space: argparse reads the whole element as a value (a model name).
 SPACED_ARGS = ForbiddenFlags(

@@ -16,11 +16,13 @@ from kimi_operator.api.constants import FAST_PATH_MAX_DECODE_TOKENS
 from kimi_operator.api.engine_args import (
     ENGINE_ARG_REFUSALS,
     KNOWN_OPTIONS,
+    KV_TRANSFER_CONFIG,
     KV_TRANSFER_FLAGS,
     SHARED_ROLE_FLAGS,
     ForbiddenFlags,
     KnownOptions,
 )
+from kimi_operator.api.host_memory import host_memory_warnings
 from kimi_operator.api.owned_env import DISAGGREGATION_ENV, OWNED_ENV, OwnedEnv
 from kimi_operator.api.vllm_flags import VLLM_VERSION
 
@@ -224,6 +226,16 @@ def _disaggregation_env_rule(owned: OwnedEnv) -> Rule:
         allowed=_owned_env_allowed(owned),
         got=lambda s: _owned_env_bad(owned, s["env"]),
     )
+
+
+ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+EXPANDABLE = "expandable_segments:True"  # vLLM looks for this text in the variable
+
+
+def _expandable(env: Sequence[Mapping[str, Json]]) -> list[str]:
+    return [
+        e["value"] for e in env if e.get("name") == ALLOC_CONF and EXPANDABLE in e.get("value", "")
+    ]
 
 
 def _env_names(env: Sequence[Mapping[str, Json]], names: Sequence[str]) -> list[str]:
@@ -597,6 +609,49 @@ RULES: tuple[Rule, ...] = (
         allowed=", ".join(AUTOSCALING_TARGETS),
         got=lambda a: _targets(a["target"]),
     ),
+    # The CPU tier keeps prefixes: vLLM's SimpleCPUOffloadConnector turns itself off without
+    # prefix caching, and the OffloadingConnector would store blocks no request looks up.
+    Rule(
+        scope=("kvCache",),
+        reads=(("cpuOffload",), ("enablePrefixCaching",)),
+        field="enablePrefixCaching",
+        cel="!has(self.cpuOffload) || self.enablePrefixCaching",
+        check=lambda kv: "cpuOffload" not in kv or kv["enablePrefixCaching"],
+        problem="the CPU tier of kvCache.cpuOffload holds cached prefixes, which need prefix "
+        "caching (vLLM's CPU offload turns itself off without it)",
+        allowed="true, or no kvCache.cpuOffload",
+        got=lambda kv: kv["enablePrefixCaching"],
+    ),
+    # vllm/config/vllm.py (_verify_kv_transfer_compat): any KV connector with the expandable
+    # segments allocator is an error at start. vLLM exempts the cumem allocator, which its CPU
+    # build (tests/gate) cannot build a config with: not offered until checked on a GPU.
+    Rule(
+        scope=(),
+        reads=(("kvCache", "cpuOffload"), ("env",)),
+        field="env",
+        cel=f"!has(self.kvCache.cpuOffload) || !self.env.exists(e, e.name == '{ALLOC_CONF}' && "
+        f"has(e.value) && e.value.contains('{EXPANDABLE}'))",
+        check=lambda s: "cpuOffload" not in s["kvCache"] or not _expandable(s["env"]),
+        problem=f"{ALLOC_CONF} with {EXPANDABLE} and the KV connector of kvCache.cpuOffload: "
+        "vLLM refuses the pair at start (the allocator may remap the KV cache's pages under the "
+        "connector's registered copies)",
+        allowed=f"no {EXPANDABLE}, or no kvCache.cpuOffload",
+        got=lambda s: _expandable(s["env"]),
+    ),
+    Rule(
+        scope=(),
+        reads=(("kvCache", "cpuOffload"), ("engineArgs",)),
+        field="engineArgs",
+        cel="!has(self.kvCache.cpuOffload) || "
+        f"self.engineArgs.all(a, !a.matches('{_cel_string(KV_TRANSFER_CONFIG.pattern)}'))",
+        check=lambda s: (
+            "cpuOffload" not in s["kvCache"] or not KV_TRANSFER_CONFIG.refused(s["engineArgs"])
+        ),
+        problem=f"{KV_TRANSFER_CONFIG.label} beside kvCache.cpuOffload: "
+        + KV_TRANSFER_CONFIG.reason,
+        allowed="no --kv-transfer-config, or no kvCache.cpuOffload",
+        got=lambda s: KV_TRANSFER_CONFIG.refused(s["engineArgs"]),
+    ),
     # An HTTPRoute attaches an InferencePool to the Gateway: there is none without the pool.
     Rule(
         scope=("routing",),
@@ -607,6 +662,55 @@ RULES: tuple[Rule, ...] = (
         problem="a Gateway routes to an InferencePool, which mode Service does not create",
         allowed="mode InferencePool, or no gatewayRef",
         got=lambda r: r["mode"],
+    ),
+    # Only the endpoint picker of an InferencePool reads KV events.
+    Rule(
+        scope=("routing",),
+        reads=(("mode",), ("prefixScoring",)),
+        field="prefixScoring",
+        cel="self.mode == 'InferencePool' || self.prefixScoring == 'Estimated'",
+        check=lambda r: r["mode"] == "InferencePool" or r["prefixScoring"] == "Estimated",
+        problem="precise prefix scoring is the endpoint picker's, which mode Service does not "
+        "create",
+        allowed="Estimated; or Precise with mode InferencePool",
+        got=lambda r: r["prefixScoring"],
+    ),
+    Rule(
+        scope=("routing",),
+        reads=(("prefixScoring",), ("endpointPicker", "weights", "prefixCache")),
+        field="prefixScoring",
+        cel="self.prefixScoring != 'Precise' || self.endpointPicker.weights.prefixCache > 0",
+        check=lambda r: (
+            r["prefixScoring"] != "Precise" or r["endpointPicker"]["weights"]["prefixCache"] > 0
+        ),
+        problem="precise prefix scoring feeds the prefix-cache scorer, which weight 0 leaves out",
+        allowed="Estimated; or Precise with endpointPicker.weights.prefixCache above 0",
+        got=lambda r: r["endpointPicker"]["weights"]["prefixCache"],
+    ),
+    Rule(
+        scope=(),
+        reads=(("routing", "prefixScoring"), ("kvCache", "enablePrefixCaching")),
+        field="routing.prefixScoring",
+        cel="self.routing.prefixScoring != 'Precise' || self.kvCache.enablePrefixCaching",
+        check=lambda s: (
+            s["routing"]["prefixScoring"] != "Precise" or s["kvCache"]["enablePrefixCaching"]
+        ),
+        problem="KV cache events tell which cached prefixes a group holds: without prefix "
+        "caching there are none to report",
+        allowed="Estimated; or Precise with kvCache.enablePrefixCaching true",
+        got=lambda s: s["routing"]["prefixScoring"],
+    ),
+    # The picker reads the model from the events' topic, `kv@<pod>@<model>`, split on `@`.
+    Rule(
+        scope=(),
+        reads=(("routing", "prefixScoring"), ("model", "name")),
+        field="model.name",
+        cel="self.routing.prefixScoring != 'Precise' || !self.model.name.contains('@')",
+        check=lambda s: s["routing"]["prefixScoring"] != "Precise" or "@" not in s["model"]["name"],
+        problem="with precise prefix scoring the model name is part of the KV events' topic, "
+        "which the endpoint picker splits on '@'",
+        allowed="a name without '@'; or routing.prefixScoring Estimated",
+        got=lambda s: s["model"]["name"],
     ),
     # A rollout that may take every group down at once is an outage; one that may take none down
     # and add none can never start.
@@ -654,6 +758,11 @@ def failed_rules(spec: Mapping[str, Json], rules: Sequence[Rule] = RULES) -> lis
         if present and not rule.check(value):
             violations.append(Violation(rule, rule.got(value)))
     return violations
+
+
+def spec_warnings(spec: Mapping[str, Json]) -> list[str]:
+    """Accepted settings that will not do what they say: every warning `validate` prints."""
+    return fast_path_warnings(spec) + host_memory_warnings(spec)
 
 
 def fast_path_warnings(spec: Mapping[str, Json]) -> list[str]:

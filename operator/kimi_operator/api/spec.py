@@ -154,6 +154,18 @@ class DecodeSpec(ApiModel):
     )
 
 
+class CpuOffloadSpec(ApiModel):
+    """A CPU tier of the KV cache in the trays' host memory (Grace LPDDR5X): vLLM's native
+    offloading connector keeps prefixes evicted from GPU memory there (docs/kv-cache.md)."""
+
+    per_gpu: Annotated[str, Field(min_length=3, max_length=6, pattern=c.PER_GPU_OFFLOAD)] = Field(
+        alias="perGPU",
+        description="Host memory for each GPU's share of the tier, a whole number of GiB (e.g. "
+        "`128Gi`): vLLM --kv-offloading-size is this times spec.gpus, and each pod's memory "
+        "request and limit grow by this times spec.gpusPerNode (docs/kv-cache.md).",
+    )
+
+
 class KvCacheSpec(ApiModel):
     dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3"] = Field(
         "fp8_e4m3",
@@ -172,6 +184,11 @@ class KvCacheSpec(ApiModel):
         90, description="Percent of each GPU's memory vLLM may use (integer)."
     )
     enable_prefix_caching: bool = Field(True, description="Reuse KV cache across shared prefixes.")
+    cpu_offload: CpuOffloadSpec | None = Field(
+        None,
+        description="A CPU tier of the KV cache in host memory, where idle sessions' prefixes "
+        "wait for their next turn instead of being recomputed; omitted: none.",
+    )
 
 
 class SecretOrConfigMapKeyRef(ApiModel):
@@ -400,6 +417,12 @@ class RoutingSpec(ApiModel):
         default_factory=EndpointPickerSpec,
         json_schema_extra=nested_default(),
         description="The endpoint picker, with mode InferencePool.",
+    )
+    prefix_scoring: Literal["Estimated", "Precise"] = Field(
+        "Estimated",
+        description="With mode InferencePool, how the picker knows which group holds a "
+        "request's prefix: Estimated (from its own routing history) or Precise (the leaders "
+        "publish vLLM's KV cache events, GPU and CPU tier, and the picker indexes them).",
     )
 
 

@@ -20,7 +20,7 @@ from pydantic_core import ErrorDetails
 from kimi_operator.api.constants import API_VERSION, KIND, MAX_DEPTH, MAX_VALUES
 from kimi_operator.api.defaulting import apply_defaults, drop_nulls
 from kimi_operator.api.problem import Problem, show
-from kimi_operator.api.rules import RULES, Rule, Violation, failed_rules, fast_path_warnings
+from kimi_operator.api.rules import RULES, Rule, Violation, failed_rules, spec_warnings
 from kimi_operator.api.spec import KimiDeployment
 
 Loc = tuple[str | int, ...]
@@ -71,7 +71,7 @@ def check_document(doc: Any) -> Report:
     except ValidationError as error:
         return Report(problems=_problems(error.errors(include_url=False), data.get("spec")))
     spec = deployment.spec.model_dump(exclude_none=True)
-    return Report(warnings=fast_path_warnings(spec), deployment=deployment)
+    return Report(warnings=spec_warnings(spec), deployment=deployment)
 
 
 def _check_shape(doc: dict[str, Any]) -> None:

@@ -129,6 +129,13 @@ def _rows(a: Results, b: Results, hardware: bool) -> list[list[str]]:
         sb.server_metrics.prefix_cache_hit_rate,
         "pct",
     )
+    # And of the rest, what the CPU KV tier held (kvCache.cpuOffload; "-" without one).
+    value(
+        "CPU-tier hit rate",
+        sa.server_metrics.offload_hit_rate,
+        sb.server_metrics.offload_hit_rate,
+        "pct",
+    )
     dist("decode tok/s", sa.decode_tokens_per_s, sb.decode_tokens_per_s, "num")
     dist("ITL/token (ms)", sa.itl_s, sb.itl_s, "ms")
     dist("ITL/chunk (ms)", sa.itl_chunk_s, sb.itl_chunk_s, "ms")
@@ -156,6 +163,14 @@ def _rows(a: Results, b: Results, hardware: bool) -> list[list[str]]:
             tb.completion_s if tb else None,
             "s",
         )
+        for turn in ("first", "returning"):
+            field = f"ttft_{turn}_turn_s"
+            dist(
+                f"TTFT of {turn} turns (ms)",
+                getattr(ta, field) if ta else None,
+                getattr(tb, field) if tb else None,
+                "ms",
+            )
         per_hour_a = ta.tasks_per_hour if ta else None
         per_hour_b = tb.tasks_per_hour if tb else None
         value("tasks per hour", per_hour_a, per_hour_b)

@@ -80,6 +80,7 @@ def total_rows(results: Results) -> list[list[str]]:
             [f"prefix-cache hit rate, {group.metrics_url}", pct(group.hit_rate)]
             for group in m.prefix_cache_groups
         ),
+        *offload_rows(results),
         *tool_rows(results),
     ]
 
@@ -95,6 +96,21 @@ def handover_rows(m: ServerMetrics) -> list[list[str]]:
             "KV transfers failed",
             "-" if m.kv_transfer_failures is None else str(m.kv_transfer_failures),
         ],
+    ]
+
+
+def offload_rows(results: Results) -> list[list[str]]:
+    """The CPU KV tier's figures (none when the server exports none: no KV connector)."""
+    m = results.summary.server_metrics
+    if m.offload_loaded_bytes is None and m.offload_hit_rate is None:
+        return []
+    gib = 1 << 30
+    loaded = m.offload_loaded_bytes / gib if m.offload_loaded_bytes is not None else None
+    stored = m.offload_stored_bytes / gib if m.offload_stored_bytes is not None else None
+    return [
+        ["CPU-tier hit rate (of tokens not in GPU memory)", pct(m.offload_hit_rate)],
+        ["prompt tokens from the CPU tier", num(m.offload_hit_tokens, 0)],
+        ["GiB loaded from / stored to the CPU tier", f"{num(loaded, 2)} / {num(stored, 2)}"],
     ]
 
 
@@ -129,6 +145,13 @@ def task_rows(results: Results) -> list[list[str]]:
     output = tasks.output_tokens.p50 if tasks.output_tokens else None
     rows += [
         ["TTFT summed over a task, p50 (s)", num(ttft, 2)],
+        *(
+            [f"TTFT of {which} turns, p50 / p90 (ms)", f"{ms(d.p50)} / {ms(d.p90)}" if d else "-"]
+            for which, d in (
+                ("first", tasks.ttft_first_turn_s),
+                ("returning", tasks.ttft_returning_turn_s),
+            )
+        ),
         ["output tokens per task, p50", num(output, 0)],
         ["tasks per hour", num(tasks.tasks_per_hour)],
         ["$ per completed task", usd(tasks.cost_per_task_usd)],

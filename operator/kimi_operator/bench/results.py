@@ -161,6 +161,23 @@ class ServerMetrics(Model):
         description="NixlConnector's failed transfers during the run "
         "(vllm:nixl_num_failed_transfers); None where the server has no NIXL connector.",
     )
+    offload_hit_rate: float | None = Field(
+        default=None,
+        description="Prompt tokens the KV connector (the CPU tier of kvCache.cpuOffload) found "
+        "over those it was asked for, the ones not in GPU memory, during the run "
+        "(vllm:external_prefix_cache_hits / vllm:external_prefix_cache_queries).",
+    )
+    offload_hit_tokens: float | None = Field(
+        default=None, description="Prompt tokens the KV connector found, during the run."
+    )
+    offload_loaded_bytes: float | None = Field(
+        default=None,
+        description="Bytes loaded from the CPU tier into GPU memory (vllm:kv_offload_load_bytes).",
+    )
+    offload_stored_bytes: float | None = Field(
+        default=None,
+        description="Bytes stored from GPU memory into the CPU tier (vllm:kv_offload_store_bytes).",
+    )
 
 
 class TaskRecord(Model):
@@ -194,6 +211,14 @@ class TaskSummary(Model):
     requests_not_sent: int
     completion_s: Distribution | None
     ttft_sum_s: Distribution | None
+    ttft_first_turn_s: Distribution | None = Field(
+        default=None, description="TTFT of each task's first request: its context is new."
+    )
+    ttft_returning_turn_s: Distribution | None = Field(
+        default=None,
+        description="TTFT of the task's later requests: they come back with the context of the "
+        "earlier ones, which a prefix cache (GPU or CPU tier) may still hold.",
+    )
     output_tokens: Distribution | None
     tasks_per_hour: float
     cost_per_task_usd: float | None = Field(description="Run cost / completed tasks.")

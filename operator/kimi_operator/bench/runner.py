@@ -266,6 +266,10 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
         return Results(config=config, summary=summary, requests=records)
     tasks = task_records(plan, records)
     summary.tasks = summarize_tasks(
-        tasks, duration_s=duration, gpus=options.gpus, gpu_hour_price_usd=options.gpu_hour_price_usd
+        tasks,
+        records,
+        duration_s=duration,
+        gpus=options.gpus,
+        gpu_hour_price_usd=options.gpu_hour_price_usd,
     )
     return Results(config=config, summary=summary, requests=records, tasks=tasks)

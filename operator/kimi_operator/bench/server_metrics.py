@@ -34,6 +34,12 @@ PROMPT_SOURCES = "vllm:prompt_tokens_by_source_total"
 # NixlConnector's own, on the side that reads the KV (the decode group).
 NIXL_XFER_TIME = "vllm:nixl_xfer_time_seconds"
 NIXL_FAILED = "vllm:nixl_num_failed_transfers_total"
+# The KV connector's: with kvCache.cpuOffload, tokens looked up in (and found in) the CPU tier,
+# those the GPU prefix cache missed; and the bytes moved each way (OffloadingConnector only).
+OFFLOAD_QUERIES = "vllm:external_prefix_cache_queries_total"
+OFFLOAD_HITS = "vllm:external_prefix_cache_hits_total"
+OFFLOAD_LOADED = "vllm:kv_offload_load_bytes_total"
+OFFLOAD_STORED = "vllm:kv_offload_store_bytes_total"
 
 
 @dataclass
@@ -139,6 +145,10 @@ def delta(before: Snapshot | None, after: Snapshot | None) -> ServerMetrics:
         ),
         kv_transfer_time_s=mean(NIXL_XFER_TIME),
         kv_transfer_failures=int(change(NIXL_FAILED)) if NIXL_FAILED in after.totals else None,
+        offload_hit_rate=_ratio(change(OFFLOAD_HITS), change(OFFLOAD_QUERIES)),
+        offload_hit_tokens=change(OFFLOAD_HITS) if OFFLOAD_HITS in after.totals else None,
+        offload_loaded_bytes=change(OFFLOAD_LOADED) if OFFLOAD_LOADED in after.totals else None,
+        offload_stored_bytes=change(OFFLOAD_STORED) if OFFLOAD_STORED in after.totals else None,
     )
 
 

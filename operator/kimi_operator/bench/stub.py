@@ -7,7 +7,10 @@ request's arrival so that lateness does not accumulate. It reports usage as vLLM
 (`stream_options.include_usage` / `continuous_usage_stats`), serves `/v1/models`, `/version` and
 a `/metrics` page with vLLM's spec-decode counters and inter-token latency, the kimi_kernels
 decode-path counters and per-request decode rate (all as its timetable says), vLLM's prefix-cache
-counters (a prompt's whole blocks of PREFIX_BLOCK words whose prefix an earlier prompt had), and
+counters (a prompt's whole blocks of PREFIX_BLOCK words whose prefix an earlier prompt had; with
+`gpu_blocks` the cache holds that many, least recently used out first, and with `cpu_blocks` a CPU
+tier as vLLM's offloading connector keeps one: every block stored there too, and the blocks after
+the GPU cache's hits looked up in it, counted as vLLM's external prefix-cache counters), and
 can fail every Nth request (HTTP 500) or break every Nth stream. With `burst` N it holds chunks
 back and writes N at a time, as a proxy that buffers SSE (or a client too busy to read) delivers
 them: the timetable still says when each chunk was ready. A chat request that offers `tools`
@@ -22,6 +25,7 @@ import hashlib
 import json
 import multiprocessing
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +36,7 @@ from aiohttp import web
 
 HOST = "127.0.0.1"
 PREFIX_BLOCK = 16  # words per prefix-cache block (vLLM's default block of 16 tokens)
+STUB_BYTES_PER_TOKEN = 1024  # what the stub says a token of KV takes, moving to or from CPU
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,25 @@ class Schedule:
     max_num_batched_tokens: int = 4096
     prefix_caching: bool = True
     max_model_len: int = 131072  # on its model card (/v1/models) too
+    gpu_blocks: int = 0  # blocks the GPU prefix cache holds (0: every block)
+    cpu_blocks: int = 0  # blocks of the CPU tier (0: no tier)
+
+
+class _Tier:
+    """Blocks by their prefix's hash, least recently used first; `capacity` 0: unbounded."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.blocks: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.blocks
+
+    def put(self, key: str) -> None:
+        self.blocks[key] = None
+        self.blocks.move_to_end(key)
+        while self.capacity and len(self.blocks) > self.capacity:
+            self.blocks.popitem(last=False)
 
 
 @dataclass
@@ -68,19 +92,34 @@ class _State:
     sends: dict[str, list[float]] = field(default_factory=dict)
     prefix_queries: int = 0  # prompt words looked up in the prefix cache
     prefix_hits: int = 0  # of those, found there
-    blocks: set[str] = field(default_factory=set)  # every cached block, by its prefix's hash
+    external_queries: int = 0  # words looked up in the CPU tier (after the GPU cache's hits)
+    external_hits: int = 0  # of those, found there
+    stored_blocks: int = 0  # blocks written to the CPU tier
+    gpu: _Tier = field(default_factory=lambda: _Tier(0))
+    cpu: _Tier | None = None
 
     def look_up(self, words: list[str]) -> None:
         """The prompt through the prefix cache: its leading blocks already cached are hits, as
-        in vLLM (by the hash of the whole prefix up to each block), then all of it is cached."""
+        in vLLM (by the hash of the whole prefix up to each block); with a CPU tier, the blocks
+        after those are looked up there. Then all of it is cached, in both."""
         self.prefix_queries += len(words)
-        digest, hit = hashlib.sha256(), True
-        for start in range(0, len(words) - len(words) % PREFIX_BLOCK, PREFIX_BLOCK):
+        digest, gpu_hit, cpu_hit = hashlib.sha256(), True, True
+        whole = len(words) - len(words) % PREFIX_BLOCK
+        for start in range(0, whole, PREFIX_BLOCK):
             digest.update(" ".join(words[start : start + PREFIX_BLOCK]).encode() + b"\0")
             key = digest.hexdigest()
-            hit = hit and key in self.blocks
-            self.prefix_hits += PREFIX_BLOCK if hit else 0
-            self.blocks.add(key)
+            gpu_hit = gpu_hit and key in self.gpu
+            self.prefix_hits += PREFIX_BLOCK if gpu_hit else 0
+            if self.cpu is not None and not gpu_hit:
+                cpu_hit = cpu_hit and key in self.cpu
+                self.external_queries += PREFIX_BLOCK
+                self.external_hits += PREFIX_BLOCK if cpu_hit else 0
+            self.gpu.put(key)
+            if self.cpu is not None:
+                self.cpu.put(key)
+                self.stored_blocks += 1
+        if self.cpu is not None:
+            self.external_queries += len(words) - whole
 
 
 def _sse(event: dict[str, Any]) -> bytes:
@@ -126,7 +165,10 @@ def _tool_call(body: dict[str, Any], request_id: str, parsed: bool) -> dict[str,
 class StubApp:
     def __init__(self, schedule: Schedule) -> None:
         self.schedule = schedule
-        self.state = _State()
+        self.state = _State(
+            gpu=_Tier(schedule.gpu_blocks),
+            cpu=_Tier(schedule.cpu_blocks) if schedule.cpu_blocks else None,
+        )
         self.app = web.Application()
         self.app.router.add_post("/v1/completions", self._completions)
         self.app.router.add_post("/v1/chat/completions", self._completions)
@@ -171,6 +213,15 @@ class StubApp:
             f'vllm:cache_config_info{{engine="0",block_size="64",'
             f'enable_prefix_caching="{s.prefix_caching}"}} 1\n'
         )
+        if state.cpu is not None:
+            text += (
+                f"vllm:external_prefix_cache_queries_total{{{labels}}} {state.external_queries}\n"
+                f"vllm:external_prefix_cache_hits_total{{{labels}}} {state.external_hits}\n"
+                f"vllm:kv_offload_load_bytes_total{{{labels}}} "
+                f"{state.external_hits * STUB_BYTES_PER_TOKEN}\n"
+                f"vllm:kv_offload_store_bytes_total{{{labels}}} "
+                f"{state.stored_blocks * PREFIX_BLOCK * STUB_BYTES_PER_TOKEN}\n"
+            )
         return web.Response(text=text, content_type="text/plain")
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:

@@ -42,8 +42,25 @@ def task_records(plan: list[PlannedRequest], records: list[RequestRecord]) -> li
     return tasks
 
 
+def turn_ttfts(
+    tasks: list[TaskRecord], records: list[RequestRecord]
+) -> tuple[list[float], list[float]]:
+    """TTFTs of the tasks' first requests and of their later ones (answered and timed: a burst
+    record's TTFT is left out, as in the summary)."""
+    timed = {r.index: r.ttft_s for r in records if r.error is None and not r.burst}
+    first: list[float] = []
+    returning: list[float] = []
+    for task in tasks:
+        for position, index in enumerate(task.requests):
+            ttft = timed.get(index)
+            if ttft is not None:
+                (returning if position else first).append(ttft)
+    return first, returning
+
+
 def summarize_tasks(
     tasks: list[TaskRecord],
+    records: list[RequestRecord],
     *,
     duration_s: float,
     gpus: int | None,
@@ -51,7 +68,10 @@ def summarize_tasks(
 ) -> TaskSummary:
     done = [task for task in tasks if task.completed]
     run_cost = run_cost_usd(gpus, gpu_hour_price_usd, duration_s)
+    first, returning = turn_ttfts(tasks, records)
     return TaskSummary(
+        ttft_first_turn_s=distribution(first),
+        ttft_returning_turn_s=distribution(returning),
         completed=len(done),
         failed=len(tasks) - len(done),
         requests_not_sent=sum(task.requests_not_sent for task in tasks),

@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from kimi_operator.api.constants import ENGINE_READY_MARGIN_S, METRICS_PORT
+from kimi_operator.api.host_memory import PodMemory, pod_memory, quantity_text
 from kimi_operator.api.owned_env import FAST_PATH_ENV, owned
 from kimi_operator.api.spec import KimiDeployment, ServingSpec, WeightSource
 from kimi_operator.builders.disaggregation import (
@@ -19,6 +20,7 @@ from kimi_operator.builders.meta import labels
 from kimi_operator.builders.vllm_args import (
     DRAFT_DIR,
     HTTP_PORT,
+    KV_EVENTS_PORT,
     MODEL_DIR,
     http_port,
     leader_args,
@@ -52,7 +54,7 @@ def _volumes(
     kd: KimiDeployment, caches: Mapping[str, str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     spec = kd.spec
-    shm = {"medium": "Memory", "sizeLimit": spec.shared_memory}
+    shm = {"medium": "Memory", "sizeLimit": _shared_memory(kd)}
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     sources = [("weights", "model", spec.model.source, MODEL_DIR)]
@@ -105,16 +107,37 @@ def _env(kd: KimiDeployment, with_domain: bool, serving: Serving) -> list[dict[s
     return env + [e for e in role_env(kd, serving) if e["name"] not in rendered]
 
 
+def _memory(kd: KimiDeployment) -> PodMemory:
+    spec = kd.spec
+    offload = spec.kv_cache.cpu_offload
+    per_gpu = offload.per_gpu if offload is not None else None
+    return pod_memory(
+        spec.resources.memory, spec.shared_memory, per_gpu, spec.gpus, spec.gpus_per_node
+    )
+
+
+def _shared_memory(kd: KimiDeployment) -> str:
+    """spec.sharedMemory, grown by the CPU KV tier (api/host_memory.py)."""
+    if kd.spec.kv_cache.cpu_offload is None:
+        return kd.spec.shared_memory
+    return quantity_text(_memory(kd).shared_memory)
+
+
 def _resources(kd: KimiDeployment) -> dict[str, Any]:
-    """Real requests (Burstable; Guaranteed with `guaranteed`), memory bounded. Quantities as
-    strings: the API server returns them so, and drift checks compare equal."""
+    """Real requests (Burstable; Guaranteed with `guaranteed`), memory bounded; the CPU KV tier
+    grows the memory (api/host_memory.py). Quantities as strings: the API server returns them so,
+    and drift checks compare equal."""
     wanted = kd.spec.resources
+    request, limit = wanted.memory, wanted.memory
+    if kd.spec.kv_cache.cpu_offload is not None:
+        memory = _memory(kd)
+        request, limit = quantity_text(memory.request), quantity_text(memory.limit)
     requests = {
         "cpu": wanted.cpu,
-        "memory": wanted.memory,
+        "memory": request,
         "ephemeral-storage": wanted.ephemeral_storage,
     }
-    limits = {"nvidia.com/gpu": str(kd.spec.gpus_per_node), "memory": wanted.memory}
+    limits = {"nvidia.com/gpu": str(kd.spec.gpus_per_node), "memory": limit}
     if wanted.guaranteed:
         limits["cpu"] = wanted.cpu
     return {"requests": requests, "limits": limits}
@@ -179,6 +202,8 @@ def pod_template(
         ports.insert(0, {"name": "http", "containerPort": http_port(serving), "protocol": "TCP"})
         if serving != "aggregated":
             ports.append(side_channel_port())
+        if spec.routing.prefix_scoring == "Precise":
+            ports.append({"name": "kv-events", "containerPort": KV_EVENTS_PORT, "protocol": "TCP"})
         container["readinessProbe"] = _health_probe(periodSeconds=10, failureThreshold=3)
         container["startupProbe"] = _health_probe(
             periodSeconds=STARTUP_PERIOD_S, failureThreshold=startup_probe_failures(spec.serving)

@@ -18,7 +18,8 @@ from kimi_operator.builders.meta import (
     metadata,
     selector_labels,
 )
-from kimi_operator.builders.vllm_args import HTTP_PORT
+from kimi_operator.builders.serving import service_url
+from kimi_operator.builders.vllm_args import HTTP_PORT, KV_EVENTS_PORT
 
 DEFAULT_EPP_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
 POOL_GROUP = "inference.networking.k8s.io"
@@ -29,6 +30,10 @@ EPP_METRICS_PORT = 9090
 CONFIG_FILE = "epp-config.yaml"
 CONFIG_DIR = "/config"
 COMPONENT = "endpoint-picker"
+PRECISE_PRODUCER = "precise-prefix-cache-producer"
+# Tokens per block the picker hashes: vLLM's default block size, which the block sizes vLLM picks
+# for its attention backends and aligns for hybrid models are multiples of (docs/kv-cache.md).
+PICKER_BLOCK_TOKENS = 16
 # The EPP's pods are not the deployment's serving pods: a name of their own keeps them out of the
 # selectors of the Service, the PodMonitor, the disruption budget and the pool.
 EPP_APP_NAME = "llm-d-endpoint-picker"
@@ -104,7 +109,9 @@ def inference_pool(kd: KimiDeployment) -> dict[str, Any]:
 def epp_config(kd: KimiDeployment) -> dict[str, Any]:
     """The EndpointPickerConfig: llm-d-router's default profile with the spec's weights (with
     spec.prefill, a decode and a prefill profile of them), scraping vLLM's /metrics on the pool's
-    target port (through the routing sidecar on decode leaders)."""
+    target port (through the routing sidecar on decode leaders); with precise prefix scoring, the
+    prefix scorer reads the precise producer's index of the leaders' KV events instead of its own
+    estimate."""
     weights = kd.spec.routing.endpoint_picker.weights
     scorers = {
         "queue-scorer": weights.queue,
@@ -112,22 +119,65 @@ def epp_config(kd: KimiDeployment) -> dict[str, Any]:
         "prefix-cache-scorer": weights.prefix_cache,
     }
     used = {name: weight for name, weight in scorers.items() if weight}
-    return {
+    precise = kd.spec.routing.prefix_scoring == "Precise"
+    plugins: list[dict[str, Any]] = precise_plugins(kd) if precise else []
+    for name in used:
+        plugin: dict[str, Any] = {"type": name}
+        if precise and name == "prefix-cache-scorer":
+            plugin["parameters"] = {"prefixMatchInfoProducerName": PRECISE_PRODUCER}
+        plugins.append(plugin)
+    plugins += [
+        {"type": "metrics-data-source", "parameters": {"scheme": "http", "path": "/metrics"}},
+        {"type": "core-metrics-extractor"},
+    ]
+    config: dict[str, Any] = {
         "apiVersion": "llm-d.ai/v1alpha1",
         "kind": "EndpointPickerConfig",
-        "plugins": [
-            *({"type": name} for name in used),
-            {
-                "type": "metrics-data-source",
-                "parameters": {"scheme": "http", "path": "/metrics"},
-            },
-            {"type": "core-metrics-extractor"},
-            *picker_plugins(kd),
-        ],
+        "plugins": [*plugins, *picker_plugins(kd)],
         "schedulingProfiles": scheduling_profiles(
             kd, [{"pluginRef": name, "weight": weight} for name, weight in used.items()]
         ),
     }
+    if precise:
+        # As llm-d-router's sample (deploy/config/epp-precise-prefix-cache-config.yaml): the
+        # producer learns of each leader from the endpoint notifications and subscribes to it.
+        config["dataLayer"] = {
+            "sources": [
+                {
+                    "pluginRef": "metrics-data-source",
+                    "extractors": [{"pluginRef": "core-metrics-extractor"}],
+                },
+                {
+                    "pluginRef": "endpoint-notification-source",
+                    "extractors": [{"pluginRef": PRECISE_PRODUCER}],
+                },
+            ]
+        }
+    return config
+
+
+def precise_plugins(kd: KimiDeployment) -> list[dict[str, Any]]:
+    """The token producer (the real tokens, from vLLM's render endpoint behind the Service) and
+    the precise producer: it subscribes to each leader's KV events (GPU and CPU tier) and hashes
+    their tokens into blocks of its own size, which must divide vLLM's (docs/kv-cache.md)."""
+    return [
+        {
+            "type": "token-producer",
+            "parameters": {"modelName": kd.spec.model.name, "vllm": {"url": service_url(kd)}},
+        },
+        {"type": "endpoint-notification-source"},
+        {
+            "type": PRECISE_PRODUCER,
+            "parameters": {
+                "tokenProcessorConfig": {"blockSizeTokens": PICKER_BLOCK_TOKENS},
+                "kvEventsConfig": {
+                    "topicFilter": "kv@",
+                    "discoverPods": True,
+                    "podDiscoveryConfig": {"socketPort": KV_EVENTS_PORT},
+                },
+            },
+        },
+    ]
 
 
 def epp_config_map(kd: KimiDeployment) -> dict[str, Any]:

@@ -39,10 +39,14 @@ def service(kd: KimiDeployment) -> dict[str, Any]:
     }
 
 
+def service_url(kd: KimiDeployment) -> str:
+    """In-cluster URL of the leaders' Service."""
+    return f"http://{kd.metadata.name}.{kd.metadata.namespace}.svc:{kd.spec.service.port}"
+
+
 def endpoint(kd: KimiDeployment) -> str:
     """In-cluster URL of the OpenAI-compatible API."""
-    host = f"{kd.metadata.name}.{kd.metadata.namespace}.svc"
-    return f"http://{host}:{kd.spec.service.port}/v1"
+    return f"{service_url(kd)}/v1"
 
 
 def pod_monitor(kd: KimiDeployment) -> dict[str, Any]:

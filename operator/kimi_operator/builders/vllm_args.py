@@ -2,6 +2,7 @@
 
 import json
 
+from kimi_operator.api.host_memory import offloading_size_gib
 from kimi_operator.api.spec import KimiDeploymentSpec, ServingSpec
 from kimi_operator.api.vllm_parse import destinations
 from kimi_operator.builders.disaggregation import (
@@ -12,6 +13,9 @@ from kimi_operator.builders.disaggregation import (
 )
 
 HTTP_PORT = 8000
+# The leaders' ZMQ publisher of KV cache events (vLLM's default endpoint; llm-d-router's default
+# socketPort), which the endpoint picker subscribes to with precise prefix scoring.
+KV_EVENTS_PORT = 5557
 DISABLE_CUSTOM_ALL_REDUCE = "--disable-custom-all-reduce"
 MODEL_DIR = "/models/weights"
 DRAFT_DIR = "/models/draft"
@@ -56,6 +60,7 @@ def engine_flags(spec: KimiDeploymentSpec, serving: Serving = "aggregated") -> l
     if kv.mamba_ssm_cache_dtype != "auto":
         flags += ["--mamba-ssm-cache-dtype", kv.mamba_ssm_cache_dtype]
     flags += serving_flags(spec.serving) + recipe_defaults(role_engine_args(spec, serving))
+    flags += cpu_offload_flags(spec) + kv_events_flags(spec)
     if spec.speculative is not None:
         draft = {
             "method": spec.speculative.method,
@@ -64,6 +69,37 @@ def engine_flags(spec: KimiDeploymentSpec, serving: Serving = "aggregated") -> l
         }
         flags += ["--speculative-config", _json(draft)]
     return flags + kv_transfer_flags(serving)
+
+
+def cpu_offload_flags(spec: KimiDeploymentSpec) -> list[str]:
+    """The CPU KV tier: its size for the whole TP group, on vLLM's native offloading connector
+    (api/host_memory.py)."""
+    offload = spec.kv_cache.cpu_offload
+    if offload is None:
+        return []
+    size = offloading_size_gib(offload.per_gpu, spec.gpus)
+    return ["--kv-offloading-size", str(size), "--kv-offloading-backend", "native"]
+
+
+def kv_events_topic(spec: KimiDeploymentSpec) -> str:
+    """`kv@<pod>@<model>`: llm-d-router's vLLM adapter reads the model from the third part
+    (pkg/kvevents/engineadapter/common.go: split on `@`) and knows the pod by the address it
+    dialed, whatever the second part says."""
+    return f"kv@leader@{spec.model.name}"
+
+
+def kv_events_flags(spec: KimiDeploymentSpec) -> list[str]:
+    """With precise prefix scoring, vLLM publishes every block stored or evicted, in GPU memory
+    and in the CPU tier, on a ZMQ socket the endpoint picker subscribes to."""
+    if spec.routing.prefix_scoring != "Precise":
+        return []
+    events = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{KV_EVENTS_PORT}",
+        "topic": kv_events_topic(spec),
+    }
+    return ["--kv-events-config", _json(events)]
 
 
 def serving_flags(serving: ServingSpec) -> list[str]:
@@ -112,6 +148,10 @@ def leader_args(
         "--port",
         str(http_port(serving)),
     ]
+    if spec.routing.prefix_scoring == "Precise":
+        # The render endpoints (/v1/chat/completions/render) the picker's token producer calls;
+        # vLLM answers them with 403 without it (entrypoints/scale_out/factories.py).
+        args.append("--enable-scale-out")
     if spec.nodes_per_group > 1:
         args += [
             "--nnodes", str(spec.nodes_per_group),

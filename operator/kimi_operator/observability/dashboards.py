@@ -130,6 +130,10 @@ def _kimi_dashboard(uid: str, title: str, description: str) -> dashboard.Dashboa
     )
 
 
+def _byte_rate(counter: str) -> str:
+    return f"sum by ({BY}) (rate({counter}{{{SELECTOR}}}[{WINDOW}]))"
+
+
 def _rule(name: str) -> str:
     return f"{name}{{{SELECTOR}}}"
 
@@ -282,6 +286,51 @@ def decode_dashboard() -> dashboard.Dashboard:
             [(_rule(f"kimi:prefix_cache_hit_ratio:ratio_{WINDOW}"), "{{deployment}}")],
         ),
         *_handover_panels(grid),
+        _series(
+            grid,
+            "CPU KV tier: hit rate",
+            "percentunit",
+            [(_rule(f"kimi:offload_hit_ratio:ratio_{WINDOW}"), "{{deployment}}")],
+            "spec.kvCache.cpuOffload: prompt tokens found in the tier, of those the GPU prefix "
+            "cache missed (docs/kv-cache.md).",
+        ),
+        _series(
+            grid,
+            "CPU KV tier: traffic and transfer load",
+            "Bps",
+            [
+                (_byte_rate("vllm:kv_offload_load_bytes_total"), "{{deployment}} loaded into GPU"),
+                (_byte_rate("vllm:kv_offload_store_bytes_total"), "{{deployment}} stored from GPU"),
+            ],
+            "Bytes the tier moves each way. vLLM 0.33.0 exports no fill level of the tier: "
+            "vllm:kv_offload_cpu_cache_usage_perc is the share held by transfers in flight, "
+            "shown on the next panel.",
+        ),
+        _series(
+            grid,
+            "CPU KV tier: share pinned by transfers",
+            "percentunit",
+            [
+                (
+                    f"max by ({BY}) (vllm:kv_offload_cpu_cache_usage_perc{{{SELECTOR}}})",
+                    "{{deployment}}",
+                )
+            ],
+            "Near 1 for long: stores and loads are dropped for want of room in the tier.",
+        ),
+        _series(
+            grid,
+            "CPU KV tier: failed stores",
+            "ops",
+            [
+                (
+                    f"sum by ({BY}) (rate(vllm:kv_offload_allocation_failure_total{{{SELECTOR}}}"
+                    f"[{WINDOW}]))",
+                    "{{deployment}}",
+                )
+            ],
+            "Stores the tier had no room for: it is too small for the sessions it is offered.",
+        ),
     ]
     for panel in panels:
         board = board.with_panel(panel)

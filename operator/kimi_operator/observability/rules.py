@@ -141,6 +141,15 @@ def recording_rules() -> list[dict[str, str]]:
                 _rate_sum("vllm:prefix_cache_queries_total"),
             ),
         },
+        {
+            # The CPU KV tier (kvCache.cpuOffload): prompt tokens it held of those the GPU
+            # prefix cache missed (the KV connector's counters: vLLM calls them external).
+            "record": f"kimi:offload_hit_ratio:ratio_{WINDOW}",
+            "expr": _per(
+                _rate_sum("vllm:external_prefix_cache_hits_total"),
+                _rate_sum("vllm:external_prefix_cache_queries_total"),
+            ),
+        },
     ]
     return rules
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from kimi_operator.bench.results import Results
     from kimi_operator.plan.calibration import Calibration
     from kimi_operator.plan.configs import Configuration
+    from kimi_operator.plan.costs import StepCosts
     from kimi_operator.plan.memory import Fit
 
 AS_MEASURED = "as-measured"
@@ -200,14 +201,32 @@ def _calibration_for(config: "Configuration", measured: "list[Calibration]") -> 
     )
 
 
-def _memory(config: "Configuration", results: "Results") -> "Fit | None":
+def _memory(config: "Configuration", results: "Results", costs: "StepCosts") -> "Fit | None":
     """The trace's open sessions against a GB300 group's HBM (8 or 16 GPUs: Kimi K3's shapes)."""
     from kimi_operator.plan.emit import GROUP_GPUS  # noqa: PLC0415
     from kimi_operator.plan.memory import fit, longest_context, open_sessions  # noqa: PLC0415
 
     if config.gpus not in GROUP_GPUS:
         return None
-    return fit(config.gpus, longest_context(results), open_sessions(results), config.replicas)
+    sessions = open_sessions(results)
+    return fit(config.gpus, longest_context(results), sessions, config.replicas, costs)
+
+
+def _tier_note(name: str, gpus: int, memory: "Fit") -> str:
+    """What a CPU tier for the sessions HBM does not hold takes, and what it saves a returning
+    turn; whether a GB300 tray can hold it (docs/kv-cache.md)."""
+    from kimi_operator.api.host_memory import GIB, TRAY_BUDGET_BYTES  # noqa: PLC0415
+
+    # The default sharedMemory (64Gi) beside the tier's /dev/shm file of the whole group.
+    most = (TRAY_BUDGET_BYTES - 64 * GIB) // gpus // GIB
+    room = "" if memory.tier_per_gpu_gib <= most else f", more than a tray allows ({most}Gi)"
+    return (
+        f"note: {name}: spec.kvCache.cpuOffload.perGPU {memory.tier_per_gpu_gib}Gi would hold "
+        f"the other {memory.sessions_in_tier} in the CPU tier{room}; a returning turn of "
+        f"{memory.longest_context_tokens} tokens then loads in about "
+        f"{memory.returning_from_tier_s:.2f} s (assumed C2C rate) instead of "
+        f"{memory.returning_recomputed_s:.2f} s of prefill"
+    )
 
 
 def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -266,7 +285,7 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 config, target, partial(predict, calibration=calibration, workload=workload)
             )
         results = predict(config, calibration, workload)
-        memory = _memory(config, results)
+        memory = _memory(config, results, calibration.costs)
         if memory is not None and not memory.fits:
             print(
                 f"note: {config.name}: up to {memory.open_sessions_per_group} sessions are open "
@@ -275,6 +294,7 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "would evict, so the plan's cache hits are optimistic",
                 file=err,
             )
+            print(_tier_note(config.name, config.gpus, memory), file=err)
         planned.append(Planned(config, calibration, results, groups, memory))
     for note in write_plan(
         directory, planned, workload.trace, args.gpu_hour_price, str(target) if target else None

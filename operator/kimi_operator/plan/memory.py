@@ -13,13 +13,22 @@ the MLA widths from vLLM 0.33.0 (docs/architecture.md); the KDA heads, head size
 vLLM 0.33.0's K3 kernels (`models/kimi_k3/amd/specialized_decode/mono/attention/kda.py`: 12 local
 heads at TP8, head size 128, a convolution of 4). Assumed: the reserve. The planner's prefix
 cache never evicts; where the trace's open sessions do not fit, its hits are too optimistic.
+
+The CPU KV tier (spec.kvCache.cpuOffload, docs/kv-cache.md) holds the sessions HBM does not: each
+rank keeps its own share of a session there, as in HBM, so the tier per GPU that holds them is
+their count times a session's bytes on one GPU. A returning turn then loads its context over
+NVLink-C2C instead of computing it again; the load rate is assumed (C2C_LOAD_BYTES_PER_S), the
+prefill cost is the calibration's. The simulated steps take a tier hit as a GPU hit: the load
+time is reported beside them, not simulated.
 """
 
 import math
 from dataclasses import dataclass
 from typing import Final
 
+from kimi_operator.api.host_memory import GIB
 from kimi_operator.bench.results import Results
+from kimi_operator.plan.costs import StepCosts, attention_pairs
 
 HBM_BYTES: Final = 288e9  # a GB300 GPU (HBM3e)
 CHECKPOINT_BYTES: Final = 1.497e12  # 93 layers x 16.10 GB (docs/weights.md)
@@ -33,6 +42,9 @@ KDA_CONV_STEPS: Final = 3  # a window of 4 keeps the 3 steps before the new one
 KDA_CONV_BYTES: Final = 2  # BF16
 RESERVE_BYTES: Final = 12e9  # assumed: activations, CUDA graphs, the drafter, communication
 UTILIZATION: Final = 0.90  # spec.kvCache.gpuMemoryUtilizationPercent's default
+# Assumed: what one GPU loads from the tier per second (NVLink-C2C joins a Grace to its two GPUs
+# at 900 GB/s both ways together; vLLM's transfers are chunked copies, shared with its stores).
+C2C_LOAD_BYTES_PER_S: Final = 200e9
 
 
 @dataclass(frozen=True)
@@ -42,10 +54,13 @@ class GroupMemory:
     state_bytes_per_session: float  # on each GPU
     free_bytes: float  # on each GPU, for KV and state
 
+    def session_bytes(self, context_tokens: int) -> float:
+        """What one session of this many tokens keeps on each GPU (in HBM, or in the tier)."""
+        return context_tokens * self.kv_bytes_per_token + self.state_bytes_per_session
+
     def sessions(self, context_tokens: int) -> int:
         """Sessions of this many tokens the group holds at once."""
-        each = context_tokens * self.kv_bytes_per_token + self.state_bytes_per_session
-        return max(math.floor(self.free_bytes / each), 0)
+        return max(math.floor(self.free_bytes / self.session_bytes(context_tokens)), 0)
 
 
 def group_memory(gpus: int) -> GroupMemory:
@@ -68,13 +83,42 @@ class Fit:
     longest_context_tokens: int
     open_sessions_per_group: int  # at the busiest moment of the plan
     fits: bool
+    # The CPU tier for the open sessions HBM does not hold (0 and 0 GiB when it holds them all),
+    # and a returning turn of the longest context: loaded from the tier, or computed again.
+    sessions_in_tier: int = 0
+    tier_per_gpu_gib: int = 0
+    returning_from_tier_s: float = 0.0
+    returning_recomputed_s: float = 0.0
 
 
-def fit(gpus: int, longest_context: int, open_sessions: int, groups: int) -> Fit:
-    """The trace's open sessions, shared evenly over the groups, against what each holds."""
-    held = group_memory(gpus).sessions(longest_context)
+def recompute_seconds(costs: StepCosts, tokens: int) -> float:
+    """A prompt of this many tokens prefilled alone, none cached (the calibration's costs)."""
+    prefill = costs.prefill
+    return (
+        prefill.fixed_s
+        + prefill.per_token_s * tokens
+        + prefill.per_attention_pair_s * attention_pairs(0, tokens)
+    )
+
+
+def fit(gpus: int, longest_context: int, open_sessions: int, groups: int, costs: StepCosts) -> Fit:
+    """The trace's open sessions, shared evenly over the groups, against what each holds in HBM,
+    and the CPU tier (per GPU, whole GiB) that holds the rest."""
+    memory = group_memory(gpus)
+    held = memory.sessions(longest_context)
     per_group = math.ceil(open_sessions / max(groups, 1))
-    return Fit(held, longest_context, per_group, per_group <= held)
+    session = memory.session_bytes(longest_context)
+    in_tier = max(per_group - held, 0)
+    return Fit(
+        sessions_held=held,
+        longest_context_tokens=longest_context,
+        open_sessions_per_group=per_group,
+        fits=per_group <= held,
+        sessions_in_tier=in_tier,
+        tier_per_gpu_gib=math.ceil(in_tier * session / GIB),
+        returning_from_tier_s=session / C2C_LOAD_BYTES_PER_S,
+        returning_recomputed_s=recompute_seconds(costs, longest_context),
+    )
 
 
 def open_sessions(results: Results) -> int:

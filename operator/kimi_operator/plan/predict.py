@@ -115,7 +115,11 @@ def predict(config: Configuration, calibration: Calibration, workload: Workload)
     plan = workload.plan
     tasks = task_records(plan, records)
     summary.tasks = summarize_tasks(
-        tasks, duration_s=duration, gpus=gpus, gpu_hour_price_usd=workload.gpu_hour_price_usd
+        tasks,
+        records,
+        duration_s=duration,
+        gpus=gpus,
+        gpu_hour_price_usd=workload.gpu_hour_price_usd,
     )
     run_config = RunConfig(
         endpoint=f"plan:{config.name}",

@@ -254,6 +254,10 @@ def test_metrics_unreachable_is_a_warning_not_a_failure(
         "external_prompt_fraction": None,
         "kv_transfer_time_s": None,
         "kv_transfer_failures": None,
+        "offload_hit_rate": None,
+        "offload_hit_tokens": None,
+        "offload_loaded_bytes": None,
+        "offload_stored_bytes": None,
     }
     assert any("no /metrics" in w for w in summary["warnings"])
 

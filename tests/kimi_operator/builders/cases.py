@@ -76,6 +76,16 @@ CASES: dict[str, tuple[dict[str, Any], OperatorDefaults]] = {
         ),
         OperatorDefaults(epp_image="registry.example/llm-d-router-endpoint-picker:v0.10.0"),
     ),
+    # Agent sessions that come back warm: a CPU KV tier, and the picker indexing the leaders' KV
+    # events of both tiers (docs/kv-cache.md).
+    "routed-precise-cpu-offload": (
+        _edited(
+            "k3-tp16-routed.yaml",
+            routing={"mode": "InferencePool", "prefixScoring": "Precise"},
+            kvCache={"cpuOffload": {"perGPU": "32Gi"}},
+        ),
+        OperatorDefaults(),
+    ),
     "routed-listener-own-image": (
         _edited(
             "k3-tp16-routed.yaml",

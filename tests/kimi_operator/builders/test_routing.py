@@ -4,6 +4,7 @@ config fields, captured from that release in third_party/) and reads only metric
 exports (the vendored metric catalog)."""
 
 import csv
+import json
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -185,6 +186,16 @@ def _config_problems(config: Mapping[str, Any]) -> list[str]:
         if plugin["type"] not in EPP["pluginTypes"]:
             problems.append(f"plugin type {plugin['type']}")
         names.add(plugin.get("name", plugin["type"]))
+        params = EPP["pluginParameters"].get(plugin["type"], {})
+        problems += _parameter_problems(plugin["type"], plugin.get("parameters", {}), params)
+    for source in config.get("dataLayer", {}).get("sources", []):
+        problems += [f"dataLayer field {k}" for k in source if k not in schema["dataLayerSource"]]
+        for ref in [source["pluginRef"], *(e["pluginRef"] for e in source["extractors"])]:
+            if ref not in names:
+                problems.append(f"dataLayer pluginRef {ref}")
+    problems += [
+        f"dataLayer {k}" for k in config.get("dataLayer", {}) if k not in schema["dataLayer"]
+    ]
     for profile in config["schedulingProfiles"]:
         problems += [f"profile field {k}" for k in profile if k not in schema["schedulingProfile"]]
         for ref in profile["plugins"]:
@@ -192,6 +203,33 @@ def _config_problems(config: Mapping[str, Any]) -> list[str]:
             if ref["pluginRef"] not in names:
                 problems.append(f"pluginRef {ref['pluginRef']}")
     return problems
+
+
+GO_TYPES: dict[str, type | tuple[type, ...]] = {
+    "string": str,
+    "int": int,
+    "bool": bool,
+    "float64": (int, float),
+    "object": dict,
+}
+
+
+def _parameter_problems(where: str, value: Any, schema: Any) -> list[str]:
+    """Parameters against the json tags of the plugin's config types in the pinned release (a
+    mapping: an object's fields; a name: a Go type)."""
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            return [f"{where}: not an object"]
+        out = []
+        for key, item in value.items():
+            if key not in schema:
+                out.append(f"{where}.{key}: not a parameter")
+            else:
+                out += _parameter_problems(f"{where}.{key}", item, schema[key])
+        return out
+    expected = GO_TYPES[schema]
+    ok = isinstance(value, expected) and not (schema != "bool" and isinstance(value, bool))
+    return [] if ok else [f"{where}: {value!r} is not a {schema}"]
 
 
 @pytest.mark.parametrize("name", ROUTED)
@@ -208,6 +246,75 @@ def test_a_wrong_config_is_caught() -> None:
         "ref field weigth",
         "pluginRef nowhere",
     ]
+
+
+def test_wrong_parameters_and_data_layer_are_caught() -> None:
+    config = _config("routed-precise-cpu-offload")
+    producer = next(p for p in config["plugins"] if p["type"] == "precise-prefix-cache-producer")
+    producer["parameters"]["kvEventsConfig"]["podDiscoveryConfig"]["socketPort"] = "5557"
+    producer["parameters"]["tokenProcessorConfig"]["blockSizeToken"] = 16
+    config["dataLayer"]["sources"][1]["extractors"].append({"pluginRef": "nowhere"})
+    assert _config_problems(config) == [
+        "precise-prefix-cache-producer.tokenProcessorConfig.blockSizeToken: not a parameter",
+        "precise-prefix-cache-producer.kvEventsConfig.podDiscoveryConfig.socketPort: '5557' is "
+        "not a int",
+        "dataLayer pluginRef nowhere",
+    ]
+
+
+def _precise(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The precise producer's parameters and the prefix scorer's, in a case's EPP config."""
+    plugins = {p["type"]: p for p in _config(name)["plugins"]}
+    return (
+        plugins["precise-prefix-cache-producer"]["parameters"],
+        plugins["prefix-cache-scorer"].get("parameters", {}),
+    )
+
+
+def test_precise_scoring_subscribes_to_the_leaders_kv_events() -> None:
+    """The picker dials each leader (the pool's endpoints) on the port vLLM publishes on, takes
+    the topic vLLM is given, scores with the producer's index, tokenizes with vLLM's own render
+    endpoint (on with --enable-scale-out), and its blocks divide vLLM's."""
+    producer, scorer = _precise("routed-precise-cpu-offload")
+    assert scorer == {"prefixMatchInfoProducerName": "precise-prefix-cache-producer"}
+    events = producer["kvEventsConfig"]
+    children = _children("routed-precise-cpu-offload")
+    template = children["LeaderWorkerSet"][0]["spec"]["leaderWorkerTemplate"]
+    (leader,) = template["leaderTemplate"]["spec"]["containers"]
+    (worker,) = template["workerTemplate"]["spec"]["containers"]
+    args = leader["args"]
+    vllm_events = json.loads(args[args.index("--kv-events-config") + 1])
+    assert vllm_events["publisher"] == "zmq"
+    assert vllm_events["enable_kv_cache_events"] is True
+    port = int(vllm_events["endpoint"].rsplit(":", 1)[1])
+    assert events["podDiscoveryConfig"]["socketPort"] == port
+    assert {"name": "kv-events", "containerPort": port, "protocol": "TCP"} in leader["ports"]
+    assert events["discoverPods"] is True
+    assert vllm_events["topic"].startswith(events["topicFilter"])
+    assert events["topicFilter"] == EPP["kvEventsTopicFilter"]
+    # llm-d-router splits the topic on `@`: the third part is the model requests name.
+    assert (
+        vllm_events["topic"].split("@")[2]
+        == CASES["routed-precise-cpu-offload"][0]["spec"]["model"]["name"]
+    )
+    assert "--enable-scale-out" in args
+    assert "--enable-scale-out" not in worker["args"]
+    token = next(
+        p for p in _config("routed-precise-cpu-offload")["plugins"] if p["type"] == "token-producer"
+    )
+    assert token["parameters"]["vllm"]["url"] == "http://k3-routed.inference.svc:8000"
+    blocks = producer["tokenProcessorConfig"]["blockSizeTokens"]
+    assert blocks == EPP["defaultBlockSizeTokens"]
+
+
+def test_estimated_scoring_keeps_the_pickers_own_estimate() -> None:
+    config = _config("k3-tp16-routed")
+    assert "dataLayer" not in config
+    assert {p["type"] for p in config["plugins"]}.isdisjoint(
+        {"precise-prefix-cache-producer", "token-producer", "endpoint-notification-source"}
+    )
+    prefix = next(p for p in config["plugins"] if p["type"] == "prefix-cache-scorer")
+    assert "parameters" not in prefix
 
 
 def _weights(kd: KimiDeployment) -> dict[str, float]:

@@ -2,10 +2,14 @@
 open sessions do not fit."""
 
 import json
+import math
 from pathlib import Path
 
+import pytest
+
 from kimi_operator.bench.results import Results, TaskRecord
-from kimi_operator.plan.memory import group_memory, open_sessions
+from kimi_operator.plan.costs import DecodeCost, PrefillCost, StepCosts
+from kimi_operator.plan.memory import fit, group_memory, open_sessions, recompute_seconds
 from tests.kimi_operator.plan.test_calibration import run_of
 from tests.support.bench import Cli
 
@@ -73,10 +77,39 @@ def test_the_plan_says_when_a_traces_sessions_do_not_fit(cli: Cli, tmp_path: Pat
     held = group_memory(8).sessions(120_516)
     assert held < 40
     (entry,) = json.loads((tmp_path / "p" / "plan.json").read_text())["configurations"]
-    assert entry["memory"] == {
+    memory = entry.pop("memory")
+    recomputed = memory.pop("returning_recomputed_s")
+    # The rest in the CPU tier: each GPU keeps its share of each session there as in HBM.
+    per_session = 120_516 * KV_PER_TOKEN + STATE_PER_SESSION / 8
+    assert memory == {
         "sessions_held": held,
         "longest_context_tokens": 120_516,
         "open_sessions_per_group": 40,
         "fits": False,
+        "sessions_in_tier": 40 - held,
+        "tier_per_gpu_gib": math.ceil((40 - held) * per_session / 2**30),
+        "returning_from_tier_s": per_session / 200e9,
     }
+    assert recomputed > 10 * memory["returning_from_tier_s"]
     assert f"up to 40 sessions are open per group and a group holds {held}" in run.err
+    gib = memory["tier_per_gpu_gib"]
+    assert f"spec.kvCache.cpuOffload.perGPU {gib}Gi would hold the other {40 - held}" in run.err
+
+
+def test_a_returning_turn_recomputed_costs_its_prefill_alone() -> None:
+    costs = StepCosts(
+        ordinary=DecodeCost(0.01, 0.0, 0.0),
+        prefill=PrefillCost(fixed_s=0.1, per_token_s=1e-4, per_attention_pair_s=1e-9),
+    )
+    # 1,000 tokens: 0.1 s, 1,000 x 0.1 ms, and 1,000 x 1,001 / 2 causal pairs x 1 ns.
+    assert recompute_seconds(costs, 1000) == pytest.approx(0.1 + 0.1 + 500_500e-9)
+
+
+def test_a_trace_that_fits_needs_no_tier() -> None:
+    costs = StepCosts(ordinary=DecodeCost(0.01, 0.0, 0.0), prefill=PrefillCost(0.1, 1e-4))
+    small = fit(8, 32768, 10, 1, costs)
+    assert small.fits
+    assert (small.sessions_in_tier, small.tier_per_gpu_gib) == (0, 0)
+    # 200 sessions of 32K on two TP8 groups: 100 each, 117 held.
+    assert fit(8, 32768, 200, 2, costs).sessions_in_tier == 0
+    assert fit(8, 32768, 200, 1, costs).sessions_in_tier == 200 - 117
