@@ -23,7 +23,7 @@ from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.builders.routing import PICKER_BLOCK_TOKENS
 from kimi_operator.builders.vllm_args import DRAFT_DIR, KV_EVENTS_PORT
-from tests.support.corpus import CORPUS
+from tests.support.corpus import CORPUS, prefill
 from tests.support.k3_checkpoint import K3_TEXT, write_config, write_k3_checkpoint
 from tests.support.pods import expand
 from tests.support.specs import edited
@@ -255,6 +255,22 @@ def test_the_cpu_tier_is_vllms_native_offloading_connector_with_the_hybrid_manag
     assert unchecked["kv"]["prefix_caching"] is False
 
 
+def test_the_cpu_tier_would_replace_a_roles_nixl_connector(checkpoints: tuple[str, str]) -> None:
+    """Why spec.prefill with kvCache.cpuOffload is refused (docs/rules.md): given a rendered role's
+    NixlConnector and the tier's --kv-offloading-size, vLLM's config code keeps only the
+    offloading connector, with role kv_both, and raises nothing."""
+    args, env = _containers(edited(prefill()))[0]
+    assert json.loads(args[args.index("--kv-transfer-config") + 1])["kv_connector"] == (
+        "NixlConnector"
+    )
+    tier = ["--kv-offloading-size", "64", "--kv-offloading-backend", "native"]
+    (outcome,) = _outcomes([(_local(args, checkpoints) + tier, env)])
+    assert outcome["verdict"] in ("pass", "stock"), outcome
+    assert outcome["kv_transfer"] is None
+    assert outcome["kv"]["connector"]["name"] == "OffloadingConnector"
+    assert outcome["kv"]["connector"]["role"] == "kv_both"
+
+
 def _source(module: str) -> str:
     """A vLLM module's source, found without importing it (importing vLLM's submodules here would
     settle its platform for every later test of this process: tests/gate/harness.py's reason)."""
@@ -301,11 +317,7 @@ def test_precise_scoring_publishes_kv_events_in_blocks_the_picker_can_hash(
     """vLLM's config takes the rendered KV events config (ZMQ, the topic the picker's filter
     takes), and the picker's block size divides the block size vLLM's config code gives the cache
     (the simulated platform's; docs/kv-cache.md says what the GPU-side check adds)."""
-    precise = [
-        edited(edits)
-        for _, edits, valid in CORPUS
-        if valid and "Precise" in str(edits.get("spec.routing", ""))
-    ]
+    precise = [edited(edits) for _, edits, valid in CORPUS if valid and "Precise" in str(edits)]
     assert len(precise) >= 2
     cases = [(_local(args, checkpoints), env) for doc in precise for args, env in _containers(doc)]
     for outcome in _outcomes(cases):

@@ -124,6 +124,13 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
         prefill() | {"spec.routing.endpointPicker.weights.prefixCache": 0},
         False,
     ),
+    ("prefill-with-cpu-offload", prefill() | {"spec.kvCache.cpuOffload": OFFLOAD}, False),
+    (
+        "prefill-precise",
+        prefill(decider="UncachedTokens", uncachedTokens=256)
+        | {"spec.routing.prefixScoring": "Precise"},
+        True,
+    ),
     ("prefill-replicas-0", prefill(replicas=0), False),
     ("prefill-unknown-field", prefill(gpus=8), False),
     ("prefill-decider-unknown", prefill(decider="Sometimes"), False),

@@ -443,6 +443,20 @@ DISAGGREGATION_RULES: tuple[Rule, ...] = (
         allowed="1 to 100 with spec.prefill",
         got=lambda s: s["routing"]["endpointPicker"]["weights"]["prefixCache"],
     ),
+    # vLLM 0.33.0 (config/vllm.py, _post_init_kv_transfer_config) swaps the connector of
+    # --kv-transfer-config for its offloading connector when --kv-offloading-size is set.
+    Rule(
+        scope=(),
+        reads=(("prefill",), ("kvCache", "cpuOffload")),
+        field="kvCache.cpuOffload",
+        cel="!has(self.prefill) || !has(self.kvCache.cpuOffload)",
+        check=lambda s: "prefill" not in s or "cpuOffload" not in s["kvCache"],
+        problem="spec.prefill with spec.kvCache.cpuOffload: vLLM replaces each role's NIXL "
+        "connector with the CPU tier's offloading connector, losing the hand-over; the pair "
+        "needs vLLM's MultiConnector, which the operator does not render yet",
+        allowed="spec.prefill or spec.kvCache.cpuOffload, not both",
+        got=lambda s: s["kvCache"]["cpuOffload"],
+    ),
     *(_disaggregation_env_rule(owned) for owned in DISAGGREGATION_ENV),
     Rule(
         scope=(),

@@ -3,7 +3,7 @@
 from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
 from kimi_operator.embedded.admission import CustomResource
-from tests.support.corpus import prefill, prefill_args
+from tests.support.corpus import OFFLOAD, prefill, prefill_args
 from tests.support.specs import edited
 
 API_SERVER = CustomResource.of(crd(), "kimi-operator.io/v1alpha1")
@@ -36,3 +36,15 @@ def test_the_threshold_belongs_to_its_decider() -> None:
     (problem,) = _problems(prefill(decider="UncachedTokens"))
     assert problem.startswith("spec.prefill.uncachedTokens: uncachedTokens is the threshold")
     assert _problems(prefill(decider="UncachedTokens", uncachedTokens=256)) == []
+
+
+def test_the_cpu_tier_is_refused_beside_prefill_naming_both_fields() -> None:
+    """vLLM would swap the NIXL connector for the tier's offloading connector (docs/rules.md)."""
+    edits = prefill() | {"spec.kvCache.cpuOffload": OFFLOAD}
+    (problem,) = _problems(edits)
+    assert problem.startswith("spec.kvCache.cpuOffload: spec.prefill with spec.kvCache.cpuOffload")
+    assert "MultiConnector" in problem
+    (refusal,) = API_SERVER.refusals(edited(edits))
+    assert "spec.prefill with spec.kvCache.cpuOffload" in refusal
+    assert _problems(prefill()) == []
+    assert _problems({"spec.kvCache.cpuOffload": OFFLOAD}) == []

@@ -122,6 +122,17 @@ CASES: dict[str, tuple[dict[str, Any], OperatorDefaults]] = {
         ),
         OperatorDefaults(),
     ),
+    # spec.prefill with precise prefix scoring: the prefix scorers of both profiles read the
+    # precise producer's index; both roles publish KV events.
+    "disaggregated-precise": (
+        _edited(
+            "k3-tp16-routed.yaml",
+            replicas=1,
+            routing={"mode": "InferencePool", "prefixScoring": "Precise"},
+            prefill={"replicas": 1, "decider": "UncachedTokens", "uncachedTokens": 512},
+        ),
+        OperatorDefaults(),
+    ),
 }
 
 
