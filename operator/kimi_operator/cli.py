@@ -230,6 +230,7 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
             serving_image_vllm_version=args.serving_image_vllm_version,
             prometheus_url=args.prometheus_url,
             epp_image=args.epp_image,
+            routing_sidecar_image=args.routing_sidecar_image,
         ),
         resync_interval_s=args.resync_interval,
         workers=args.workers,

@@ -42,6 +42,11 @@ class Observation:
     domains_ready: int = 0
     compute_domain_install: str = ""
     groups_updated: int = 0  # of groups_wanted, those with the current pod template
+    # With spec.prefill: the prefill groups wanted, present and ready (the others are decode's).
+    prefill_wanted: int = 0
+    prefill_present: int = 0
+    prefill_updated: int = 0
+    prefill_ready: int = 0
     rolling: bool = False  # a pod template change is rolling through the groups
     stalled: str = ""  # why the rollout stopped (a group past its progress deadline)
     waiting: str = ""  # a new default image waits for this deployment's turn
@@ -57,8 +62,16 @@ class ConditionSet:
         self.entries[kind] = (status, reason, message)
 
 
-def _groups(ready: int, wanted: int) -> str:
-    return f"{ready} of {wanted} TP groups ready"
+def _groups_text(seen: Observation) -> str:
+    text = f"{seen.groups_ready} of {seen.groups_wanted} TP groups ready"
+    if seen.prefill_wanted:
+        text += f", {seen.prefill_ready} of {seen.prefill_wanted} prefill groups"
+    return text
+
+
+def _all_ready(seen: Observation) -> bool:
+    """Every wanted group of each role ready: with spec.prefill, Ready needs both roles."""
+    return seen.groups_ready >= seen.groups_wanted and seen.prefill_ready >= seen.prefill_wanted
 
 
 def valid_conditions(seen: Observation) -> ConditionSet:
@@ -67,7 +80,7 @@ def valid_conditions(seen: Observation) -> ConditionSet:
     out.set(
         "SpecValid", "True", "Valid", f"valid with warnings: {warnings}" if warnings else "valid"
     )
-    ready, wanted = seen.groups_ready, seen.groups_wanted
+    wanted = seen.groups_wanted
     if seen.blockers:
         first = seen.blockers[0]
         out.set("Ready", "False", first.reason, "; ".join(b.message for b in seen.blockers))
@@ -83,32 +96,38 @@ def valid_conditions(seen: Observation) -> ConditionSet:
         out.set("Ready", "False", "ScaledToZero", "spec.replicas is 0: no TP group runs")
         out.set("Progressing", "False", "Reconciled", "all children match the spec")
     elif seen.rolling or seen.stalled:
-        if ready >= wanted:
-            out.set("Ready", "True", "AllGroupsReady", f"{_groups(ready, wanted)}; serving")
+        if _all_ready(seen):
+            out.set("Ready", "True", "AllGroupsReady", f"{_groups_text(seen)}; serving")
         else:
-            out.set("Ready", "False", "GroupsNotReady", _groups(ready, wanted))
+            out.set("Ready", "False", "GroupsNotReady", _groups_text(seen))
         updated = f"{seen.groups_updated} of {wanted} groups updated"
+        if seen.prefill_wanted:
+            updated += f", {seen.prefill_updated} of {seen.prefill_wanted} prefill groups"
         if seen.stalled:
             out.set("Progressing", "False", "RolloutStalled", f"{updated}; {seen.stalled}")
         else:
             out.set("Progressing", "True", "RollingOut", updated)
-    elif seen.waiting and ready >= wanted:
-        out.set("Ready", "True", "AllGroupsReady", f"{_groups(ready, wanted)}; serving")
+    elif seen.waiting and _all_ready(seen):
+        out.set("Ready", "True", "AllGroupsReady", f"{_groups_text(seen)}; serving")
         out.set("Progressing", "True", "WaitingForTurn", seen.waiting)
-    elif ready >= wanted and seen.groups_present == wanted:
-        out.set("Ready", "True", "AllGroupsReady", f"{_groups(ready, wanted)}; serving")
+    elif (
+        _all_ready(seen)
+        and seen.groups_present == wanted
+        and seen.prefill_present == seen.prefill_wanted
+    ):
+        out.set("Ready", "True", "AllGroupsReady", f"{_groups_text(seen)}; serving")
         out.set("Progressing", "False", "Reconciled", "all children match the spec")
     elif seen.unschedulable:
-        out.set("Ready", "False", "GroupsNotReady", _groups(ready, wanted))
+        out.set("Ready", "False", "GroupsNotReady", _groups_text(seen))
         out.set(
             "Progressing",
             "True",
             "InsufficientCapacity",
-            f"{_groups(ready, wanted)}; {seen.unschedulable}",
+            f"{_groups_text(seen)}; {seen.unschedulable}",
         )
     else:
-        out.set("Ready", "False", "GroupsNotReady", _groups(ready, wanted))
-        out.set("Progressing", "True", "GroupsStarting", _groups(ready, wanted))
+        out.set("Ready", "False", "GroupsNotReady", _groups_text(seen))
+        out.set("Progressing", "True", "GroupsStarting", _groups_text(seen))
     problems = [*seen.blockers, *seen.degradations]
     if seen.stalled:
         problems.insert(0, Problem("RolloutStalled", seen.stalled))
@@ -247,6 +266,7 @@ def render(
     generation: int | None,
     now: str,
     counts: tuple[int, int] | None = None,
+    prefill_counts: tuple[int, int] | None = None,
     endpoint: str | None = None,
     rollout: Mapping[str, Any] | None = None,
     weights: Sequence[Mapping[str, Any]] | None = None,
@@ -276,6 +296,11 @@ def render(
     replicas, ready = (
         counts if counts is not None else (old.get("replicas", 0), old.get("readyReplicas", 0))
     )
+    prefill_replicas, prefill_ready = (
+        prefill_counts
+        if prefill_counts is not None
+        else (old.get("prefillReplicas", 0), old.get("prefillReadyReplicas", 0))
+    )
     kept = {key: old[key] for key in ROLLOUT_FIELDS if key in old}
     rendered = KimiDeploymentStatus.model_validate(
         {
@@ -284,6 +309,8 @@ def render(
             "conditions": entries,
             "replicas": replicas,
             "readyReplicas": ready,
+            "prefillReplicas": prefill_replicas,
+            "prefillReadyReplicas": prefill_ready,
             "endpoint": endpoint if endpoint is not None else old.get("endpoint", ""),
             "weights": list(weights if weights is not None else old.get("weights", [])),
             "selector": scale.selector if scale else old.get("selector", ""),

@@ -1,6 +1,8 @@
 """Group-by-group rollout of a pod template change: which TP groups a reconcile writes now. Pure.
 
-Each TP group is a LeaderWorkerSet of its own (`<name>-g<i>`). A group is *updated* when it carries
+Each TP group is a LeaderWorkerSet of its own (`<name>-g<i>`; with spec.prefill the prefill groups
+are `<name>-p<i>`, rolled on their own by the same rules, so that an edit of one role's settings
+rolls that role only). A group is *updated* when it carries
 the template the spec asks for now (what the operator last applied to it is that template, and a
 hand edit has not changed it since), *ready* when its LeaderWorkerSet reports its group Ready for
 its current generation. An outdated group is rewritten only while enough groups stay ready:
@@ -9,6 +11,7 @@ template. A change that leaves the template alone rewrites no group. docs/rollou
 """
 
 import calendar
+import dataclasses
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -119,10 +122,17 @@ def group_ready(group: Mapping[str, Any]) -> bool:
     return int(status.get("readyReplicas", 0)) >= wanted
 
 
+def group_of(deployment: str, name: str) -> tuple[str, int] | None:
+    """(`g` or `p`, `i`) of a child named `<deployment>-g<i>` or `<deployment>-p<i>`, None for
+    any other name."""
+    match = re.fullmatch(re.escape(deployment) + r"-([gp])(\d+)", name)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
 def group_index(deployment: str, name: str) -> int | None:
     """`i` of a child named `<deployment>-g<i>`, None for any other name."""
-    match = re.fullmatch(re.escape(deployment) + r"-g(\d+)", name)
-    return int(match.group(1)) if match else None
+    found = group_of(deployment, name)
+    return found[1] if found is not None and found[0] == "g" else None
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
@@ -161,7 +171,8 @@ def leader_image(group: Mapping[str, Any]) -> str:
 class Decision:
     write: list[dict[str, Any]]  # children to apply (groups stamped with ROLLED_AT_ANNOTATION)
     held: list[dict[str, Any]]  # outdated groups as they are: left alone, not pruned
-    steps: Steps
+    steps: Steps  # the groups of spec.replicas'; `rolling` and the requeue of both roles
+    prefill_steps: Steps | None = None  # spec.prefill's groups', rolled on their own
 
     @property
     def planned(self) -> list[dict[str, Any]]:
@@ -180,34 +191,65 @@ def decide(
     """`children`: the deployment's children as the operator writes them (with owner and
     applied-spec annotation), surge groups included; `live`: its LeaderWorkerSets by name."""
     spec, name = kd.spec, kd.metadata.name
-    desired = {
-        group_index(name, c["metadata"]["name"]): c for c in children if c["kind"] == LWS_KIND
-    }
-    groups = {
-        index: observe(live[child["metadata"]["name"]], child)
-        for index, child in desired.items()
-        if index is not None and child["metadata"]["name"] in live
-    }
     strategy = Strategy(
         spec.rollout.max_unavailable,
         spec.rollout.max_surge,
         float(spec.rollout.progress_deadline_seconds),
     )
-    steps = plan(spec.replicas, groups, strategy, now=epoch(now), was_rolling=was_rolling)
+    # The prefill groups have no surge group: build_children makes spares of spec.replicas only.
+    roles = {"g": (spec.replicas, strategy)}
+    if spec.prefill is not None:
+        roles["p"] = (spec.prefill.replicas, dataclasses.replace(strategy, max_surge=0))
+    steps = {
+        letter: plan(
+            replicas,
+            _observed(name, letter, children, live),
+            role_strategy,
+            now=epoch(now),
+            was_rolling=was_rolling,
+        )
+        for letter, (replicas, role_strategy) in roles.items()
+    }
     write, held = [], []
     for child in children:
-        index = group_index(name, child["metadata"]["name"])
-        if child["kind"] not in GROUP_KINDS or index is None:
+        found = group_of(name, child["metadata"]["name"])
+        if child["kind"] not in GROUP_KINDS or found is None or found[0] not in steps:
             write.append(dict(child))
-        elif index >= spec.replicas + steps.spares:
+            continue
+        letter, index = found
+        if index >= roles[letter][0] + steps[letter].spares:
             continue  # a surge group no longer needed: pruned
-        elif child["kind"] != LWS_KIND:
+        if child["kind"] != LWS_KIND:
             write.append(dict(child))
-        elif index in steps.hold:
+        elif index in steps[letter].hold:
             held.append(dict(live[child["metadata"]["name"]]))
         else:
             write.append(_stamped(child, live.get(child["metadata"]["name"]), now))
-    return Decision(write, held, steps)
+    decode, prefill = steps["g"], steps.get("p")
+    if prefill is not None:
+        requeues = [s.requeue_after_s for s in (decode, prefill) if s.requeue_after_s is not None]
+        decode = dataclasses.replace(
+            decode,
+            rolling=decode.rolling or prefill.rolling,
+            requeue_after_s=min(requeues, default=None),
+        )
+    return Decision(write, held, decode, prefill)
+
+
+def _observed(
+    deployment: str,
+    letter: str,
+    children: Sequence[Mapping[str, Any]],
+    live: Mapping[str, Mapping[str, Any]],
+) -> dict[int, Group]:
+    """The existing groups of one role (`letter`: g or p), by index."""
+    groups = {}
+    for child in children:
+        name = child["metadata"]["name"]
+        found = group_of(deployment, name)
+        if child["kind"] == LWS_KIND and found is not None and found[0] == letter and name in live:
+            groups[found[1]] = observe(live[name], child)
+    return groups
 
 
 def _stamped(child: Mapping[str, Any], live: Mapping[str, Any] | None, now: str) -> dict[str, Any]:

@@ -15,6 +15,9 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         DEFAULT_SERVING_VLLM_VERSION,
     )
     from kimi_operator.builders.autoscaling import DEFAULT_PROMETHEUS_URL  # noqa: PLC0415
+    from kimi_operator.builders.disaggregation import (  # noqa: PLC0415
+        DEFAULT_ROUTING_SIDECAR_IMAGE,
+    )
     from kimi_operator.builders.routing import DEFAULT_EPP_IMAGE  # noqa: PLC0415
 
     run.add_argument(
@@ -47,6 +50,15 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         help="endpoint picker image for spec.routing.mode InferencePool where "
         "spec.routing.endpointPicker.image is empty (env KIMI_OPERATOR_EPP_IMAGE; "
         "default %(default)s)",
+    )
+    run.add_argument(
+        "--routing-sidecar-image",
+        default=os.environ.get(
+            "KIMI_OPERATOR_ROUTING_SIDECAR_IMAGE", DEFAULT_ROUTING_SIDECAR_IMAGE
+        ),
+        metavar="IMAGE",
+        help="llm-d's routing sidecar on the decode groups' leaders of deployments with "
+        "spec.prefill (env KIMI_OPERATOR_ROUTING_SIDECAR_IMAGE; default %(default)s)",
     )
     run.add_argument(
         "--prometheus-url",

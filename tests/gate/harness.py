@@ -6,7 +6,9 @@ per case: "verdict", "pass" (vLLM's specialized_decode_config returned a DecodeC
 (it returned None: the deployment never enters the fast path) or "refused: <vLLM's message>" (it,
 or vLLM's parser or config code before it, raised); and, for a config vLLM built, what its config
 code made of the KV settings: "kv" (the KV connector it configured: name, role, extra config; the
-hybrid KV cache manager off or not; the KV events config; the cache block size).
+hybrid KV cache manager off or not; the KV events config; the cache block size) and
+"kv_transfer" (what KVTransferConfig says of a disaggregated role's NixlConnector, null without
+one, with the conv state layout vLLM's envs read: NixlConnector needs DS for K3's KDA state).
 
 The CUDA platform module cannot be imported without libcuda, so the platform is vLLM's CPU
 platform with what a GB300's CUDA platform says where the config and the gate read it: device
@@ -53,6 +55,8 @@ from vllm.models.kimi_k3.nvidia.specialized_decode.runtime import (  # noqa: E40
 )
 from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
 
+from vllm import envs  # noqa: E402
+
 PARSER = make_arg_parser(FlexibleArgumentParser())
 
 
@@ -65,6 +69,21 @@ def _error(message: str) -> None:
 
 
 PARSER.error = _error  # argparse would exit the process
+
+
+def _kv_transfer(config: Any) -> dict[str, Any] | None:
+    kv = config.kv_transfer_config
+    if kv is None or kv.kv_connector != "NixlConnector":
+        return None
+    return {
+        "kv_connector": kv.kv_connector,
+        "kv_role": kv.kv_role,
+        "is_kv_producer": kv.is_kv_producer,
+        "is_kv_consumer": kv.is_kv_consumer,
+        "kv_load_failure_policy": kv.kv_load_failure_policy,
+        "conv_state_layout": envs.VLLM_SSM_CONV_STATE_LAYOUT,
+        "side_channel_port": envs.VLLM_NIXL_SIDE_CHANNEL_PORT,
+    }
 
 
 def kv_settings(config: Any) -> dict[str, Any]:
@@ -103,8 +122,16 @@ def verdict(args: list[str], env: dict[str, str], base_env: dict[str, str]) -> d
         decode = specialized_decode_config(config)
     except (ParserExit, ValueError, TypeError, AssertionError) as error:
         message = " | ".join(str(error).splitlines()[:3])[:400]
-        return {"verdict": f"refused: {type(error).__name__}: {message}", "kv": None}
-    return {"verdict": "stock" if decode is None else "pass", "kv": kv_settings(config)}
+        return {
+            "verdict": f"refused: {type(error).__name__}: {message}",
+            "kv": None,
+            "kv_transfer": None,
+        }
+    return {
+        "verdict": "stock" if decode is None else "pass",
+        "kv": kv_settings(config),
+        "kv_transfer": _kv_transfer(config),
+    }
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.builders.routing import PICKER_BLOCK_TOKENS
 from kimi_operator.builders.vllm_args import DRAFT_DIR, KV_EVENTS_PORT
-from tests.support.corpus import CORPUS
+from tests.support.corpus import CORPUS, prefill
 from tests.support.k3_checkpoint import K3_TEXT, write_config, write_k3_checkpoint
 from tests.support.pods import expand
 from tests.support.specs import edited
@@ -34,6 +34,7 @@ pytest.importorskip("vllm", reason="vLLM 0.33.0 is installed by `make setup`")
 
 HARNESS = Path(__file__).with_name("harness.py")
 LEADER_ADDRESS = "10.0.0.1"
+POD_IP = "10.0.0.2"  # status.podIP: only the NIXL side channel's host reads it
 DRAFT = {"architectures": ["DSparkDraftModel"], **K3_TEXT, "num_hidden_layers": 1}
 
 
@@ -44,14 +45,18 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 
 def _containers(doc: dict[str, Any]) -> list[tuple[list[str], dict[str, str]]]:
-    """(args, env) of every `vllm serve` container of the first group (groups differ only in
-    names), references resolved as Kubernetes would; none with replicas 0."""
+    """(args, env) of every `vllm serve` container of the first group of each role (a role's
+    groups differ only in names), references resolved as Kubernetes would (the pod's IP from
+    the downward API too); none with replicas 0."""
     report = check_document(doc)
     assert report.deployment is not None, [str(p) for p in report.problems]
     children = build_children(report.deployment, OperatorDefaults())
-    groups = [c["spec"]["leaderWorkerTemplate"] for c in children if c["kind"] == "LeaderWorkerSet"]
+    first: dict[str, dict[str, Any]] = {}
+    for child in children:
+        if child["kind"] == "LeaderWorkerSet":
+            first.setdefault(_role(child), child["spec"]["leaderWorkerTemplate"])
     out = []
-    for template in groups[:1]:
+    for template in first.values():
         ranks = [("leaderTemplate", 0)]
         if "workerTemplate" in template:
             ranks += [("workerTemplate", rank) for rank in range(1, template["size"])]
@@ -60,9 +65,31 @@ def _containers(doc: dict[str, Any]) -> list[tuple[list[str], dict[str, str]]]:
             assert vllm["command"] == ["vllm", "serve"]
             refs = {"LWS_LEADER_ADDRESS": LEADER_ADDRESS, "LWS_WORKER_INDEX": str(rank)}
             args = [expand(a, refs) for a in vllm["args"]]
-            env = {e["name"]: e["value"] for e in vllm["env"] if "value" in e}
+            env = {e["name"]: e.get("value", POD_IP) for e in vllm["env"]}
             out.append((args, env))
     return out
+
+
+def _role(group: dict[str, Any]) -> str:
+    labels = group["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["metadata"]["labels"]
+    return str(labels.get("llm-d.ai/role", "aggregated"))
+
+
+def _kv_transfer(args: list[str]) -> dict[str, Any] | None:
+    """What vLLM's KVTransferConfig must say of a container's rendered connector: NIXL with the
+    role's producer or consumer side, failing a request whose KV does not load, DS layout."""
+    if "--kv-transfer-config" not in args:
+        return None
+    role = json.loads(args[args.index("--kv-transfer-config") + 1])["kv_role"]
+    return {
+        "kv_connector": "NixlConnector",
+        "kv_role": role,
+        "is_kv_producer": role == "kv_producer",
+        "is_kv_consumer": role == "kv_consumer",
+        "kv_load_failure_policy": "fail",
+        "conv_state_layout": "DS",
+        "side_channel_port": 5600,
+    }
 
 
 def _local(args: list[str], checkpoints: tuple[str, str]) -> list[str]:
@@ -88,10 +115,6 @@ def _outcomes(cases: list[tuple[list[str], dict[str, str]]]) -> list[dict[str, A
     return outcomes
 
 
-def _verdicts(cases: list[tuple[list[str], dict[str, str]]]) -> list[str]:
-    return [outcome["verdict"] for outcome in _outcomes(cases)]
-
-
 def test_accepted_specs_pass_vllms_gate_and_doctored_renders_do_not(
     checkpoints: tuple[str, str],
 ) -> None:
@@ -103,24 +126,24 @@ def test_accepted_specs_pass_vllms_gate_and_doctored_renders_do_not(
         assert backend is not None
         for i, (args, env) in enumerate(_containers(doc)):
             cases.append((_local(args, checkpoints), env))
-            labels.append(f"{name}/rank{i}")
-            expected.append(
-                "pass" if backend.spec.decode.backend == "latency_specialized" else "stock"
-            )
+            labels.append(f"{name}/container{i}")
+            gate = "pass" if backend.spec.decode.backend == "latency_specialized" else "stock"
+            expected.append({"verdict": gate, "kv_transfer": _kv_transfer(args)})
     doctored = _doctored(
         _local(_containers(edited(DSPARK))[0][0], checkpoints),
         _local(_containers(edited({}))[0][0], checkpoints),
     )
-    verdicts = _verdicts(cases + [(args, env) for _, args, env, _ in doctored])
+    outcomes = _outcomes(cases + [(args, env) for _, args, env, _ in doctored])
     wrong = [
-        (label, verdict)
-        for label, verdict, want in zip(labels, verdicts, expected, strict=False)
-        if verdict != want
+        (label, outcome)
+        for label, outcome, want in zip(labels, outcomes, expected, strict=False)
+        if {key: outcome[key] for key in want} != want
     ]
     assert len(cases) > 150
+    assert sum(want["kv_transfer"] is not None for want in expected) >= 10  # both roles, 5 specs
     assert wrong == []
-    for (label, _, _, caught_by), verdict in zip(doctored, verdicts[len(cases) :], strict=True):
-        assert caught_by in verdict, (label, verdict)
+    for (label, _, _, caught_by), outcome in zip(doctored, outcomes[len(cases) :], strict=True):
+        assert caught_by in outcome["verdict"], (label, outcome)
 
 
 DSPARK = {"spec.speculative": {"draftSource": {"pvc": {"claimName": "w", "subPath": "draft"}}}}
@@ -170,6 +193,18 @@ def _doctored(
             "Total number of attention heads (16) must be divisible by tensor parallel size (12)",
         ),
         ("no decode_backend", swap("--additional-config", "{}"), V2_ENV, "stock"),
+        (  # vLLM's parser checks the connector's role against KVTransferConfig's
+            "NIXL, unknown role",
+            [*plain, "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"both"}'],
+            V2_ENV,
+            "kv_role |   Input should be 'kv_producer', 'kv_both' or 'kv_consumer'",
+        ),
+        (
+            "NIXL, no role",  # KVTransferConfig.__post_init__
+            [*plain, "--kv-transfer-config", '{"kv_connector":"NixlConnector"}'],
+            V2_ENV,
+            "Please specify kv_role when kv_connector is set",
+        ),
     ]
 
 
@@ -220,6 +255,22 @@ def test_the_cpu_tier_is_vllms_native_offloading_connector_with_the_hybrid_manag
     assert unchecked["kv"]["prefix_caching"] is False
 
 
+def test_the_cpu_tier_would_replace_a_roles_nixl_connector(checkpoints: tuple[str, str]) -> None:
+    """Why spec.prefill with kvCache.cpuOffload is refused (docs/rules.md): given a rendered role's
+    NixlConnector and the tier's --kv-offloading-size, vLLM's config code keeps only the
+    offloading connector, with role kv_both, and raises nothing."""
+    args, env = _containers(edited(prefill()))[0]
+    assert json.loads(args[args.index("--kv-transfer-config") + 1])["kv_connector"] == (
+        "NixlConnector"
+    )
+    tier = ["--kv-offloading-size", "64", "--kv-offloading-backend", "native"]
+    (outcome,) = _outcomes([(_local(args, checkpoints) + tier, env)])
+    assert outcome["verdict"] in ("pass", "stock"), outcome
+    assert outcome["kv_transfer"] is None
+    assert outcome["kv"]["connector"]["name"] == "OffloadingConnector"
+    assert outcome["kv"]["connector"]["role"] == "kv_both"
+
+
 def _source(module: str) -> str:
     """A vLLM module's source, found without importing it (importing vLLM's submodules here would
     settle its platform for every later test of this process: tests/gate/harness.py's reason)."""
@@ -266,11 +317,7 @@ def test_precise_scoring_publishes_kv_events_in_blocks_the_picker_can_hash(
     """vLLM's config takes the rendered KV events config (ZMQ, the topic the picker's filter
     takes), and the picker's block size divides the block size vLLM's config code gives the cache
     (the simulated platform's; docs/kv-cache.md says what the GPU-side check adds)."""
-    precise = [
-        edited(edits)
-        for _, edits, valid in CORPUS
-        if valid and "Precise" in str(edits.get("spec.routing", ""))
-    ]
+    precise = [edited(edits) for _, edits, valid in CORPUS if valid and "Precise" in str(edits)]
     assert len(precise) >= 2
     cases = [(_local(args, checkpoints), env) for doc in precise for args, env in _containers(doc)]
     for outcome in _outcomes(cases):

@@ -175,3 +175,24 @@ def test_scale_fields_are_written_and_kept() -> None:
     )
     kept = cond.render(status, cond.valid_conditions(seen), generation=2, now="t")
     assert (kept["selector"], kept["gpus"], kept["autoscaler"]) == ("a=b", 16, "ScaledObject/k3")
+
+
+def test_with_prefill_groups_ready_needs_both_roles() -> None:
+    settled = seen(groups_ready=3, rolling=False, prefill_wanted=2, prefill_present=2)
+    for prefill_ready, want in ((0, "False"), (1, "False"), (2, "True")):
+        ready = entries(dataclasses.replace(settled, prefill_ready=prefill_ready))["Ready"]
+        assert ready[0] == want, prefill_ready
+        assert f"3 of 3 TP groups ready, {prefill_ready} of 2 prefill groups" in ready[2]
+    # A prefill group too many (one being pruned) keeps Progressing until it is gone.
+    extra = dataclasses.replace(settled, prefill_ready=2, prefill_present=3)
+    assert entries(extra)["Progressing"][1] != "Reconciled"
+
+
+def test_a_rollout_of_the_prefill_role_says_how_far_it_got() -> None:
+    rolling = seen(groups_ready=3, groups_updated=3, prefill_wanted=2, prefill_present=2)
+    progressing = entries(dataclasses.replace(rolling, prefill_ready=1, prefill_updated=1))
+    assert progressing["Progressing"] == (
+        "True",
+        "RollingOut",
+        "3 of 3 groups updated, 1 of 2 prefill groups",
+    )

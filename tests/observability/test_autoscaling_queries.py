@@ -29,6 +29,15 @@ SERIES = [
     {"series": f'vllm:num_requests_waiting{{{LABELS},pod="busy-g1-0"}}', "values": "6x20"},
     {"series": f'vllm:kv_cache_usage_perc{{{LABELS},pod="busy-g0-0"}}', "values": "0.9x20"},
     {"series": f'vllm:kv_cache_usage_perc{{{LABELS},pod="busy-g1-0"}}', "values": "0.7x20"},
+    # A prefill group of spec.prefill: busy, but not one of the groups the autoscaler scales.
+    *(
+        {"series": f'{metric}{{{LABELS},role="prefill",pod="busy-p0-0"}}', "values": values}
+        for metric, values in (
+            ("vllm:num_requests_running", "4x20"),
+            ("vllm:num_requests_waiting", "50x20"),
+            ("vllm:kv_cache_usage_perc", "1x20"),
+        )
+    ),
     *(
         {
             "series": "kimi_request_decode_tokens_per_second_bucket"

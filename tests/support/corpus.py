@@ -12,6 +12,21 @@ PVC = {"pvc": {"claimName": "weights"}}
 AUTOSCALING = {"maxReplicas": 4, "target": {"waitingRequestsPerGroup": 8}}
 OFFLOAD = {"perGPU": "32Gi"}
 EXPANDABLE = {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}
+POOL = {"spec.routing.mode": "InferencePool"}
+
+
+def prefill(**fields: Any) -> dict[str, Any]:
+    """Disaggregated prefill (spec.prefill, with the pool it needs) with these fields."""
+    return POOL | {"spec.prefill": fields}
+
+
+def prefill_env(*env: dict[str, Any]) -> dict[str, Any]:
+    return prefill(env=list(env))
+
+
+def prefill_args(*args: str) -> dict[str, Any]:
+    return prefill(engineArgs=list(args))
+
 
 # The compile caches' variables, written out as the issue and vLLM 0.33.0's readers name them
 # (the operator owns them: builders/lifecycle.py).
@@ -93,6 +108,101 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     ("rollout-surge-2", {"spec.rollout.maxSurge": 2}, False),
     ("rollout-deadline-0", {"spec.rollout.progressDeadlineSeconds": 0}, False),
     ("image-policy-pinned", {"spec.imagePolicy": "Pinned"}, True),
+    ("prefill-always", prefill(), True),
+    (
+        "prefill-uncached-tokens",
+        prefill(replicas=2, decider="UncachedTokens", uncachedTokens=512) | {"spec.replicas": 3},
+        True,
+    ),
+    (
+        "prefill-own-args-and-env",
+        prefill(
+            engineArgs=["--max-num-batched-tokens", "16384"],
+            env=[
+                {"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "DS"},
+                {"name": "A", "value": "1"},
+            ],
+        ),
+        True,
+    ),
+    (
+        "prefill-dspark-dcp",
+        prefill() | {"spec.speculative": DRAFT, "spec.decode.contextParallelSize": 16},
+        True,
+    ),
+    ("prefill-tp8-stock", prefill() | {"spec.gpus": 8, "spec.decode.backend": "auto"}, True),
+    ("prefill-routing-service", {"spec.prefill": {}}, False),
+    (
+        "prefill-no-prefix-scorer",
+        prefill() | {"spec.routing.endpointPicker.weights.prefixCache": 0},
+        False,
+    ),
+    ("prefill-with-cpu-offload", prefill() | {"spec.kvCache.cpuOffload": OFFLOAD}, False),
+    (
+        "prefill-precise",
+        prefill(decider="UncachedTokens", uncachedTokens=256)
+        | {"spec.routing.prefixScoring": "Precise"},
+        True,
+    ),
+    ("prefill-replicas-0", prefill(replicas=0), False),
+    ("prefill-unknown-field", prefill(gpus=8), False),
+    ("prefill-decider-unknown", prefill(decider="Sometimes"), False),
+    ("prefill-uncached-no-threshold", prefill(decider="UncachedTokens"), False),
+    ("prefill-threshold-with-always", prefill(uncachedTokens=64), False),
+    ("prefill-block-size", prefill_args("--block-size", "64"), False),
+    ("prefill-attention-backend", prefill_args("--attention-backend=FLASHMLA"), False),
+    ("prefill-dtype", prefill_args("--dtype", "float16"), False),
+    ("prefill-kv-transfer", prefill_args("--kv-transfer-config", "{}"), False),
+    (
+        "prefill-decode-kv-transfer",
+        prefill() | {"spec.engineArgs": ["--kv-transfer-config={}"]},
+        False,
+    ),
+    ("prefill-tensor-parallel", prefill_args("-tp", "8"), False),
+    ("prefill-kv-dtype", prefill_args("--kv-cache-dtype=auto"), False),
+    ("prefill-unknown-flag", prefill_args("--max-num-batched-tokenz=8"), False),
+    (
+        "prefill-decode-conv-layout",
+        prefill() | {"spec.env": [{"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "SD"}]},
+        False,
+    ),
+    (
+        "prefill-side-channel-host",
+        prefill_env({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "value": "10.0.0.1"}),
+        False,
+    ),
+    (
+        "prefill-side-channel-port",
+        prefill_env({"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": "5700"}),
+        False,
+    ),
+    (
+        "prefill-decode-side-channel-host",
+        prefill() | {"spec.env": [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "value": "0.0.0.0"}]},
+        False,
+    ),
+    (
+        "prefill-decode-side-channel-port",
+        prefill() | {"spec.env": [{"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": "5700"}]},
+        False,
+    ),
+    (
+        "prefill-conv-layout",
+        prefill_env({"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "SD"}),
+        False,
+    ),
+    ("prefill-v1-runner", prefill_env({"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "0"}), False),
+    (
+        "prefill-env-twice",
+        prefill_env({"name": "A", "value": "1"}, {"name": "A", "value": "2"}),
+        False,
+    ),
+    (
+        "prefill-aux-stream-dspark",
+        prefill_env({"name": "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM", "value": "1"})
+        | {"spec.speculative": DRAFT},
+        False,
+    ),
     ("routing-service", {"spec.routing.mode": "Service"}, True),
     ("routing-pool", {"spec.routing.mode": "InferencePool"}, True),
     (
@@ -877,6 +987,26 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     ("name-digit-first", {"metadata.name": "3k"}, False),
     ("spec-missing", {"spec": DELETE}, False),
     ("nulls-dropped", {"spec.image": None, "spec.decode": None}, True),
+]
+
+
+def _for_prefill(edits: dict[str, Any]) -> dict[str, Any] | None:
+    """A refused spec.engineArgs or spec.env alone, as the prefill role's own: refused there too
+    (the prefill lists get every rule of the shared ones)."""
+    if len(edits) != 1:
+        return None
+    ((key, value),) = edits.items()
+    if key == "spec.engineArgs" and isinstance(value, list):
+        return prefill(engineArgs=value)
+    if key == "spec.env" and isinstance(value, list):
+        return prefill(env=value)
+    return None
+
+
+CORPUS += [
+    (f"prefill-as-{name}", mirrored, False)
+    for name, edits, valid in list(CORPUS)
+    if not valid and (mirrored := _for_prefill(edits)) is not None
 ]
 
 

@@ -5,6 +5,7 @@ spec). Each function returns the problems found, as strings naming the container
 asserts `== []` and a failure shows where.
 """
 
+import re
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Any
@@ -56,12 +57,22 @@ def _str_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
+def _user_text(kd: KimiDeployment, *, prefill: bool) -> tuple[list[str], dict[str, str]]:
+    """The flags and variables a pod gets from the spec: spec.engineArgs and spec.env, and on a
+    prefill group's pods spec.prefill's after them (a variable of both: the prefill value)."""
+    args, env = list(kd.spec.engine_args), list(kd.spec.env)
+    if prefill and kd.spec.prefill is not None:
+        args += kd.spec.prefill.engine_args
+        env += kd.spec.prefill.env
+    return args, {e.name: e.value for e in env if e.value is not None}
+
+
 def shell_problems(children: list[dict[str, Any]], kd: KimiDeployment) -> list[str]:
     """User text reaches containers only as whole argv items or env values, never via a shell."""
     problems: list[str] = []
-    user_args = list(kd.spec.engine_args)
-    user_env = {e.name: e.value for e in kd.spec.env if e.value is not None}
+    prefill_group = re.compile(rf"/{re.escape(kd.metadata.name)}-p\d+/")
     for where, pod in pod_specs(children):
+        user_args, user_env = _user_text(kd, prefill=bool(prefill_group.search(where)))
         for container in _containers(pod):
             at = f"{where}/{container['name']}"
             command, args = container.get("command"), container.get("args", [])
@@ -83,7 +94,7 @@ def shell_problems(children: list[dict[str, Any]], kd: KimiDeployment) -> list[s
             defined = {name: value or "<from a source>" for name, value in env.items()}
             tail = [expand(arg, defined) for arg in args[len(args) - len(user_args) :]]
             if container["name"] == "vllm" and user_args and tail != user_args:
-                problems.append(f"{at}: spec.engineArgs are not the last argv items, unchanged")
+                problems.append(f"{at}: engineArgs are not the last argv items, unchanged")
             for name, value in user_env.items():
                 if container["name"] == "vllm" and env.get(name) != value:
                     problems.append(f"{at}: spec.env {name} does not reach the pod unchanged")

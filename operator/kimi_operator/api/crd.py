@@ -154,7 +154,7 @@ def crd() -> dict[str, Any]:
                         {
                             "name": "GPUS",
                             "type": "integer",
-                            "description": "GPUs in total (gpus x replicas)",
+                            "description": "GPUs in total (gpus x groups of both roles)",
                             "jsonPath": ".status.gpus",
                         },
                         {
@@ -168,6 +168,20 @@ def crd() -> dict[str, Any]:
                             "type": "integer",
                             "description": "TP groups serving",
                             "jsonPath": ".status.readyReplicas",
+                        },
+                        {
+                            "name": "PREFILL",
+                            "type": "integer",
+                            "description": "Prefill TP groups wanted (spec.prefill)",
+                            "jsonPath": ".spec.prefill.replicas",
+                            "priority": 1,
+                        },
+                        {
+                            "name": "PREFILL-READY",
+                            "type": "integer",
+                            "description": "Prefill TP groups serving",
+                            "jsonPath": ".status.prefillReadyReplicas",
+                            "priority": 1,
                         },
                         {"name": "BACKEND", "type": "string", "jsonPath": ".spec.decode.backend"},
                         {"name": "ROUTING", "type": "string", "jsonPath": ".spec.routing.mode"},

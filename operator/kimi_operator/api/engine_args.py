@@ -271,6 +271,25 @@ MALFORMED_ARGS = ForbiddenFlags(
     shown_as="elements with control or invisible characters, starting with whitespace, a quote or "
     "a non-ASCII character, or with an option name outside ASCII letters, digits, '-', '_', '.'",
 )
+# With spec.prefill the operator renders the KV connector of both roles (builders/vllm_args.py).
+KV_TRANSFER_FLAGS = ForbiddenFlags(
+    _options("kv_transfer_config"),
+    "with spec.prefill the operator renders the NIXL connector of both roles",
+)
+# What NIXL's handshake needs equal on both roles (its compatibility hash: dtype, quantized
+# layout, attention backend, KV layout of the hybrid cache manager; and the block size), which
+# only spec.engineArgs, read by both roles, may set.
+SHARED_ROLE_FLAGS = ForbiddenFlags(
+    _options(
+        "block_size",
+        "attention_backend",
+        "dtype",
+        "quantization",
+        "disable_hybrid_kv_cache_manager",
+    ),
+    "NIXL's hand-over needs the same value on the prefill and decode groups: set it in "
+    "spec.engineArgs, which both roles get",
+)
 # Every refusal of engineArgs elements, each one CEL rule in the CRD.
 ENGINE_ARG_REFUSALS: tuple[ForbiddenFlags, ...] = (
     *FORBIDDEN_FLAG_GROUPS,

@@ -98,3 +98,32 @@ FAST_PATH_ENV: Final = ("VLLM_USE_V2_MODEL_RUNNER", "NCCL_MNNVL_ENABLE", "NCCL_C
 
 def owned(name: str) -> OwnedEnv:
     return next(e for e in OWNED_ENV if e.name == name)
+
+
+# What the KV hand-over of spec.prefill needs on both roles (builders/pod.py renders them there).
+NIXL_SIDE_CHANNEL_PORT: Final = 5600
+DISAGGREGATION_ENV: Final = (
+    OwnedEnv(
+        "VLLM_SSM_CONV_STATE_LAYOUT",
+        "DS",
+        "NixlConnector moves Kimi K3's KDA convolution state only in the DS layout and refuses "
+        "to start without it (vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py)",
+        # vLLM 0.33.0 reads it case-sensitively from the choices SD, DS (vllm/envs.py).
+        r"^DS$",
+        "DS",
+    ),
+    OwnedEnv(
+        "VLLM_NIXL_SIDE_CHANNEL_HOST",
+        "",  # the pod's IP, from status.podIP (builders/pod.py)
+        "NIXL's handshake listens on the pod's IP (status.podIP), where the other role reaches it",
+        "",
+        "",
+    ),
+    OwnedEnv(
+        "VLLM_NIXL_SIDE_CHANNEL_PORT",
+        str(NIXL_SIDE_CHANNEL_PORT),
+        "the NIXL handshake port, declared on the pods",
+        f"^{NIXL_SIDE_CHANNEL_PORT}$",
+        str(NIXL_SIDE_CHANNEL_PORT),
+    ),
+)

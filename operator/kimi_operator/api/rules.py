@@ -17,11 +17,13 @@ from kimi_operator.api.engine_args import (
     ENGINE_ARG_REFUSALS,
     KNOWN_OPTIONS,
     KV_TRANSFER_CONFIG,
+    KV_TRANSFER_FLAGS,
+    SHARED_ROLE_FLAGS,
     ForbiddenFlags,
     KnownOptions,
 )
 from kimi_operator.api.host_memory import host_memory_warnings
-from kimi_operator.api.owned_env import OWNED_ENV, OwnedEnv
+from kimi_operator.api.owned_env import DISAGGREGATION_ENV, OWNED_ENV, OwnedEnv
 from kimi_operator.api.vllm_flags import VLLM_VERSION
 
 Json = Any
@@ -98,10 +100,14 @@ def _cel_string(text: str) -> str:
     return "".join(ch if ord(ch) < 128 else f"\\u{ord(ch):04x}" for ch in escaped)
 
 
-def _engine_arg_rule(group: ForbiddenFlags) -> Rule:
+ENGINE_ARGS = ("engineArgs",)
+PREFILL_ENGINE_ARGS = ("prefill", "engineArgs")
+
+
+def _engine_arg_rule(group: ForbiddenFlags, scope: tuple[str, ...] = ENGINE_ARGS) -> Rule:
     pattern = _cel_string(group.pattern)
     return Rule(
-        scope=("engineArgs",),
+        scope=scope,
         reads=((),),
         field="",
         cel=f"self.all(a, !a.matches('{pattern}'))",
@@ -112,9 +118,9 @@ def _engine_arg_rule(group: ForbiddenFlags) -> Rule:
     )
 
 
-def _known_option_rule(group: KnownOptions) -> Rule:
+def _known_option_rule(group: KnownOptions, scope: tuple[str, ...]) -> Rule:
     return Rule(
-        scope=("engineArgs",),
+        scope=scope,
         reads=((),),
         field="",
         cel=f"self.all(a, !a.matches('{_cel_string(group.guard)}') || "
@@ -141,46 +147,84 @@ def _parse_problems(args: Sequence[str]) -> list[str]:
     return [why for element, why in vllm_parse.problems(args) if not _by_cel_rules(element)]
 
 
-# Values and counts of values vLLM's parser would refuse: CEL sees list items one by one, not an
-# option with the item after it, so only the operator and `validate` check these.
-PARSE_RULE = Rule(
-    scope=("engineArgs",),
-    reads=((),),
-    field="",
-    cel="",
-    check=lambda args: not _parse_problems(args),
-    problem=f"vLLM {VLLM_VERSION}'s serve parser would refuse this, and every pod exit at start",
-    allowed="each option with the values it takes",
-    got=_parse_problems,
-)
+def _parse_rule(scope: tuple[str, ...]) -> Rule:
+    """Values and counts of values vLLM's parser would refuse: CEL sees list items one by one, not
+    an option with the item after it, so only the operator and `validate` check these."""
+    return Rule(
+        scope=scope,
+        reads=((),),
+        field="",
+        cel="",
+        check=lambda args: not _parse_problems(args),
+        problem=f"vLLM {VLLM_VERSION}'s serve parser would refuse this, and every pod exit at "
+        "start",
+        allowed="each option with the values it takes",
+        got=_parse_problems,
+    )
 
 
-def _owned_env_rule(owned: OwnedEnv) -> Rule:
+PARSE_RULE = _parse_rule(ENGINE_ARGS)
+
+
+def _engine_args_rules(scope: tuple[str, ...]) -> tuple[Rule, ...]:
+    """What any list of vLLM flags the operator passes on must satisfy."""
+    return (
+        *(_engine_arg_rule(group, scope) for group in ENGINE_ARG_REFUSALS),
+        *(_known_option_rule(group, scope) for group in KNOWN_OPTIONS),
+        PARSE_RULE if scope == ENGINE_ARGS else _parse_rule(scope),
+    )
+
+
+def _owned_env_bad(owned: OwnedEnv, env: Sequence[Mapping[str, Json]]) -> list[Json]:
+    """Values (or valueFroms) of `owned` in `env` that do not mean what the operator sets."""
+
     def same(entry: Mapping[str, Json]) -> bool:
         value = entry.get("value")
         return bool(owned.same) and isinstance(value, str) and bool(re.search(owned.same, value))
 
-    def bad(env: Sequence[Mapping[str, Json]]) -> list[Json]:
-        return [
-            e.get("value", e.get("valueFrom"))
-            for e in env
-            if e.get("name") == owned.name and not same(e)
-        ]
+    return [
+        e.get("value", e.get("valueFrom"))
+        for e in env
+        if e.get("name") == owned.name and not same(e)
+    ]
 
+
+def _owned_env_cel(owned: OwnedEnv, env: str) -> str:
     accepted = "false"
     if owned.same:
         accepted = f"has(e.value) && e.value.matches('{_cel_string(owned.same)}')"
+    return f"{env}.all(e, e.name != '{owned.name}' || {accepted})"
+
+
+def _owned_env_rule(owned: OwnedEnv, scope: tuple[str, ...] = ("env",)) -> Rule:
     return Rule(
-        scope=("env",),
+        scope=scope,
         reads=((),),
         field="",
-        cel=f"self.all(e, e.name != '{owned.name}' || {accepted})",
-        check=lambda env: not bad(env),
+        cel=_owned_env_cel(owned, "self"),
+        check=lambda env: not _owned_env_bad(owned, env),
         problem=f"{owned.name} is set by the operator: {owned.why}",
-        allowed=f"{owned.name}={owned.same_words}, or leave it out"
-        if owned.same
-        else "leave it out",
-        got=bad,
+        allowed=_owned_env_allowed(owned),
+        got=lambda env: _owned_env_bad(owned, env),
+    )
+
+
+def _owned_env_allowed(owned: OwnedEnv) -> str:
+    return f"{owned.name}={owned.same_words}, or leave it out" if owned.same else "leave it out"
+
+
+def _disaggregation_env_rule(owned: OwnedEnv) -> Rule:
+    """spec.env with spec.prefill: both roles get it, and the hand-over's variables are the
+    operator's there."""
+    return Rule(
+        scope=(),
+        reads=(("env",), ("prefill",)),
+        field="env",
+        cel=f"!has(self.prefill) || {_owned_env_cel(owned, 'self.env')}",
+        check=lambda s: "prefill" not in s or not _owned_env_bad(owned, s["env"]),
+        problem=f"{owned.name} is set by the operator with spec.prefill: {owned.why}",
+        allowed=_owned_env_allowed(owned),
+        got=lambda s: _owned_env_bad(owned, s["env"]),
     )
 
 
@@ -205,6 +249,46 @@ def _twice(env: Sequence[Mapping[str, Json]]) -> list[str]:
 
 def _ref_count(source: Mapping[str, Json]) -> int:
     return sum(k in source for k in ("secretKeyRef", "configMapKeyRef", "fieldRef"))
+
+
+def _env_list_rules(scope: tuple[str, ...]) -> tuple[Rule, ...]:
+    """What any list of environment variables the operator passes on must satisfy."""
+    return (
+        Rule(
+            scope=scope,
+            reads=((),),
+            field="",
+            cel="self.all(e, self.exists_one(f, f.name == e.name))",
+            check=lambda env: not _twice(env),
+            problem="a variable is listed more than once",
+            allowed="each name once",
+            got=_twice,
+        ),
+        Rule(
+            scope=scope,
+            reads=((),),
+            field="",
+            cel="self.all(e, !has(e.value) || !has(e.valueFrom))",
+            check=lambda env: all(not ("value" in e and "valueFrom" in e) for e in env),
+            problem="a variable has both value and valueFrom",
+            allowed="one of value or valueFrom",
+            got=lambda env: [e["name"] for e in env if "value" in e and "valueFrom" in e],
+        ),
+        Rule(
+            scope=scope,
+            reads=((),),
+            field="",
+            cel="self.all(e, !has(e.valueFrom) || "
+            "(has(e.valueFrom.secretKeyRef) ? 1 : 0) + (has(e.valueFrom.configMapKeyRef) ? 1 : 0)"
+            " + (has(e.valueFrom.fieldRef) ? 1 : 0) == 1)",
+            check=lambda env: all(_ref_count(e["valueFrom"]) == 1 for e in env if "valueFrom" in e),
+            problem="valueFrom must name exactly one source",
+            allowed="secretKeyRef, configMapKeyRef or fieldRef",
+            got=lambda env: [
+                e["name"] for e in env if "valueFrom" in e and _ref_count(e["valueFrom"]) != 1
+            ],
+        ),
+    )
 
 
 # Pod label and annotation keys the operator sets or that LeaderWorkerSet acts on: a user's would
@@ -305,6 +389,100 @@ def _affinity_rule(kind: str) -> Rule:
     )
 
 
+def _threshold_fits_decider(prefill: Mapping[str, Json]) -> bool:
+    uses_threshold: bool = prefill["decider"] == "UncachedTokens"
+    return uses_threshold == ("uncachedTokens" in prefill)
+
+
+# spec.prefill (docs/disaggregation.md): the endpoint picker pairs each request's prefill and
+# decode groups, so it needs the pool; both roles share every setting NIXL's handshake compares.
+DISAGGREGATION_RULES: tuple[Rule, ...] = (
+    Rule(
+        scope=(),
+        reads=(("prefill",), ("routing", "mode")),
+        field="routing.mode",
+        cel="!has(self.prefill) || self.routing.mode == 'InferencePool'",
+        check=lambda s: "prefill" not in s or s["routing"]["mode"] == "InferencePool",
+        problem="spec.prefill needs llm-d's endpoint picker to pair each request's prefill and "
+        "decode groups, which only mode InferencePool deploys (a Service would send requests "
+        "to either role at random)",
+        allowed="InferencePool with spec.prefill; or no spec.prefill",
+        got=lambda s: s["routing"]["mode"],
+    ),
+    Rule(
+        scope=("prefill",),
+        reads=(("decider",), ("uncachedTokens",)),
+        field="uncachedTokens",
+        cel="(self.decider == 'UncachedTokens') == has(self.uncachedTokens)",
+        check=_threshold_fits_decider,
+        problem="uncachedTokens is the threshold of decider UncachedTokens, and only of it",
+        allowed="a number of tokens with decider UncachedTokens; none with decider Always",
+        got=lambda p: p.get("uncachedTokens", "none"),
+    ),
+    Rule(
+        scope=(),
+        reads=(("prefill",), ("engineArgs",)),
+        field="engineArgs",
+        cel=f"!has(self.prefill) || "
+        f"self.engineArgs.all(a, !a.matches('{_cel_string(KV_TRANSFER_FLAGS.pattern)}'))",
+        check=lambda s: "prefill" not in s or not KV_TRANSFER_FLAGS.refused(s["engineArgs"]),
+        problem=f"{KV_TRANSFER_FLAGS.label} may not be set here: {KV_TRANSFER_FLAGS.reason}",
+        allowed="other vLLM flags; or no spec.prefill",
+        got=lambda s: KV_TRANSFER_FLAGS.refused(s["engineArgs"]),
+    ),
+    Rule(
+        scope=(),
+        reads=(("prefill",), ("routing", "endpointPicker", "weights", "prefixCache")),
+        field="routing.endpointPicker.weights.prefixCache",
+        cel="!has(self.prefill) || self.routing.endpointPicker.weights.prefixCache > 0",
+        check=lambda s: (
+            "prefill" not in s or s["routing"]["endpointPicker"]["weights"]["prefixCache"] > 0
+        ),
+        problem="llm-d's disagg-profile-handler needs the prefix-cache scorer in its decode and "
+        "prefill profiles",
+        allowed="1 to 100 with spec.prefill",
+        got=lambda s: s["routing"]["endpointPicker"]["weights"]["prefixCache"],
+    ),
+    # vLLM 0.33.0 (config/vllm.py, _post_init_kv_transfer_config) swaps the connector of
+    # --kv-transfer-config for its offloading connector when --kv-offloading-size is set.
+    Rule(
+        scope=(),
+        reads=(("prefill",), ("kvCache", "cpuOffload")),
+        field="kvCache.cpuOffload",
+        cel="!has(self.prefill) || !has(self.kvCache.cpuOffload)",
+        check=lambda s: "prefill" not in s or "cpuOffload" not in s["kvCache"],
+        problem="spec.prefill with spec.kvCache.cpuOffload: vLLM replaces each role's NIXL "
+        "connector with the CPU tier's offloading connector, losing the hand-over; the pair "
+        "needs vLLM's MultiConnector, which the operator does not render yet",
+        allowed="spec.prefill or spec.kvCache.cpuOffload, not both",
+        got=lambda s: s["kvCache"]["cpuOffload"],
+    ),
+    *(_disaggregation_env_rule(owned) for owned in DISAGGREGATION_ENV),
+    Rule(
+        scope=(),
+        reads=(("speculative",), ("prefill", "env")),
+        field="prefill.env",
+        cel=f"!has(self.speculative) || !has(self.prefill) || "
+        f"!self.prefill.env.exists(e, e.name == '{AUX_STREAM_ENV}')",
+        check=lambda s: (
+            "speculative" not in s
+            or "prefill" not in s
+            or not _env_names(s["prefill"]["env"], (AUX_STREAM_ENV,))
+        ),
+        problem=f"{AUX_STREAM_ENV} may not be set with spec.speculative: vLLM's specialized "
+        "decode rejects the auxiliary stream with speculative decoding",
+        allowed="no speculative, or no such variable",
+        got=lambda s: _env_names(s["prefill"]["env"], (AUX_STREAM_ENV,)),
+    ),
+    *_engine_args_rules(PREFILL_ENGINE_ARGS),
+    *(
+        _engine_arg_rule(group, PREFILL_ENGINE_ARGS)
+        for group in (KV_TRANSFER_FLAGS, SHARED_ROLE_FLAGS)
+    ),
+    *(_owned_env_rule(owned, ("prefill", "env")) for owned in (*OWNED_ENV, *DISAGGREGATION_ENV)),
+    *_env_list_rules(("prefill", "env")),
+)
+
 RULES: tuple[Rule, ...] = (
     # Both enums' values divide each other, so every group fills whole nodes; what can still go
     # wrong is a TP group split across 8-GPU (HGX) nodes, which share no NVLink domain.
@@ -401,40 +579,7 @@ RULES: tuple[Rule, ...] = (
         got=lambda s: _env_names(s["env"], (AUX_STREAM_ENV,)),
     ),
     *(_owned_env_rule(owned) for owned in OWNED_ENV),
-    Rule(
-        scope=("env",),
-        reads=((),),
-        field="",
-        cel="self.all(e, self.exists_one(f, f.name == e.name))",
-        check=lambda env: not _twice(env),
-        problem="a variable is listed more than once",
-        allowed="each name once",
-        got=_twice,
-    ),
-    Rule(
-        scope=("env",),
-        reads=((),),
-        field="",
-        cel="self.all(e, !has(e.value) || !has(e.valueFrom))",
-        check=lambda env: all(not ("value" in e and "valueFrom" in e) for e in env),
-        problem="a variable has both value and valueFrom",
-        allowed="one of value or valueFrom",
-        got=lambda env: [e["name"] for e in env if "value" in e and "valueFrom" in e],
-    ),
-    Rule(
-        scope=("env",),
-        reads=((),),
-        field="",
-        cel="self.all(e, !has(e.valueFrom) || "
-        "(has(e.valueFrom.secretKeyRef) ? 1 : 0) + (has(e.valueFrom.configMapKeyRef) ? 1 : 0)"
-        " + (has(e.valueFrom.fieldRef) ? 1 : 0) == 1)",
-        check=lambda env: all(_ref_count(e["valueFrom"]) == 1 for e in env if "valueFrom" in e),
-        problem="valueFrom must name exactly one source",
-        allowed="secretKeyRef, configMapKeyRef or fieldRef",
-        got=lambda env: [
-            e["name"] for e in env if "valueFrom" in e and _ref_count(e["valueFrom"]) != 1
-        ],
-    ),
+    *_env_list_rules(("env",)),
     Rule(
         scope=("scheduling",),
         reads=(("tolerations",),),
@@ -617,9 +762,8 @@ RULES: tuple[Rule, ...] = (
     ),
     *(_metadata_key_rule(field, reserved) for field, reserved in POD_METADATA_RESERVED.items()),
     *(_affinity_rule(kind) for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity")),
-    *(_engine_arg_rule(group) for group in ENGINE_ARG_REFUSALS),
-    *(_known_option_rule(group) for group in KNOWN_OPTIONS),
-    PARSE_RULE,
+    *_engine_args_rules(ENGINE_ARGS),
+    *DISAGGREGATION_RULES,
 )
 
 

@@ -427,6 +427,39 @@ class RoutingSpec(ApiModel):
     )
 
 
+class PrefillSpec(ApiModel):
+    """Prefill groups that hand the KV cache over to the decode groups (docs/disaggregation.md):
+    the spec's other settings (gpus, decode, kvCache, speculative, engineArgs, env) are both
+    roles'; these are the prefill role's own."""
+
+    replicas: Annotated[int, Field(ge=1, le=64)] = Field(
+        1, description="Prefill TP groups (each its own LeaderWorkerSet)."
+    )
+    decider: Literal["Always", "UncachedTokens"] = Field(
+        "Always",
+        description="When the endpoint picker sends a request's prefill to a prefill group: "
+        "Always, or UncachedTokens (only when more than uncachedTokens of its prompt are not in "
+        "the decode group's prefix cache; shorter suffixes prefill on the decode group).",
+    )
+    uncached_tokens: Annotated[int, Field(ge=1, le=1_048_576)] | None = Field(
+        None,
+        description="With decider UncachedTokens: the prompt tokens outside the decode group's "
+        "cache above which the prefill goes to a prefill group.",
+    )
+    engine_args: list[Annotated[str, Field(max_length=c.MAX_ENGINE_ARG_LENGTH)]] = Field(
+        default=[],
+        max_length=c.MAX_ENGINE_ARGS,
+        description="vLLM flags for the prefill groups only, after spec.engineArgs; none that "
+        "the KV hand-over needs equal on both roles.",
+    )
+    env: list[EnvVar] = Field(
+        default=[],
+        max_length=c.MAX_ENV,
+        description="Environment variables for the prefill pods only, after spec.env (a name "
+        "listed in both takes this value).",
+    )
+
+
 class KimiDeploymentSpec(ApiModel):
     model: ModelSpec = Field(description="The model served and where its weights come from.")
     speculative: SpeculativeSpec | None = Field(
@@ -525,6 +558,12 @@ class KimiDeploymentSpec(ApiModel):
         default_factory=RoutingSpec,
         json_schema_extra=nested_default(),
         description="How requests reach the TP groups: a Service, or also an InferencePool.",
+    )
+    prefill: PrefillSpec | None = Field(
+        None,
+        description="Disaggregated prefill: prefill groups whose KV cache NIXL hands to the "
+        "groups of spec.replicas, which then only decode (needs routing.mode InferencePool); "
+        "omitted: every group prefills and decodes.",
     )
 
     @model_validator(mode="after")

@@ -95,8 +95,19 @@ class KimiDeploymentStatus(StatusModel):
         description="Ready, Progressing, Degraded, SpecValid, MNNVLReady, WeightsReady.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    replicas: Annotated[int, Field(ge=0)] = Field(0, description="TP groups that exist.")
-    ready_replicas: Annotated[int, Field(ge=0)] = Field(0, description="TP groups serving.")
+    replicas: Annotated[int, Field(ge=0)] = Field(
+        0,
+        description="TP groups of spec.replicas that exist (the decode groups with spec.prefill).",
+    )
+    ready_replicas: Annotated[int, Field(ge=0)] = Field(
+        0, description="TP groups of spec.replicas serving."
+    )
+    prefill_replicas: Annotated[int, Field(ge=0)] = Field(
+        0, description="Prefill TP groups that exist (spec.prefill)."
+    )
+    prefill_ready_replicas: Annotated[int, Field(ge=0)] = Field(
+        0, description="Prefill TP groups serving."
+    )
     updated_replicas: Annotated[int, Field(ge=0)] = Field(
         0, description="TP groups (of spec.replicas) that run the current pod template."
     )
@@ -129,7 +140,9 @@ class KimiDeploymentStatus(StatusModel):
         max_length=1024,
         description="Label selector of the groups' leader pods (the scale subresource's).",
     )
-    gpus: Annotated[int, Field(ge=0)] = Field(0, description="GPUs in total: gpus x replicas.")
+    gpus: Annotated[int, Field(ge=0)] = Field(
+        0, description="GPUs in total: gpus x (replicas + prefill replicas)."
+    )
     groups: Annotated[list[GroupStatus], Field(max_length=128)] | None = Field(
         None,
         description="Each TP group's start-up time, failures and whether the restart budget "

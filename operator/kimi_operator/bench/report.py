@@ -5,7 +5,7 @@ import statistics
 from pathlib import Path
 
 from kimi_operator.bench import BenchError
-from kimi_operator.bench.results import Distribution, Results
+from kimi_operator.bench.results import Distribution, Results, ServerMetrics
 from kimi_operator.bench.stats import chunk_gaps, token_itls
 
 RESULTS, REPORT = "results.json", "report.md"
@@ -75,12 +75,27 @@ def total_rows(results: Results) -> list[list[str]]:
         ["fast-path fraction of decode steps", pct(m.fast_path_fraction)],
         ["fallback reasons", reasons or "-"],
         ["prefix-cache hit rate", pct(m.prefix_cache_hit_rate)],
+        *handover_rows(m),
         *(
             [f"prefix-cache hit rate, {group.metrics_url}", pct(group.hit_rate)]
             for group in m.prefix_cache_groups
         ),
         *offload_rows(results),
         *tool_rows(results),
+    ]
+
+
+def handover_rows(m: ServerMetrics) -> list[list[str]]:
+    """The KV hand-over of a decode group of spec.prefill (none where the server had none)."""
+    if not m.external_prompt_fraction and m.kv_transfer_failures is None:
+        return []
+    return [
+        ["prompt tokens handed over (KV connector)", pct(m.external_prompt_fraction)],
+        ["KV transfer time, mean (s)", num(m.kv_transfer_time_s, 3)],
+        [
+            "KV transfers failed",
+            "-" if m.kv_transfer_failures is None else str(m.kv_transfer_failures),
+        ],
     ]
 
 

@@ -145,6 +145,22 @@ class ServerMetrics(Model):
     prefix_cache_groups: list[PrefixCacheGroup] = Field(
         default_factory=list, description="Per TP group (--group-metrics-url), when given."
     )
+    external_prompt_fraction: float | None = Field(
+        default=None,
+        description="Prompt tokens whose KV a connector handed over, of all prompt tokens, during "
+        "the run (vllm:prompt_tokens_by_source): on a decode group of spec.prefill, what it did "
+        "not prefill itself.",
+    )
+    kv_transfer_time_s: float | None = Field(
+        default=None,
+        description="NixlConnector's mean transfer time during the run "
+        "(vllm:nixl_xfer_time_seconds), on the side that reads the KV.",
+    )
+    kv_transfer_failures: int | None = Field(
+        default=None,
+        description="NixlConnector's failed transfers during the run "
+        "(vllm:nixl_num_failed_transfers); None where the server has no NIXL connector.",
+    )
     offload_hit_rate: float | None = Field(
         default=None,
         description="Prompt tokens the KV connector (the CPU tier of kvCache.cpuOffload) found "

@@ -1,6 +1,7 @@
 """The server's Prometheus counters before and after a run: spec-decode acceptance, fast path, the
 server's own per-request decode rate and inter-token latency (to check the client's timing), and
-the prefix-cache hit rate, overall and per TP group (what routing by prefix is for)."""
+the prefix-cache hit rate, overall and per TP group (what routing by prefix is for); on a decode
+group of spec.prefill, the KV hand-over (docs/disaggregation.md)."""
 
 import re
 from collections import defaultdict
@@ -28,6 +29,11 @@ ITL = "vllm:inter_token_latency_seconds"
 # Counters of prompt tokens looked up in, and found in, vLLM's prefix cache (0.33.0 catalog).
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
+# Prompt tokens by where their KV came from (local_compute, local_cache_hit, external_kv_transfer).
+PROMPT_SOURCES = "vllm:prompt_tokens_by_source_total"
+# NixlConnector's own, on the side that reads the KV (the decode group).
+NIXL_XFER_TIME = "vllm:nixl_xfer_time_seconds"
+NIXL_FAILED = "vllm:nixl_num_failed_transfers_total"
 # The KV connector's: with kvCache.cpuOffload, tokens looked up in (and found in) the CPU tier,
 # those the GPU prefix cache missed; and the bytes moved each way (OffloadingConnector only).
 OFFLOAD_QUERIES = "vllm:external_prefix_cache_queries_total"
@@ -44,6 +50,7 @@ class Snapshot:
     steps: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
     info: dict[str, str] = field(default_factory=dict)
     config: dict[str, str] = field(default_factory=dict)  # the CONFIG_INFO families' labels
+    sources: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # PROMPT_SOURCES
 
 
 def parse(text: str) -> Snapshot:
@@ -65,6 +72,8 @@ def parse(text: str) -> Snapshot:
             snapshot.info = labels
         elif name in CONFIG_INFO:
             snapshot.config |= labels
+        elif name == PROMPT_SOURCES:
+            snapshot.sources[labels.get("source", "")] += value
     return snapshot
 
 
@@ -129,6 +138,13 @@ def delta(before: Snapshot | None, after: Snapshot | None) -> ServerMetrics:
         decode_rate_metric=source if rate is not None else None,
         inter_token_latency_s=mean(ITL),
         prefix_cache_hit_rate=_ratio(change(PREFIX_HITS), change(PREFIX_QUERIES)),
+        external_prompt_fraction=_ratio(
+            after.sources.get("external_kv_transfer", 0.0)
+            - before.sources.get("external_kv_transfer", 0.0),
+            sum(after.sources.values()) - sum(before.sources.values()),
+        ),
+        kv_transfer_time_s=mean(NIXL_XFER_TIME),
+        kv_transfer_failures=int(change(NIXL_FAILED)) if NIXL_FAILED in after.totals else None,
         offload_hit_rate=_ratio(change(OFFLOAD_HITS), change(OFFLOAD_QUERIES)),
         offload_hit_tokens=change(OFFLOAD_HITS) if OFFLOAD_HITS in after.totals else None,
         offload_loaded_bytes=change(OFFLOAD_LOADED) if OFFLOAD_LOADED in after.totals else None,

@@ -12,6 +12,11 @@ from kimi_operator.builders.autoscaling import (
     horizontal_pod_autoscaler,
     scaled_object,
 )
+from kimi_operator.builders.disaggregation import (
+    DEFAULT_ROUTING_SIDECAR_IMAGE,
+    Serving,
+    serving_roles,
+)
 from kimi_operator.builders.images import DefaultImageGate
 from kimi_operator.builders.routing import DEFAULT_EPP_IMAGE, routing_children
 from kimi_operator.builders.serving import pod_disruption_budget, pod_monitor, service
@@ -59,6 +64,8 @@ class OperatorDefaults:
     keda_available: bool = True
     # The endpoint picker of spec.routing.mode InferencePool (chart value endpointPicker.image).
     epp_image: str = DEFAULT_EPP_IMAGE
+    # llm-d's routing sidecar of spec.prefill's decode leaders (endpointPicker.routingSidecarImage).
+    routing_sidecar_image: str = DEFAULT_ROUTING_SIDECAR_IMAGE
     # With spec.routing.mode InferencePool: whether the cluster serves the InferencePool API
     # (else no pool and no endpoint picker: the Service alone, Degraded says why).
     inference_pool_available: bool = True
@@ -162,14 +169,32 @@ def _groups(
     with_domain = uses_compute_domain(kd, defaults)
     no_custom_all_reduce = custom_all_reduce_disabled(kd, defaults)
     children: list[dict[str, Any]] = []
-    replicas = kd.spec.replicas
-    for group in range(replicas + spares if replicas else 0):
-        if with_domain:
-            children.append(compute_domain(kd, group))
-        children.append(
-            leader_worker_set(kd, group, image, with_domain, no_custom_all_reduce, caches=caches)
-        )
+    for serving in serving_roles(kd.spec):
+        for group in range(_group_count(kd, serving, spares)):
+            if with_domain:
+                children.append(compute_domain(kd, group, serving))
+            children.append(
+                leader_worker_set(
+                    kd,
+                    group,
+                    image,
+                    with_domain,
+                    no_custom_all_reduce,
+                    caches=caches,
+                    serving=serving,
+                    sidecar_image=defaults.routing_sidecar_image,
+                )
+            )
     return children
+
+
+def _group_count(kd: KimiDeployment, serving: Serving, spares: int) -> int:
+    """Groups of a role: spec.replicas (and a rollout's surge groups) for the decode role,
+    spec.prefill.replicas for the prefill role."""
+    if serving == "prefill":
+        return kd.spec.prefill.replicas if kd.spec.prefill is not None else 0
+    replicas = kd.spec.replicas
+    return replicas + spares if replicas else 0
 
 
 def build_caches(

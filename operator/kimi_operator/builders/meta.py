@@ -4,6 +4,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.builders.disaggregation import role_selector
 
 APP_NAME = "kimi-k3"
 MANAGER = "kimi-operator"
@@ -11,9 +12,15 @@ MANAGER = "kimi-operator"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
-def group_name(kd: KimiDeployment, group: int) -> str:
-    """LeaderWorkerSet and ComputeDomain of TP group `group`: `<name>-g<group>`."""
-    return f"{kd.metadata.name}-g{group}"
+# The letter before a group's index in its name: the groups of spec.replicas (decode groups with
+# spec.prefill) are `g`, the prefill groups `p`.
+GROUP_LETTERS = {"aggregated": "g", "decode": "g", "prefill": "p"}
+
+
+def group_name(kd: KimiDeployment, group: int, serving: str = "aggregated") -> str:
+    """LeaderWorkerSet and ComputeDomain of TP group `group`: `<name>-g<group>` (`-p<group>` for
+    a prefill group)."""
+    return f"{kd.metadata.name}-{GROUP_LETTERS[serving]}{group}"
 
 
 def selector_labels(kd: KimiDeployment) -> dict[str, str]:
@@ -26,8 +33,9 @@ def selector_string(labels: Mapping[str, str]) -> str:
 
 
 def leader_selector(kd: KimiDeployment) -> str:
-    """The leader pods (one per TP group): the scale subresource's selector."""
-    return selector_string(selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"})
+    """The leader pods (one per TP group; with spec.prefill, per decode group): the scale
+    subresource's selector."""
+    return selector_string(selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"} | role_selector(kd))
 
 
 def labels(kd: KimiDeployment, component: str) -> dict[str, str]:

@@ -8,6 +8,14 @@ from kimi_operator.api.constants import ENGINE_READY_MARGIN_S, METRICS_PORT
 from kimi_operator.api.host_memory import PodMemory, pod_memory, quantity_text
 from kimi_operator.api.owned_env import FAST_PATH_ENV, owned
 from kimi_operator.api.spec import KimiDeployment, ServingSpec, WeightSource
+from kimi_operator.builders.disaggregation import (
+    ROLE_LABEL,
+    Serving,
+    handover_env,
+    role_env,
+    routing_sidecar,
+    side_channel_port,
+)
 from kimi_operator.builders.lifecycle import (
     cache_key,
     cache_volume,
@@ -20,6 +28,7 @@ from kimi_operator.builders.vllm_args import (
     HTTP_PORT,
     KV_EVENTS_PORT,
     MODEL_DIR,
+    http_port,
     leader_args,
     worker_args,
 )
@@ -90,18 +99,20 @@ def engine_ready_timeout_s(serving: ServingSpec) -> int:
 
 
 def _env(
-    kd: KimiDeployment, with_domain: bool, cache_env: list[dict[str, Any]]
+    kd: KimiDeployment, with_domain: bool, serving: Serving, cache_env: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """The operator's variables (api/owned_env.py), then the user's: an operator-owned name the
-    user also lists (with a value the rules accept as the same) is rendered once. No Hugging Face
-    token: the weights come from a claim (the download Job alone gets the token)."""
+    """The operator's variables (api/owned_env.py), then the user's for the role: an
+    operator-owned name the user also lists (with a value the rules accept as the same) is
+    rendered once. No Hugging Face token: the weights come from a claim (the download Job alone
+    gets the token)."""
     ready = {
         "name": "VLLM_ENGINE_READY_TIMEOUT_S",
         "value": str(engine_ready_timeout_s(kd.spec.serving)),
     }
     env = [*_fast_path_env(with_domain), *_set("KIMI_METRICS_PORT"), ready, *cache_env]
+    env += handover_env(serving)
     rendered = {e["name"] for e in env}
-    return env + [e.model_dump(exclude_none=True) for e in kd.spec.env if e.name not in rendered]
+    return env + [e for e in role_env(kd, serving) if e["name"] not in rendered]
 
 
 def _memory(kd: KimiDeployment) -> PodMemory:
@@ -173,8 +184,12 @@ def pod_template(
     channel_claim: str | None,
     no_custom_all_reduce: bool,
     caches: Mapping[str, str],
+    serving: Serving,
+    sidecar_image: str,
 ) -> dict[str, Any]:
-    """`caches`: the weights cache claim of each Hugging Face source, by role (model, draft)."""
+    """`caches`: the weights cache claim of each Hugging Face source, by role (model, draft).
+    `serving`: the group's part with spec.prefill (disaggregation.py), whose decode leaders run
+    `sidecar_image`."""
     spec = kd.spec
     volumes, mounts = _volumes(kd, caches)
     compile_cache = cache_volume(kd, cache_key(kd, image, caches))
@@ -184,21 +199,23 @@ def pod_template(
         mounts.append(compile_cache[1])
         cache_env = compile_cache[2]
     resources = _resources(kd)
-    args = (leader_args if role == "leader" else worker_args)(spec, no_custom_all_reduce)
+    args = (leader_args if role == "leader" else worker_args)(spec, no_custom_all_reduce, serving)
     ports = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
     container: dict[str, Any] = {
         "name": "vllm",
         "image": image,
         "command": ["vllm", "serve"],
         "args": args,
-        "env": _env(kd, channel_claim is not None, cache_env),
+        "env": _env(kd, channel_claim is not None, serving, cache_env),
         "ports": ports,
         "resources": resources,
         "volumeMounts": mounts,
         "securityContext": dict(CONTAINER_SECURITY),
     }
     if role == "leader":
-        ports.insert(0, {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"})
+        ports.insert(0, {"name": "http", "containerPort": http_port(serving), "protocol": "TCP"})
+        if serving != "aggregated":
+            ports.append(side_channel_port())
         if spec.routing.prefix_scoring == "Precise":
             ports.append({"name": "kv-events", "containerPort": KV_EVENTS_PORT, "protocol": "TCP"})
         container["readinessProbe"] = _health_probe(periodSeconds=10, failureThreshold=3)
@@ -222,7 +239,10 @@ def pod_template(
             {"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_claim}
         ]
     checks = preflight(kd, image, copy.deepcopy(resources), expect_imex=channel_claim is not None)
-    pod = {"initContainers": [checks], **pod}
+    init = [checks]
+    if role == "leader" and serving == "decode":
+        init.append(routing_sidecar(sidecar_image, HTTP_PORT, CONTAINER_SECURITY))
+    pod = {"initContainers": init, **pod}
     scheduling = spec.scheduling
     if scheduling.node_selector:
         pod["nodeSelector"] = dict(scheduling.node_selector)
@@ -237,6 +257,8 @@ def pod_template(
         pod["priorityClassName"] = scheduling.priority_class_name
     extra = spec.pod_metadata
     meta: dict[str, Any] = {"labels": dict(extra.labels) | labels(kd, role)}
+    if serving != "aggregated":
+        meta["labels"][ROLE_LABEL] = serving
     if extra.annotations:
         meta["annotations"] = dict(extra.annotations)
     return {"metadata": meta, "spec": pod}

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from kimi_operator.api.spec import GatewayRef, KimiDeployment
+from kimi_operator.builders.disaggregation import picker_plugins, scheduling_profiles
 from kimi_operator.builders.meta import (
     LWS_WORKER_INDEX_LABEL,
     labels,
@@ -106,9 +107,11 @@ def inference_pool(kd: KimiDeployment) -> dict[str, Any]:
 
 
 def epp_config(kd: KimiDeployment) -> dict[str, Any]:
-    """The EndpointPickerConfig: llm-d-router's default profile with the spec's weights, scraping
-    vLLM's /metrics on the pool's target port; with precise prefix scoring, the prefix scorer
-    reads the precise producer's index of the leaders' KV events instead of its own estimate."""
+    """The EndpointPickerConfig: llm-d-router's default profile with the spec's weights (with
+    spec.prefill, a decode and a prefill profile of them), scraping vLLM's /metrics on the pool's
+    target port (through the routing sidecar on decode leaders); with precise prefix scoring, the
+    prefix scorer reads the precise producer's index of the leaders' KV events instead of its own
+    estimate."""
     weights = kd.spec.routing.endpoint_picker.weights
     scorers = {
         "queue-scorer": weights.queue,
@@ -130,13 +133,10 @@ def epp_config(kd: KimiDeployment) -> dict[str, Any]:
     config: dict[str, Any] = {
         "apiVersion": "llm-d.ai/v1alpha1",
         "kind": "EndpointPickerConfig",
-        "plugins": plugins,
-        "schedulingProfiles": [
-            {
-                "name": "default",
-                "plugins": [{"pluginRef": name, "weight": weight} for name, weight in used.items()],
-            }
-        ],
+        "plugins": [*plugins, *picker_plugins(kd)],
+        "schedulingProfiles": scheduling_profiles(
+            kd, [{"pluginRef": name, "weight": weight} for name, weight in used.items()]
+        ),
     }
     if precise:
         # As llm-d-router's sample (deploy/config/epp-precise-prefix-cache-config.yaml): the

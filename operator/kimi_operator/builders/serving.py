@@ -4,10 +4,13 @@ from typing import Any
 
 from kimi_operator.api.constants import METRICS_PORT
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.builders.disaggregation import role_selector
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, metadata, selector_labels
 
 # Prometheus's name for the pod label app.kubernetes.io/instance: the KimiDeployment's name.
 DEPLOYMENT_SOURCE_LABEL = "__meta_kubernetes_pod_label_app_kubernetes_io_instance"
+# And for llm-d.ai/role, on the groups of spec.prefill: the series' `role` (none without it).
+ROLE_SOURCE_LABEL = "__meta_kubernetes_pod_label_llm_d_ai_role"
 
 
 def service(kd: KimiDeployment) -> dict[str, Any]:
@@ -17,7 +20,7 @@ def service(kd: KimiDeployment) -> dict[str, Any]:
         "metadata": metadata(kd, kd.metadata.name, "api"),
         "spec": {
             "type": kd.spec.service.type,
-            "selector": selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"},
+            "selector": selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"} | role_selector(kd),
             "ports": [
                 {
                     "name": "http",
@@ -49,9 +52,12 @@ def endpoint(kd: KimiDeployment) -> str:
 def pod_monitor(kd: KimiDeployment) -> dict[str, Any]:
     """Scrapes vLLM's own metrics on the leaders (`http`) and the decode-rate metrics of the
     kimi_kernels plugin on leaders and workers alike (`metrics`). Every series gets the label
-    `deployment` (the KimiDeployment's name) that the rules and dashboards group by."""
+    `deployment` (the KimiDeployment's name) that the rules and dashboards group by, and with
+    spec.prefill `role` (prefill or decode), which the autoscalers' rules leave prefill out by."""
     interval = kd.spec.monitoring.interval
     relabel = [{"sourceLabels": [DEPLOYMENT_SOURCE_LABEL], "targetLabel": "deployment"}]
+    if kd.spec.prefill is not None:
+        relabel.append({"sourceLabels": [ROLE_SOURCE_LABEL], "targetLabel": "role"})
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",

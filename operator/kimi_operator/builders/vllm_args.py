@@ -5,6 +5,12 @@ import json
 from kimi_operator.api.host_memory import offloading_size_gib
 from kimi_operator.api.spec import KimiDeploymentSpec, ServingSpec
 from kimi_operator.api.vllm_parse import destinations
+from kimi_operator.builders.disaggregation import (
+    DECODE_VLLM_PORT,
+    Serving,
+    kv_transfer_flags,
+    role_engine_args,
+)
 from kimi_operator.builders.lifecycle import drain_flags, load_flags
 
 HTTP_PORT = 8000
@@ -32,8 +38,9 @@ def _json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
-    """Flags common to leader and workers: everything but node rank and role."""
+def engine_flags(spec: KimiDeploymentSpec, serving: Serving = "aggregated") -> list[str]:
+    """Flags common to leader and workers: everything but node rank and role. Both roles of
+    spec.prefill share all of them but the KV connector's role."""
     kv = spec.kv_cache
     flags = [
         MODEL_DIR,  # a claim (the spec's or the weights cache), mounted read-only
@@ -53,7 +60,7 @@ def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
         flags += ["--mamba-cache-dtype", kv.mamba_cache_dtype]
     if kv.mamba_ssm_cache_dtype != "auto":
         flags += ["--mamba-ssm-cache-dtype", kv.mamba_ssm_cache_dtype]
-    flags += serving_flags(spec.serving) + recipe_defaults(spec.engine_args)
+    flags += serving_flags(spec.serving) + recipe_defaults(role_engine_args(spec, serving))
     flags += cpu_offload_flags(spec) + kv_events_flags(spec)
     flags += load_flags(spec.serving) + drain_flags(spec.serving)
     if spec.speculative is not None:
@@ -63,7 +70,7 @@ def engine_flags(spec: KimiDeploymentSpec) -> list[str]:
             "num_speculative_tokens": spec.speculative.num_speculative_tokens,
         }
         flags += ["--speculative-config", _json(draft)]
-    return flags
+    return flags + kv_transfer_flags(serving)
 
 
 def cpu_offload_flags(spec: KimiDeploymentSpec) -> list[str]:
@@ -129,12 +136,19 @@ def _workarounds(spec: KimiDeploymentSpec, no_custom_all_reduce: bool) -> list[s
     return []
 
 
-def leader_args(spec: KimiDeploymentSpec, no_custom_all_reduce: bool = False) -> list[str]:
+def http_port(serving: Serving) -> int:
+    """vLLM's port on the leader: behind the routing sidecar on decode groups."""
+    return DECODE_VLLM_PORT if serving == "decode" else HTTP_PORT
+
+
+def leader_args(
+    spec: KimiDeploymentSpec, no_custom_all_reduce: bool = False, serving: Serving = "aggregated"
+) -> list[str]:
     args = [
-        *engine_flags(spec),
+        *engine_flags(spec, serving),
         *_workarounds(spec, no_custom_all_reduce),
         "--port",
-        str(HTTP_PORT),
+        str(http_port(serving)),
     ]
     if spec.routing.prefix_scoring == "Precise":
         # The render endpoints (/v1/chat/completions/render) the picker's token producer calls;
@@ -146,16 +160,18 @@ def leader_args(spec: KimiDeploymentSpec, no_custom_all_reduce: bool = False) ->
             "--node-rank", "0",
             "--master-addr", "$(LWS_LEADER_ADDRESS)",
         ]  # fmt: skip
-    return [*args, *literal(spec.engine_args)]
+    return [*args, *literal(role_engine_args(spec, serving))]
 
 
-def worker_args(spec: KimiDeploymentSpec, no_custom_all_reduce: bool = False) -> list[str]:
+def worker_args(
+    spec: KimiDeploymentSpec, no_custom_all_reduce: bool = False, serving: Serving = "aggregated"
+) -> list[str]:
     return [
-        *engine_flags(spec),
+        *engine_flags(spec, serving),
         *_workarounds(spec, no_custom_all_reduce),
         "--nnodes", str(spec.nodes_per_group),
         "--node-rank", "$(LWS_WORKER_INDEX)",
         "--master-addr", "$(LWS_LEADER_ADDRESS)",
         "--headless",
-        *literal(spec.engine_args),
+        *literal(role_engine_args(spec, serving)),
     ]  # fmt: skip

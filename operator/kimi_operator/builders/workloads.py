@@ -4,24 +4,27 @@ from collections.abc import Mapping
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.builders.disaggregation import Serving
 from kimi_operator.builders.meta import group_name, metadata
 from kimi_operator.builders.placement import GROUP_LABEL, group_affinity, group_annotations
 from kimi_operator.builders.pod import Role, pod_template
 
 
-def channel_claim_name(kd: KimiDeployment, group: int) -> str:
+def channel_claim_name(kd: KimiDeployment, group: int, serving: Serving = "aggregated") -> str:
     """The ResourceClaimTemplate the ComputeDomain generates and every pod of the group claims."""
-    return f"{group_name(kd, group)}-channel"
+    return f"{group_name(kd, group, serving)}-channel"
 
 
-def compute_domain(kd: KimiDeployment, group: int) -> dict[str, Any]:
+def compute_domain(
+    kd: KimiDeployment, group: int, serving: Serving = "aggregated"
+) -> dict[str, Any]:
     return {
         "apiVersion": "resource.nvidia.com/v1beta1",
         "kind": "ComputeDomain",
-        "metadata": metadata(kd, group_name(kd, group), "compute-domain"),
+        "metadata": metadata(kd, group_name(kd, group, serving), "compute-domain"),
         "spec": {
             "numNodes": 0,
-            "channel": {"resourceClaimTemplate": {"name": channel_claim_name(kd, group)}},
+            "channel": {"resourceClaimTemplate": {"name": channel_claim_name(kd, group, serving)}},
         },
     }
 
@@ -34,9 +37,11 @@ def leader_worker_set(
     no_custom_all_reduce: bool,
     *,
     caches: Mapping[str, str],
+    serving: Serving,
+    sidecar_image: str,
 ) -> dict[str, Any]:
-    name = group_name(kd, group)
-    channel = channel_claim_name(kd, group) if with_domain else None
+    name = group_name(kd, group, serving)
+    channel = channel_claim_name(kd, group, serving) if with_domain else None
 
     def pod(role: Role) -> dict[str, Any]:
         built = pod_template(
@@ -46,6 +51,8 @@ def leader_worker_set(
             channel_claim=channel,
             no_custom_all_reduce=no_custom_all_reduce,
             caches=caches,
+            serving=serving,
+            sidecar_image=sidecar_image,
         )
         built["metadata"]["labels"][GROUP_LABEL] = name
         affinity = group_affinity(kd, name)

@@ -285,6 +285,7 @@ def decode_dashboard() -> dashboard.Dashboard:
             "percentunit",
             [(_rule(f"kimi:prefix_cache_hit_ratio:ratio_{WINDOW}"), "{{deployment}}")],
         ),
+        *_handover_panels(grid),
         _series(
             grid,
             "CPU KV tier: hit rate",
@@ -334,6 +335,48 @@ def decode_dashboard() -> dashboard.Dashboard:
     for panel in panels:
         board = board.with_panel(panel)
     return board
+
+
+def _handover_panels(grid: _Grid) -> list[Builder[Panel]]:
+    """spec.prefill (docs/disaggregation.md): prompt tokens per role and where their KV came from
+    (the prefill groups' prompt throughput; what the decode groups took from the hand-over), and
+    NixlConnector's transfers on the decode groups."""
+    by_source = f"{BY}, role, source"
+    nixl = "vllm:nixl_xfer_time_seconds"
+    return [
+        _series(
+            grid,
+            "Disaggregated prefill: prompt tok/s by role and source",
+            "none",
+            [
+                (
+                    f"sum by ({by_source}) "
+                    f"(rate(vllm:prompt_tokens_by_source_total{{{SELECTOR}}}[{WINDOW}]))",
+                    "{{deployment}} {{role}} {{source}}",
+                )
+            ],
+            "external_kv_transfer on the decode groups: prompt tokens whose KV the prefill "
+            "groups handed over; local_compute on the prefill groups: their prompt throughput.",
+        ),
+        _series(
+            grid,
+            "Disaggregated prefill: KV transfers",
+            "s",
+            [
+                (
+                    f"sum by ({BY}) (rate({nixl}_sum{{{SELECTOR}}}[{WINDOW}])) / "
+                    f"(sum by ({BY}) (rate({nixl}_count{{{SELECTOR}}}[{WINDOW}])) > 0)",
+                    "{{deployment}} mean transfer time",
+                ),
+                (
+                    f"sum by ({BY}) "
+                    f"(rate(vllm:nixl_num_failed_transfers_total{{{SELECTOR}}}[{WINDOW}]))",
+                    "{{deployment}} failed transfers/s",
+                ),
+            ],
+            "NixlConnector's own metrics on the decode groups (vLLM 0.33.0).",
+        ),
+    ]
 
 
 def cost_expressions() -> dict[str, str]:

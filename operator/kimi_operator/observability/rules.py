@@ -26,6 +26,8 @@ SERVING_GROUPS = "kimi:serving_groups:count"
 WAITING_REQUESTS = "kimi:num_requests_waiting:sum"
 KV_CACHE_USAGE = "kimi:kv_cache_usage_perc:sum"
 GROUPS_PER_DECODE_RATE = f"kimi:serving_groups_per_decode_rate:ratio_{WINDOW}"
+# The series of every group but spec.prefill's prefill groups (the PodMonitor's `role` label).
+NOT_PREFILL = '{role!="prefill"}'
 
 
 def _quantile(q: float, bucket: str, by: str = BY) -> str:
@@ -75,10 +77,20 @@ def recording_rules() -> list[dict[str, str]]:
         {"record": "kimi:engine_gpus:sum", "expr": f"sum by ({BY}) (kimi_engine_gpus)"},
         # What spec.autoscaling scales on (builders.autoscaling). vLLM's own series come from the
         # leaders only, one engine per TP group: a group counts once it serves, so a group that
-        # waits for capacity never lowers the per-group load the autoscaler sees.
-        {"record": SERVING_GROUPS, "expr": f"count by ({BY}) (vllm:num_requests_running)"},
-        {"record": WAITING_REQUESTS, "expr": f"sum by ({BY}) (vllm:num_requests_waiting)"},
-        {"record": KV_CACHE_USAGE, "expr": f"sum by ({BY}) (vllm:kv_cache_usage_perc)"},
+        # waits for capacity never lowers the per-group load the autoscaler sees. The prefill
+        # groups of spec.prefill are not the groups it scales (role="prefill" left out).
+        {
+            "record": SERVING_GROUPS,
+            "expr": f"count by ({BY}) (vllm:num_requests_running{NOT_PREFILL})",
+        },
+        {
+            "record": WAITING_REQUESTS,
+            "expr": f"sum by ({BY}) (vllm:num_requests_waiting{NOT_PREFILL})",
+        },
+        {
+            "record": KV_CACHE_USAGE,
+            "expr": f"sum by ({BY}) (vllm:kv_cache_usage_perc{NOT_PREFILL})",
+        },
         {
             "record": GROUPS_PER_DECODE_RATE,
             "expr": _per(SERVING_GROUPS, f"kimi:decode_tokens_per_second_per_user:p10_{WINDOW}"),

@@ -133,6 +133,7 @@ class Decision:
     held: list[dict[str, Any]] = field(default_factory=list)  # outdated groups left as they are
     delete: list[Write] = field(default_factory=list)  # pruned children, then caches let go of
     steps: Steps | None = None  # the rollout's (None: the reconcile stops before it)
+    prefill_steps: Steps | None = None  # the prefill groups' rollout, with spec.prefill
     image: ImageChoice | None = None
     gate: Gate = "release"  # the operator-wide turn to move to a new default image
     groups: list[dict[str, Any]] = field(default_factory=list)  # status.groups (group_life.py)
@@ -392,6 +393,7 @@ def decide(
         apply=group_life.braked(rolled.write, halted),
         held=group_life.braked(rolled.held, halted),
         steps=rolled.steps,
+        prefill_steps=rolled.prefill_steps,
         image=image,
         gate="hold" if following and rolled.steps.rolling else "release",
         groups=records,

@@ -82,15 +82,22 @@ def outcome(
         failed.append(Problem("ApplyFailed", str(error)))
     blockers = [*plan.blockers, *failed, *weights.failed]
     defaults = plan.defaults
-    groups = [o for o in applied.live if o["kind"] == LEADER_WORKER_SET.kind]
+    every_group = [o for o in applied.live if o["kind"] == LEADER_WORKER_SET.kind]
+    groups, prefill = _by_role(kd.metadata.name, every_group)
     domains = [o for o in applied.live if o["kind"] == COMPUTE_DOMAIN.kind]
     ready = sum(1 for g in groups if rollout.group_ready(g))
-    waits = not observed.first and ready < len(groups) and retrying is None
+    prefill_ready = sum(1 for g in prefill if rollout.group_ready(g))
+    all_ready = ready + prefill_ready
+    waits = not observed.first and all_ready < len(every_group) and retrying is None
     mode = spec.compute_domain
+    prefill_wanted = spec.prefill.replicas if spec.prefill is not None else 0
     seen = cond.Observation(
         groups_wanted=spec.replicas,
         groups_present=len(groups),
         groups_ready=ready,
+        prefill_wanted=prefill_wanted,
+        prefill_present=len(prefill),
+        prefill_ready=prefill_ready,
         endpoint=observed.gateway_endpoint or endpoint(kd),
         unschedulable=observed.unschedulable if waits else "",
         warnings=observed.warnings,
@@ -102,12 +109,13 @@ def outcome(
             if mode == "Disabled"
             else ("InUse" if served[COMPUTE_DOMAIN] else "NotInstalled")
         ),
-        domains_wanted=spec.replicas if uses_compute_domain(kd, defaults) else 0,
+        domains_wanted=spec.replicas + prefill_wanted if uses_compute_domain(kd, defaults) else 0,
         domains_ready=sum(1 for d in domains if (d.get("status") or {}).get("status") == "Ready"),
         compute_domain_install=COMPUTE_DOMAIN.install,
         groups_updated=steps.updated if steps else 0,
+        prefill_updated=decision.prefill_steps.updated if decision.prefill_steps else 0,
         rolling=bool(steps and steps.rolling),
-        stalled=_stalled(observed, steps),
+        stalled=_stalled(observed, steps, decision.prefill_steps),
         waiting=_waiting(image),
         weights=weights.condition(),
         routing=_routing_ready(observed, applied, error, served),
@@ -121,6 +129,7 @@ def outcome(
         generation=observed.body.get("metadata", {}).get("generation"),
         now=now,
         counts=None if retrying else (len(groups), ready),
+        prefill_counts=None if retrying else (len(prefill), prefill_ready),
         endpoint=None if retrying else (seen.endpoint if ready else ""),
         # After a failed apply, what the groups run is as last observed.
         rollout=None if error or not (image and steps) else _rollout(image, steps),
@@ -133,7 +142,7 @@ def outcome(
         ),
         scale=cond.ScaleStatus(
             selector=leader_selector(kd),
-            gpus=spec.gpus * spec.replicas,
+            gpus=spec.gpus * (spec.replicas + prefill_wanted),
             autoscaler=plan.autoscaler,
         ),
         groups=None if error else decision.groups,
@@ -198,15 +207,30 @@ def _routing_ready(
     return routing.routing_condition(kd, applied.live, routing_missing(kd, served))
 
 
-def _stalled(observed: Observed, steps: Steps | None) -> str:
-    if steps is None or not steps.stalled:
-        return ""
+def _by_role(
+    deployment: str, groups: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The groups of spec.replicas, and the prefill groups (`-p<i>`)."""
+    decode: list[dict[str, Any]] = []
+    prefill: list[dict[str, Any]] = []
+    for group in groups:
+        found = rollout.group_of(deployment, group["metadata"]["name"])
+        (prefill if found is not None and found[0] == "p" else decode).append(group)
+    return decode, prefill
+
+
+def _stalled(observed: Observed, steps: Steps | None, prefill: Steps | None) -> str:
     kd = observed.kd
-    names = ", ".join(group_name(kd, i) for i in steps.stalled)
+    by_role = [(steps, "aggregated"), (prefill, "prefill")]
+    stalled = [(s, role) for s, role in by_role if s is not None and s.stalled]
+    if not stalled:
+        return ""
+    names = ", ".join(group_name(kd, i, role) for s, role in stalled for i in s.stalled)
+    held = sum(len(s.hold) for s, _ in stalled)
     deadline = kd.spec.rollout.progress_deadline_seconds
     return (
         f"{names} not Ready within spec.rollout.progressDeadlineSeconds ({deadline} s): the "
-        f"rollout stopped; the {len(steps.hold)} groups not yet updated keep serving"
+        f"rollout stopped; the {held} groups not yet updated keep serving"
     )
 
 

@@ -78,6 +78,8 @@ def test_printer_columns_point_at_fields() -> None:
         "GPUS",
         "DESIRED",
         "READY-GROUPS",
+        "PREFILL",
+        "PREFILL-READY",
         "BACKEND",
         "ROUTING",
         "READY",
@@ -85,8 +87,12 @@ def test_printer_columns_point_at_fields() -> None:
         "AGE",
     ]
     known = {p for p, _ in nodes(SCHEMA)}
-    for name in ("GPUS", "DESIRED", "READY-GROUPS", "BACKEND", "ROUTING", "ENDPOINT"):
+    names = ("GPUS", "DESIRED", "READY-GROUPS", "PREFILL", "PREFILL-READY", "BACKEND", "ROUTING")
+    for name in (*names, "ENDPOINT"):
         assert columns[name] in known, name
+    # The roles' columns in `kubectl get -o wide`: the default table stays as it was.
+    wide = [c["name"] for c in VERSION["additionalPrinterColumns"] if c.get("priority") == 1]
+    assert wide == ["PREFILL", "PREFILL-READY"]
     assert columns["READY"].startswith('.status.conditions[?(@.type=="Ready")]')
 
 

@@ -31,6 +31,7 @@ CONTEXT: dict[Path, dict[str, Any]] = {
     ("spec", "speculative", "draftSource", "huggingface"): {
         "spec.speculative": {"draftSource": {"huggingface": {"repo": "moonshotai/draft"}}}
     },
+    ("spec", "prefill"): {"spec.routing.mode": "InferencePool", "spec.prefill": {}},
     ("spec", "routing", "gatewayRef"): {
         "spec.routing": {"mode": "InferencePool", "gatewayRef": {"name": "inference-gateway"}}
     },

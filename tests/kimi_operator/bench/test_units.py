@@ -199,3 +199,25 @@ def test_connections_stamp_arrivals_in_the_protocol() -> None:
         name, arrived = asyncio.run(fetch(url))
     assert name == "_StampedProtocol"
     assert before < arrived < time.perf_counter()
+
+
+def test_the_kv_handover_of_a_decode_group_from_its_counters() -> None:
+    """On a decode group of spec.prefill: the share of prompt tokens a connector handed over,
+    NIXL's mean transfer time and its failures, all over the run (vLLM 0.33.0's names)."""
+    text = (
+        'vllm:prompt_tokens_by_source_total{{engine="0",source="local_compute"}} {local}\n'
+        'vllm:prompt_tokens_by_source_total{{engine="0",source="local_cache_hit"}} 0\n'
+        'vllm:prompt_tokens_by_source_total{{engine="0",source="external_kv_transfer"}} {moved}\n'
+        'vllm:nixl_xfer_time_seconds_sum{{engine="0"}} {time}\n'
+        'vllm:nixl_xfer_time_seconds_count{{engine="0"}} {count}\n'
+        'vllm:nixl_num_failed_transfers_total{{engine="0"}} {failed}\n'
+    )
+    before = parse(text.format(local=10, moved=0, time=0, count=0, failed=1))
+    after = parse(text.format(local=40, moved=2970, time=1.5, count=3, failed=2))
+    metrics = delta(before, after)
+    assert metrics.external_prompt_fraction == pytest.approx(2970 / 3000)
+    assert metrics.kv_transfer_time_s == pytest.approx(0.5)
+    assert metrics.kv_transfer_failures == 1
+    aggregated = delta(parse(""), parse('vllm:prompt_tokens_by_source_total{source="x"} 5\n'))
+    assert aggregated.external_prompt_fraction == 0
+    assert (aggregated.kv_transfer_time_s, aggregated.kv_transfer_failures) == (None, None)

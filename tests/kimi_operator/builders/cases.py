@@ -97,6 +97,42 @@ CASES: dict[str, tuple[dict[str, Any], OperatorDefaults]] = {
         ),
         OperatorDefaults(),
     ),
+    # spec.prefill: the public GB300 recipe's shape (TP8 x DCP8 on both roles, one prefill group
+    # feeding the decode groups), DSpark drafts, the prefill role's own flags and variables.
+    "disaggregated-dspark": (
+        _edited(
+            "k3-tp8-dspark.yaml",
+            replicas=2,
+            decode={"maxNumSeqs": 8, "contextParallelSize": 8},
+            routing={"mode": "InferencePool"},
+            env=[{"name": "SHARED", "value": "both"}, {"name": "ROLE", "value": "decode"}],
+            prefill={
+                "replicas": 1,
+                "engineArgs": ["--max-num-batched-tokens", "16384"],
+                "env": [{"name": "ROLE", "value": "prefill"}],
+            },
+        ),
+        OperatorDefaults(),
+    ),
+    "disaggregated-uncached-tokens": (
+        _edited(
+            "k3-tp16-routed.yaml",
+            replicas=1,
+            prefill={"replicas": 1, "decider": "UncachedTokens", "uncachedTokens": 512},
+        ),
+        OperatorDefaults(),
+    ),
+    # spec.prefill with precise prefix scoring: the prefix scorers of both profiles read the
+    # precise producer's index; both roles publish KV events.
+    "disaggregated-precise": (
+        _edited(
+            "k3-tp16-routed.yaml",
+            replicas=1,
+            routing={"mode": "InferencePool", "prefixScoring": "Precise"},
+            prefill={"replicas": 1, "decider": "UncachedTokens", "uncachedTokens": 512},
+        ),
+        OperatorDefaults(),
+    ),
 }
 
 

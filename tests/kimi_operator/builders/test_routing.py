@@ -64,7 +64,8 @@ def test_the_pool_selects_the_leaders_of_every_group_only(name: str) -> None:
     (pool,) = children["InferencePool"]
     selector = _matches(pool)
     groups = children["LeaderWorkerSet"]
-    assert len(groups) == 2
+    assert len(groups) >= 2
+    (target,) = pool["spec"]["targetPorts"]
     for group in groups:
         templates = group["spec"]["leaderWorkerTemplate"]
         leader = templates["leaderTemplate"]["metadata"]["labels"]
@@ -72,10 +73,15 @@ def test_the_pool_selects_the_leaders_of_every_group_only(name: str) -> None:
         # LeaderWorkerSet labels the leader pod worker-index 0, each worker its index.
         assert _selects(selector, leader | {"leaderworkerset.sigs.k8s.io/worker-index": "0"})
         assert not _selects(selector, worker | {"leaderworkerset.sigs.k8s.io/worker-index": "1"})
-    # The port vLLM serves on in the leader.
-    (container,) = groups[0]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"]
-    http = next(p["containerPort"] for p in container["ports"] if p["name"] == "http")
-    assert pool["spec"]["targetPorts"] == [{"number": http}]
+        # The port the pool sends to: vLLM's, or on a decode group of spec.prefill its sidecar's.
+        pod = templates["leaderTemplate"]["spec"]
+        ports = {
+            p["containerPort"]: p["name"]
+            for c in [*pod["containers"], *pod["initContainers"]]
+            for p in c.get("ports", [])
+        }
+        served_by = "sidecar" if leader.get("llm-d.ai/role") == "decode" else "http"
+        assert ports[target["number"]] == served_by
 
 
 @pytest.mark.parametrize("name", ROUTED)
