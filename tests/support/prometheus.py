@@ -82,6 +82,7 @@ class VllmEmitter:
     def __init__(self, model_name: str) -> None:
         self.registry = CollectorRegistry()
         r, labels, values = self.registry, ["model_name", "engine"], (model_name, "0")
+        self.values = values
 
         def counter(name: str, extra: tuple[str, ...] = ()) -> Counter:
             return Counter(name, name, [*labels, *extra], registry=r)
@@ -104,6 +105,21 @@ class VllmEmitter:
         self.ttft = Histogram(
             "vllm:time_to_first_token_seconds", "", labels, registry=r, buckets=names.TTFT_BUCKETS
         ).labels(*values)
+        # The CPU KV tier (spec.kvCache.cpuOffload): its lookups and traffic.
+        self.tier_queries = counter("vllm:external_prefix_cache_queries").labels(*values)
+        self.tier_hits = counter("vllm:external_prefix_cache_hits").labels(*values)
+        self.tier_loaded = counter("vllm:kv_offload_load_bytes").labels(*values)
+        self.tier_stored = counter("vllm:kv_offload_store_bytes").labels(*values)
+        self.tier_failures = counter("vllm:kv_offload_allocation_failure").labels(*values)
+        self.tier_pinned = Gauge(
+            "vllm:kv_offload_cpu_cache_usage_perc", "", labels, registry=r
+        ).labels(*values)
+        # Disaggregated prefill (spec.prefill): prompt tokens by source, NIXL's transfers.
+        self.by_source = counter("vllm:prompt_tokens_by_source", ("source",))
+        self.nixl_time = Histogram(
+            "vllm:nixl_xfer_time_seconds", "", labels, registry=r, buckets=(0.01, 0.1, 1.0)
+        ).labels(*values)
+        self.nixl_failed = counter("vllm:nixl_num_failed_transfers").labels(*values)
 
     def step(self, phase: str) -> None:
         self.generation.inc(GENERATION_TOKENS[phase])
@@ -121,6 +137,16 @@ class VllmEmitter:
             self.itl.observe(0.0015 if phase == "steady" else 0.004)
         for _ in range(40):
             self.ttft.observe(0.4)
+        self.tier_queries.inc(750)
+        self.tier_hits.inc(300)
+        self.tier_loaded.inc(2**30)
+        self.tier_stored.inc(2**29)
+        self.tier_failures.inc(0)
+        self.tier_pinned.set(0.1)
+        self.by_source.labels(*self.values, "local_compute").inc(100)
+        self.by_source.labels(*self.values, "external_kv_transfer").inc(900)
+        self.nixl_time.observe(0.05)
+        self.nixl_failed.inc(0)
 
 
 def stamp(text: str, millis: int) -> str:
@@ -204,6 +230,7 @@ def build_targets(vllm_config: Any) -> tuple[list[Target], int]:
         operator.errors.labels("temporary").inc(1 if phase == "degraded" else 0)
         operator.duration.labels("resync").observe(0.2)
         operator.observe_request("patch", "KimiDeployment", 200)
+        operator.group_failures.labels("Crashed").inc(1 if phase == "degraded" else 0)
         operator.set_conditions("uid-k3", {"conditions": [{"type": "Ready", "status": "True"}]})
         operator.set_conditions(
             "uid-k3-canary", {"conditions": [{"type": "Ready", "status": "False"}]}

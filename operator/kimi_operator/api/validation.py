@@ -20,7 +20,8 @@ from pydantic_core import ErrorDetails
 from kimi_operator.api.constants import API_VERSION, KIND, MAX_DEPTH, MAX_VALUES
 from kimi_operator.api.defaulting import apply_defaults, drop_nulls
 from kimi_operator.api.problem import Problem, show
-from kimi_operator.api.rules import RULES, Rule, Violation, failed_rules, spec_warnings
+from kimi_operator.api.rule import Rule, Violation
+from kimi_operator.api.rules import RULES, failed_rules, spec_warnings
 from kimi_operator.api.spec import KimiDeployment
 
 Loc = tuple[str | int, ...]
