@@ -28,6 +28,14 @@ from tests.vllm.conftest import Served, timed_requests
 LABELS = {"namespace": "inference", "deployment": "k3-cpu"}
 NOT_INSTRUMENTED = "no Kimi K3 module in vLLM 0.32.0: the decode-path plugin counts no steps"
 NO_DRAFTS = "the CPU server runs without speculative decoding: no drafts to accept"
+NO_TIER = (
+    "the CPU KV tier cannot run on vLLM's CPU build (v1/kv_offload/cpu/spec.py: CUDA-alike and "
+    "XPU GPUs only): no offload series (docs/kv-cache.md)"
+)
+NO_CONNECTOR = (
+    "this server has no KV connector: NixlConnector's series come from a decode group of "
+    "spec.prefill (tests/vllm/test_disaggregation.py hands KV over with ExampleConnector)"
+)
 # Panels (dashboard, title) that stay empty on this server, and why.
 EMPTY_PANELS = {
     ("Kimi K3 decode", "Fast-path fraction"): NOT_INSTRUMENTED,
@@ -35,12 +43,18 @@ EMPTY_PANELS = {
     ("Kimi K3 decode", "Acceptance length"): NO_DRAFTS,
     ("Kimi K3 decode", "Speculative decoding: acceptance length"): NO_DRAFTS,
     ("Kimi K3 decode", "Speculative decoding: acceptance by position"): NO_DRAFTS,
+    ("Kimi K3 decode", "CPU KV tier: hit rate"): NO_TIER,
+    ("Kimi K3 decode", "CPU KV tier: traffic and transfer load"): NO_TIER,
+    ("Kimi K3 decode", "CPU KV tier: share pinned by transfers"): NO_TIER,
+    ("Kimi K3 decode", "CPU KV tier: failed stores"): NO_TIER,
+    ("Kimi K3 decode", "Disaggregated prefill: KV transfers"): NO_CONNECTOR,
 }
 EMPTY_RULES = {
     "kimi:decode_fast_path_fraction:ratio_5m": NOT_INSTRUMENTED,
     "kimi:decode_fallback_steps:rate_5m": NOT_INSTRUMENTED,
     "kimi:spec_decode_acceptance_length:ratio_5m": NO_DRAFTS,
     "kimi:spec_decode_acceptance_per_position:ratio_5m": NO_DRAFTS,
+    "kimi:offload_hit_ratio:ratio_5m": NO_TIER,
 }
 # vLLM 0.33.0 metrics registered by default that vLLM 0.32.0 (CPU build) does not serve.
 MISSING_IN_0_32: set[str] = set()
