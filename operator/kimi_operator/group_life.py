@@ -18,6 +18,7 @@ from typing import Any
 
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.status import condition
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL
 from kimi_operator.builders.placement import GROUP_LABEL
 from kimi_operator.rollout import epoch
@@ -39,10 +40,9 @@ class Failure:
 
 
 def _condition_time(pod: Mapping[str, Any], kind: str) -> str:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == kind and c.get("status") == "True":
-            return str(c.get("lastTransitionTime") or "")
-    return ""
+    """When the pod's condition `kind` became True ("" while it is not)."""
+    found = condition(pod.get("status") or {}, kind)
+    return str(found.get("lastTransitionTime") or "") if found.get("status") == "True" else ""
 
 
 def _classify(container: str, terminated: Mapping[str, Any], init: bool) -> tuple[str, str]:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimi_operator.bench.results import RequestRecord
+
 
 @dataclass
 class CliResult:
@@ -47,3 +49,23 @@ def closed_chain_task(data: dict[str, Any], thinks: tuple[float, float]) -> tupl
     turns = a["e2e_s"] + b["e2e_s"] + c["e2e_s"]
     assert abs(task["completion_s"] - (turns + sum(thinks))) <= lags + tail + 1e-6
     return task, lags
+
+
+def record(times: list[float], *, index: int = 0, error: str | None = None) -> RequestRecord:
+    """A request whose chunks came at `times` (seconds after it was sent), one token each."""
+    return RequestRecord(
+        index=index,
+        group=None,
+        request_id=None,
+        scheduled_start_s=0.0,
+        start_s=0.0,
+        prompt_tokens=1,
+        output_tokens=len(times),
+        ttft_s=times[0] if times else None,
+        e2e_s=times[-1] if times else None,
+        decode_tokens_per_s=None,
+        chunk_times_s=times,
+        chunk_tokens=None,
+        token_counts="chunks",
+        error=error,
+    )

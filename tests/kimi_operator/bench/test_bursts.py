@@ -6,31 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from kimi_operator.bench.results import Distribution, RequestRecord, ServerMetrics
+from kimi_operator.bench.results import Distribution, ServerMetrics
 from kimi_operator.bench.stats import mark_bursts, timing_warnings, together
-from tests.support.bench import Cli, bench_argv, results
+from tests.support.bench import Cli, bench_argv, record, results
 
 STEP_S = 0.01
 RATE = 1 / STEP_S  # the stub's timetable, as its /metrics reports it
-
-
-def record(times: list[float], error: str | None = None) -> RequestRecord:
-    return RequestRecord(
-        index=0,
-        group=None,
-        request_id=None,
-        scheduled_start_s=0.0,
-        start_s=0.0,
-        prompt_tokens=1,
-        output_tokens=len(times),
-        ttft_s=times[0] if times else None,
-        e2e_s=times[-1] if times else None,
-        decode_tokens_per_s=None,
-        chunk_times_s=times,
-        chunk_tokens=None,
-        token_counts="chunks",
-        error=error,
-    )
 
 
 def rate(mean: float) -> Distribution:
@@ -59,9 +40,9 @@ def test_most_chunks_together_or_a_span_too_short_marks_the_request() -> None:
 
 def test_tokens_merged_by_the_server_frontend_mark_the_request() -> None:
     """A stream whose sender fell behind (vLLM's frontend merges what it has not sent): as CI saw
-    it on a 2-CPU machine, 2 chunks 6 ms apart carrying 30 and 34 tokens, while the server says each
-    request decoded at 148 tok/s (6.8 ms a step). Neither its chunk count nor its gaps give it away;
-    its tokens' rate, 38 times the server's, does."""
+    it on a 2-CPU machine (first token 477 ms into a 484 ms request, against the server's 148 tok/s
+    per request, 6.8 ms a step), here as 2 chunks 6 ms apart carrying 30 and 34 tokens. Neither
+    its chunk count nor its gaps give it away; its tokens' rate, 38 times the server's, does."""
     merged = record([0.477, 0.483]).model_copy(
         update={"output_tokens": 64, "chunk_tokens": [30, 34], "decode_tokens_per_s": 34 / 0.006}
     )

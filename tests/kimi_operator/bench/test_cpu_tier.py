@@ -6,10 +6,10 @@ keeps every block (docs/kv-cache.md)."""
 from collections.abc import Callable
 from pathlib import Path
 
-from kimi_operator.bench.results import RequestRecord, TaskRecord
+from kimi_operator.bench.results import TaskRecord
 from kimi_operator.bench.stub import PREFIX_BLOCK, STUB_BYTES_PER_TOKEN, StubApp
 from kimi_operator.bench.tasks import turn_ttfts
-from tests.support.bench import Cli, results
+from tests.support.bench import Cli, record, results
 
 # Session a's first turn (two blocks), then session b's, which pushes a's out of the GPU cache;
 # then a's second turn: a's two blocks again and one of its own.
@@ -91,25 +91,6 @@ def test_compare_without_and_with_the_tier(
     assert any(line.startswith("TTFT of first turns (ms) p50") for line in lines)
 
 
-def _record(index: int, ttft: float | None, *, error: str | None = None) -> RequestRecord:
-    return RequestRecord(
-        index=index,
-        group=None,
-        request_id=None,
-        scheduled_start_s=0.0,
-        start_s=0.0,
-        prompt_tokens=1,
-        output_tokens=1,
-        ttft_s=ttft,
-        e2e_s=ttft,
-        decode_tokens_per_s=None,
-        chunk_times_s=[ttft or 0.0],
-        chunk_tokens=None,
-        token_counts="chunks",
-        error=error,
-    )
-
-
 def _task(name: str, requests: list[int]) -> TaskRecord:
     return TaskRecord(
         task=name,
@@ -126,7 +107,8 @@ def _task(name: str, requests: list[int]) -> TaskRecord:
 
 
 def test_a_tasks_first_planned_request_is_its_first_turn_whatever_the_others_did() -> None:
-    records = [_record(0, 1.0), _record(1, 0.1), _record(2, 2.0), _record(3, None, error="x")]
-    records.append(_record(4, 0.2).model_copy(update={"burst": True}))
+    records = [record([1.0]), record([0.1], index=1), record([2.0], index=2)]
+    records.append(record([], index=3, error="x"))
+    records.append(record([0.2], index=4).model_copy(update={"burst": True}))
     tasks = [_task("a", [0, 1, 4]), _task("b", [2, 3])]
     assert turn_ttfts(tasks, records) == ([1.0, 2.0], [0.1])
