@@ -253,7 +253,8 @@ def shared_write(
     if kept:
         new["metadata"]["annotations"] = {**meta.get("annotations", {}), RETAIN_ANNOTATION: "true"}
     if actual is None:
-        return Write("create", resource, meta["namespace"], meta["name"], new)
+        # Kept: nobody's reference to add, so one made meanwhile by another deployment is as good.
+        return Write("create", resource, meta["namespace"], meta["name"], new, exists_ok=kept)
     annotations = actual["metadata"].get("annotations") or {}
     refs = _users(actual)
     if kept and (refs or RETAIN_ANNOTATION not in annotations):

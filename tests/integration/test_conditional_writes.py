@@ -11,6 +11,7 @@ import pytest
 from kimi_operator import caches
 from kimi_operator import reconcile as reconcile_module
 from kimi_operator.builders import OperatorDefaults
+from kimi_operator.builders.lifecycle import SHARED_CLAIM
 from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.k8s.apply import perform
 from kimi_operator.k8s.client import Client
@@ -76,6 +77,41 @@ def test_a_stale_prune_is_refused_and_the_recreated_group_survives(
     survivor = client.get(LEADER_WORKER_SET, NS, GROUP)
     assert survivor is not None
     assert survivor["metadata"]["uid"] == made[0]["metadata"]["uid"]
+
+
+def test_two_deployments_racing_to_create_the_namespaces_compile_cache_both_serve(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both read the namespace without `kimi-compile-cache` and plan to create it; the first
+    does while the second's plan waits. The second's create answers 409 AlreadyExists: the claim
+    is shared and owned by nobody, so that is the second joined, not a failed reconcile (a CI
+    run's reliability stage timed out on deployments backing off from this 409)."""
+    first = sample()
+    first["metadata"]["name"] = "first"
+    client.create(KIMI_DEPLOYMENT, first)
+    client.create(KIMI_DEPLOYMENT, sample())
+    decide = reconcile_module.decide  # type: ignore[attr-defined]  # what `reconcile` calls
+    raced: list[str] = []
+
+    def stalled(observed: Observed, defaults: OperatorDefaults, **kwargs: Any) -> Decision:
+        decision = decide(observed, defaults, **kwargs)
+        if not raced:
+            raced.append("first")
+            assert [w.name for w in decision.caches if w.verb == "create"] == [SHARED_CLAIM]
+            body = client.get(KIMI_DEPLOYMENT, NS, "first")
+            assert body is not None
+            made = reconcile(body, client, OperatorDefaults(), spec_changed=True, now="now")
+            assert made.error is None
+            assert client.get(PERSISTENT_VOLUME_CLAIM, NS, SHARED_CLAIM) is not None
+        return decision
+
+    monkeypatch.setattr(reconcile_module, "decide", stalled)
+    body = client.get(KIMI_DEPLOYMENT, NS, NAME)
+    assert body is not None
+    outcome = reconcile(body, client, OperatorDefaults(), spec_changed=True, now="now")
+    assert outcome.error is None
+    groups = {group["metadata"]["name"] for group in client.list(LEADER_WORKER_SET, NS)}
+    assert groups == {"first-g0", f"{NAME}-g0"}
 
 
 def cache_claim(client: Client, users: list[Mapping[str, Any]]) -> dict[str, Any]:

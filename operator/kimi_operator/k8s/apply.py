@@ -79,20 +79,22 @@ def apply_child(
     into.patched.append(_label(desired))
 
 
-def perform(client: Client, write: Write, into: Applied) -> dict[str, Any] | None:
-    """Send `write`; the object as it is now (None after a delete), recorded in `into`."""
+def perform(client: Client, write: Write, into: Applied) -> None:
+    """Send `write`, recorded in `into` (a create of a shared object already there: nothing)."""
     label = f"{write.resource.kind}/{write.name}"
     if write.verb == "delete":
         if client.delete(
             write.resource, write.namespace, write.name, precondition=write.precondition
         ):
             into.deleted.append(label)
-        return None
+        return
     assert write.body is not None  # create and patch carry one
     if write.verb == "create":
-        answer = client.create(write.resource, dict(write.body))
-        into.created.append(label)
-        return answer
-    answer = client.patch(write.resource, write.namespace, write.name, dict(write.body))
+        if not write.exists_ok:
+            client.create(write.resource, dict(write.body))
+            into.created.append(label)
+        elif client.create_if_absent(write.resource, write.body):
+            into.created.append(label)
+        return
+    client.patch(write.resource, write.namespace, write.name, dict(write.body))
     into.patched.append(label)
-    return answer

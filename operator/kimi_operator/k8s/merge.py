@@ -139,7 +139,9 @@ class Write:
     """One write decided ahead, as data: create `body`, merge-patch `body` into, or delete, the
     object `name` of `resource` (the shared weights caches, which are not applied as children).
     A patch decided from a read carries its resourceVersion in `body`; a delete, the
-    `preconditions` of the object read (docs/architecture.md, "Write rules")."""
+    `preconditions` of the object read (docs/architecture.md, "Write rules"). `exists_ok`: a
+    create of a shared object nobody owns, done when one of that name is already there (another
+    deployment of the namespace created it since this one's read)."""
 
     verb: Literal["create", "patch", "delete"]
     resource: Resource
@@ -147,6 +149,7 @@ class Write:
     name: str
     body: Mapping[str, Any] | None = None
     precondition: Mapping[str, str] | None = None
+    exists_ok: bool = False
 
     @classmethod
     def delete(cls, resource: Resource, obj: Mapping[str, Any]) -> "Write":
