@@ -175,14 +175,15 @@ def _records(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 
 
 def unrecorded(status: Mapping[str, Any], groups: Mapping[str, Mapping[str, Any]]) -> bool:
-    """Whether a group's pods are worth reading although it is Ready: it has no record yet (a new
-    group, or an operator upgraded onto running groups), or it was seen starting (its leader
-    recorded) and has no start-up time yet. A group whose pods were looked for and not found
-    (the demo's do not exist) is not read again at every resync."""
+    """Whether a group's pods are worth reading although it is Ready: it has no record yet (an
+    operator upgraded onto running groups), its leader was never seen (it became Ready between
+    two reads, or while the operator was away: its start-up time is still to be read), or it was
+    seen starting and has no start-up time yet."""
     records = _records(status)
     return any(
         name not in records
-        or (records[name].get("leaderUid") and records[name].get("startupSeconds") is None)
+        or not records[name].get("leaderUid")
+        or records[name].get("startupSeconds") is None
         for name in groups
     )
 
@@ -194,16 +195,25 @@ def records(
     pods: Sequence[Mapping[str, Any]] | None,
     *,
     now: str,
+    created: Mapping[str, Mapping[str, Any]],
 ) -> list[dict[str, Any]]:
     """status.groups: each live group's record advanced (`pods`: the deployment's, None when
-    not read this time), in name order; the records of groups gone are dropped."""
+    not read this time), and each group `created` now recorded as one with no pod yet (so the
+    status is whole from the reconcile that creates it, not rewritten at the next resync), in
+    name order; the records of groups gone are dropped."""
     old, found = _records(status), by_group(pods or [])
-    return [
-        advance(
+    advanced = {
+        name: advance(
             kd, old.get(name, {}), group, None if pods is None else found.get(name, []), now=now
         )
-        for name, group in sorted(groups.items())
-    ]
+        for name, group in groups.items()
+    }
+    advanced |= {
+        name: advance(kd, old.get(name, {}), group, [], now=now)
+        for name, group in created.items()
+        if name not in groups
+    }
+    return [advanced[name] for name in sorted(advanced)]
 
 
 def stopped(groups: Sequence[Mapping[str, Any]]) -> set[str]:

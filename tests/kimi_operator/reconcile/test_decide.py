@@ -93,6 +93,12 @@ def test_a_first_reconcile_creates_every_child() -> None:
     status = status_of(seen, decision, decision.apply).status
     assert (status["replicas"], status["readyReplicas"]) == (1, 0)
     assert condition(status, "Ready")["status"] == "False"
+    # The groups it creates are in status.groups already, as groups with no pod yet: the next
+    # resync, finding them so, writes no status (operator_scale's quiet minute counted one a
+    # deployment, and test_deposed_leader took the standby's for the deposed leader's).
+    assert [(g["name"], g["leaderUid"], g["restarts"]) for g in status["groups"]] == [
+        (f"{NAME}-g0", "", 0)
+    ]
 
 
 def test_the_compile_cache_claim_is_created_once_and_joined_by_nobody() -> None:
