@@ -384,9 +384,7 @@ def decide(
         for c in rolled.write
         if c["kind"] == LEADER_WORKER_SET.kind and c["metadata"]["name"] not in observed.groups
     }
-    records = group_life.records(
-        kd, old, observed.groups, observed.pods, now=now, created=created
-    )
+    records = group_life.records(kd, old, observed.groups, observed.pods, now=now, created=created)
     halted = group_life.stopped(records)
     plan.children = group_life.braked(rolled.planned, halted)
     brake = group_life.stopped_problem(kd, records)
