@@ -8,7 +8,8 @@ streaming, then the request itself to the decode server with the `kv_transfer_pa
 returned. The decode server must take the prompt from the hand-over, not compute it, and answer
 what the prefill server answers alone.
 
-Own servers, not the session's: two at once, each with a connector; about a minute on 2 CPUs."""
+Own servers, not the session's: two, each with a connector, started side by side; about a minute
+on 2 CPUs."""
 
 import json
 import random
@@ -22,12 +23,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kimi_operator.bench.profiles import WORDS
 from kimi_operator.builders.disaggregation import Serving, handover_env, kv_transfer_flags
-from kimi_operator.dev.cpu_vllm import HOST, MODEL_NAME, CpuServer
+from kimi_operator.dev.cpu_vllm import HOST, MODEL_NAME, CpuServer, side_by_side
 from kimi_operator.embedded.processes import free_port
 from tests.vllm.conftest import require_cpu_vllm
 
 PROMPT_WORDS = 1200
 OUTPUT_TOKENS = 16
+ROLES: tuple[Serving, ...] = ("prefill", "decode")
 
 
 def role_settings(serving: Serving, folder: Path) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -50,12 +52,12 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CpuServe
     require_cpu_vllm()
     folder = tmp_path_factory.mktemp("kv-handover")
     logs = tmp_path_factory.mktemp("logs")
-    started: list[CpuServer] = []
-    try:
-        for serving in ("prefill", "decode"):
-            args, env = role_settings(serving, folder)
-            log = (logs / f"{serving}.log").open("wb")
-            server = CpuServer(
+    made = []
+    for serving in ROLES:
+        args, env = role_settings(serving, folder)
+        log = (logs / f"{serving}.log").open("wb")
+        made.append(
+            CpuServer(
                 port=free_port(),
                 metrics_port=free_port(),
                 threads=1,
@@ -63,15 +65,13 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CpuServe
                 args=list(args),
                 env=dict(env),
             )
-            try:
-                started.append(server.__enter__())
-            except RuntimeError as error:
-                text = (logs / f"{serving}.log").read_text(errors="replace")[-4000:]
-                pytest.fail(f"{serving}: {error}; its log:\n{text}")
-        yield started[0], started[1]
-    finally:
-        for server in started:
-            server.stop()
+        )
+    try:
+        with side_by_side(made):
+            yield made[0], made[1]
+    except RuntimeError as error:
+        logs_text = {s: (logs / f"{s}.log").read_text(errors="replace")[-4000:] for s in ROLES}
+        pytest.fail(f"{error}; their logs:\n{logs_text}")
 
 
 def _post(server: CpuServer, body: dict[str, Any]) -> dict[str, Any]:

@@ -23,11 +23,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders.lifecycle import cache_env, drain_flags
-from kimi_operator.dev.cpu_vllm import MODEL_NAME, CpuServer
+from kimi_operator.dev.cpu_vllm import MODEL_NAME, CpuServer, side_by_side
 from kimi_operator.embedded.processes import free_port
 from tests.support.specs import edited
 from tests.vllm.conftest import require_cpu_vllm
@@ -81,8 +79,8 @@ def test_a_warm_cache_root_starts_faster_and_a_hashed_setting_misses(tmp_path: P
 
 
 # Long enough to be in flight when SIGTERM comes (the tiny model decodes tens of tokens a second
-# on two CPUs), inside the server's 4,096-token context.
-TOKENS = 1500
+# on one CPU thread: seconds of them), inside the server's 4,096-token context.
+TOKENS = 500
 STALL_S = 20
 
 
@@ -128,27 +126,33 @@ def _stream(root: str, first: threading.Event, out: Streamed) -> None:
         first.set()
 
 
-@pytest.mark.parametrize("drain_seconds", [120, 0])
-def test_sigterm_finishes_the_request_in_flight_only_with_a_drain(
-    drain_seconds: int, tmp_path: Path
-) -> None:
+def test_sigterm_finishes_the_request_in_flight_only_with_a_drain(tmp_path: Path) -> None:
+    """Two servers side by side, as the pods render them with drainSeconds 120 and 0; each gets
+    SIGTERM once its stream has begun."""
     require_cpu_vllm()
-    report = check_document(edited({"spec.serving.drainSeconds": drain_seconds}))
-    assert report.deployment is not None
-    flags = drain_flags(report.deployment.spec.serving)  # as the pods render it
-    with (tmp_path / "vllm.log").open("ab") as log:
-        server = CpuServer(free_port(), free_port(), log=log, args=flags)
-        with server:
-            first, out = threading.Event(), Streamed()
-            reader = threading.Thread(target=_stream, args=(server.root, first, out))
+    servers, drains = [], (120, 0)
+    for drain_seconds in drains:
+        report = check_document(edited({"spec.serving.drainSeconds": drain_seconds}))
+        assert report.deployment is not None
+        flags = drain_flags(report.deployment.spec.serving)  # as the pods render it
+        log = (tmp_path / f"vllm-{drain_seconds}.log").open("ab")
+        servers.append(CpuServer(free_port(), free_port(), threads=1, log=log, args=flags))
+    with side_by_side(servers):
+        streams = [(threading.Event(), Streamed()) for _ in servers]
+        readers = [
+            threading.Thread(target=_stream, args=(server.root, first, out))
+            for server, (first, out) in zip(servers, streams, strict=True)
+        ]
+        for reader, server, (first, _) in zip(readers, servers, streams, strict=True):
             reader.start()
             assert first.wait(120), "no token streamed"
             assert server.process is not None
             os.kill(server.process.pid, signal.SIGTERM)  # the container's main process only
+        for reader, server in zip(readers, servers, strict=True):
             reader.join(300)
+            assert server.process is not None
             server.process.wait(300)
-    print(f"\ndrain {drain_seconds} s: {out}")
-    if drain_seconds:
-        assert (out.tokens, out.finish, out.error) == (TOKENS, "length", ""), out
-    else:
-        assert (out.tokens, out.finish) != (TOKENS, "length"), out
+    drained, aborted = (out for _, out in streams)
+    print(f"\ndrain 120 s: {drained}\ndrain 0 s: {aborted}")
+    assert (drained.tokens, drained.finish, drained.error) == (TOKENS, "length", ""), drained
+    assert (aborted.tokens, aborted.finish) != (TOKENS, "length"), aborted

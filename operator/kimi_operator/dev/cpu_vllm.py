@@ -18,6 +18,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -152,6 +154,7 @@ class CpuServer:
     start_s: float = 0.0
     settings: ServedConfig | None = None  # what the server reports running with
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _launched: float = field(default=0.0, repr=False)  # time.monotonic() at launch
 
     @property
     def root(self) -> str:
@@ -162,18 +165,29 @@ class CpuServer:
         return f"http://{HOST}:{self.metrics_port}/metrics"
 
     def __enter__(self) -> "CpuServer":
+        return self.launch().ready()
+
+    def launch(self) -> "CpuServer":
+        """Start the process without waiting for it (`ready` waits): servers launched one after
+        the other start side by side, most of a start being one process's Python."""
         reason = missing()
         if reason is not None:
             raise RuntimeError(reason)
         model = build_model()
-        started = time.monotonic()
-        self.process = process = subprocess.Popen(
+        self._launched = time.monotonic()
+        self.process = subprocess.Popen(
             [*command(model, self.port, compiled=self.compiled), *self.args],
             env=environment(self.metrics_port, self.threads) | self.env,
             stdout=self.log,
             stderr=subprocess.STDOUT if self.log is not None else None,
             start_new_session=True,  # its engine and worker processes go with it
         )
+        return self
+
+    def ready(self) -> "CpuServer":
+        """Wait for `/health`, then read what the server runs with (stopped if not as expected)."""
+        process = self.process
+        assert process is not None, "launch() first"
 
         def serving() -> bool:
             if healthy(f"{self.root}/health"):
@@ -187,7 +201,7 @@ class CpuServer:
         except TimeoutError:
             self.stop()
             raise RuntimeError(f"vLLM not healthy after {START_TIMEOUT_S:.0f} s") from None
-        self.start_s = time.monotonic() - started
+        self.start_s = time.monotonic() - self._launched
         with urllib.request.urlopen(f"{self.root}/metrics", timeout=10) as response:
             self.settings = served_config(parse(response.read().decode()))
         problem = _settings_problem(self.settings)
@@ -213,6 +227,21 @@ class CpuServer:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+
+
+@contextmanager
+def side_by_side(servers: Sequence[CpuServer]) -> Iterator[Sequence[CpuServer]]:
+    """`servers` launched together and waited for in turn (their starts overlap), all stopped at
+    the end, or at the first that fails to start."""
+    try:
+        for server in servers:
+            server.launch()
+        for server in servers:
+            server.ready()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
 
 
 JOURNEY_METRICS = (
