@@ -113,23 +113,24 @@ class Crossover:
             found = point.sessions
         return found
 
-    def _when(self, wins: Callable[[Point], bool]) -> str:
-        tried = f"{self.points[0].sessions}-{self.points[-1].sessions} sessions"
+    def _when(self, wins: Callable[[Point], bool], what: str) -> str:
         start = self.wins_from(wins)
         if start is not None:
-            return f"from {start} concurrent sessions"
+            return f"wins from {start} concurrent sessions on {what}"
+        tried = f"{self.points[0].sessions}-{self.points[-1].sessions}"
         some = [str(p.sessions) for p in self.points if wins(p)]
         if some:
-            return f"only at {', '.join(some)} concurrent sessions ({tried} tried), not beyond"
-        return f"never in the range tried ({tried})"
+            return f"wins on {what} only at {', '.join(some)} of the {tried} sessions tried"
+        return f"never wins on {what} in the range tried ({tried} sessions)"
 
     def line(self) -> str:
-        """One sentence: "... wins from N concurrent sessions on task completion ...; from M on
-        cost per task", or never in the range tried."""
+        """One sentence: "... wins from N concurrent sessions on task completion ...; wins from
+        M ... on cost per task", or where it never does in the range tried."""
         return (
             f"Disaggregated {self.disaggregated} against aggregated {self.aggregated} "
-            f"({self.gpus} GPUs each) wins {self._when(lambda p: p.faster)} on task completion "
-            f"(p50 and p90); {self._when(lambda p: p.cheaper)} on cost per task"
+            f"({self.gpus} GPUs each): "
+            f"{self._when(lambda p: p.faster, 'task completion (p50 and p90)')}; "
+            f"{self._when(lambda p: p.cheaper, 'cost per task')}"
         )
 
     def as_json(self) -> dict[str, Any]:

@@ -181,25 +181,25 @@ def point(sessions: int, disaggregated: tuple[float, float, float], aggregated: 
         (
             [point(1, (10, 12, 1.0), (9, 11, 0.9)), point(8, (20, 25, 0.5), (21, 26, 0.55)),
              point(32, (40, 50, 0.3), (50, 60, 0.4))],
-            "wins from 8 concurrent sessions on task completion (p50 and p90); from 8 "
+            "wins from 8 concurrent sessions on task completion (p50 and p90); wins from 8 "
             "concurrent sessions on cost per task",
         ),
         (
             [point(1, (10, 12, 1.0), (9, 11, 0.9)), point(8, (20, 27, 0.5), (21, 26, 0.55)),
              point(32, (40, 50, 0.5), (50, 60, 0.4))],
-            "wins from 32 concurrent sessions on task completion (p50 and p90); only at 8 "
-            "concurrent sessions (1-32 sessions tried), not beyond on cost per task",
+            "wins from 32 concurrent sessions on task completion (p50 and p90); wins on cost "
+            "per task only at 8 of the 1-32 sessions tried",
         ),
         (
             [point(1, (10, 12, 1.0), (9, 11, 0.9)), point(4, (10, 12, 1.0), (10, 12, 1.0))],
-            "wins never in the range tried (1-4 sessions) on task completion (p50 and p90); "
-            "never in the range tried (1-4 sessions) on cost per task",
+            "never wins on task completion (p50 and p90) in the range tried (1-4 sessions); "
+            "never wins on cost per task in the range tried (1-4 sessions)",
         ),
     ],
 )  # fmt: skip
 def test_the_crossover_is_where_disaggregated_wins_from_on(points: list[Point], says: str) -> None:
     crossover = Crossover("p1d1", "tp8x2", 16, points)
-    assert crossover.line() == f"Disaggregated p1d1 against aggregated tp8x2 (16 GPUs each) {says}"
+    assert crossover.line() == f"Disaggregated p1d1 against aggregated tp8x2 (16 GPUs each): {says}"
 
 
 def test_concurrency_takes_the_traces_sessions_in_turn_all_at_once() -> None:

@@ -54,9 +54,10 @@ def test_a_calibration_plans_a_disaggregated_shape_against_its_aggregated_twin(
         assert last[side]["task_completion_p90_s"] > first[side]["task_completion_p90_s"]
     line = crossover["line"]
     assert line.startswith(
-        "Disaggregated gb300-tp8-p1d1 against aggregated gb300-tp8x2-latency (16 GPUs each) wins "
+        "Disaggregated gb300-tp8-p1d1 against aggregated gb300-tp8x2-latency (16 GPUs each): "
     )
-    assert " on task completion (p50 and p90); " in line
+    assert "on task completion (p50 and p90)" in line
+    assert "on cost per task" in line
     report = (out / "report.md").read_text()
     assert f"**{line}.**" in report
     assert (
