@@ -19,6 +19,10 @@ fitted steps give it (half a step of the S streams to wait, then a step of their
 grows by `per_stream_s` a stream: what they add to its way in (the median of each stream count's
 probes). A sweep from before the repeats has one request a point: its median is that request.
 
+A sweep that read NixlConnector's metrics (a disaggregated deployment's decode leader) gives the
+KV hand-over's time: the mean transfer over the tokens a request handed over on average (its
+prompts' mean times the share of prompt tokens that came over the connector).
+
 Several sweeps of one deployment fit as one (`from_runs`): each point's requests pooled, so its
 median is over all their repeats. On a machine whose speed wanders over seconds, the median of
 one fit per sweep still leans where a few sweeps' three repeats did; a pooled point does not.
@@ -38,6 +42,7 @@ from kimi_operator.plan import PlanError
 from kimi_operator.plan.costs import (
     FAST_PATH_MAX_TOKENS,
     DecodeCost,
+    KvTransfer,
     PrefillCost,
     StepCosts,
     attention_pairs,
@@ -67,6 +72,7 @@ class Calibration:
     # The server's own settings where it reported them (bench reads them from its metrics).
     max_num_batched_tokens: int | None = None
     prefix_caching: bool | None = None
+    kv_transfer: KvTransfer | None = None  # measured NIXL hand-overs, when the sweep read them
 
 
 @dataclass(frozen=True)
@@ -240,6 +246,27 @@ def _one_deployment(runs: Sequence[tuple[str, Results]]) -> None:
                 )
 
 
+def measured_transfer(runs: Sequence[tuple[str, Results]]) -> KvTransfer | None:
+    """NIXL's mean transfer time per token handed over (vllm:nixl_xfer_time_seconds, on the side
+    that reads the KV), over the runs that read it; None when none did."""
+    per_token: list[float] = []
+    labels: list[str] = []
+    for label, results in runs:
+        metrics = results.summary.server_metrics
+        prompts = [r.prompt_tokens for r in results.requests if r.error is None and r.prompt_tokens]
+        if metrics.kv_transfer_time_s is None or not prompts:
+            continue
+        handed = statistics.mean(prompts) * (metrics.external_prompt_fraction or 1.0)
+        per_token.append(metrics.kv_transfer_time_s / handed)
+        labels.append(label)
+    if not per_token:
+        return None
+    return KvTransfer(
+        per_token_s=statistics.mean(per_token),
+        source=f"measured: NIXL's mean transfer time in {', '.join(labels)}, per token handed over",
+    )
+
+
 def from_runs(
     runs: Sequence[tuple[str, Results]], name: str, draft_tokens: int | None
 ) -> Calibration:
@@ -320,4 +347,5 @@ def from_runs(
         notes=notes,
         max_num_batched_tokens=served.max_num_batched_tokens,
         prefix_caching=served.enable_prefix_caching,
+        kv_transfer=measured_transfer(runs),
     )

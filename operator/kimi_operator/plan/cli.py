@@ -5,6 +5,7 @@ not slow down `kimi-operator validate`.
 """
 
 import argparse
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -14,11 +15,15 @@ if TYPE_CHECKING:
     from kimi_operator.plan.calibration import Calibration
     from kimi_operator.plan.configs import Configuration
     from kimi_operator.plan.costs import StepCosts
+    from kimi_operator.plan.crossover import Crossover
     from kimi_operator.plan.memory import Fit
+    from kimi_operator.plan.predict import Workload
+    from kimi_operator.plan.report import Planned
 
 AS_MEASURED = "as-measured"
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 MAX_DRAFTS = 7
+MAX_SESSIONS = 1024
 
 
 def _price(text: str) -> float:
@@ -29,6 +34,16 @@ def _price(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of USD: {text}")
     return value
+
+
+def _sessions(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of session counts: {text!r}") from None
+    if not all(0 < count <= MAX_SESSIONS for count in counts):
+        raise argparse.ArgumentTypeError(f"session counts are 1..{MAX_SESSIONS}: {text}")
+    return counts
 
 
 def add_plan_parser(sub: Any) -> None:
@@ -50,6 +65,19 @@ def add_plan_parser(sub: Any) -> None:
         help="a `bench --profile calibration` results directory (repeatable); the first is "
         "also planned as measured. Several sweeps of one deployment joined by commas "
         "(RUN,RUN,...) fit as one calibration, named after the first: their repeats pooled",
+    )
+    plan.add_argument(
+        "--prefill-calibration",
+        metavar="RUN[,RUN...]",
+        help="a calibration of a prefill group (as --calibration): prices the prefill groups of "
+        "disaggregated configurations on as many GPUs (default: their decode role's calibration)",
+    )
+    plan.add_argument(
+        "--concurrency",
+        type=_sessions,
+        metavar="N[,N...]",
+        help="concurrent sessions at which each disaggregated configuration is set against its "
+        "aggregated twin (default: 1,2,4,...,64)",
     )
     plan.add_argument(
         "--calibration-drafts",
@@ -100,29 +128,62 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_BAD_INPUT
 
 
-def _calibrations(args: argparse.Namespace) -> "list[Calibration]":
+def _calibration(flag: str, argument: str, drafts: int | None) -> "Calibration":
     from kimi_operator.bench.report import load_results  # noqa: PLC0415
     from kimi_operator.plan import PlanError  # noqa: PLC0415
     from kimi_operator.plan.calibration import from_runs  # noqa: PLC0415
 
+    paths = [path for path in argument.split(",") if path]
+    if not paths:
+        raise PlanError(f"{flag} {argument!r}: give a calibration run's directory")
+    again = sorted({path for path in paths if paths.count(path) > 1})
+    if again:
+        raise PlanError(f"{flag} {argument}: {', '.join(again)} pooled twice")
+    runs = [(path, load_results(path)) for path in paths]
+    first = Path(paths[0])
+    name = (first.name if first.is_dir() else first.parent.name) or paths[0]
+    calibration = from_runs(runs, name, drafts)
+    if calibration.gpus is None:
+        raise PlanError(f"{paths[0]}: the run has no GPU count: rerun bench with --gpus N")
+    return calibration
+
+
+def _calibrations(args: argparse.Namespace) -> "list[Calibration]":
+    """The --calibration runs, then the --prefill-calibration run (last; never a decode role's)."""
+    from kimi_operator.plan import PlanError  # noqa: PLC0415
+
+    flags = [("--calibration", argument) for argument in args.calibration]
+    if args.prefill_calibration is not None:
+        flags.append(("--prefill-calibration", args.prefill_calibration))
     calibrations: list[Calibration] = []
-    for argument in args.calibration:
-        paths = [path for path in argument.split(",") if path]
-        if not paths:
-            raise PlanError(f"--calibration {argument!r}: give a calibration run's directory")
-        again = sorted({path for path in paths if paths.count(path) > 1})
-        if again:
-            raise PlanError(f"--calibration {argument}: {', '.join(again)} pooled twice")
-        runs = [(path, load_results(path)) for path in paths]
-        first = Path(paths[0])
-        name = (first.name if first.is_dir() else first.parent.name) or paths[0]
-        calibration = from_runs(runs, name, args.calibration_drafts)
-        if calibration.gpus is None:
-            raise PlanError(f"{paths[0]}: the run has no GPU count: rerun bench with --gpus N")
+    for flag, argument in flags:
+        calibration = _calibration(flag, argument, args.calibration_drafts)
         if any(c.name == calibration.name for c in calibrations):
-            raise PlanError(f"{argument}: another --calibration is also named {calibration.name!r}")
+            raise PlanError(f"{argument}: another calibration is also named {calibration.name!r}")
         calibrations.append(calibration)
     return calibrations
+
+
+def _prefill_calibration(
+    config: "Configuration", decode: "Calibration", prefill: "Calibration | None"
+) -> "tuple[Calibration | None, str | None]":
+    """A disaggregated configuration's prefill role's calibration (None: the decode role's),
+    and what the report says of it."""
+    if config.disaggregated is None:
+        return None, None
+    if prefill is not None and prefill.gpus == config.gpus:
+        return prefill, (
+            f"{config.name}: prefill groups priced by {prefill.name} (--prefill-calibration)"
+        )
+    why = (
+        "no --prefill-calibration"
+        if prefill is None
+        else f"--prefill-calibration {prefill.name} is of {prefill.gpus} GPUs, not {config.gpus}"
+    )
+    return None, (
+        f"{config.name}: prefill groups priced by the decode role's calibration {decode.name} "
+        f"({why})"
+    )
 
 
 def _configurations(
@@ -229,6 +290,52 @@ def _tier_note(name: str, gpus: int, memory: "Fit") -> str:
     )
 
 
+def _say_of_calibration(config: "Configuration", calibration: "Calibration", err: TextIO) -> None:
+    for note in calibration.notes:
+        print(f"note: {note}", file=err)
+    if config.backend == "latency_specialized" and calibration.costs.fast is None:
+        print(
+            f"note: {config.name}: calibration {calibration.name} has no fast-path figures: "
+            "every step is modelled on the ordinary path",
+            file=err,
+        )
+
+
+def _say_of_memory(config: "Configuration", memory: "Fit", err: TextIO) -> None:
+    print(
+        f"note: {config.name}: up to {memory.open_sessions_per_group} sessions are open "
+        f"per group and a group holds {memory.sessions_held} of the trace's longest "
+        f"context ({memory.longest_context_tokens} tokens) in HBM: the prefix cache "
+        "would evict, so the plan's cache hits are optimistic",
+        file=err,
+    )
+    print(_tier_note(config.name, config.gpus, memory), file=err)
+
+
+def _crossover(
+    item: "Planned", planned: "list[Planned]", workload: "Workload", concurrency: list[int]
+) -> "Crossover":
+    """A disaggregated configuration against its aggregated twin (a planned one where the plan
+    has it under another name) at each number of concurrent sessions."""
+    from kimi_operator.plan.configs import aggregated  # noqa: PLC0415
+    from kimi_operator.plan.crossover import at_concurrency, sweep  # noqa: PLC0415
+    from kimi_operator.plan.predict import predict, total_gpus  # noqa: PLC0415
+
+    config = item.config
+    twin = aggregated(config)
+    same = twin.model_dump(exclude={"name"})
+    for other in planned:
+        if other.config.model_dump(exclude={"name"}) == same:
+            twin = other.config
+
+    def predict_at(disaggregated: bool, sessions: int) -> "Results":
+        scaled = replace(workload, plan=at_concurrency(workload.plan, sessions))
+        chosen = config if disaggregated else twin
+        return predict(chosen, item.calibration, scaled, item.prefill_calibration)
+
+    return sweep((config.name, twin.name), total_gpus(config), concurrency, predict_at)
+
+
 def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from kimi_operator.bench.report import prepare_output, text_table  # noqa: PLC0415
     from kimi_operator.bench.results import TraceInfo  # noqa: PLC0415
@@ -239,12 +346,14 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         trace_digest,
     )
     from kimi_operator.plan import PlanError  # noqa: PLC0415
+    from kimi_operator.plan.crossover import DEFAULT_CONCURRENCY  # noqa: PLC0415
     from kimi_operator.plan.emit import choose, manifest, template, write_spec  # noqa: PLC0415
     from kimi_operator.plan.predict import Workload, predict  # noqa: PLC0415
     from kimi_operator.plan.report import (  # noqa: PLC0415
         HEADER,
         PLAN,
         REPORT,
+        Disaggregation,
         Planned,
         table_rows,
         write_plan,
@@ -256,7 +365,13 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise PlanError("--emit-spec needs --target: the spec written is the one that meets it")
     entries = load_trace(args.trace)
     measured = _calibrations(args)
+    prefill_run = measured.pop() if args.prefill_calibration is not None else None
     configurations = _configurations(args, measured)
+    if args.concurrency and not any(c.disaggregated for c in configurations):
+        raise PlanError(
+            "--concurrency sets disaggregated configurations against aggregated ones: none is "
+            "planned (add one with disaggregated: in --config)"
+        )
     directory = Path(args.output)
     prepare_output(directory, args.force)
     replay = args.replay or ("closed" if has_dependencies(entries) else "open")
@@ -269,44 +384,49 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         gpu_hour_price_usd=args.gpu_hour_price,
     )
     planned: list[Planned] = []
+    said: list[str] = []  # what report.md says of the prefill roles' calibrations
     for config in configurations:
         calibration = _calibration_for(config, measured)
-        for note in calibration.notes:
-            print(f"note: {note}", file=err)
-        if config.backend == "latency_specialized" and calibration.costs.fast is None:
-            print(
-                f"note: {config.name}: calibration {calibration.name} has no fast-path figures: "
-                "every step is modelled on the ordinary path",
-                file=err,
-            )
+        prefill, saying = _prefill_calibration(config, calibration, prefill_run)
+        if saying is not None:
+            said.append(saying)
+            print(f"note: {saying}", file=err)
+        _say_of_calibration(config, calibration, err)
         groups = None
         if target is not None:
-            groups = fewest_groups(
-                config, target, partial(predict, calibration=calibration, workload=workload)
-            )
-        results = predict(config, calibration, workload)
+            modelled = partial(predict, calibration=calibration, workload=workload, prefill=prefill)
+            groups = fewest_groups(config, target, modelled)
+        results = predict(config, calibration, workload, prefill)
         memory = _memory(config, results, calibration.costs)
         if memory is not None and not memory.fits:
-            print(
-                f"note: {config.name}: up to {memory.open_sessions_per_group} sessions are open "
-                f"per group and a group holds {memory.sessions_held} of the trace's longest "
-                f"context ({memory.longest_context_tokens} tokens) in HBM: the prefix cache "
-                "would evict, so the plan's cache hits are optimistic",
-                file=err,
-            )
-            print(_tier_note(config.name, config.gpus, memory), file=err)
-        planned.append(Planned(config, calibration, results, groups, memory))
+            _say_of_memory(config, memory, err)
+        planned.append(Planned(config, calibration, results, groups, memory, prefill))
+    crossovers = [
+        _crossover(item, planned, workload, args.concurrency or list(DEFAULT_CONCURRENCY))
+        for item in planned
+        if item.config.disaggregated is not None
+    ]
     for note in write_plan(
-        directory, planned, workload.trace, args.gpu_hour_price, str(target) if target else None
+        directory,
+        planned,
+        workload.trace,
+        args.gpu_hour_price,
+        str(target) if target else None,
+        disaggregation=Disaggregation(said, crossovers),
     ):
         print(note, file=err)
     out.write(text_table(table_rows(planned, str(target) if target else None), HEADER) + "\n")
+    for crossover in crossovers:
+        out.write(f"\n{crossover.line()}\n")
     out.write(f"\nplan: {directory / PLAN}, {directory / REPORT}\n")
     if args.emit_spec:
         choice = choose(
             planned,
             lambda item, groups: predict(
-                item.config.model_copy(update={"replicas": groups}), item.calibration, workload
+                item.config.model_copy(update={"replicas": groups}),
+                item.calibration,
+                workload,
+                item.prefill_calibration,
             ),
         )
         write_spec(Path(args.emit_spec), manifest(choice, template(args.config)), choice.why)

@@ -12,13 +12,16 @@ API server would refuse is refused here with its message) or descriptions:
         maxNumSeqs: 8
         replicas: 2                      # serving groups
         routing: prefix                  # prefix | round-robin
-        disaggregated: {prefillReplicas: 1, kvTransferS: 0.02}   # what-if: P/D split
+        disaggregated:                   # spec.prefill: prefill groups + `replicas` decode groups
+          prefillReplicas: 1
+          decider: Always                # Always | UncachedTokens (with uncachedTokens: N)
+          kvTransferS: 0.02              # a fixed hand-over time (default: modelled from bytes)
 """
 
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from kimi_operator.plan import PlanError
@@ -34,7 +37,17 @@ class _Model(BaseModel):
 
 class Disaggregated(_Model):
     prefill_replicas: Annotated[int, Field(ge=1, le=MAX_GROUPS)]
-    kv_transfer_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    decider: Literal["Always", "UncachedTokens"] = "Always"
+    uncached_tokens: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
+    kv_transfer_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+
+    @model_validator(mode="after")
+    def _threshold_fits_decider(self) -> "Disaggregated":
+        if (self.decider == "UncachedTokens") != (self.uncached_tokens is not None):
+            raise ValueError(
+                "uncachedTokens is the threshold of decider UncachedTokens, and only of it"
+            )
+        return self
 
 
 class Configuration(_Model):
@@ -73,6 +86,7 @@ def _from_deployment(body: Any, label: str) -> Configuration:
         raise PlanError(f"{label}: the API would refuse it: {report.problems[0]}")
     spec = report.deployment.spec
     drafts = spec.speculative.num_speculative_tokens if spec.speculative else 0
+    prefill = spec.prefill
     return Configuration(
         name=report.deployment.metadata.name,
         gpus=spec.gpus,
@@ -81,13 +95,21 @@ def _from_deployment(body: Any, label: str) -> Configuration:
         max_num_seqs=spec.decode.max_num_seqs,
         replicas=max(spec.replicas, 1),
         prefix_caching=spec.kv_cache.enable_prefix_caching,
+        disaggregated=Disaggregated(
+            prefill_replicas=prefill.replicas,
+            decider=prefill.decider,
+            uncached_tokens=prefill.uncached_tokens,
+        )
+        if prefill is not None
+        else None,
     )
 
 
 def what_ifs(draft_tokens: int) -> list[Configuration]:
     """GB300 shapes to set beside a calibrated deployment when no --config is given: TP16 and
-    TP8 groups, each decode backend, drafting as the calibrated deployment does."""
-    return [
+    TP8 groups, each decode backend, drafting as the calibrated deployment does; and, on 16 GPUs,
+    two aggregated TP8 groups beside one TP8 prefill group feeding one TP8 decode group."""
+    shapes = [
         Configuration(
             name=f"gb300-tp{gpus}-{backend.split('_')[0]}",
             gpus=gpus,
@@ -97,6 +119,27 @@ def what_ifs(draft_tokens: int) -> list[Configuration]:
         for gpus in (16, 8)
         for backend in ("latency_specialized", "auto")
     ]
+    split = Configuration(
+        name="gb300-tp8-p1d1",
+        gpus=8,
+        draft_tokens=draft_tokens,
+        disaggregated=Disaggregated(prefill_replicas=1),
+    )
+    return [*shapes, aggregated(split, "gb300-tp8x2-latency"), split]
+
+
+def aggregated(config: Configuration, name: str | None = None) -> Configuration:
+    """A disaggregated configuration's aggregated twin: its groups of both roles serving both."""
+    split = config.disaggregated
+    if split is None:
+        return config
+    return config.model_copy(
+        update={
+            "name": name or f"{config.name}-aggregated"[:63],
+            "replicas": config.replicas + split.prefill_replicas,
+            "disaggregated": None,
+        }
+    )
 
 
 def load_configurations(path: str) -> list[Configuration]:

@@ -57,6 +57,19 @@ class StepCosts:
     per_stream_s: float = 0.0  # added to a request's way in by each request already running
 
 
+@dataclass(frozen=True)
+class KvTransfer:
+    """A disaggregated request's KV hand-over to its decode group: `fixed_s` each (its KDA state,
+    whatever its length) and `per_token_s` each prompt token the decode group does not hold."""
+
+    fixed_s: float = 0.0
+    per_token_s: float = 0.0
+    source: str = "given"
+
+    def seconds(self, tokens: int) -> float:
+        return self.fixed_s + self.per_token_s * tokens
+
+
 def attention_pairs(start: int, tokens: int) -> int:
     """(token, token it attends to) pairs when `tokens` prompt tokens are computed after `start`
     (cached or computed by earlier steps): causal, so each attends to those before it and itself."""

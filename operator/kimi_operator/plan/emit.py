@@ -1,13 +1,15 @@
 """`plan --target ... --emit-spec FILE`: the KimiDeployment that meets the target at the lowest
 modelled cost per completed task.
 
-Each configuration the plan can write as a KimiDeployment (8 or 16 GPUs a group, aggregated: the
-API has no disaggregated prefill yet) is modelled at the fewest groups that meet the target; the
-cheapest per completed task is written, fewer GPUs breaking a tie. Its autoscaling keeps it
-there: at least those groups, at most twice as many, adding one while the decode rate the
-slowest-served tenth of requests get falls below what the plan met the target with (more load
-than the trace). Where the weights come from is not the plan's to know: a KimiDeployment given
-with --config lends its metadata and sources, else the samples' PVC `kimi-k3-weights`.
+Each configuration the plan can write as a KimiDeployment (8 or 16 GPUs a group) is modelled at
+the fewest groups that meet the target (decode groups, when disaggregated); the cheapest per
+completed task is written, fewer GPUs breaking a tie. A disaggregated one becomes `spec.prefill`
+with routing mode InferencePool, which it needs (and without the CPU tier, which it refuses).
+Its autoscaling keeps it there: at least those groups, at most twice as many, adding one while
+the decode rate the slowest-served tenth of requests get falls below what the plan met the target
+with (more load than the trace). Where the weights come from is not the plan's to know: a
+KimiDeployment given with --config lends its metadata and sources, else the samples' PVC
+`kimi-k3-weights`.
 """
 
 import math
@@ -52,12 +54,8 @@ def choose(planned: list[Planned], at_groups: Callable[[Planned, int], Results])
     passed: list[str] = []
     for item in planned:
         config, groups = item.config, item.groups_for_target
-        if config.gpus not in GROUP_GPUS or config.disaggregated is not None:
-            passed.append(
-                f"{config.name} (not a KimiDeployment: {config.gpus} GPUs a group"
-                + (", disaggregated" if config.disaggregated else "")
-                + ")"
-            )
+        if config.gpus not in GROUP_GPUS:
+            passed.append(f"{config.name} (not a KimiDeployment: {config.gpus} GPUs a group)")
             continue
         if groups is None:
             passed.append(f"{config.name} (misses the target with {MAX_GROUPS} groups)")
@@ -68,14 +66,17 @@ def choose(planned: list[Planned], at_groups: Callable[[Planned, int], Results])
             "--emit-spec: no configuration both meets the target and can be written as a "
             f"KimiDeployment: {', '.join(passed)}"
         )
-    best = min(candidates, key=lambda c: (_cost(c.results), c.groups * c.config.gpus))
+    best = min(candidates, key=lambda c: (_cost(c.results), c.results.config.gpus))
     others = ", ".join(
         f"{c.config.name} ${_cost(c.results):.4f} with {c.groups}"
         for c in candidates
         if c is not best
     )
+    split = best.config.disaggregated
+    prefill = f" and {split.prefill_replicas} prefill group(s)" if split else ""
     why = (
-        f"{best.config.name} with {best.groups} group(s) of {best.config.gpus} GPUs meets the "
+        f"{best.config.name} with {best.groups} group(s){prefill} of {best.config.gpus} GPUs "
+        "meets the "
         f"target at ${_cost(best.results):.4f} per completed task, the least"
         + (f" (against {others})" if others else "")
         + (f"; passed over: {', '.join(passed)}" if passed else "")
@@ -106,6 +107,14 @@ def manifest(choice: Choice, base: dict[str, Any]) -> dict[str, Any]:
         "maxNumSeqs": config.max_num_seqs,
     }
     spec["kvCache"] = (spec.get("kvCache") or {}) | {"enablePrefixCaching": config.prefix_caching}
+    spec.pop("prefill", None)
+    split = config.disaggregated
+    if split is not None:
+        spec["kvCache"].pop("cpuOffload", None)  # vLLM would replace NIXL with its connector
+        spec["routing"] = (spec.get("routing") or {}) | {"mode": "InferencePool"}
+        spec["prefill"] = {"replicas": split.prefill_replicas, "decider": split.decider} | (
+            {"uncachedTokens": split.uncached_tokens} if split.uncached_tokens else {}
+        )
     if config.draft_tokens:
         drafts = (spec.get("speculative") or {}).get("draftSource") or DEFAULT_DRAFTS
         spec["speculative"] = {

@@ -7,6 +7,11 @@ each starting its prompt after the tokens the prefix cache holds (whole blocks, 
 prompt token). A request's first token comes at the end of the step that computes its last
 prompt token; each decode step then adds 1 + the mean accepted drafts (fractions carry over).
 The prefix cache keeps every group's longest computed shared prefix (no eviction).
+
+A decode group of a disaggregated deployment also takes requests whose prompt a prefill group
+computed: their KV arrives whole (the group then holds it, as its prefix cache does), their first
+row computes the last prompt token itself (vLLM's hybrid models take N - 1 tokens' state) and
+yields the first token, without drafts; each row after that yields 1 + the accepted drafts.
 """
 
 import math
@@ -81,12 +86,17 @@ class Engine:
     def load(self) -> int:
         return self.arriving + len(self.waiting) + len(self.running)
 
-    def _cache_hit(self, request: PlannedRequest) -> int:
+    def cache_hit(self, request: PlannedRequest) -> int:
         if not self.spec.prefix_caching or request.group is None:
             return 0
         hit = min(self.cached.get(request.group, 0), request.shared_prefix_tokens)
         hit = min(hit, request.prompt_tokens - 1)
         return hit - hit % self.spec.block_tokens
+
+    def _remember(self, request: PlannedRequest, computed: int) -> None:
+        if request.group is not None and self.spec.prefix_caching:
+            shared = min(computed, request.shared_prefix_tokens)
+            self.cached[request.group] = max(self.cached.get(request.group, 0), shared)
 
     def schedule(self) -> Step | None:
         """The next step's work, or None when there is none."""
@@ -112,8 +122,9 @@ class Engine:
                     break
                 decode.append(live)
                 budget -= per_decode
+                self._remember(live.request, live.request.prompt_tokens)
             else:
-                live.prefilled = self._cache_hit(live.request)
+                live.prefilled = self.cache_hit(live.request)
                 cached += live.prefilled
                 tokens = min(live.request.prompt_tokens - live.prefilled, budget)
                 prefill.append((live, tokens))
@@ -147,17 +158,14 @@ class Engine:
             self.fast_steps += step.fast
         for live, tokens in step.prefill:
             live.prefilled += tokens
-            group = live.request.group
-            if group is not None and self.spec.prefix_caching:
-                shared = min(live.prefilled, live.request.shared_prefix_tokens)
-                self.cached[group] = max(self.cached.get(group, 0), shared)
+            self._remember(live.request, live.prefilled)
             if live.prefill_done:
                 if self.spec.role == "prefill":
                     leaving.append(live)  # its first token comes from the decode group
                 else:
                     live.emit(now, 1.0)
-        for live in step.decode:
-            live.emit(now, 1.0 + self.spec.acceptance)
+        for live in step.decode:  # a handed-over request's first row: its first token
+            live.emit(now, 1.0 + self.spec.acceptance if live.emitted else 1.0)
         leaving += [live for live in self.running if live.finished_s is not None]
         self.running = [live for live in self.running if live not in leaving]
         return leaving

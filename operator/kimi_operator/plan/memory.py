@@ -20,6 +20,10 @@ their count times a session's bytes on one GPU. A returning turn then loads its 
 NVLink-C2C instead of computing it again; the load rate is assumed (C2C_LOAD_BYTES_PER_S), the
 prefill cost is the calibration's. The simulated steps take a tier hit as a GPU hit: the load
 time is reported beside them, not simulated.
+
+A disaggregated request's hand-over moves the same bytes: each decode rank reads, from its prefill
+rank, the MLA KV of the prompt tokens its group does not hold and its share of the KDA state, all
+ranks at once, at an assumed NIXL rate over NVLink (NIXL_BYTES_PER_S).
 """
 
 import math
@@ -28,7 +32,7 @@ from typing import Final
 
 from kimi_operator.api.host_memory import GIB
 from kimi_operator.bench.results import Results
-from kimi_operator.plan.costs import StepCosts, attention_pairs
+from kimi_operator.plan.costs import KvTransfer, StepCosts, attention_pairs
 
 HBM_BYTES: Final = 288e9  # a GB300 GPU (HBM3e)
 CHECKPOINT_BYTES: Final = 1.497e12  # 93 layers x 16.10 GB (docs/weights.md)
@@ -45,6 +49,10 @@ UTILIZATION: Final = 0.90  # spec.kvCache.gpuMemoryUtilizationPercent's default
 # Assumed: what one GPU loads from the tier per second (NVLink-C2C joins a Grace to its two GPUs
 # at 900 GB/s both ways together; vLLM's transfers are chunked copies, shared with its stores).
 C2C_LOAD_BYTES_PER_S: Final = 200e9
+# Assumed: what one GPU reads from another over NIXL within an NVL72 domain. NVLink 5 gives a GB300
+# GPU 1.8 TB/s, both ways together (NVIDIA's GB300 NVL72 figures): 900 GB/s one way, half of it
+# taken. Over the trays' ConnectX-8 NICs instead (800 Gb/s a GPU) it would be 100 GB/s.
+NIXL_BYTES_PER_S: Final = 450e9
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,17 @@ def group_memory(gpus: int) -> GroupMemory:
         kv_bytes_per_token=float(MLA_LAYERS * MLA_ENTRY),
         state_bytes_per_session=state / gpus,
         free_bytes=HBM_BYTES * UTILIZATION - weights - RESERVE_BYTES,
+    )
+
+
+def nixl_transfer(gpus: int) -> KvTransfer:
+    """The built-in hand-over of a group of `gpus` (no calibration measured NIXL's time)."""
+    memory = group_memory(gpus)
+    return KvTransfer(
+        fixed_s=memory.state_bytes_per_session / NIXL_BYTES_PER_S,
+        per_token_s=memory.kv_bytes_per_token / NIXL_BYTES_PER_S,
+        source=f"assumed: {memory.kv_bytes_per_token:.0f} B a token and the KDA state per GPU "
+        f"at {NIXL_BYTES_PER_S / 1e9:.0f} GB/s (NVLink)",
     )
 
 

@@ -20,7 +20,9 @@ from kimi_operator.bench.stats import decode_rate, summarize
 from kimi_operator.bench.tasks import summarize_tasks, task_records
 from kimi_operator.plan.calibration import Calibration, accepted_drafts
 from kimi_operator.plan.configs import Configuration
+from kimi_operator.plan.costs import KvTransfer
 from kimi_operator.plan.engine import EngineSpec, Live
+from kimi_operator.plan.memory import nixl_transfer
 from kimi_operator.plan.simulate import Topology, simulate
 
 
@@ -37,7 +39,23 @@ def total_gpus(config: Configuration) -> int:
     return config.gpus * (config.replicas + prefill)
 
 
-def topology(config: Configuration, calibration: Calibration) -> Topology:
+def kv_transfer(
+    config: Configuration, calibration: Calibration, prefill: Calibration | None = None
+) -> KvTransfer:
+    """A disaggregated configuration's hand-over: the time it gives, else NIXL's as a calibration
+    (the decode role's first) measured it, else the built-in NVLink figure (memory.py)."""
+    given = config.disaggregated.kv_transfer_s if config.disaggregated else None
+    if given is not None:
+        return KvTransfer(fixed_s=given, source="given: kvTransferS")
+    measured = calibration.kv_transfer or (prefill.kv_transfer if prefill else None)
+    return measured or nixl_transfer(config.gpus)
+
+
+def topology(
+    config: Configuration, calibration: Calibration, prefill: Calibration | None = None
+) -> Topology:
+    """The groups; a disaggregated configuration's prefill groups priced by `prefill` (a prefill
+    role's calibration) when given, else by the decode role's."""
     costs = calibration.costs
     if config.backend == "auto" and costs.fast is not None:
         costs = replace(costs, fast=None)
@@ -58,12 +76,13 @@ def topology(config: Configuration, calibration: Calibration) -> Topology:
     if split is None:
         return Topology(groups=[spec] * config.replicas, routing=config.routing)
     decode = replace(spec, role="decode")
-    prefill = replace(spec, role="prefill", draft_tokens=0)
+    prefilling = replace(spec, role="prefill", draft_tokens=0, costs=(prefill or calibration).costs)
     return Topology(
         groups=[decode] * config.replicas,
         routing=config.routing,
-        prefill_groups=[prefill] * split.prefill_replicas,
-        kv_transfer_s=split.kv_transfer_s,
+        prefill_groups=[prefilling] * split.prefill_replicas,
+        kv_transfer=kv_transfer(config, calibration, prefill),
+        uncached_tokens=split.uncached_tokens,
     )
 
 
@@ -88,8 +107,13 @@ def _record(live: Live) -> RequestRecord:
     )
 
 
-def predict(config: Configuration, calibration: Calibration, workload: Workload) -> Results:
-    groups = topology(config, calibration)
+def predict(
+    config: Configuration,
+    calibration: Calibration,
+    workload: Workload,
+    prefill: Calibration | None = None,
+) -> Results:
+    groups = topology(config, calibration, prefill)
     outcome = simulate(workload.plan, groups, workload.closed)
     records = [_record(live) for live in outcome.lives]
     duration = max(live.finished_s or 0.0 for live in outcome.lives)

@@ -5,7 +5,10 @@ holds a results.json that `bench compare` sets beside a measured run.
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,9 @@ from kimi_operator.bench.stats import percentile
 from kimi_operator.plan import PlanError
 from kimi_operator.plan.calibration import Calibration
 from kimi_operator.plan.configs import MAX_GROUPS, Configuration
+from kimi_operator.plan.crossover import Crossover, Figures, Point
 from kimi_operator.plan.memory import Fit
+from kimi_operator.plan.predict import kv_transfer
 
 PLAN, REPORT, PLOT = "plan.json", "report.md", "plan.png"
 SCHEMA_VERSION = 1
@@ -28,6 +33,16 @@ class Planned:
     results: Results
     groups_for_target: int | None = None  # with --target: fewest groups that meet it
     memory: Fit | None = None  # GB300 shapes: the trace's open sessions against HBM
+    prefill_calibration: Calibration | None = None  # disaggregated: None, the decode role's
+
+
+@dataclass(frozen=True)
+class Disaggregation:
+    """What the report says of the disaggregated configurations: which calibration priced each
+    one's prefill groups, and each one against its aggregated twin over concurrency."""
+
+    calibrations: list[str]
+    crossovers: list[Crossover]
 
 
 def decode_p10(results: Results) -> float | None:
@@ -50,6 +65,10 @@ def _entry(planned: Planned, target: str | None) -> dict[str, Any]:
         "cost_per_million_output_tokens_usd": summary.cost_per_million_output_tokens_usd,
     }
     entry["memory"] = asdict(planned.memory) if planned.memory else None
+    if planned.config.disaggregated is not None:
+        prefill = planned.prefill_calibration
+        entry["prefill_calibration"] = (prefill or planned.calibration).name
+        entry["kv_transfer"] = asdict(kv_transfer(planned.config, planned.calibration, prefill))
     if target is not None:
         entry["groups_for_target"] = planned.groups_for_target  # None: not met with MAX_GROUPS
     entry["summary"] = summary.model_dump(mode="json")
@@ -124,24 +143,80 @@ HEADER = [
 ]
 
 
+def _transfer(planned: Planned) -> str:
+    transfer = kv_transfer(planned.config, planned.calibration, planned.prefill_calibration)
+    return (
+        f"{planned.config.name}: KV hand-over {transfer.fixed_s * 1e3:.3f} ms + "
+        f"{transfer.per_token_s * 1e9:.1f} ns a token the decode group does not hold "
+        f"({transfer.source})"
+    )
+
+
+def _pair(a: float | None, b: float | None, show: Callable[[float | None], str]) -> str:
+    return f"{show(a)} / {show(b)}"
+
+
+def crossover_section(planned: list[Planned], disaggregation: Disaggregation) -> str:
+    """report.md's comparison: each crossover's line and its table, and what priced what."""
+    if not disaggregation.crossovers:
+        return ""
+    lines = ["## Disaggregated against aggregated", ""]
+    lines += [f"- {said}" for said in disaggregation.calibrations]
+    lines += [f"- {_transfer(p)}" for p in planned if p.config.disaggregated is not None]
+    header = [
+        "sessions",
+        "task p50 (s) disagg / agg",
+        "task p90 (s) disagg / agg",
+        "$/task disagg / agg",
+        "TTFT p50 (ms) disagg / agg",
+        "fast path disagg / agg",
+    ]
+    for crossover in disaggregation.crossovers:
+        rows = [
+            [
+                str(p.sessions),
+                _pair(*_both(p, "task_completion_p50_s"), partial(num, digits=2)),
+                _pair(*_both(p, "task_completion_p90_s"), partial(num, digits=2)),
+                _pair(*_both(p, "cost_per_task_usd"), usd),
+                _pair(*_both(p, "ttft_p50_s"), ms),
+                _pair(*_both(p, "fast_path_fraction"), pct),
+            ]
+            for p in crossover.points
+        ]
+        lines += ["", f"**{crossover.line()}.**", "", markdown_table(rows, header)]
+    return "\n".join(lines) + "\n\n"
+
+
+def _both(point: Point, key: str) -> tuple[float | None, float | None]:
+    value: Callable[[Figures], float | None] = attrgetter(key)
+    return value(point.disaggregated), value(point.aggregated)
+
+
 def write_plan(
     directory: Path,
     planned: list[Planned],
     trace: TraceInfo,
     price: float,
     target: str | None,
+    *,
+    disaggregation: Disaggregation | None = None,
 ) -> list[str]:
     """Write everything; returns notes for the user (a plot that could not be drawn)."""
+    disaggregation = disaggregation or Disaggregation([], [])
+    calibrations = [p.calibration for p in planned] + [
+        p.prefill_calibration for p in planned if p.prefill_calibration is not None
+    ]
     body = {
         "schema_version": SCHEMA_VERSION,
         "trace": trace.model_dump(mode="json"),
         "gpu_hour_price_usd": price,
         "target": target,
-        "calibrations": [
-            _calibration_entry(c)
-            for c in {p.calibration.name: p.calibration for p in planned}.values()
-        ],
+        "calibrations": [_calibration_entry(c) for c in {c.name: c for c in calibrations}.values()],
         "configurations": [_entry(p, target) for p in planned],
+        "disaggregation": {
+            "calibrations": disaggregation.calibrations,
+            "crossovers": [c.as_json() for c in disaggregation.crossovers],
+        },
     }
     table = markdown_table(table_rows(planned, target), HEADER)
     report = (
@@ -150,7 +225,8 @@ def write_plan(
         f"${price:.2f} per GPU-hour. Modelled, not measured: each configuration's step costs come "
         "from its calibration (see plan.json). The first configuration is the calibrated "
         "deployment itself when a calibration run was given.\n\n"
-        f"{table}\n\n![task completion and cost per task]({PLOT})\n"
+        f"{table}\n\n{crossover_section(planned, disaggregation)}"
+        f"![task completion and cost per task]({PLOT})\n"
     )
     try:
         directory.mkdir(parents=True, exist_ok=True)

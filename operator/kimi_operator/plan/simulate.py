@@ -10,8 +10,13 @@ time, as `bench --replay closed` does.
 
 Routing: `prefix` keeps a prefix group (or else a task) on the group that served its first
 request, placing new ones on the least loaded group; `round-robin` takes the groups in turn.
-Disaggregated, requests prefill on prefill groups and move to decode groups after
-`kv_transfer_s`; their first token comes from the decode group.
+Disaggregated, as llm-d's picker and routing sidecar do it: a request's decode group is picked
+first; the decider sends its prefill to a prefill group (always, or only when more than
+`uncached_tokens` of its prompt are not in that decode group's cache: a short suffix prefills on
+the decode group, in its mixed steps). The prefill group computes the prompt in its own prefill
+steps, then the request goes through the decode server's way in (a second HTTP request), its KV
+moves (`kv_transfer`, for the tokens the decode group does not hold) and it joins the decode
+group's next step, which gives its first token.
 """
 
 import heapq
@@ -22,7 +27,7 @@ from functools import partial
 from typing import Literal
 
 from kimi_operator.bench.profiles import PlannedRequest
-from kimi_operator.plan.costs import request_overhead_s
+from kimi_operator.plan.costs import KvTransfer, request_overhead_s
 from kimi_operator.plan.engine import Engine, EngineSpec, Live, Step
 
 Routing = Literal["prefix", "round-robin"]
@@ -33,7 +38,8 @@ class Topology:
     groups: list[EngineSpec]  # serving groups, or decode groups when prefill_groups are given
     routing: Routing = "prefix"
     prefill_groups: list[EngineSpec] = field(default_factory=list)
-    kv_transfer_s: float = 0.0
+    kv_transfer: KvTransfer = field(default_factory=KvTransfer)
+    uncached_tokens: int | None = None  # the decider's threshold; None: always disaggregate
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,8 @@ class _Run:
     def __init__(self, plan: list[PlannedRequest], topology: Topology, closed: bool) -> None:
         self.plan = plan
         self.closed = closed
-        self.kv_transfer_s = topology.kv_transfer_s
+        self.topology = topology
+        self.decoder_of: dict[int, Engine] = {}  # id(live) -> its decode group, while it prefills
         self.decoders = [Engine(spec) for spec in topology.groups]
         self.prefillers = [Engine(spec) for spec in topology.prefill_groups]
         self.entry = _Router(self.prefillers or self.decoders, topology.routing)
@@ -101,9 +108,25 @@ class _Run:
     def arrive(self, request: PlannedRequest, now: float) -> None:
         live = Live(request, sent_s=now)
         self.lives[request.index] = live
-        engine = self.entry.pick(request)
+        self.send(self.route(live), live, now)
+
+    def route(self, live: Live) -> Engine:
+        request = live.request
+        if not self.prefillers:
+            return self.entry.pick(request)
+        decoder = self.handover.pick(request)
+        threshold = self.topology.uncached_tokens
+        uncached = request.prompt_tokens - decoder.cache_hit(request)
+        if threshold is not None and uncached <= threshold:
+            return decoder
+        self.decoder_of[id(live)] = decoder
+        decoder.arriving += 1  # on its way there: the picker counts it
+        return self.entry.pick(request)
+
+    def send(self, engine: Engine, live: Live, now: float, transfer_s: float = 0.0) -> None:
+        """Through the server's way in (and, handed over, the KV's transfer) to its queue."""
         engine.arriving += 1
-        ready = now + request_overhead_s(engine.spec.costs, len(engine.running))
+        ready = now + request_overhead_s(engine.spec.costs, len(engine.running)) + transfer_s
         self.at(ready, partial(self.enqueue, engine, live, ready))
 
     def enqueue(self, engine: Engine, live: Live, now: float) -> None:
@@ -130,18 +153,11 @@ class _Run:
         for live in engine.finish(step, now):
             if live.finished_s is not None:
                 self.done(live)
-            else:
-                arrival = now + self.kv_transfer_s
-                self.at(arrival, partial(self.hand_over, live, arrival))
-        self.wake(engine, now)
-
-    def hand_over(self, live: Live, now: float) -> None:
-        live.emit(now, 1.0)
-        if live.finished_s is not None:
-            self.done(live)
-            return
-        engine = self.handover.pick(live.request)
-        engine.waiting.append(live)
+            else:  # prefilled for a decode group
+                decoder = self.decoder_of.pop(id(live))
+                decoder.arriving -= 1
+                missing = live.request.prompt_tokens - decoder.cache_hit(live.request)
+                self.send(decoder, live, now, self.topology.kv_transfer.seconds(missing))
         self.wake(engine, now)
 
     def done(self, live: Live) -> None:
