@@ -13,6 +13,7 @@ AUTOSCALING = {"maxReplicas": 4, "target": {"waitingRequestsPerGroup": 8}}
 OFFLOAD = {"perGPU": "32Gi"}
 EXPANDABLE = {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}
 POOL = {"spec.routing.mode": "InferencePool"}
+PREFILL_AUTOSCALING = {"maxReplicas": 3, "target": {"waitingRequestsPerGroup": 4}}
 
 
 def prefill(**fields: Any) -> dict[str, Any]:
@@ -145,6 +146,64 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
         True,
     ),
     ("prefill-replicas-0", prefill(replicas=0), False),
+    ("prefill-autoscaling-waiting", prefill(autoscaling=PREFILL_AUTOSCALING), True),
+    (
+        "prefill-autoscaling-ttft-all-fields",
+        prefill(
+            replicas=2,
+            autoscaling={
+                "minReplicas": 2,
+                "maxReplicas": 4,
+                "target": {"ttftSecondsP90": 1.5},
+                "scaleUpPeriodSeconds": 300,
+                "scaleDownStabilizationSeconds": 900,
+            },
+        ),
+        True,
+    ),
+    (
+        "prefill-autoscaling-min-0",
+        prefill(autoscaling=PREFILL_AUTOSCALING | {"minReplicas": 0}),
+        False,
+    ),
+    (
+        "prefill-autoscaling-max-below-min",
+        prefill(replicas=4, autoscaling=PREFILL_AUTOSCALING | {"minReplicas": 4}),
+        False,
+    ),
+    (
+        "prefill-autoscaling-no-target",
+        prefill(autoscaling=PREFILL_AUTOSCALING | {"target": {}}),
+        False,
+    ),
+    (
+        "prefill-autoscaling-two-targets",
+        prefill(
+            autoscaling=PREFILL_AUTOSCALING
+            | {"target": {"waitingRequestsPerGroup": 4, "ttftSecondsP90": 2}}
+        ),
+        False,
+    ),
+    (
+        "prefill-autoscaling-decode-target",
+        prefill(autoscaling=PREFILL_AUTOSCALING | {"target": {"kvCacheUsagePercent": 80}}),
+        False,
+    ),
+    (
+        "prefill-autoscaling-ttft-0",
+        prefill(autoscaling=PREFILL_AUTOSCALING | {"target": {"ttftSecondsP90": 0}}),
+        False,
+    ),
+    (
+        "prefill-autoscaling-replicas-above-max",
+        prefill(replicas=4, autoscaling=PREFILL_AUTOSCALING),
+        False,
+    ),
+    (
+        "prefill-autoscaling-replicas-below-min",
+        prefill(replicas=1, autoscaling=PREFILL_AUTOSCALING | {"minReplicas": 2}),
+        False,
+    ),
     ("prefill-unknown-field", prefill(gpus=8), False),
     ("prefill-decider-unknown", prefill(decider="Sometimes"), False),
     ("prefill-uncached-no-threshold", prefill(decider="UncachedTokens"), False),

@@ -29,14 +29,11 @@ from kimi_operator.api.vllm_flags import VLLM_VERSION
 AUX_STREAM_ENV = "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM"
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3")
 AUTOSCALING_TARGETS = ("decodeRateFloor", "waitingRequestsPerGroup", "kvCacheUsagePercent")
+PREFILL_AUTOSCALING_TARGETS = ("waitingRequestsPerGroup", "ttftSecondsP90")
 
 
 def _one_source(source: Mapping[str, Json]) -> bool:
     return ("pvc" in source) != ("huggingface" in source)
-
-
-def _targets(target: Mapping[str, Json]) -> list[str]:
-    return [t for t in AUTOSCALING_TARGETS if t in target]
 
 
 def _source_keys(source: Mapping[str, Json]) -> list[str]:
@@ -265,9 +262,77 @@ def _threshold_fits_decider(prefill: Mapping[str, Json]) -> bool:
     return uses_threshold == ("uncachedTokens" in prefill)
 
 
+def _autoscaling_rules(
+    scope: tuple[str, ...], targets: tuple[str, ...], zero: str
+) -> tuple[Rule, ...]:
+    """An autoscaler's bounds and its one target: spec.autoscaling's and
+    spec.prefill.autoscaling's alike (`zero`: how else the role's groups are stopped)."""
+
+    def chosen(target: Mapping[str, Json]) -> list[str]:
+        return [t for t in targets if t in target]
+
+    return (
+        Rule(
+            scope=scope,
+            reads=(("minReplicas",),),
+            field="minReplicas",
+            cel="self.minReplicas >= 1",
+            check=lambda a: a["minReplicas"] >= 1,
+            problem="no scale to zero: a TP group's cold start (scheduling its nodes, loading "
+            "the weights) takes tens of minutes, which the first request after zero would wait",
+            allowed=f"1 to maxReplicas; {zero}",
+            got=lambda a: a["minReplicas"],
+        ),
+        Rule(
+            scope=scope,
+            reads=(("minReplicas",), ("maxReplicas",)),
+            field="maxReplicas",
+            cel="self.maxReplicas >= self.minReplicas",
+            check=lambda a: a["maxReplicas"] >= a["minReplicas"],
+            problem="fewer than minReplicas",
+            allowed="minReplicas to 64",
+            got=lambda a: a["maxReplicas"],
+        ),
+        Rule(
+            scope=scope,
+            reads=(("target",),),
+            field="target",
+            cel=" + ".join(f"(has(self.target.{t}) ? 1 : 0)" for t in targets) + " == 1",
+            check=lambda a: len(chosen(a["target"])) == 1,
+            problem="exactly one target must be set",
+            allowed=", ".join(targets),
+            got=lambda a: chosen(a["target"]),
+        ),
+    )
+
+
+def _within_bounds(prefill: Mapping[str, Json]) -> bool:
+    bounds = prefill.get("autoscaling")
+    if bounds is None:
+        return True
+    return bool(bounds["minReplicas"] <= prefill["replicas"] <= bounds["maxReplicas"])
+
+
 # spec.prefill (docs/disaggregation.md): the endpoint picker pairs each request's prefill and
 # decode groups, so it needs the pool; both roles share every setting NIXL's handshake compares.
 DISAGGREGATION_RULES: tuple[Rule, ...] = (
+    *_autoscaling_rules(
+        ("prefill", "autoscaling"),
+        PREFILL_AUTOSCALING_TARGETS,
+        "without spec.prefill the groups are aggregated",
+    ),
+    # The operator's prefill autoscaler starts from spec.prefill.replicas.
+    Rule(
+        scope=("prefill",),
+        reads=(("replicas",), ("autoscaling",)),
+        field="replicas",
+        cel="!has(self.autoscaling) || (self.replicas >= self.autoscaling.minReplicas && "
+        "self.replicas <= self.autoscaling.maxReplicas)",
+        check=_within_bounds,
+        problem="the count the prefill autoscaler starts from is outside its bounds",
+        allowed="autoscaling.minReplicas to autoscaling.maxReplicas",
+        got=lambda p: p["replicas"],
+    ),
     Rule(
         scope=(),
         reads=(("prefill",), ("routing", "mode")),
@@ -463,36 +528,10 @@ RULES: tuple[Rule, ...] = (
         allowed="operator Equal with a value, or Exists without one",
         got=lambda s: [t for t in s["tolerations"] if t["operator"] == "Exists" and t["value"]],
     ),
-    Rule(
-        scope=("autoscaling",),
-        reads=(("minReplicas",),),
-        field="minReplicas",
-        cel="self.minReplicas >= 1",
-        check=lambda a: a["minReplicas"] >= 1,
-        problem="no scale to zero: a TP group's cold start (scheduling its nodes, loading the "
-        "weights) takes tens of minutes, which the first request after zero would wait",
-        allowed="1 to maxReplicas; spec.replicas 0 without autoscaling stops every group",
-        got=lambda a: a["minReplicas"],
-    ),
-    Rule(
-        scope=("autoscaling",),
-        reads=(("minReplicas",), ("maxReplicas",)),
-        field="maxReplicas",
-        cel="self.maxReplicas >= self.minReplicas",
-        check=lambda a: a["maxReplicas"] >= a["minReplicas"],
-        problem="fewer than minReplicas",
-        allowed="minReplicas to 64",
-        got=lambda a: a["maxReplicas"],
-    ),
-    Rule(
-        scope=("autoscaling",),
-        reads=(("target",),),
-        field="target",
-        cel=" + ".join(f"(has(self.target.{t}) ? 1 : 0)" for t in AUTOSCALING_TARGETS) + " == 1",
-        check=lambda a: len(_targets(a["target"])) == 1,
-        problem="exactly one target must be set",
-        allowed=", ".join(AUTOSCALING_TARGETS),
-        got=lambda a: _targets(a["target"]),
+    *_autoscaling_rules(
+        ("autoscaling",),
+        AUTOSCALING_TARGETS,
+        "spec.replicas 0 without autoscaling stops every group",
     ),
     # The CPU tier keeps prefixes: vLLM's SimpleCPUOffloadConnector turns itself off without
     # prefix caching, and the OffloadingConnector would store blocks no request looks up.

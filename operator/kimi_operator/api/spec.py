@@ -289,14 +289,16 @@ class AutoscalingTarget(ApiModel):
     )
 
 
-class AutoscalingSpec(ApiModel):
+class ScalingBounds(ApiModel):
+    """How far and how fast an autoscaler moves a role's TP groups: spec.autoscaling's (the decode
+    groups') and spec.prefill.autoscaling's alike (docs/scaling.md)."""
+
     min_replicas: Annotated[int, Field(ge=0, le=64)] = Field(
         1,
         description="Fewest TP groups (at least 1: a group's cold start takes tens of minutes, "
         "so there is no scale to zero).",
     )
     max_replicas: Annotated[int, Field(ge=1, le=64)] = Field(description="Most TP groups.")
-    target: AutoscalingTarget = Field(description="The metric to scale on: exactly one target.")
     scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = Field(
         c.SCALE_DOWN_STABILIZATION_S,
         description="How long the metric must ask for fewer groups before one is removed.",
@@ -304,6 +306,33 @@ class AutoscalingSpec(ApiModel):
     scale_up_period_seconds: Annotated[int, Field(ge=1, le=1800)] = Field(
         c.SCALE_UP_PERIOD_S,
         description="One group is added at most once per this many seconds.",
+    )
+
+
+class AutoscalingSpec(ScalingBounds):
+    target: AutoscalingTarget = Field(description="The metric to scale on: exactly one target.")
+
+
+class PrefillAutoscalingTarget(ApiModel):
+    """What the prefill groups' autoscaler keeps in bounds: exactly one of these (a rule in
+    rules.py); the operator reads them from Prometheus (docs/scaling.md)."""
+
+    waiting_requests_per_group: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
+        None, description="Requests waiting in the prefill groups' vLLM queues per prefill group."
+    )
+    ttft_seconds_p90: Annotated[float, Field(ge=0.01, le=600)] | None = Field(
+        None,
+        description="Time to first token, 90th percentile, of the prefill groups' requests "
+        "(their prefill, queueing included): what prefill capacity buys.",
+    )
+
+
+class PrefillAutoscalingSpec(ScalingBounds):
+    """The operator scales the prefill groups itself (the scale subresource is the decode
+    groups'): spec.prefill.replicas is the count it starts from."""
+
+    target: PrefillAutoscalingTarget = Field(
+        description="The metric to scale on: exactly one target."
     )
 
 
@@ -433,7 +462,9 @@ class PrefillSpec(ApiModel):
     roles'; these are the prefill role's own."""
 
     replicas: Annotated[int, Field(ge=1, le=64)] = Field(
-        1, description="Prefill TP groups (each its own LeaderWorkerSet)."
+        1,
+        description="Prefill TP groups (each its own LeaderWorkerSet); with autoscaling, the "
+        "count it starts from.",
     )
     decider: Literal["Always", "UncachedTokens"] = Field(
         "Always",
@@ -457,6 +488,11 @@ class PrefillSpec(ApiModel):
         max_length=c.MAX_ENV,
         description="Environment variables for the prefill pods only, after spec.env (a name "
         "listed in both takes this value).",
+    )
+    autoscaling: PrefillAutoscalingSpec | None = Field(
+        None,
+        description="Scale the prefill groups on their own load, read from Prometheus by the "
+        "operator; omitted: spec.prefill.replicas as written.",
     )
 
 

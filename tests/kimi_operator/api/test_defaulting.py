@@ -32,6 +32,10 @@ CONTEXT: dict[Path, dict[str, Any]] = {
         "spec.speculative": {"draftSource": {"huggingface": {"repo": "moonshotai/draft"}}}
     },
     ("spec", "prefill"): {"spec.routing.mode": "InferencePool", "spec.prefill": {}},
+    ("spec", "prefill", "autoscaling"): {
+        "spec.routing.mode": "InferencePool",
+        "spec.prefill": {"autoscaling": {"maxReplicas": 4, "target": {"ttftSecondsP90": 2}}},
+    },
     ("spec", "routing", "gatewayRef"): {
         "spec.routing": {"mode": "InferencePool", "gatewayRef": {"name": "inference-gateway"}}
     },
