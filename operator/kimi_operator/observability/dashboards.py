@@ -19,6 +19,9 @@ from grafana_foundation_sdk.models.dashboard import (
 from kimi_operator.observability.rules import (
     GROUPS_PER_DECODE_RATE,
     KV_CACHE_USAGE,
+    PREFILL_SERVING_GROUPS,
+    PREFILL_TTFT_P90,
+    PREFILL_WAITING_REQUESTS,
     SERVING_GROUPS,
     WAITING_REQUESTS,
     WINDOW,
@@ -357,6 +360,21 @@ def _handover_panels(grid: _Grid) -> list[Builder[Panel]]:
             ],
             "external_kv_transfer on the decode groups: prompt tokens whose KV the prefill "
             "groups handed over; local_compute on the prefill groups: their prompt throughput.",
+        ),
+        _series(
+            grid,
+            "Disaggregated prefill: autoscaling",
+            "none",
+            [
+                (_rule(PREFILL_SERVING_GROUPS), "{{deployment}} serving prefill groups"),
+                (
+                    f"{_rule(PREFILL_WAITING_REQUESTS)} / {_rule(PREFILL_SERVING_GROUPS)}",
+                    "{{deployment}} waiting per prefill group",
+                ),
+                (_rule(PREFILL_TTFT_P90), "{{deployment}} prefill TTFT p90 (s)"),
+            ],
+            "What spec.prefill.autoscaling targets compare against: the operator reads them "
+            "(docs/scaling.md).",
         ),
         _series(
             grid,

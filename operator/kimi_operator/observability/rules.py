@@ -28,6 +28,13 @@ KV_CACHE_USAGE = "kimi:kv_cache_usage_perc:sum"
 GROUPS_PER_DECODE_RATE = f"kimi:serving_groups_per_decode_rate:ratio_{WINDOW}"
 # The series of every group but spec.prefill's prefill groups (the PodMonitor's `role` label).
 NOT_PREFILL = '{role!="prefill"}'
+# Recorded per deployment for the operator's prefill autoscaler (spec.prefill.autoscaling, the
+# prefill groups alone): serving prefill groups, requests waiting in their queues, and the p90 of
+# their time to first token (the prefill itself, queueing included; NaN without requests).
+PREFILL = '{role="prefill"}'
+PREFILL_SERVING_GROUPS = "kimi:prefill_serving_groups:count"
+PREFILL_WAITING_REQUESTS = "kimi:prefill_num_requests_waiting:sum"
+PREFILL_TTFT_P90 = f"kimi:prefill_time_to_first_token_seconds:p90_{WINDOW}"
 
 
 def _quantile(q: float, bucket: str, by: str = BY) -> str:
@@ -90,6 +97,19 @@ def recording_rules() -> list[dict[str, str]]:
         {
             "record": KV_CACHE_USAGE,
             "expr": f"sum by ({BY}) (vllm:kv_cache_usage_perc{NOT_PREFILL})",
+        },
+        # What the operator scales spec.prefill's prefill groups on (prefill_scaling.py).
+        {
+            "record": PREFILL_SERVING_GROUPS,
+            "expr": f"count by ({BY}) (vllm:num_requests_running{PREFILL})",
+        },
+        {
+            "record": PREFILL_WAITING_REQUESTS,
+            "expr": f"sum by ({BY}) (vllm:num_requests_waiting{PREFILL})",
+        },
+        {
+            "record": PREFILL_TTFT_P90,
+            "expr": _quantile(0.9, f"vllm:time_to_first_token_seconds_bucket{PREFILL}"),
         },
         {
             "record": GROUPS_PER_DECODE_RATE,
