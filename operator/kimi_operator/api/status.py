@@ -85,6 +85,35 @@ class GroupStatus(StatusModel):
     )
 
 
+class Recommendation(StatusModel):
+    at: str = Field(max_length=64, description="When it was made (RFC 3339).")
+    replicas: Annotated[int, Field(ge=0, le=64)] = Field(description="Prefill groups it asked for.")
+
+
+class PrefillAutoscalerStatus(StatusModel):
+    """The operator's prefill autoscaler (spec.prefill.autoscaling): what it decided, and what it
+    remembers across evaluations and operator restarts (docs/scaling.md)."""
+
+    desired_replicas: Annotated[int, Field(ge=0, le=64)] = Field(
+        description="Prefill groups wanted now (the groups rendered)."
+    )
+    value: float | None = Field(
+        None,
+        description="The target's metric at the last answer: requests waiting in all, or the "
+        "TTFT p90 in seconds.",
+    )
+    last_scale_time: str = Field(
+        "", max_length=64, description="When the count last changed (RFC 3339)."
+    )
+    recommendations: list[Recommendation] = Field(
+        default_factory=list,
+        max_length=65,
+        description="The highest recommendations within scaleDownStabilizationSeconds, each "
+        "newer than any higher one (a group is removed only when all ask for fewer).",
+    )
+    message: str = Field("", max_length=1024, description="What the last evaluation found.")
+
+
 class KimiDeploymentStatus(StatusModel):
     observed_generation: Annotated[int, Field(ge=0)] | None = Field(
         None, description="The most recent spec generation the operator has acted on."
@@ -153,6 +182,9 @@ class KimiDeploymentStatus(StatusModel):
         max_length=512,
         description="The autoscaler that writes spec.replicas (`ScaledObject/<name>` or "
         "`HorizontalPodAutoscaler/<name>`); empty without spec.autoscaling.",
+    )
+    prefill_autoscaler: PrefillAutoscalerStatus | None = Field(
+        None, description="The prefill groups' autoscaler, with spec.prefill.autoscaling."
     )
 
 

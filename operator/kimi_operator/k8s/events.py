@@ -1,4 +1,5 @@
-"""Warning Events on a KimiDeployment, as `kubectl describe` shows them."""
+"""Events on a KimiDeployment, as `kubectl describe` shows them: Warnings, and the Normal ones of
+the prefill autoscaler's changes."""
 
 import datetime
 import uuid
@@ -12,7 +13,9 @@ COMPONENT = "kimi-operator"
 MAX_MESSAGE = 1024
 
 
-def warning(involved: Mapping[str, Any], reason: str, message: str) -> dict[str, Any]:
+def warning(
+    involved: Mapping[str, Any], reason: str, message: str, kind: str = "Warning"
+) -> dict[str, Any]:
     meta = involved["metadata"]
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
@@ -29,7 +32,7 @@ def warning(involved: Mapping[str, Any], reason: str, message: str) -> dict[str,
             "namespace": meta["namespace"],
             "uid": meta["uid"],
         },
-        "type": "Warning",
+        "type": kind,
         "reason": reason,
         "message": message[:MAX_MESSAGE],
         "source": {"component": COMPONENT},
@@ -40,5 +43,7 @@ def warning(involved: Mapping[str, Any], reason: str, message: str) -> dict[str,
     }
 
 
-def post_warning(client: Client, involved: Mapping[str, Any], reason: str, message: str) -> None:
-    client.create(EVENT, warning(involved, reason, message))
+def post_warning(
+    client: Client, involved: Mapping[str, Any], reason: str, message: str, kind: str = "Warning"
+) -> None:
+    client.create(EVENT, warning(involved, reason, message, kind))

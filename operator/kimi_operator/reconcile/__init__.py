@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kimi_operator import conditions as cond
+from kimi_operator import prefill_scaling
 from kimi_operator.api.problem import INVALID, Problem
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import OperatorDefaults
@@ -20,7 +21,7 @@ from kimi_operator.k8s.client import Client
 from kimi_operator.reconcile.act import Acted, act, act_caches
 from kimi_operator.reconcile.decide import UPSTREAM, decide, plan_children, stopped
 from kimi_operator.reconcile.observe import observe
-from kimi_operator.reconcile.status import Outcome, outcome
+from kimi_operator.reconcile.status import Outcome, outcome, scaled_outcome
 from kimi_operator.reconcile.status import terminating as terminating_outcome
 
 __all__ = ["UPSTREAM", "Outcome", "plan_children", "reconcile", "terminating"]
@@ -78,6 +79,11 @@ def reconcile(
         prune=prune,
         now=now,
     )
+    # The prefill autoscaler's count stands in for spec.prefill.replicas from here on.
+    scaled = prefill_scaling.evaluate(
+        observed.kd, observed.old, observed.prefill_load, now=now, url=defaults.prometheus_url
+    )
+    observed.kd = scaled.kd
     if observed.error is not None:  # a read failed: nothing is written
         decision, acted = stopped(observed, defaults), Acted(error=observed.error)
     else:
@@ -88,7 +94,9 @@ def reconcile(
         acted = act(client, body, decision, defaults, acted, likely_missing=observed.first)
         if acted.early:  # a cache's write failed: the weights are as the status recorded them
             decision = stopped(observed, defaults)
-    return outcome(
+    if scaled.problem is not None:
+        decision.plan.degradations.append(scaled.problem)
+    result = outcome(
         observed,
         decision,
         acted.applied,
@@ -97,3 +105,4 @@ def reconcile(
         failures=failures,
         spec_changed=spec_changed,
     )
+    return scaled_outcome(result, scaled)

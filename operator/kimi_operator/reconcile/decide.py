@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from kimi_operator import caches, group_life, rollout, routing
+from kimi_operator import caches, group_life, prefill_scaling, rollout, routing
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import ROLLING_REASONS, condition, progressing_reason
@@ -91,6 +91,8 @@ class Observed:
     # yet, and `decide` works it out).
     found: FoundWeights | None = None
     error: KubernetesError | None = None  # a read failed: nothing is written
+    # The prefill groups' load from Prometheus (None: no spec.prefill.autoscaling, or not read).
+    prefill_load: prefill_scaling.Load | None = None
 
     @property
     def uid(self) -> str:

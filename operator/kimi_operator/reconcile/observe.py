@@ -41,6 +41,7 @@ from kimi_operator.reconcile.decide import (
     wanted_caches,
     weights_of,
 )
+from kimi_operator.reconcile.prometheus import prefill_load
 
 
 def served_apis(client: Client, kd: KimiDeployment) -> dict[Resource, bool]:
@@ -92,6 +93,7 @@ def observe(
         if waiting and seen.pods is not None:
             seen.unschedulable = cond.unschedulable(seen.pods)
     seen.gateway_endpoint = _gateway_endpoint(client, seen.kd)
+    seen.prefill_load = prefill_load(defaults.prometheus_url, seen.kd)
     return seen
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_operator import caches, group_life, rollout, routing
+from kimi_operator import caches, group_life, prefill_scaling, rollout, routing
 from kimi_operator import conditions as cond
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.status import condition
@@ -44,6 +44,7 @@ class Outcome:
     # budget), failures counted now (their reasons).
     startups: list[tuple[float, float]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    notices: list[Problem] = field(default_factory=list)  # Normal Events to post
 
 
 def terminating(old: Mapping[str, Any], generation: int | None, *, now: str) -> Outcome:
@@ -251,3 +252,21 @@ def _rollout(image: ImageChoice, steps: Steps) -> dict[str, Any]:
         "imageSource": image.source,
         "pendingImage": image.pending,
     }
+
+
+def scaled_outcome(result: Outcome, scaled: prefill_scaling.Scaled) -> Outcome:
+    """`result` with the prefill autoscaler's evaluation (prefill_scaling.py): its memory in
+    status.prefillAutoscaler (dropped with spec.prefill.autoscaling), its changes as Normal
+    Events, and a look again within its polling interval."""
+    status = dict(result.status)
+    status.pop("prefillAutoscaler", None)
+    if scaled.status is None:
+        return dataclasses.replace(result, status=status)
+    status["prefillAutoscaler"] = scaled.status
+    polls = [d for d in (result.requeue_after_s, prefill_scaling.POLL_S) if d is not None]
+    return dataclasses.replace(
+        result,
+        status=status,
+        notices=[*result.notices, *scaled.notices],
+        requeue_after_s=min(polls),
+    )
