@@ -64,8 +64,9 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "--prometheus-url",
         default=os.environ.get("KIMI_OPERATOR_PROMETHEUS_URL", DEFAULT_PROMETHEUS_URL),
         metavar="URL",
-        help="Prometheus that the KEDA ScaledObjects of spec.autoscaling query; it must evaluate "
-        "the chart's recording rules (env KIMI_OPERATOR_PROMETHEUS_URL; default %(default)s)",
+        help="Prometheus that the KEDA ScaledObjects of spec.autoscaling query, and the operator "
+        "itself for spec.prefill.autoscaling; it must evaluate the chart's recording rules (env "
+        "KIMI_OPERATOR_PROMETHEUS_URL; default %(default)s)",
     )
     run.add_argument(
         "--resync-interval",

@@ -58,7 +58,8 @@ class OperatorDefaults:
     serving_image_vllm_version: str = DEFAULT_SERVING_VLLM_VERSION
     # With `computeDomain: Auto`, whether the cluster serves the ComputeDomain API.
     compute_domain_available: bool = True
-    # Prometheus that KEDA's triggers query (chart value autoscaling.prometheusUrl).
+    # Prometheus that KEDA's triggers and the prefill autoscaler query (chart value
+    # autoscaling.prometheusUrl).
     prometheus_url: str = DEFAULT_PROMETHEUS_URL
     # With spec.autoscaling: whether the cluster serves KEDA's ScaledObject API (else an HPA).
     keda_available: bool = True
