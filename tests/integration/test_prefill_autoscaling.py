@@ -1,0 +1,224 @@
+"""spec.prefill.autoscaling against the embedded API server, the operator reading a stand-in
+Prometheus on 127.0.0.1: load adds prefill groups one per scaleUpPeriodSeconds, no load removes
+them once scaleDownStabilizationSeconds has passed, a Prometheus that is down keeps the count and
+says so; the API server refuses a starting count outside the bounds, naming the field."""
+
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from kimi_operator.builders import OperatorDefaults
+from kimi_operator.embedded.harness import EmbeddedApiServer
+from kimi_operator.embedded.upstream import CHILD_KINDS, ROUTING_KINDS
+from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.errors import ApiError
+from kimi_operator.k8s.resources import EVENT, LEADER_WORKER_SET
+from kimi_operator.prefill_scaling import SCALED, UNAVAILABLE
+from kimi_operator.rollout import epoch
+from kimi_operator.runner import OperatorThread, RunConfig
+from tests.integration.conftest import RESYNC_S, metrics_of, resyncs
+from tests.support.cluster import NS, condition, create, sample, status_of, wait_for
+from tests.support.groups import kubelet
+
+NAME = "k3-pd"
+TIMEOUT_S = 60.0
+PERIOD_S, WINDOW_S = 2, 6
+WITH_ROUTING = [*CHILD_KINDS, *ROUTING_KINDS]
+
+
+class StandInPrometheus:
+    """/api/v1/query answering every query with `value`, remembering the queries."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.queries: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                outer.queries += urllib.parse.parse_qs(url.query).get("query", [])
+                result = [{"metric": {}, "value": [0, str(outer.value)]}]
+                body = json.dumps(
+                    {"status": "success", "data": {"resultType": "vector", "result": result}}
+                ).encode()
+                self.send_response(200 if url.path == "/api/v1/query" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Down: its port refuses connections from now on."""
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def prometheus() -> Iterator[StandInPrometheus]:
+    stand_in = StandInPrometheus()
+    yield stand_in
+    if stand_in.server.socket.fileno() != -1:
+        stand_in.stop()
+
+
+@pytest.fixture
+def scaling_operator(
+    api: EmbeddedApiServer, token: str, prometheus: StandInPrometheus
+) -> Iterator[OperatorThread]:
+    config = RunConfig(
+        server=api.url,
+        token=token,
+        resync_interval_s=RESYNC_S,
+        workers=4,
+        defaults=OperatorDefaults(prometheus_url=prometheus.url),
+    )
+    with OperatorThread(config) as op:
+        yield op
+
+
+def _document(replicas: int = 1, **autoscaling: Any) -> dict[str, Any]:
+    doc = sample()
+    doc["metadata"]["name"] = NAME
+    scaling = {
+        "minReplicas": 1,
+        "maxReplicas": 3,
+        "target": {"waitingRequestsPerGroup": 4},
+        "scaleUpPeriodSeconds": PERIOD_S,
+        "scaleDownStabilizationSeconds": WINDOW_S,
+    }
+    doc["spec"] |= {
+        "replicas": 1,
+        "routing": {"mode": "InferencePool"},
+        "prefill": {"replicas": replicas, "autoscaling": scaling | autoscaling},
+    }
+    return doc
+
+
+def _prefill_groups(client: Client) -> list[str]:
+    return sorted(
+        g["metadata"]["name"]
+        for g in client.list(LEADER_WORKER_SET, NS)
+        if g["metadata"]["name"].startswith(f"{NAME}-p")
+    )
+
+
+class Changes:
+    """Every (desiredReplicas, lastScaleTime) the status shows, polled until `until` holds."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.seen: list[tuple[int, str]] = []
+
+    def until(self, replicas: int, groups: int) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            status = status_of(self.client, NS, NAME)
+            scaler = status.get("prefillAutoscaler") or {}
+            if "desiredReplicas" in scaler:
+                state = (scaler["desiredReplicas"], scaler.get("lastScaleTime", ""))
+                if not self.seen or self.seen[-1] != state:
+                    self.seen.append(state)
+            done = scaler.get("desiredReplicas") == replicas
+            return status if done and len(_prefill_groups(self.client)) == groups else None
+
+        status: dict[str, Any] = wait_for(probe, TIMEOUT_S, f"{replicas} prefill groups")
+        return status
+
+
+@pytest.mark.parametrize("installed", [WITH_ROUTING], indirect=True)
+def test_load_adds_prefill_groups_quiet_removes_them_and_silence_keeps_them(
+    api: EmbeddedApiServer,
+    client: Client,
+    prometheus: StandInPrometheus,
+    scaling_operator: OperatorThread,
+) -> None:
+    changes = Changes(client)
+    with kubelet(api, NS):
+        create(client, _document())
+        status = changes.until(1, 1)
+        assert status["prefillReplicas"] == 1
+        query = (
+            'sum(kimi:prefill_num_requests_waiting:sum{namespace="inference", deployment="k3-pd"})'
+        )
+        assert query in prometheus.queries
+
+        # 40 waiting at 4 per group: 10 wanted, 3 at most, added one per period.
+        prometheus.value = 40
+        status = changes.until(3, 3)
+        assert [count for count, _ in changes.seen] == [1, 2, 3]
+        (_, at_2), (_, at_3) = changes.seen[1:]
+        assert (epoch(at_3) or 0) - (epoch(at_2) or 0) >= PERIOD_S
+        wait_for(lambda: status_of(client, NS, NAME).get("prefillReadyReplicas") == 3, TIMEOUT_S)
+        assert status["replicas"] == 1  # the decode groups are not the prefill autoscaler's
+
+        # No load: a group goes only once no recommendation within the window asks for 3.
+        prometheus.value = 0
+        changes.until(1, 1)
+        assert [count for count, _ in changes.seen] == [1, 2, 3, 2, 1]
+        (_, up), (_, down), (_, last) = changes.seen[2:]
+        assert (epoch(down) or 0) - (epoch(up) or 0) >= WINDOW_S
+        assert (epoch(last) or 0) - (epoch(down) or 0) >= PERIOD_S
+
+        # 8 waiting: 2 groups; then Prometheus goes down: 2 kept, and said.
+        prometheus.value = 8
+        changes.until(2, 2)
+        prometheus.stop()
+
+        def said() -> dict[str, Any] | None:
+            status = status_of(client, NS, NAME)
+            return status if condition(status, "Degraded")["reason"] == UNAVAILABLE else None
+
+        status = wait_for(said, TIMEOUT_S, "Degraded says Prometheus does not answer")
+        assert "keeping 2 prefill groups" in condition(status, "Degraded")["message"]
+        since = epoch(condition(status, "Degraded")["lastTransitionTime"]) or 0
+
+        def window_passed() -> dict[str, Any] | None:
+            """Until a whole window was evaluated without an answer (the newest recommendation,
+            the only one kept while they are all equal, made a window after the silence began)."""
+            status = status_of(client, NS, NAME)
+            latest = status["prefillAutoscaler"]["recommendations"][0]["at"]
+            return status if (epoch(latest) or 0) - since >= WINDOW_S else None
+
+        wait_for(window_passed, TIMEOUT_S, "a stabilization window without an answer")
+        resyncs(metrics_of(scaling_operator), count=2)
+        status = status_of(client, NS, NAME)
+        assert status["prefillAutoscaler"]["desiredReplicas"] == 2
+        assert _prefill_groups(client) == [f"{NAME}-p0", f"{NAME}-p1"]
+        assert condition(status, "Ready")["status"] == "True"
+
+    events = client.list(EVENT, NS)
+    scaled = sorted(e["message"].split(":")[0] for e in events if e["reason"] == SCALED)
+    assert scaled == sorted(
+        f"prefill groups {a} -> {b}" for a, b in ((1, 2), (2, 3), (3, 2), (2, 1), (1, 2))
+    )
+    assert all(e["type"] == "Normal" for e in events if e["reason"] == SCALED)
+    assert [e["type"] for e in events if e["reason"] == UNAVAILABLE] == ["Warning"]
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        (_document(replicas=4), "spec.prefill.replicas"),
+        (_document(minReplicas=0), "spec.prefill.autoscaling.minReplicas"),
+        (_document(target={}), "spec.prefill.autoscaling.target"),
+    ],
+)
+def test_the_api_server_refuses_naming_the_field(
+    client: Client, doc: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ApiError, match="HTTP 422") as refused:
+        create(client, doc)
+    assert f"{field}: " in str(refused.value)
