@@ -213,3 +213,8 @@ def evaluate(
     return Scaled(
         _with_replicas(kd, current), status.model_dump(exclude_none=True), notices, problem
     )
+
+
+def recorded_prefill(kd: KimiDeployment, status: Mapping[str, Any]) -> KimiDeployment:
+    """`kd` with the prefill groups its status last wanted (a check of the cluster's children)."""
+    return evaluate(kd, status, None, now="").kd

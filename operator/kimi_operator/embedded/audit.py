@@ -24,6 +24,7 @@ from kimi_operator.k8s.resources import (
     KIMI_DEPLOYMENT,
     PERSISTENT_VOLUME_CLAIM,
 )
+from kimi_operator.prefill_scaling import recorded_prefill
 from kimi_operator.reconcile import UPSTREAM, plan_children
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -102,7 +103,9 @@ def audit(client: Client, defaults: OperatorDefaults | None = None) -> Audit:
             result.invalid += 1
             continue
         result.deployments += 1
-        planned = {_label(c) for c in plan_children(report.deployment, defaults, served).children}
+        # The prefill groups the autoscaler last wanted, not spec.prefill.replicas (its start).
+        wanted = recorded_prefill(report.deployment, kd.get("status") or {})
+        planned = {_label(c) for c in plan_children(wanted, defaults, served).children}
         have = by_owner.get(uid, {})
         missing = sorted(planned - set(have))
         extra = sorted(set(have) - planned)

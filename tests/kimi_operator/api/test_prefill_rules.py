@@ -48,3 +48,19 @@ def test_the_cpu_tier_is_refused_beside_prefill_naming_both_fields() -> None:
     assert "spec.prefill with spec.kvCache.cpuOffload" in refusal
     assert _problems(prefill()) == []
     assert _problems({"spec.kvCache.cpuOffload": OFFLOAD}) == []
+
+
+def test_the_prefill_autoscaler_refusals_name_their_fields() -> None:
+    scaling = {"maxReplicas": 3, "target": {"ttftSecondsP90": 1.5}}
+    (problem,) = _problems(prefill(replicas=4, autoscaling=scaling))
+    assert problem.startswith(
+        "spec.prefill.replicas: the count the prefill autoscaler starts from is outside its "
+        "bounds (got 4; allowed: autoscaling.minReplicas to autoscaling.maxReplicas)"
+    )
+    both = scaling | {"target": {"ttftSecondsP90": 1.5, "waitingRequestsPerGroup": 4}}
+    (problem,) = _problems(prefill(autoscaling=both))
+    assert problem.startswith("spec.prefill.autoscaling.target: exactly one target must be set")
+    assert "allowed: waitingRequestsPerGroup, ttftSecondsP90" in problem
+    (problem,) = _problems(prefill(autoscaling=scaling | {"minReplicas": 0}))
+    assert problem.startswith("spec.prefill.autoscaling.minReplicas: no scale to zero")
+    assert _problems(prefill(replicas=3, autoscaling=scaling)) == []
