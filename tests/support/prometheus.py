@@ -5,6 +5,7 @@ Targets, all text format on 127.0.0.1:
 - `kimi-plugin`: the stat-logger plugin's registry, fed finished requests as vLLM builds them;
 - `kimi-decode-path`: the decode-path plugin's registry (what it serves on $KIMI_METRICS_PORT);
 - `vllm`: an emitter of vLLM 0.33.0's metric names (third_party/vllm-0.33.0-metrics.tsv);
+- `vllm-prefill`: a prefill group's queue and first tokens (`role="prefill"`: spec.prefill);
 - `operator`: kimi_operator's own registry (scraped with honor_labels, as the chart must).
 
 `rate(...[5m])` needs minutes of history, so each target replays SNAPSHOTS states of its real
@@ -149,6 +150,29 @@ class VllmEmitter:
         self.nixl_failed.inc(0)
 
 
+class PrefillEmitter:
+    """A prefill group of spec.prefill (scraped with `role="prefill"`, as the PodMonitor labels
+    it): what the prefill autoscaler's rules read. Its first tokens take what the decode group's
+    do, so the deployment's TTFT rules show the same values with it."""
+
+    WAITING = 3
+
+    def __init__(self, model_name: str) -> None:
+        self.registry = r = CollectorRegistry()
+        labels, values = ["model_name", "engine"], (model_name, "0")
+        self.running = Gauge("vllm:num_requests_running", "", labels, registry=r).labels(*values)
+        self.waiting = Gauge("vllm:num_requests_waiting", "", labels, registry=r).labels(*values)
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds", "", labels, registry=r, buckets=names.TTFT_BUCKETS
+        ).labels(*values)
+
+    def step(self) -> None:
+        self.running.set(4)
+        self.waiting.set(self.WAITING)
+        for _ in range(40):
+            self.ttft.observe(0.4)
+
+
 def stamp(text: str, millis: int) -> str:
     return "".join(
         line if line.startswith("#") or not line.strip() else f"{line.rstrip()} {millis}\n"
@@ -204,10 +228,11 @@ def build_targets(vllm_config: Any) -> tuple[list[Target], int]:
     decode = DecodePathRecorder(CollectorRegistry())
     decode.on_runner(vllm_config, tp_rank=0, local_rank=1)
     decode.instrumented.set(1)
-    emitter = VllmEmitter(model)
+    emitter, prefill = VllmEmitter(model), PrefillEmitter(model)
     operator = Metrics()
     registries = {"kimi-plugin": plugin, "kimi-decode-path": decode.registry}
     registries |= {"vllm": emitter.registry, "operator": operator.registry}
+    registries |= {"vllm-prefill": prefill.registry}
     snapshots: dict[str, list[str]] = {job: [] for job in registries}
     end = int(time.time() * 1000)
     for k in range(SNAPSHOTS):
@@ -226,6 +251,7 @@ def build_targets(vllm_config: Any) -> tuple[list[Target], int]:
         for _ in range(PREFILL_STEPS):
             decode.count(names.PATH_FALLBACK, names.REASON_PREFILL)
         emitter.step(phase)
+        prefill.step()
         operator.reconciles.labels("resync", "reconciled").inc(10)
         operator.errors.labels("temporary").inc(1 if phase == "degraded" else 0)
         operator.duration.labels("resync").observe(0.2)
@@ -239,10 +265,9 @@ def build_targets(vllm_config: Any) -> tuple[list[Target], int]:
         for job, registry in registries.items():
             snapshots[job].append(stamp(generate_latest(registry).decode(), millis))
     scrape_labels = {"namespace": NAMESPACE, "deployment": DEPLOYMENT}
+    labels = {"operator": {}, "vllm-prefill": scrape_labels | {"role": "prefill"}}
     targets = [
-        Target(
-            job, snaps, {} if job == "operator" else scrape_labels, honor_labels=job == "operator"
-        )
+        Target(job, snaps, labels.get(job, scrape_labels), honor_labels=job == "operator")
         for job, snaps in snapshots.items()
     ]
     return targets, end

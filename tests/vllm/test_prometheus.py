@@ -36,6 +36,10 @@ NO_CONNECTOR = (
     "this server has no KV connector: NixlConnector's series come from a decode group of "
     "spec.prefill (tests/vllm/test_disaggregation.py hands KV over with ExampleConnector)"
 )
+NO_PREFILL_ROLE = (
+    'this server is not a prefill group of spec.prefill: no role="prefill" series '
+    "(tests/kimi_kernels/decode_metrics/test_prometheus_e2e.py feeds a prefill group's)"
+)
 # Panels (dashboard, title) that stay empty on this server, and why.
 EMPTY_PANELS = {
     ("Kimi K3 decode", "Fast-path fraction"): NOT_INSTRUMENTED,
@@ -48,6 +52,7 @@ EMPTY_PANELS = {
     ("Kimi K3 decode", "CPU KV tier: share pinned by transfers"): NO_TIER,
     ("Kimi K3 decode", "CPU KV tier: failed stores"): NO_TIER,
     ("Kimi K3 decode", "Disaggregated prefill: KV transfers"): NO_CONNECTOR,
+    ("Kimi K3 decode", "Disaggregated prefill: autoscaling"): NO_PREFILL_ROLE,
 }
 EMPTY_RULES = {
     "kimi:decode_fast_path_fraction:ratio_5m": NOT_INSTRUMENTED,
@@ -55,6 +60,9 @@ EMPTY_RULES = {
     "kimi:spec_decode_acceptance_length:ratio_5m": NO_DRAFTS,
     "kimi:spec_decode_acceptance_per_position:ratio_5m": NO_DRAFTS,
     "kimi:offload_hit_ratio:ratio_5m": NO_TIER,
+    "kimi:prefill_serving_groups:count": NO_PREFILL_ROLE,
+    "kimi:prefill_num_requests_waiting:sum": NO_PREFILL_ROLE,
+    "kimi:prefill_time_to_first_token_seconds:p90_5m": NO_PREFILL_ROLE,
 }
 # vLLM 0.33.0 metrics registered by default that vLLM 0.32.0 (CPU build) does not serve.
 MISSING_IN_0_32: set[str] = set()

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.autoscaling import DECODE_SCALE
+from kimi_operator.prefill_scaling import SERVING, VALUE, queries
 from tests.kimi_kernels.decode_metrics.conftest import TENSOR_PARALLEL
 from tests.support.autoscaling import adapter_query, deployment, trigger
 from tests.support.catalog import (
@@ -17,7 +19,17 @@ from tests.support.catalog import (
     rule_groups,
     substitute,
 )
-from tests.support.prometheus import DEPLOYMENT, GPU_HOUR_PRICE, NAMESPACE, Proof, expected, proof
+from tests.support.corpus import POOL
+from tests.support.prometheus import (
+    DEPLOYMENT,
+    GPU_HOUR_PRICE,
+    NAMESPACE,
+    PrefillEmitter,
+    Proof,
+    expected,
+    proof,
+)
+from tests.support.specs import edited
 from tests.support.tools import require_tool
 
 pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
@@ -47,6 +59,13 @@ CHECKED = {
 def prometheus(vllm_config: Any) -> Iterator[Proof]:
     with proof(require_tool("prometheus"), vllm_config) as running:
         yield running
+
+
+def prefill_deployment(target: dict[str, float]) -> KimiDeployment:
+    scaling = {"maxReplicas": 4, "target": target}
+    doc = edited(POOL | {"spec.prefill": {"autoscaling": scaling}, "metadata.name": DEPLOYMENT})
+    doc["metadata"]["namespace"] = NAMESPACE
+    return KimiDeployment.model_validate(doc)
 
 
 def numbers(result: list[dict[str, Any]]) -> list[float]:
@@ -126,3 +145,15 @@ def test_autoscaling_queries_read_what_was_fed(prometheus: Proof) -> None:
         assert numbers(prometheus.query(trigger(kd)["query"])) == [pytest.approx(keda_value)]
         assert numbers(prometheus.query(adapter_query(kd))) == [pytest.approx(adapter_value)]
     assert numbers(prometheus.query("kimi:serving_groups:count")) == [1.0]
+
+
+def test_prefill_autoscaler_queries_read_what_was_fed(prometheus: Proof) -> None:
+    """What the operator asks this Prometheus for spec.prefill.autoscaling: 3 requests wait on
+    the one prefill group; its first tokens all take 0.4 s, which the p90 interpolates within the
+    bucket (0.25 s, 0.5 s] as 0.25 + 0.9 x 0.25."""
+    waiting = prefill_deployment({"waitingRequestsPerGroup": 2})
+    (value,) = numbers(prometheus.query(queries(waiting)[VALUE]))
+    assert value == PrefillEmitter.WAITING
+    ttft = prefill_deployment({"ttftSecondsP90": 0.5})
+    asked = {key: numbers(prometheus.query(q)) for key, q in queries(ttft).items()}
+    assert asked == {VALUE: [pytest.approx(0.475)], SERVING: [1.0]}
