@@ -150,6 +150,24 @@ def _described(scaling: PrefillAutoscalingSpec, values: Mapping[str, float | Non
     )
 
 
+def _step(current: int, rec: int, highest: int, free: bool) -> tuple[int, str]:
+    """One group towards the recommendation `rec`, when the period since the last change is
+    over (`free`) and, for a removal, the `highest` recommendation in the window is lower too;
+    else the count, and why it is kept."""
+    if rec > current:
+        return (current + 1, "") if free else (current, "one group added per scaleUpPeriodSeconds")
+    if highest < current:
+        return (
+            (current - 1, "") if free else (current, "one group removed per scaleUpPeriodSeconds")
+        )
+    if rec < current:
+        return (
+            current,
+            "until every recommendation within scaleDownStabilizationSeconds asks for fewer",
+        )
+    return current, ""
+
+
 def evaluate(
     kd: KimiDeployment, old: Mapping[str, Any], load: Load | None, *, now: str, url: str = ""
 ) -> Scaled:
@@ -190,18 +208,8 @@ def evaluate(
         state.recommendations = [Recommendation(at=a, replicas=r) for a, r in window]
         since = epoch(prior.last_scale_time) if prior.last_scale_time else None
         free = since is None or t - since >= scaling.scale_up_period_seconds
-        if rec > current and free:
-            current += 1
-        elif window[0][1] < current and free:
-            current -= 1
-        elif rec != current:
-            message += (
-                f"; {current} kept: one group added per scaleUpPeriodSeconds"
-                if rec > current
-                else f"; {current} kept until every recommendation within "
-                "scaleDownStabilizationSeconds asks for fewer"
-            )
-        state.message = message
+        current, held = _step(current, rec, window[0][1], free)
+        state.message = f"{message}; {current} kept: {held}" if held else message
     notices = []
     if current != before:
         state.last_scale_time = now

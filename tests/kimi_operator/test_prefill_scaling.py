@@ -247,3 +247,22 @@ def test_sample_reads_an_instant_answer(answer: dict[str, Any], value: float | N
 def test_sample_refuses_what_is_not_an_answer(answer: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"^(status 'error'|not a vector|a malformed vector)"):
         sample(answer)
+
+
+def test_the_message_says_why_the_count_is_kept() -> None:
+    kd = deployment(replicas=3, scaleUpPeriodSeconds=60, scaleDownStabilizationSeconds=300)
+    first = evaluate(kd, {}, waiting(0), now=at(0))
+    assert first.status is not None
+    assert first.status["message"] == (
+        "0 requests waiting in the prefill groups (target 4 per group): 1 prefill groups "
+        "recommended; 3 kept: until every recommendation within scaleDownStabilizationSeconds "
+        "asks for fewer"
+    )
+    # Down to 2 at 300 s; at 330 s the window asks for fewer, but a period has not passed.
+    old = {"prefillAutoscaler": first.status}
+    down = evaluate(kd, old, waiting(0), now=at(300))
+    assert down.status is not None
+    assert down.status["desiredReplicas"] == 2
+    held = evaluate(kd, {"prefillAutoscaler": down.status}, waiting(0), now=at(330))
+    assert held.status is not None
+    assert held.status["message"].endswith("2 kept: one group removed per scaleUpPeriodSeconds")
