@@ -172,8 +172,17 @@ def crd() -> dict[str, Any]:
                         {
                             "name": "PREFILL",
                             "type": "integer",
-                            "description": "Prefill TP groups wanted (spec.prefill)",
+                            "description": "Prefill TP groups wanted (spec.prefill; with its "
+                            "autoscaling, the count it starts from)",
                             "jsonPath": ".spec.prefill.replicas",
+                            "priority": 1,
+                        },
+                        {
+                            "name": "PREFILL-DESIRED",
+                            "type": "integer",
+                            "description": "Prefill TP groups the operator's prefill autoscaler "
+                            "wants (spec.prefill.autoscaling)",
+                            "jsonPath": ".status.prefillAutoscaler.desiredReplicas",
                             "priority": 1,
                         },
                         {

@@ -79,6 +79,7 @@ def test_printer_columns_point_at_fields() -> None:
         "DESIRED",
         "READY-GROUPS",
         "PREFILL",
+        "PREFILL-DESIRED",
         "PREFILL-READY",
         "BACKEND",
         "ROUTING",
@@ -87,12 +88,13 @@ def test_printer_columns_point_at_fields() -> None:
         "AGE",
     ]
     known = {p for p, _ in nodes(SCHEMA)}
-    names = ("GPUS", "DESIRED", "READY-GROUPS", "PREFILL", "PREFILL-READY", "BACKEND", "ROUTING")
+    names = ("GPUS", "DESIRED", "READY-GROUPS", "PREFILL", "PREFILL-DESIRED", "PREFILL-READY")
+    names += ("BACKEND", "ROUTING")
     for name in (*names, "ENDPOINT"):
         assert columns[name] in known, name
     # The roles' columns in `kubectl get -o wide`: the default table stays as it was.
     wide = [c["name"] for c in VERSION["additionalPrinterColumns"] if c.get("priority") == 1]
-    assert wide == ["PREFILL", "PREFILL-READY"]
+    assert wide == ["PREFILL", "PREFILL-DESIRED", "PREFILL-READY"]
     assert columns["READY"].startswith('.status.conditions[?(@.type=="Ready")]')
 
 
