@@ -1,14 +1,17 @@
 """Every read of one reconcile, made before any write: the served APIs, the weights' resolve Jobs
-and caches, the deployment's children, the pods waiting for nodes, the Gateway, and the turn at the
-operator-wide image gate. What is read depends only on the deployment and its last status, never on
-a write's answer, and lists cost the API server: each is made only where it can find something
-(decide.py says what is done with them).
+and caches, the deployment's children, the pods waiting for nodes, the requests a draining group's
+leader holds (its vLLM /metrics), the Gateway, and the turn at the operator-wide image gate. What is
+read depends only on the deployment and its last status, never on a write's answer, and lists cost
+the API server: each is made only where it can find something (decide.py says what is done with
+them).
 """
 
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_operator import caches, group_life, rollout, routing
+import urllib3
+
+from kimi_operator import caches, drain, group_life, rollout, routing
 from kimi_operator import conditions as cond
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders import OperatorDefaults
@@ -41,6 +44,10 @@ from kimi_operator.reconcile.decide import (
     wanted_caches,
     weights_of,
 )
+
+# A leader's /metrics, read while its group drains: short, a reconcile never waits long on one.
+METRICS_TIMEOUT = urllib3.Timeout(connect=1.0, read=2.0)
+_HTTP = urllib3.PoolManager(num_pools=32, maxsize=1)
 
 
 def served_apis(client: Client, kd: KimiDeployment) -> dict[Resource, bool]:
@@ -87,10 +94,12 @@ def observe(
         seen.error = error
         return seen
     waiting = any(not rollout.group_ready(g) for g in seen.groups.values())
-    if not seen.first and (waiting or group_life.unrecorded(seen.old, seen.groups)):
+    recorded = not group_life.unrecorded(seen.old, seen.groups)
+    if not seen.first and (waiting or not recorded or _may_drain(seen)):
         seen.pods = _pods(client, seen.kd)
         if waiting and seen.pods is not None:
             seen.unschedulable = cond.unschedulable(seen.pods)
+        seen.in_flight = _in_flight(seen.groups, seen.pods or [])
     seen.gateway_endpoint = _gateway_endpoint(client, seen.kd)
     return seen
 
@@ -149,6 +158,13 @@ def _children(client: Client, seen: Observed, defaults: OperatorDefaults, *, now
     if seen.first or not seen.served[LEADER_WORKER_SET]:
         return
     found = seen.children.get(LEADER_WORKER_SET.kind)
+    if found is None and not seen.prune:
+        found = client.list(LEADER_WORKER_SET, namespace, label_selector=selector(kd))
+        # A drain ends in a prune (the group and its ComputeDomain): list what it deletes.
+        if any(owned_by(g, seen.uid) and rollout.draining_since(g) for g in found):
+            seen.prune = True
+            _children(client, seen, defaults, now=now)
+            return
     if found is None:
         found = client.list(LEADER_WORKER_SET, namespace, label_selector=selector(kd))
     seen.groups = {
@@ -156,6 +172,48 @@ def _children(client: Client, seen: Observed, defaults: OperatorDefaults, *, now
         for g in found
         if owned_by(g, seen.uid)
     }
+
+
+def _may_drain(seen: Observed) -> bool:
+    """Whether a group drains, or may start to (drain.py needs its leader pods): one is marked
+    draining, or, when pruning, one is beyond what the spec wants (a scale-down's, a surge
+    group's). A rollout's drain is marked first and its pods read at the next reconcile."""
+    kd, replicas = seen.kd, {"g": seen.kd.spec.replicas, "p": 0}
+    if kd.spec.prefill is not None:
+        replicas["p"] = kd.spec.prefill.replicas
+    for name, group in seen.groups.items():
+        found = rollout.group_of(kd.metadata.name, name)
+        if rollout.draining_since(group) is not None:
+            return True
+        if seen.prune and found is not None and found[1] >= replicas[found[0]]:
+            return True
+    return False
+
+
+def _in_flight(
+    groups: Mapping[str, Mapping[str, Any]], pods: list[dict[str, Any]]
+) -> dict[str, int | None]:
+    """The requests the leader of each Ready group draining holds (None: no answer)."""
+    by_group = group_life.by_group(pods)
+    out: dict[str, int | None] = {}
+    for name, group in groups.items():
+        if rollout.draining_since(group) is None or not rollout.group_ready(group):
+            continue
+        urls = [drain.metrics_url(p) for p in drain.leaders(by_group.get(name, []))]
+        counts = [_requests(url) for url in urls if url is not None]
+        out[name] = None if not counts or None in counts else sum(c or 0 for c in counts)
+    return out
+
+
+def _requests(url: str) -> int | None:
+    """Requests in flight on the vLLM server at `url` (its /metrics); None if it does not say."""
+    try:
+        answer = _HTTP.request("GET", url, timeout=METRICS_TIMEOUT, retries=False)
+    except urllib3.exceptions.HTTPError:
+        return None
+    if answer.status != 200:
+        return None
+    return drain.in_flight(answer.data.decode(errors="replace"))
 
 
 def _turn(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: str) -> None:
