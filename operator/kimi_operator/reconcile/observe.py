@@ -14,6 +14,7 @@ import urllib3
 from kimi_operator import caches, drain, group_life, rollout, routing
 from kimi_operator import conditions as cond
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import MANAGER, selector_labels, selector_string
 from kimi_operator.controller.retry import temporary
@@ -176,8 +177,14 @@ def _children(client: Client, seen: Observed, defaults: OperatorDefaults, *, now
 
 def _may_drain(seen: Observed) -> bool:
     """Whether a group drains, or may start to (drain.py needs its leader pods): one is marked
-    draining, or, when pruning, one is beyond what the spec wants (a scale-down's, a surge
-    group's). A rollout's drain is marked first and its pods read at the next reconcile."""
+    draining; the spec is new or a rollout under way (a group may be rewritten); or, when
+    pruning, one is beyond what the spec wants (a scale-down's, a surge group's). A drain that
+    begins without its pods read (a new default image) is marked, and its pods read next time."""
+    generation = seen.body.get("metadata", {}).get("generation")
+    if seen.old.get("observedGeneration") != generation or (
+        progressing_reason(seen.old) in ROLLING_REASONS
+    ):
+        return bool(seen.groups)
     kd, replicas = seen.kd, {"g": seen.kd.spec.replicas, "p": 0}
     if kd.spec.prefill is not None:
         replicas["p"] = kd.spec.prefill.replicas
