@@ -56,6 +56,7 @@ class Drains:
     # marks removed.
     writes: list[Write] = field(default_factory=list)
     draining: list[Draining] = field(default_factory=list)
+    news: list[tuple[str, str]] = field(default_factory=list)  # (reason, message): Normal Events
 
     @property
     def requeue_after_s(self) -> float | None:
@@ -146,12 +147,17 @@ def leave(
     if since is None:
         out.writes.insert(0, _mark(group, now))
         out.draining.append(Draining(name, now, None))
+        out.news.append(("DrainStarted", f"{name} out of routing, draining for up to {grace} s"))
         return out
     started, at = epoch(since), epoch(now)
     elapsed = None if started is None or at is None else at - started
     # Counted once its leaders were out of routing (no write left to take them out).
-    if (count == 0 and not out.writes) or elapsed is None or elapsed >= grace:
-        return Drains(go={name})
+    if count == 0 and not out.writes:
+        return Drains(go={name}, news=[("Drained", f"{name} drained: no request in flight")])
+    if elapsed is None or elapsed >= grace:
+        held = "unknown requests" if count is None else f"{count} requests"
+        why = f"{name} drain ended: spec.serving.drainSeconds ({grace} s) passed, {held} in flight"
+        return Drains(go={name}, news=[("Drained", why)])
     out.draining.append(Draining(name, since, count))
     return out
 
@@ -162,6 +168,10 @@ def back(group: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] | None) -> 
     if draining_since(group) is None or pods is None:
         return []
     return [*_route(pods, "true"), _mark(group, None)]
+
+
+def cancelled(name: str) -> tuple[str, str]:
+    return ("DrainCancelled", f"{name} wanted again: back in routing")
 
 
 def plan(
@@ -183,7 +193,9 @@ def plan(
     for name, group in sorted(live.items()):
         group_pods = None if pods is None else by_group.get(name, [])
         if name in kept and name not in rewrites:
-            out.writes += back(group, group_pods)
+            restore = back(group, group_pods)
+            out.writes += restore
+            out.news += [cancelled(name)] if restore else []
             continue
         if name not in kept and not prune:
             continue
@@ -193,6 +205,7 @@ def plan(
         out.go |= step.go if name not in kept else set()
         out.writes += step.writes
         out.draining += step.draining
+        out.news += step.news
     return out
 
 

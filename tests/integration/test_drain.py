@@ -22,6 +22,7 @@ from kimi_operator.embedded.upstream import CHILD_KINDS, ROUTING_KINDS
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
+    EVENT,
     INFERENCE_POOL,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -193,6 +194,16 @@ def gone(client: Client) -> bool | None:
     return client.get(LEADER_WORKER_SET, NS, LEAVING) is None or None
 
 
+def events(client: Client, reason: str) -> list[str] | None:
+    """The messages of the deployment's Normal Events of `reason` (None: none yet)."""
+    found = [
+        e["message"]
+        for e in client.list(EVENT, NS)
+        if e["reason"] == reason and e["type"] == "Normal"
+    ]
+    return found or None
+
+
 def deleted_at(api: EmbeddedApiServer, path_part: str, name: str) -> list[int]:
     return [
         i
@@ -241,6 +252,10 @@ def test_a_scale_down_drains_the_group_before_it_deletes_it(
     (deleted,) = deleted_at(api, "/leaderworkersets/", LEAVING)
     assert patched
     assert patched[0] < deleted  # out of routing first
+    (started,) = wait_for(lambda: events(client, "DrainStarted"), TIMEOUT_S)
+    assert started == f"{LEAVING} out of routing, draining for up to 600 s"
+    drained = wait_for(lambda: events(client, "Drained"), TIMEOUT_S)
+    assert drained == [f"{LEAVING} drained: no request in flight"]
     wait_for(
         lambda: (
             condition(status_of(client, NS, NAME), "Progressing")["reason"] == "Reconciled" or None
@@ -253,9 +268,9 @@ def test_a_scale_down_drains_the_group_before_it_deletes_it(
 @pytest.mark.parametrize("leader_answers", [True, False], ids=["requests-never-end", "silent"])
 @pytest.mark.usefixtures("operator")
 def test_the_grace_bounds_a_drain(client: Client, stand_in: StandIn, leader_answers: bool) -> None:
-    """drainSeconds 3: a group whose requests never finish, or whose leader never answers (in
+    """drainSeconds 6: a group whose requests never finish, or whose leader never answers (in
     flight unknown), is deleted once the grace passed, not before it was out of routing."""
-    create(client, drain_seconds=3)
+    create(client, drain_seconds=6)
     serving(client, stand_in.port)
     stand_in.hold(1)
     stand_in.silent = not leader_answers
@@ -299,6 +314,9 @@ def test_a_scale_back_up_cancels_the_drain(
     assert after is not None
     assert after["metadata"]["uid"] == before["metadata"]["uid"]  # never deleted
     assert deleted_at(api, "/leaderworkersets/", LEAVING) == []
+    assert wait_for(lambda: events(client, "DrainCancelled"), TIMEOUT_S) == [
+        f"{LEAVING} wanted again: back in routing"
+    ]
     wait_for(
         lambda: (
             condition(status_of(client, NS, NAME), "Progressing")["reason"] == "Reconciled" or None

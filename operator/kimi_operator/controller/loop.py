@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from kimi_operator.api.constants import API_VERSION, KIND
 from kimi_operator.api.problem import Problem
@@ -239,6 +239,8 @@ class Controller:
             self.queue.add_after(uid, outcome.requeue_after_s, "requeue")
         if outcome.events:
             self._posting.submit(post_warnings, self.client, obj, outcome.events)
+        if outcome.notices:
+            self._posting.submit(post_warnings, self.client, obj, outcome.notices, "Normal")
         return outcome
 
     def _read(self, state: Deployment) -> dict[str, Any] | None:
@@ -353,12 +355,17 @@ class Controller:
                     log.warning("relist found KimiDeployments no watch event announced")
 
 
-def post_warnings(client: Client, obj: Mapping[str, Any], problems: Sequence[Problem]) -> None:
+def post_warnings(
+    client: Client,
+    obj: Mapping[str, Any],
+    problems: Sequence[Problem],
+    kind: Literal["Warning", "Normal"] = "Warning",
+) -> None:
     """Best effort, as Kubernetes treats events: a failure is logged, never retried."""
     meta = obj["metadata"]
     for problem in problems:
         try:
-            post_warning(client, obj, problem.reason, problem.message)
+            post_warning(client, obj, problem.reason, problem.message, kind)
         except KubernetesError as error:
             log.warning(
                 "event %s on %s/%s not posted: %s",

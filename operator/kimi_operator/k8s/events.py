@@ -1,9 +1,10 @@
-"""Warning Events on a KimiDeployment, as `kubectl describe` shows them."""
+"""Events on a KimiDeployment, as `kubectl describe` shows them: Warnings (a problem) and Normal
+ones (a step worth a line there: a group's drain started or ended)."""
 
 import datetime
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import EVENT
@@ -12,7 +13,12 @@ COMPONENT = "kimi-operator"
 MAX_MESSAGE = 1024
 
 
-def warning(involved: Mapping[str, Any], reason: str, message: str) -> dict[str, Any]:
+def warning(
+    involved: Mapping[str, Any],
+    reason: str,
+    message: str,
+    kind: Literal["Warning", "Normal"] = "Warning",
+) -> dict[str, Any]:
     meta = involved["metadata"]
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
@@ -29,7 +35,7 @@ def warning(involved: Mapping[str, Any], reason: str, message: str) -> dict[str,
             "namespace": meta["namespace"],
             "uid": meta["uid"],
         },
-        "type": "Warning",
+        "type": kind,
         "reason": reason,
         "message": message[:MAX_MESSAGE],
         "source": {"component": COMPONENT},
@@ -40,5 +46,11 @@ def warning(involved: Mapping[str, Any], reason: str, message: str) -> dict[str,
     }
 
 
-def post_warning(client: Client, involved: Mapping[str, Any], reason: str, message: str) -> None:
-    client.create(EVENT, warning(involved, reason, message))
+def post_warning(
+    client: Client,
+    involved: Mapping[str, Any],
+    reason: str,
+    message: str,
+    kind: Literal["Warning", "Normal"] = "Warning",
+) -> None:
+    client.create(EVENT, warning(involved, reason, message, kind))

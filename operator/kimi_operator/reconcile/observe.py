@@ -138,34 +138,14 @@ def selector(kd: KimiDeployment) -> str:
 def _children(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: str) -> None:
     """Its LeaderWorkerSets (what a rollout decides from); with `prune`, every child kind the
     cluster serves: the routing kinds only for a deployment that has or had a pool, its Jobs
-    only where it had weights to resolve, and the shared caches once its weights are ready."""
-    kd, namespace, old = seen.kd, seen.kd.metadata.namespace, seen.old
+    only where it had weights to resolve, and the shared caches once its weights are ready. A
+    group draining makes it prune: its drain ends in deleting the group and its ComputeDomain."""
+    kd, namespace = seen.kd, seen.kd.metadata.namespace
     if seen.prune:
-        weights, shared, _ = found_weights(seen, defaults, now=now)
-        weighted = bool(shared) or had_weights(old)
-        routed = kd.spec.routing.mode == "InferencePool" or had_routing(old)
-        kinds = [r for r in CHILD_RESOURCES if routed or r not in ROUTING_RESOURCES]
-        for resource in (*kinds, JOB) if weighted else kinds:
-            if seen.served.get(resource, True):
-                listed = client.list(resource, namespace, label_selector=selector(kd))
-                seen.children[resource.kind] = listed
-        if weighted and weights.ready:
-            seen.shared = {
-                resource.kind: client.list(
-                    resource, namespace, label_selector=caches.CACHE_SELECTOR
-                )
-                for resource in CACHE_RESOURCES
-            }
+        _prunable(client, seen, defaults, now=now)
     if seen.first or not seen.served[LEADER_WORKER_SET]:
         return
     found = seen.children.get(LEADER_WORKER_SET.kind)
-    if found is None and not seen.prune:
-        found = client.list(LEADER_WORKER_SET, namespace, label_selector=selector(kd))
-        # A drain ends in a prune (the group and its ComputeDomain): list what it deletes.
-        if any(owned_by(g, seen.uid) and rollout.draining_since(g) for g in found):
-            seen.prune = True
-            _children(client, seen, defaults, now=now)
-            return
     if found is None:
         found = client.list(LEADER_WORKER_SET, namespace, label_selector=selector(kd))
     seen.groups = {
@@ -173,6 +153,28 @@ def _children(client: Client, seen: Observed, defaults: OperatorDefaults, *, now
         for g in found
         if owned_by(g, seen.uid)
     }
+    if not seen.prune and any(rollout.draining_since(g) for g in seen.groups.values()):
+        seen.prune = True
+        seen.children[LEADER_WORKER_SET.kind] = found
+        _prunable(client, seen, defaults, now=now)
+
+
+def _prunable(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: str) -> None:
+    """Every child kind listed (those listed already kept), and the shared caches."""
+    kd, namespace, old = seen.kd, seen.kd.metadata.namespace, seen.old
+    weights, shared, _ = found_weights(seen, defaults, now=now)
+    weighted = bool(shared) or had_weights(old)
+    routed = kd.spec.routing.mode == "InferencePool" or had_routing(old)
+    kinds = [r for r in CHILD_RESOURCES if routed or r not in ROUTING_RESOURCES]
+    for resource in (*kinds, JOB) if weighted else kinds:
+        if seen.served.get(resource, True) and resource.kind not in seen.children:
+            listed = client.list(resource, namespace, label_selector=selector(kd))
+            seen.children[resource.kind] = listed
+    if weighted and weights.ready:
+        seen.shared = {
+            resource.kind: client.list(resource, namespace, label_selector=caches.CACHE_SELECTOR)
+            for resource in CACHE_RESOURCES
+        }
 
 
 def _may_drain(seen: Observed) -> bool:

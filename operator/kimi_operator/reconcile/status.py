@@ -44,6 +44,7 @@ class Outcome:
     # budget), failures counted now (their reasons).
     startups: list[tuple[float, float]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    notices: list[Problem] = field(default_factory=list)  # Normal Events: drains begun and ended
 
 
 def terminating(old: Mapping[str, Any], generation: int | None, *, now: str) -> Outcome:
@@ -162,6 +163,7 @@ def outcome(
         requeue_after_s=_requeue_after(steps if not error else None, weights, decision.drains),
         startups=[(s, s / (spec.serving.startup_timeout_minutes * 60)) for s in startups],
         failures=counted,
+        notices=[] if error else [Problem(*news) for news in decision.drains.news],
     )
 
 
