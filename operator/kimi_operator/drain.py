@@ -163,11 +163,24 @@ def leave(
 
 
 def back(group: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] | None) -> list[Write]:
-    """A group wanted again while it drained: its leaders back into routing, then the mark
-    removed (nothing while its pods are unknown: the mark says to look again)."""
-    if draining_since(group) is None or pods is None:
+    """A group kept: wanted again while it drained, its leaders back into routing, then the mark
+    removed (nothing while its pods are unknown: the mark says to look again). Not draining, its
+    leaders made from a template before the label (an operator upgraded) are labelled "true":
+    the Service selects the label at once, the group's new template comes with its rollout."""
+    if pods is None:
         return []
+    if draining_since(group) is None:
+        before = [p for p in pods if ROUTABLE_LABEL not in (p["metadata"].get("labels") or {})]
+        return _route(before, "true")
     return [*_route(pods, "true"), _mark(group, None)]
+
+
+def unlabelled(group: Mapping[str, Any]) -> bool:
+    """Whether a group's leader template lacks the routable label (made by an operator before
+    it): its pods need the label before the Service's selector asks for it."""
+    template = group.get("spec", {}).get("leaderWorkerTemplate", {})
+    pod = template.get("leaderTemplate") or template.get("workerTemplate") or {}
+    return ROUTABLE_LABEL not in (pod.get("metadata", {}).get("labels") or {})
 
 
 def cancelled(name: str) -> tuple[str, str]:
@@ -195,7 +208,7 @@ def plan(
         if name in kept and name not in rewrites:
             restore = back(group, group_pods)
             out.writes += restore
-            out.news += [cancelled(name)] if restore else []
+            out.news += [cancelled(name)] if restore and draining_since(group) else []
             continue
         if name not in kept and not prune:
             continue

@@ -208,3 +208,28 @@ def test_a_draining_group_is_unavailable_to_the_rollout() -> None:
     assert steps.hold == frozenset({1})
     assert rollout.serving(group())
     assert not rollout.serving(group(since=START))
+
+
+def test_pods_from_before_the_label_are_labelled_when_kept() -> None:
+    """An operator upgraded onto running groups: the Service selects the label at once, the
+    groups get it in their template only when they roll; their leaders are labelled first."""
+    old = pod(0)
+    del old["metadata"]["labels"][ROUTABLE_LABEL]
+    assert writes(drain.back(group(), [old, pod(1)])) == [
+        (
+            "Pod",
+            f"{GROUP}-0",
+            {"metadata": {"labels": {ROUTABLE_LABEL: "true"}, "resourceVersion": "20"}},
+        )
+    ]
+    assert drain.back(group(), [pod(0, "false")]) == []  # taken out by a person: left so
+    before = {"spec": {"leaderWorkerTemplate": {"leaderTemplate": {"metadata": {"labels": {}}}}}}
+    assert drain.unlabelled(before)
+    now = {
+        "spec": {
+            "leaderWorkerTemplate": {
+                "leaderTemplate": {"metadata": {"labels": {ROUTABLE_LABEL: "true"}}}
+            }
+        }
+    }
+    assert not drain.unlabelled(now)

@@ -180,9 +180,12 @@ def _prunable(client: Client, seen: Observed, defaults: OperatorDefaults, *, now
 def _may_drain(seen: Observed) -> bool:
     """Whether a group drains, or may start to (drain.py needs its leader pods): one is marked
     draining; the spec is new or a rollout under way (a group may be rewritten); or, when
-    pruning, one is beyond what the spec wants (a scale-down's, a surge group's). A drain that
-    begins without its pods read (a new default image) is marked, and its pods read next time."""
+    pruning, one is beyond what the spec wants (a scale-down's, a surge group's); or a group's
+    template predates the routable label. A drain that begins without its pods read (a new
+    default image) is marked, and its pods read next time."""
     generation = seen.body.get("metadata", {}).get("generation")
+    if any(drain.unlabelled(g) for g in seen.groups.values()):
+        return True  # their leaders are labelled before the Service selects the label
     if seen.old.get("observedGeneration") != generation or (
         progressing_reason(seen.old) in ROLLING_REASONS
     ):
