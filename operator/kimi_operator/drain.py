@@ -92,6 +92,11 @@ def leaders(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     ]
 
 
+def _addressed(pods: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a leader has an IP: one without was never sent a request."""
+    return any((p.get("status") or {}).get("podIP") for p in leaders(pods))
+
+
 def metrics_url(pod: Mapping[str, Any]) -> str | None:
     """vLLM's /metrics on a leader: its IP, its vllm container's `http` port (behind the routing
     sidecar on a decode leader: vLLM's own); None before it has an IP."""
@@ -135,12 +140,12 @@ def leave(
     *,
     now: str,
 ) -> Drains:
-    """One leaving group: `go` (nothing to drain: no grace asked, not Ready, no leader; or
-    drained, or its grace passed), or its drain's writes and state. `pods`: the group's (None:
-    not read this time); `count`: its leader's requests in flight (None: unknown)."""
+    """One leaving group: `go` (nothing to drain: no grace asked, not Ready, no leader with an
+    IP; or drained, or its grace passed), or its drain's writes and state. `pods`: the group's
+    (None: not read this time); `count`: its leader's requests in flight (None: unknown)."""
     name, grace = group["metadata"]["name"], kd.spec.serving.drain_seconds
     found = None if pods is None else leaders(pods)
-    if grace == 0 or not group_ready(group) or found == []:
+    if grace == 0 or not group_ready(group) or (pods is not None and not _addressed(pods)):
         return Drains(go={name})
     since = draining_since(group)
     out = Drains(writes=_route(found or [], "false"))

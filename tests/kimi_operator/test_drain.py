@@ -113,6 +113,7 @@ def test_a_leader_still_in_routing_is_taken_out_before_its_count_counts() -> Non
         (120, False, [pod(0)]),  # not Ready: in no endpoint, holding nothing
         (120, True, []),  # no leader pod at all
         (120, True, [pod(1)]),  # workers only: nothing serves HTTP
+        (120, True, [pod(0) | {"status": {}}]),  # a leader without an IP was sent nothing
     ],
 )
 def test_nothing_to_drain_goes_at_once(spec_grace: int, ready: bool, pods: list[Any]) -> None:

@@ -283,7 +283,7 @@ LATER = "2026-12-01T12:00:30Z"
 def leader_pod(group: str, routable: str = "true") -> dict[str, Any]:
     labels = {LWS_WORKER_INDEX_LABEL: "0", GROUP_LABEL: group, ROUTABLE_LABEL: routable}
     meta = {"name": f"{group}-0", "namespace": "inference", "resourceVersion": "3"}
-    return {"metadata": meta | {"labels": labels}, "spec": {}, "status": {}}
+    return {"metadata": meta | {"labels": labels}, "spec": {}, "status": {"podIP": "10.0.0.9"}}
 
 
 def marked(group: dict[str, Any]) -> dict[str, Any]:
