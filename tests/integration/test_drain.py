@@ -147,12 +147,12 @@ def start_pods(client: Client, lws: Mapping[str, Any], port: int) -> None:
 
 def serving(client: Client, port: int) -> None:
     """Two groups up, their pods Ready, the deployment Ready."""
-    groups = wait_for(
-        lambda: (found := client.list(LEADER_WORKER_SET, NS)) and len(found) == 2 and found,
-        TIMEOUT_S,
-        "two groups",
-    )
-    for lws in groups:
+
+    def two() -> list[dict[str, Any]] | None:
+        found = client.list(LEADER_WORKER_SET, NS)
+        return found if len(found) == 2 else None
+
+    for lws in wait_for(two, TIMEOUT_S, "two groups"):
         start_pods(client, lws, port)
     wait_for(
         lambda: condition(status_of(client, NS, NAME), "Ready")["status"] == "True" or None,

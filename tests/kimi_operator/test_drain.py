@@ -224,7 +224,9 @@ def test_pods_from_before_the_label_are_labelled_when_kept() -> None:
         )
     ]
     assert drain.back(group(), [pod(0, "false")]) == []  # taken out by a person: left so
-    before = {"spec": {"leaderWorkerTemplate": {"leaderTemplate": {"metadata": {"labels": {}}}}}}
+    before: dict[str, Any] = {
+        "spec": {"leaderWorkerTemplate": {"leaderTemplate": {"metadata": {"labels": {}}}}}
+    }
     assert drain.unlabelled(before)
     now = {
         "spec": {
