@@ -154,11 +154,12 @@ def serving(client: Client, port: int) -> None:
 
     for lws in wait_for(two, TIMEOUT_S, "two groups"):
         start_pods(client, lws, port)
-    wait_for(
-        lambda: condition(status_of(client, NS, NAME), "Ready")["status"] == "True" or None,
-        TIMEOUT_S,
-        "Ready",
-    )
+
+    def ready() -> bool | None:
+        conditions = status_of(client, NS, NAME).get("conditions") or []  # none before the first
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) or None
+
+    wait_for(ready, TIMEOUT_S, "Ready")
 
 
 def leader(client: Client) -> dict[str, Any]:
