@@ -52,6 +52,7 @@ class Observation:
     waiting: str = ""  # a new default image waits for this deployment's turn
     weights: tuple[Status, str, str] = ("True", "ClaimGiven", "")
     routing: tuple[Status, str, str] = ("True", "Service", "")  # routing.routing_condition
+    draining: str = ""  # the groups out of routing, draining before they go (drain.py)
 
 
 @dataclass
@@ -72,6 +73,16 @@ def _groups_text(seen: Observation) -> str:
 def _all_ready(seen: Observation) -> bool:
     """Every wanted group of each role ready: with spec.prefill, Ready needs both roles."""
     return seen.groups_ready >= seen.groups_wanted and seen.prefill_ready >= seen.prefill_wanted
+
+
+def _rolling(seen: Observation) -> tuple[Status, str, str]:
+    """Progressing during a rollout: how far it is, and why it stopped or what drains."""
+    updated = f"{seen.groups_updated} of {seen.groups_wanted} groups updated"
+    if seen.prefill_wanted:
+        updated += f", {seen.prefill_updated} of {seen.prefill_wanted} prefill groups"
+    if seen.stalled:
+        return "False", "RolloutStalled", f"{updated}; {seen.stalled}"
+    return "True", "RollingOut", f"{updated}; {seen.draining}" if seen.draining else updated
 
 
 def valid_conditions(seen: Observation) -> ConditionSet:
@@ -100,16 +111,13 @@ def valid_conditions(seen: Observation) -> ConditionSet:
             out.set("Ready", "True", "AllGroupsReady", f"{_groups_text(seen)}; serving")
         else:
             out.set("Ready", "False", "GroupsNotReady", _groups_text(seen))
-        updated = f"{seen.groups_updated} of {wanted} groups updated"
-        if seen.prefill_wanted:
-            updated += f", {seen.prefill_updated} of {seen.prefill_wanted} prefill groups"
-        if seen.stalled:
-            out.set("Progressing", "False", "RolloutStalled", f"{updated}; {seen.stalled}")
-        else:
-            out.set("Progressing", "True", "RollingOut", updated)
+        out.set("Progressing", *_rolling(seen))
     elif seen.waiting and _all_ready(seen):
         out.set("Ready", "True", "AllGroupsReady", f"{_groups_text(seen)}; serving")
         out.set("Progressing", "True", "WaitingForTurn", seen.waiting)
+    elif seen.draining and _all_ready(seen):
+        out.set("Ready", "True", "AllGroupsReady", f"{_groups_text(seen)}; serving")
+        out.set("Progressing", "True", "Draining", seen.draining)
     elif (
         _all_ready(seen)
         and seen.groups_present == wanted

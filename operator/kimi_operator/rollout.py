@@ -23,6 +23,9 @@ from kimi_operator.k8s.merge import APPLIED_ANNOTATION, covers
 
 # When the operator last wrote a group's template (RFC 3339): the progress deadline counts from it.
 ROLLED_AT_ANNOTATION = "kimi-operator.io/rolled-at"
+# When the operator took a leaving group out of routing (RFC 3339; drain.py): its grace counts
+# from it, and it survives a restart of the operator.
+DRAINING_ANNOTATION = "kimi-operator.io/draining-since"
 LWS_KIND = "LeaderWorkerSet"
 GROUP_KINDS = frozenset({LWS_KIND, "ComputeDomain"})
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -122,6 +125,16 @@ def group_ready(group: Mapping[str, Any]) -> bool:
     return int(status.get("readyReplicas", 0)) >= wanted
 
 
+def draining_since(group: Mapping[str, Any]) -> str | None:
+    """When the group's drain began; None when it is not draining."""
+    return _annotations(group).get(DRAINING_ANNOTATION)
+
+
+def serving(group: Mapping[str, Any]) -> bool:
+    """Ready and in routing: a draining group serves only what it already holds."""
+    return group_ready(group) and draining_since(group) is None
+
+
 def group_of(deployment: str, name: str) -> tuple[str, int] | None:
     """(`g` or `p`, `i`) of a child named `<deployment>-g<i>` or `<deployment>-p<i>`, None for
     any other name."""
@@ -152,7 +165,7 @@ def observe(live: Mapping[str, Any], desired: Mapping[str, Any]) -> Group:
     rolled_at = _annotations(live).get(ROLLED_AT_ANNOTATION)
     return Group(
         updated=is_updated(live, desired),
-        ready=group_ready(live),
+        ready=serving(live),  # a draining group is unavailable: maxUnavailable counts it
         rolled_at=epoch(rolled_at) if rolled_at else None,
     )
 

@@ -28,14 +28,20 @@ import pytest
 import yaml
 
 from kimi_operator.api.crd import crd
-from kimi_operator.builders.meta import MANAGER
+from kimi_operator.builders.meta import (
+    APP_NAME,
+    LWS_WORKER_INDEX_LABEL,
+    MANAGER,
+    ROUTABLE_LABEL,
+)
+from kimi_operator.builders.placement import GROUP_LABEL
 from kimi_operator.controller.leader import LeaseConfig
 from kimi_operator.embedded.chart import NAMESPACE as RELEASE_NAMESPACE
 from kimi_operator.embedded.chart import operator_identity
 from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.hub import FakeHub
 from kimi_operator.embedded.jobs import JobRunner, running
-from kimi_operator.embedded.kubelet import mark_ready
+from kimi_operator.embedded.kubelet import group_ready_status, mark_ready
 from kimi_operator.embedded.rbac import Attributes, request_attributes
 from kimi_operator.embedded.upstream import ROUTING_KINDS, child_crds, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
@@ -47,6 +53,7 @@ from kimi_operator.k8s.resources import (
     JOB,
     LEADER_WORKER_SET,
     LEASE,
+    POD,
     POD_MONITOR,
     SCALED_OBJECT,
     SERVICE,
@@ -232,9 +239,43 @@ def _scale_down_to_one(
     url: str, kimi: str, children: Callable[[Resource], list[dict[str, Any]]]
 ) -> None:
     """Down to one group, and its status written: no status write left in flight to undo the
-    scenario's next status patch."""
+    scenario's next status patch. The group leaving is Ready with a leader pod (whose vLLM does
+    not answer): it drains first, its leader taken out of routing (a pod patched), for the
+    deployment's drainSeconds (1 s)."""
+    group = LEADER_WORKER_SET.item(NAMESPACE, "k3-g1")
+    _send(
+        url,
+        "PATCH",
+        group + "/status",
+        {"status": group_ready_status(_send(url, "GET", group))},
+        merge=True,
+    )
+    labels = {
+        "app.kubernetes.io/name": APP_NAME,
+        "app.kubernetes.io/instance": "k3",
+        GROUP_LABEL: "k3-g1",
+        LWS_WORKER_INDEX_LABEL: "0",
+        ROUTABLE_LABEL: "true",
+    }
+    port = {"name": "http", "containerPort": 1}  # nothing listens: in flight unknown
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "k3-g1-0", "namespace": NAMESPACE, "labels": labels},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm", "ports": [port]}]},
+    }
+    _send(url, "POST", POD.collection(NAMESPACE), pod)
+    _send(
+        url,
+        "PATCH",
+        POD.item(NAMESPACE, "k3-g1-0") + "/status",
+        {"status": {"podIP": "127.0.0.1"}},
+        merge=True,
+    )
     _send(url, "PATCH", f"{kimi}/k3", {"spec": {"replicas": 1}}, merge=True)
     wait_for(lambda: len(children(LEADER_WORKER_SET)) == 1, 20.0, "the scale-down to one group")
+    drained = _send(url, "GET", POD.item(NAMESPACE, "k3-g1-0"))
+    assert drained["metadata"]["labels"][ROUTABLE_LABEL] == "false"  # out of routing first
 
     def settled() -> bool:
         kd = _send(url, "GET", f"{kimi}/k3")
@@ -257,6 +298,7 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
     good["spec"]["replicas"] = 2
     good["spec"]["autoscaling"] = AUTOSCALING  # with KEDA installed: a ScaledObject
     good["spec"]["routing"] = ROUTING
+    good["spec"]["serving"] = {"drainSeconds": 1}  # the scale-down's drain (a pod patched)
     _send(url, "POST", kimi, good)
 
     def children(resource: Resource) -> list[dict[str, Any]]:

@@ -33,6 +33,9 @@ pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
 pytest.importorskip("vllm", reason="vLLM 0.33.0 is installed by `make setup`")
 
 HARNESS = Path(__file__).with_name("harness.py")
+Case = tuple[list[str], dict[str, str]]  # a container's arguments and environment
+Batch = tuple[list[Case], list[Any]]  # a test's cases, and what it expects of them
+Judged = dict[str, tuple[list[Any], list[dict[str, Any]]]]
 LEADER_ADDRESS = "10.0.0.1"
 POD_IP = "10.0.0.2"  # status.podIP: only the NIXL side channel's host reads it
 DRAFT = {"architectures": ["DSparkDraftModel"], **K3_TEXT, "num_hidden_layers": 1}
@@ -104,7 +107,7 @@ def _local(args: list[str], checkpoints: tuple[str, str]) -> list[str]:
     return out
 
 
-def _outcomes(cases: list[tuple[list[str], dict[str, str]]]) -> list[dict[str, Any]]:
+def _outcomes(cases: list[Case]) -> list[dict[str, Any]]:
     """Per case, the harness's verdict and what vLLM's config code made of the KV settings."""
     payload = json.dumps([{"args": a, "env": e} for a, e in cases])
     done = subprocess.run(
@@ -115,34 +118,44 @@ def _outcomes(cases: list[tuple[list[str], dict[str, str]]]) -> list[dict[str, A
     return outcomes
 
 
-def test_accepted_specs_pass_vllms_gate_and_doctored_renders_do_not(
-    checkpoints: tuple[str, str],
-) -> None:
-    accepted = [(name, edits) for name, edits, valid in CORPUS if valid]
-    cases, expected, labels = [], [], []
-    for name, edits in accepted:
+def _accepted(checkpoints: tuple[str, str]) -> Batch:
+    """Every container of every accepted corpus spec (context: label and expected outcome each),
+    then the doctored renders (context: label and what catches each)."""
+    cases: list[Case] = []
+    context: list[Any] = []
+    for name, edits in ((name, edits) for name, edits, valid in CORPUS if valid):
         doc = edited(edits)
         backend = check_document(doc).deployment
         assert backend is not None
         for i, (args, env) in enumerate(_containers(doc)):
             cases.append((_local(args, checkpoints), env))
-            labels.append(f"{name}/container{i}")
             gate = "pass" if backend.spec.decode.backend == "latency_specialized" else "stock"
-            expected.append({"verdict": gate, "kv_transfer": _kv_transfer(args)})
+            context.append(
+                (f"{name}/container{i}", {"verdict": gate, "kv_transfer": _kv_transfer(args)})
+            )
     doctored = _doctored(
         _local(_containers(edited(DSPARK))[0][0], checkpoints),
         _local(_containers(edited({}))[0][0], checkpoints),
     )
-    outcomes = _outcomes(cases + [(args, env) for _, args, env, _ in doctored])
+    cases += [(args, env) for _, args, env, _ in doctored]
+    context += [(label, caught_by) for label, _, _, caught_by in doctored]
+    return cases, context
+
+
+def test_accepted_specs_pass_vllms_gate_and_doctored_renders_do_not(judged: Judged) -> None:
+    context, outcomes = judged["accepted"]
+    corpus = [(c, o) for c, o in zip(context, outcomes, strict=True) if isinstance(c[1], dict)]
     wrong = [
         (label, outcome)
-        for label, outcome, want in zip(labels, outcomes, expected, strict=False)
+        for (label, want), outcome in corpus
         if {key: outcome[key] for key in want} != want
     ]
-    assert len(cases) > 150
-    assert sum(want["kv_transfer"] is not None for want in expected) >= 10  # both roles, 5 specs
+    assert len(corpus) > 150
+    assert sum(want["kv_transfer"] is not None for (_, want), _ in corpus) >= 10  # both roles
     assert wrong == []
-    for (label, _, _, caught_by), outcome in zip(doctored, outcomes[len(cases) :], strict=True):
+    doctored = [(c, o) for c, o in zip(context, outcomes, strict=True) if isinstance(c[1], str)]
+    assert len(doctored) > 5
+    for (label, caught_by), outcome in doctored:
         assert caught_by in outcome["verdict"], (label, outcome)
 
 
@@ -220,24 +233,30 @@ def _tier_gib(edits: dict[str, Any]) -> int:
     return int(per_gpu[:-2]) * gpus
 
 
+def _offloaded(checkpoints: tuple[str, str]) -> Batch:
+    """Every container of the corpus specs with a CPU tier (context: name and tier GiB each),
+    then its first leader with the expandable-segments allocator and with prefix caching off."""
+    cases, context = [], []
+    for name, edits in OFFLOADED:
+        for args, env in _containers(edited(edits)):
+            cases.append((_local(args, checkpoints), env))
+            context.append((name, _tier_gib(edits)))
+    leader, env = cases[0]
+    no_prefix = [
+        "--no-enable-prefix-caching" if a == "--enable-prefix-caching" else a for a in leader
+    ]
+    return [*cases, (leader, env | EXPANDABLE), (no_prefix, env)], context
+
+
 def test_the_cpu_tier_is_vllms_native_offloading_connector_with_the_hybrid_manager_on(
-    checkpoints: tuple[str, str],
+    judged: Judged,
 ) -> None:
     """What vLLM's config code (config/vllm.py, `_post_init_kv_transfer_config`) builds from the
     rendered flags of every rank: the OffloadingConnector holding the whole group's tier, and the
     hybrid KV cache manager (K3's KDA state beside its MLA KV) left on, since that connector
     supports it. Doctored: the expandable-segments allocator is refused by vLLM, prefix caching off
     is not (the operator's rule: docs/rules.md)."""
-    cases, expected = [], []
-    for name, edits in OFFLOADED:
-        for args, env in _containers(edited(edits)):
-            cases.append((_local(args, checkpoints), env))
-            expected.append((name, _tier_gib(edits)))
-    leader, env = cases[0]
-    no_prefix = [
-        "--no-enable-prefix-caching" if a == "--enable-prefix-caching" else a for a in leader
-    ]
-    outcomes = _outcomes([*cases, (leader, env | EXPANDABLE), (no_prefix, env)])
+    expected, outcomes = judged["offloaded"]
     assert len(expected) >= 20
     for (name, gib), outcome in zip(expected, outcomes, strict=False):
         assert outcome["verdict"] in ("pass", "stock"), (name, outcome)
@@ -255,16 +274,20 @@ def test_the_cpu_tier_is_vllms_native_offloading_connector_with_the_hybrid_manag
     assert unchecked["kv"]["prefix_caching"] is False
 
 
-def test_the_cpu_tier_would_replace_a_roles_nixl_connector(checkpoints: tuple[str, str]) -> None:
+def _replaced(checkpoints: tuple[str, str]) -> Batch:
+    """A prefill role's leader with the tier's flags added."""
+    args, env = _containers(edited(prefill()))[0]
+    connector = json.loads(args[args.index("--kv-transfer-config") + 1])["kv_connector"]
+    tier = ["--kv-offloading-size", "64", "--kv-offloading-backend", "native"]
+    return [(_local(args, checkpoints) + tier, env)], [connector]
+
+
+def test_the_cpu_tier_would_replace_a_roles_nixl_connector(judged: Judged) -> None:
     """Why spec.prefill with kvCache.cpuOffload is refused (docs/rules.md): given a rendered role's
     NixlConnector and the tier's --kv-offloading-size, vLLM's config code keeps only the
     offloading connector, with role kv_both, and raises nothing."""
-    args, env = _containers(edited(prefill()))[0]
-    assert json.loads(args[args.index("--kv-transfer-config") + 1])["kv_connector"] == (
-        "NixlConnector"
-    )
-    tier = ["--kv-offloading-size", "64", "--kv-offloading-backend", "native"]
-    (outcome,) = _outcomes([(_local(args, checkpoints) + tier, env)])
+    [rendered], [outcome] = judged["replaced"]
+    assert rendered == "NixlConnector"
     assert outcome["verdict"] in ("pass", "stock"), outcome
     assert outcome["kv_transfer"] is None
     assert outcome["kv"]["connector"]["name"] == "OffloadingConnector"
@@ -311,19 +334,46 @@ def test_only_the_native_backend_serves_a_hybrid_model() -> None:
     assert "LMCacheMPConnector only works without hybrid kv cache manager" in lmcache
 
 
-def test_precise_scoring_publishes_kv_events_in_blocks_the_picker_can_hash(
-    checkpoints: tuple[str, str],
-) -> None:
+def _precise(checkpoints: tuple[str, str]) -> Batch:
+    """Every container of the corpus specs with precise prefix scoring."""
+    precise = [edited(edits) for _, edits, valid in CORPUS if valid and "Precise" in str(edits)]
+    cases = [(_local(args, checkpoints), env) for doc in precise for args, env in _containers(doc)]
+    return cases, [len(precise)]
+
+
+def test_precise_scoring_publishes_kv_events_in_blocks_the_picker_can_hash(judged: Judged) -> None:
     """vLLM's config takes the rendered KV events config (ZMQ, the topic the picker's filter
     takes), and the picker's block size divides the block size vLLM's config code gives the cache
     (the simulated platform's; docs/kv-cache.md says what the GPU-side check adds)."""
-    precise = [edited(edits) for _, edits, valid in CORPUS if valid and "Precise" in str(edits)]
-    assert len(precise) >= 2
-    cases = [(_local(args, checkpoints), env) for doc in precise for args, env in _containers(doc)]
-    for outcome in _outcomes(cases):
+    [specs], outcomes = judged["precise"]
+    assert specs >= 2
+    for outcome in outcomes:
         events = outcome["kv"]["events"]
         assert events["enabled"] is True
         assert events["publisher"] == "zmq"
         assert events["endpoint"] == f"tcp://*:{KV_EVENTS_PORT}"
         assert events["topic"] == "kv@leader@moonshotai/Kimi-K3"
         assert outcome["kv"]["block_size"] % PICKER_BLOCK_TOKENS == 0
+
+
+# Each test's cases, judged in one process of vLLM's (importing vLLM costs tens of seconds of CPU:
+# once, not once a test).
+BATCHES = {
+    "accepted": _accepted,
+    "offloaded": _offloaded,
+    "replaced": _replaced,
+    "precise": _precise,
+}
+
+
+@pytest.fixture(scope="module")
+def judged(checkpoints: tuple[str, str]) -> Judged:
+    """By batch: its context (what its test expects) and the harness's outcome of each case."""
+    batches = {name: build(checkpoints) for name, build in BATCHES.items()}
+    outcomes = _outcomes([case for cases, _ in batches.values() for case in cases])
+    out, start = {}, 0
+    for name, (cases, context) in batches.items():
+        out[name] = (context, outcomes[start : start + len(cases)])
+        start += len(cases)
+    assert start == len(outcomes)
+    return out

@@ -85,6 +85,7 @@ def test_create_scale_switch_and_delete(client: Client, api: EmbeddedApiServer) 
         "app.kubernetes.io/name": "kimi-k3",
         "app.kubernetes.io/instance": NAME,
         "leaderworkerset.sigs.k8s.io/worker-index": "0",
+        "kimi-operator.io/routable": "true",  # a group leaving is unlabelled first (drain.py)
     }
     assert {s["metadata"]["name"] for s in _owned(client, SERVICE)} == {NAME, f"{NAME}-epp"}
     routing = condition(status, "RoutingReady")

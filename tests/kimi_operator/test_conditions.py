@@ -196,3 +196,16 @@ def test_a_rollout_of_the_prefill_role_says_how_far_it_got() -> None:
         "RollingOut",
         "3 of 3 groups updated, 1 of 2 prefill groups",
     )
+
+
+def test_a_group_draining_is_progressing_not_a_phase() -> None:
+    """drain.py: Ready as the groups kept are, Progressing says what drains (with its count)."""
+    text = "k3-g1 out of routing, draining: 3 requests in flight; goes when they finish or at …"
+    after_scale_down = seen(groups_wanted=1, groups_present=1, groups_ready=1, rolling=False)
+    now = entries(dataclasses.replace(after_scale_down, draining=text))
+    assert now["Progressing"] == ("True", "Draining", text)
+    assert now["Ready"][:2] == ("True", "AllGroupsReady")
+    assert entries(after_scale_down)["Progressing"][1] == "Reconciled"
+    # During a rollout: the count of groups updated, then the drain.
+    rolling = entries(seen(draining=text))["Progressing"]
+    assert rolling == ("True", "RollingOut", f"2 of 3 groups updated; {text}")

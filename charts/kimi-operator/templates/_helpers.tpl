@@ -145,10 +145,12 @@ operator run makes). No wildcards.
   verbs: ["get", "list", "watch"]
 # Pods, listed: a weights Job's result (commit, size, progress, failure) is its pod's termination
 # message (the Job itself gets no API access); and whether the scheduler left a group's pods
-# Pending (InsufficientCapacity). get and watch: the endpoint picker's Role grants them.
+# Pending (InsufficientCapacity). get and watch: the endpoint picker's Role grants them. patch:
+# a group leaving is taken out of routing before it is deleted, its leaders' label
+# kimi-operator.io/routable set to "false" (docs/group-lifecycle.md, "Leaving").
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "patch"]
 # Warning Events on KimiDeployments.
 - apiGroups: [""]
   resources: ["events"]

@@ -10,6 +10,10 @@ APP_NAME = "kimi-k3"
 MANAGER = "kimi-operator"
 # Set by LeaderWorkerSet on its pods; "0" is the leader (node rank 0, serves HTTP).
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+# On every serving pod: "true" from its template, set to "false" on the pods of a group leaving
+# (drain.py) so that the Service and the InferencePool stop sending it requests while it drains.
+ROUTABLE_LABEL = "kimi-operator.io/routable"
+ROUTABLE = {ROUTABLE_LABEL: "true"}
 
 
 # The letter before a group's index in its name: the groups of spec.replicas (decode groups with

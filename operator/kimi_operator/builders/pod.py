@@ -22,7 +22,7 @@ from kimi_operator.builders.lifecycle import (
     pre_stop,
     termination_grace_s,
 )
-from kimi_operator.builders.meta import labels
+from kimi_operator.builders.meta import ROUTABLE, labels
 from kimi_operator.builders.vllm_args import (
     DRAFT_DIR,
     HTTP_PORT,
@@ -256,7 +256,7 @@ def pod_template(
     if scheduling.priority_class_name:
         pod["priorityClassName"] = scheduling.priority_class_name
     extra = spec.pod_metadata
-    meta: dict[str, Any] = {"labels": dict(extra.labels) | labels(kd, role)}
+    meta: dict[str, Any] = {"labels": dict(extra.labels) | labels(kd, role) | ROUTABLE}
     if serving != "aggregated":
         meta["labels"][ROLE_LABEL] = serving
     if extra.annotations:

@@ -14,6 +14,7 @@ from kimi_operator.api.spec import GatewayRef, KimiDeployment
 from kimi_operator.builders.disaggregation import picker_plugins, scheduling_profiles
 from kimi_operator.builders.meta import (
     LWS_WORKER_INDEX_LABEL,
+    ROUTABLE,
     labels,
     metadata,
     selector_labels,
@@ -82,8 +83,9 @@ def routing_children(kd: KimiDeployment, epp_default_image: str) -> list[dict[st
 
 
 def leader_labels(kd: KimiDeployment) -> dict[str, str]:
-    """Every group's leader (workers serve no HTTP); a group added by a scale-up matches too."""
-    return selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"}
+    """Every group's leader (workers serve no HTTP); a group added by a scale-up matches too, a
+    group leaving does not once its leader is unlabelled (drain.py)."""
+    return selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"} | ROUTABLE
 
 
 def inference_pool(kd: KimiDeployment) -> dict[str, Any]:

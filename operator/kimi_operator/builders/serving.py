@@ -5,7 +5,12 @@ from typing import Any
 from kimi_operator.api.constants import METRICS_PORT
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.disaggregation import role_selector
-from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, metadata, selector_labels
+from kimi_operator.builders.meta import (
+    LWS_WORKER_INDEX_LABEL,
+    ROUTABLE,
+    metadata,
+    selector_labels,
+)
 
 # Prometheus's name for the pod label app.kubernetes.io/instance: the KimiDeployment's name.
 DEPLOYMENT_SOURCE_LABEL = "__meta_kubernetes_pod_label_app_kubernetes_io_instance"
@@ -20,7 +25,11 @@ def service(kd: KimiDeployment) -> dict[str, Any]:
         "metadata": metadata(kd, kd.metadata.name, "api"),
         "spec": {
             "type": kd.spec.service.type,
-            "selector": selector_labels(kd) | {LWS_WORKER_INDEX_LABEL: "0"} | role_selector(kd),
+            # Routable leaders only: a group leaving is taken out before it is deleted (drain.py).
+            "selector": selector_labels(kd)
+            | {LWS_WORKER_INDEX_LABEL: "0"}
+            | role_selector(kd)
+            | ROUTABLE,
             "ports": [
                 {
                     "name": "http",

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from kimi_operator.api.constants import API_VERSION, KIND
 from kimi_operator.api.problem import Problem
@@ -356,7 +356,10 @@ class Controller:
 
 
 def post_warnings(
-    client: Client, obj: Mapping[str, Any], problems: Sequence[Problem], kind: str = "Warning"
+    client: Client,
+    obj: Mapping[str, Any],
+    problems: Sequence[Problem],
+    kind: Literal["Warning", "Normal"] = "Warning",
 ) -> None:
     """Best effort, as Kubernetes treats events: a failure is logged, never retried."""
     meta = obj["metadata"]

@@ -1,10 +1,10 @@
-"""Events on a KimiDeployment, as `kubectl describe` shows them: Warnings, and the Normal ones of
-the prefill autoscaler's changes."""
+"""Events on a KimiDeployment, as `kubectl describe` shows them: Warnings (a problem) and Normal
+ones (a step worth a line there: a group's drain started or ended)."""
 
 import datetime
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import EVENT
@@ -14,7 +14,10 @@ MAX_MESSAGE = 1024
 
 
 def warning(
-    involved: Mapping[str, Any], reason: str, message: str, kind: str = "Warning"
+    involved: Mapping[str, Any],
+    reason: str,
+    message: str,
+    kind: Literal["Warning", "Normal"] = "Warning",
 ) -> dict[str, Any]:
     meta = involved["metadata"]
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -44,6 +47,10 @@ def warning(
 
 
 def post_warning(
-    client: Client, involved: Mapping[str, Any], reason: str, message: str, kind: str = "Warning"
+    client: Client,
+    involved: Mapping[str, Any],
+    reason: str,
+    message: str,
+    kind: Literal["Warning", "Normal"] = "Warning",
 ) -> None:
     client.create(EVENT, warning(involved, reason, message, kind))

@@ -1,7 +1,7 @@
 """The writes of one reconcile, in the order decide.py gave them: the shared weights caches, the
-turn at the image gate, the children (each applied idempotently: k8s/apply.py), the held groups
-noted as they are, then the deletes. The first failure stops them; its error is returned, for the
-status and the controller's retry.
+turn at the image gate, the drains (drain.py), the children (each applied idempotently:
+k8s/apply.py), the held groups noted as they are, then the deletes. The first failure stops them;
+its error is returned, for the status and the controller's retry.
 """
 
 from collections.abc import Mapping
@@ -69,6 +69,9 @@ def act(
     else:
         defaults.image_gate.release(uid)
     try:
+        # Drains first: a group put back into routing before its template is applied.
+        for write in decision.drains.writes:
+            perform(client, write, acted.applied)
         for desired in decision.apply:
             apply_child(
                 client,

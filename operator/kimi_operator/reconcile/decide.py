@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from kimi_operator import caches, group_life, prefill_scaling, rollout, routing
+from kimi_operator import caches, drain, group_life, prefill_scaling, rollout, routing
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import ROLLING_REASONS, condition, progressing_reason
@@ -87,6 +87,8 @@ class Observed:
     # Its pods, read while a group is not Ready or its start-up time not recorded (None: not
     # read this time).
     pods: list[dict[str, Any]] | None = None
+    # The requests each draining group's leader holds, by group (None: it did not answer).
+    in_flight: dict[str, int | None] = field(default_factory=dict)
     # `weights_of` this observation, worked out once its caches are read (observe.py; None: not
     # yet, and `decide` works it out).
     found: FoundWeights | None = None
@@ -139,6 +141,7 @@ class Decision:
     image: ImageChoice | None = None
     gate: Gate = "release"  # the operator-wide turn to move to a new default image
     groups: list[dict[str, Any]] = field(default_factory=list)  # status.groups (group_life.py)
+    drains: drain.Drains = field(default_factory=drain.Drains)  # groups leaving (drain.py)
 
 
 def _missing(resource: Resource) -> Problem:
@@ -393,20 +396,28 @@ def decide(
     if brake is not None:
         plan.degradations.append(brake)
     following = image.source == "OperatorDefault" and image.image == defaults.serving_image
+    write, held = group_life.braked(rolled.write, halted), group_life.braked(rolled.held, halted)
+    pruning = observed.prune and LEADER_WORKER_SET.kind not in plan.skip
+    drains = _drains(observed, live, write, held, pruning, now=now)
+    steps, prefill_steps = _drain_held(kd, rolled.steps, rolled.prefill_steps, drains.hold)
     decision = Decision(
         plan,
         weights,
         caches=cache_writes,
-        apply=group_life.braked(rolled.write, halted),
-        held=group_life.braked(rolled.held, halted),
-        steps=rolled.steps,
-        prefill_steps=rolled.prefill_steps,
+        apply=[c for c in write if not _held_by(c, drains)],
+        held=[*held, *(dict(live[c["metadata"]["name"]]) for c in write if _held_by(c, drains))],
+        steps=steps,
+        prefill_steps=prefill_steps,
         image=image,
         gate="hold" if following and rolled.steps.rolling else "release",
         groups=records,
+        drains=drains,
     )
     if observed.prune:
-        decision.delete = _prune(observed, plan)
+        staying = {name for name in live if name not in drains.go} - {
+            c["metadata"]["name"] for c in plan.children
+        }
+        decision.delete = _prune(observed, plan, staying)
         weighted = bool(shared) or had_weights(old)
         if weighted and weights.ready:
             keep = {(o["kind"], o["metadata"]["name"]) for o in shared}
@@ -414,14 +425,69 @@ def decide(
     return decision
 
 
-def _prune(observed: Observed, plan: Plan) -> list[Write]:
+def _drains(
+    observed: Observed,
+    live: Mapping[str, Mapping[str, Any]],
+    write: list[dict[str, Any]],
+    held: list[dict[str, Any]],
+    pruning: bool,
+    *,
+    now: str,
+) -> drain.Drains:
+    """The drains of the groups leaving (pruned) and of those a rollout rewrites, and the end of
+    those wanted again (drain.py). A group rewritten once drained loses its mark in the same
+    apply (`write` is changed in place: the mark's annotation set to null)."""
+    groups = [c for c in (*write, *held) if c["kind"] == LEADER_WORKER_SET.kind]
+    rewrites = {
+        c["metadata"]["name"]
+        for c in write
+        if c["kind"] == LEADER_WORKER_SET.kind
+        and c["metadata"]["name"] in live
+        and not rollout.is_updated(live[c["metadata"]["name"]], c)
+    }
+    drains = drain.plan(
+        observed.kd,
+        live,
+        kept={c["metadata"]["name"] for c in groups},
+        rewrites=rewrites,
+        prune=pruning,
+        pods=observed.pods,
+        counts=observed.in_flight,
+        now=now,
+    )
+    for i, child in enumerate(write):
+        name = child["metadata"]["name"]
+        if name in rewrites and name not in drains.hold and rollout.draining_since(live[name]):
+            meta = child["metadata"]
+            annotations = {**meta.get("annotations", {}), rollout.DRAINING_ANNOTATION: None}
+            write[i] = {**child, "metadata": {**meta, "annotations": annotations}}
+    return drains
+
+
+def _held_by(child: Mapping[str, Any], drains: drain.Drains) -> bool:
+    return child["kind"] == LEADER_WORKER_SET.kind and child["metadata"]["name"] in drains.hold
+
+
+def _drain_held(
+    kd: KimiDeployment, steps: Steps, prefill: Steps | None, hold: set[str]
+) -> tuple[Steps, Steps | None]:
+    """The rollout's steps with the groups held while they drain not yet updated."""
+    found = [rollout.group_of(kd.metadata.name, name) for name in hold]
+    letters = [f[0] for f in found if f is not None]
+    steps = dataclasses.replace(steps, updated=steps.updated - letters.count("g"))
+    if prefill is not None:
+        prefill = dataclasses.replace(prefill, updated=prefill.updated - letters.count("p"))
+    return steps, prefill
+
+
+def _prune(observed: Observed, plan: Plan, staying: set[str]) -> list[Write]:
     """Delete this deployment's children, of every kind listed, that the plan no longer has:
     groups and domains after a scale-down, every ComputeDomain once none is used, the PodMonitor
     once monitoring is off, a resolve Job once its answer is in the status (the shared weights
     caches are let go of by caches.releases). They are listed by the deployment's labels rather
     than looked up by the names the plan would have given them, so that none is missed whatever
     was cut short before: a group deleted by hand, or an operator killed half-way through a
-    scale-down."""
+    scale-down. A group `staying` (draining: drain.py) keeps its ComputeDomain too."""
     planned = {(child["kind"], child["metadata"]["name"]) for child in plan.children}
     out = []
     for kind, listed in observed.children.items():
@@ -430,6 +496,8 @@ def _prune(observed: Observed, plan: Plan) -> list[Write]:
         for obj in listed:
             meta = obj["metadata"]
             if (kind, meta["name"]) in planned or not owned_by(obj, observed.uid):
+                continue
+            if kind in rollout.GROUP_KINDS and meta["name"] in staying:
                 continue
             out.append(Write.delete(BY_KIND[kind], obj))
     return out

@@ -1,16 +1,20 @@
 """Every read of one reconcile, made before any write: the served APIs, the weights' resolve Jobs
-and caches, the deployment's children, the pods waiting for nodes, the Gateway, and the turn at the
-operator-wide image gate. What is read depends only on the deployment and its last status, never on
-a write's answer, and lists cost the API server: each is made only where it can find something
-(decide.py says what is done with them).
+and caches, the deployment's children, the pods waiting for nodes, the requests a draining group's
+leader holds (its vLLM /metrics), the Gateway, and the turn at the operator-wide image gate. What is
+read depends only on the deployment and its last status, never on a write's answer, and lists cost
+the API server: each is made only where it can find something (decide.py says what is done with
+them).
 """
 
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_operator import caches, group_life, rollout, routing
+import urllib3
+
+from kimi_operator import caches, drain, group_life, rollout, routing
 from kimi_operator import conditions as cond
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import MANAGER, selector_labels, selector_string
 from kimi_operator.controller.retry import temporary
@@ -30,6 +34,7 @@ from kimi_operator.k8s.resources import (
     SCALED_OBJECT,
     Resource,
 )
+from kimi_operator.prefill_scaling import recorded_prefill
 from kimi_operator.reconcile.decide import (
     UPSTREAM,
     Observed,
@@ -42,6 +47,10 @@ from kimi_operator.reconcile.decide import (
     weights_of,
 )
 from kimi_operator.reconcile.prometheus import prefill_load
+
+# A leader's /metrics, read while its group drains: short, a reconcile never waits long on one.
+METRICS_TIMEOUT = urllib3.Timeout(connect=1.0, read=2.0)
+_HTTP = urllib3.PoolManager(num_pools=32, maxsize=1)
 
 
 def served_apis(client: Client, kd: KimiDeployment) -> dict[Resource, bool]:
@@ -88,10 +97,12 @@ def observe(
         seen.error = error
         return seen
     waiting = any(not rollout.group_ready(g) for g in seen.groups.values())
-    if not seen.first and (waiting or group_life.unrecorded(seen.old, seen.groups)):
+    recorded = not group_life.unrecorded(seen.old, seen.groups)
+    if not seen.first and (waiting or not recorded or _may_drain(seen)):
         seen.pods = _pods(client, seen.kd)
         if waiting and seen.pods is not None:
             seen.unschedulable = cond.unschedulable(seen.pods)
+        seen.in_flight = _in_flight(seen.groups, seen.pods or [])
     seen.gateway_endpoint = _gateway_endpoint(client, seen.kd)
     seen.prefill_load = prefill_load(defaults.prometheus_url, seen.kd)
     return seen
@@ -130,24 +141,11 @@ def selector(kd: KimiDeployment) -> str:
 def _children(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: str) -> None:
     """Its LeaderWorkerSets (what a rollout decides from); with `prune`, every child kind the
     cluster serves: the routing kinds only for a deployment that has or had a pool, its Jobs
-    only where it had weights to resolve, and the shared caches once its weights are ready."""
-    kd, namespace, old = seen.kd, seen.kd.metadata.namespace, seen.old
+    only where it had weights to resolve, and the shared caches once its weights are ready. A
+    group draining makes it prune: its drain ends in deleting the group and its ComputeDomain."""
+    kd, namespace = seen.kd, seen.kd.metadata.namespace
     if seen.prune:
-        weights, shared, _ = found_weights(seen, defaults, now=now)
-        weighted = bool(shared) or had_weights(old)
-        routed = kd.spec.routing.mode == "InferencePool" or had_routing(old)
-        kinds = [r for r in CHILD_RESOURCES if routed or r not in ROUTING_RESOURCES]
-        for resource in (*kinds, JOB) if weighted else kinds:
-            if seen.served.get(resource, True):
-                listed = client.list(resource, namespace, label_selector=selector(kd))
-                seen.children[resource.kind] = listed
-        if weighted and weights.ready:
-            seen.shared = {
-                resource.kind: client.list(
-                    resource, namespace, label_selector=caches.CACHE_SELECTOR
-                )
-                for resource in CACHE_RESOURCES
-            }
+        _prunable(client, seen, defaults, now=now)
     if seen.first or not seen.served[LEADER_WORKER_SET]:
         return
     found = seen.children.get(LEADER_WORKER_SET.kind)
@@ -158,6 +156,81 @@ def _children(client: Client, seen: Observed, defaults: OperatorDefaults, *, now
         for g in found
         if owned_by(g, seen.uid)
     }
+    if not seen.prune and any(rollout.draining_since(g) for g in seen.groups.values()):
+        seen.prune = True
+        seen.children[LEADER_WORKER_SET.kind] = found
+        _prunable(client, seen, defaults, now=now)
+
+
+def _prunable(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: str) -> None:
+    """Every child kind listed (those listed already kept), and the shared caches."""
+    kd, namespace, old = seen.kd, seen.kd.metadata.namespace, seen.old
+    weights, shared, _ = found_weights(seen, defaults, now=now)
+    weighted = bool(shared) or had_weights(old)
+    routed = kd.spec.routing.mode == "InferencePool" or had_routing(old)
+    kinds = [r for r in CHILD_RESOURCES if routed or r not in ROUTING_RESOURCES]
+    for resource in (*kinds, JOB) if weighted else kinds:
+        if seen.served.get(resource, True) and resource.kind not in seen.children:
+            listed = client.list(resource, namespace, label_selector=selector(kd))
+            seen.children[resource.kind] = listed
+    if weighted and weights.ready:
+        seen.shared = {
+            resource.kind: client.list(resource, namespace, label_selector=caches.CACHE_SELECTOR)
+            for resource in CACHE_RESOURCES
+        }
+
+
+def _may_drain(seen: Observed) -> bool:
+    """Whether a group drains, or may start to (drain.py needs its leader pods): one is marked
+    draining; the spec is new or a rollout under way (a group may be rewritten); or, when
+    pruning, one is beyond what the spec wants (a scale-down's, a surge group's); or a group's
+    template predates the routable label. A drain that begins without its pods read (a new
+    default image) is marked, and its pods read next time."""
+    generation = seen.body.get("metadata", {}).get("generation")
+    if any(drain.unlabelled(g) for g in seen.groups.values()):
+        return True  # their leaders are labelled before the Service selects the label
+    if seen.old.get("observedGeneration") != generation or (
+        progressing_reason(seen.old) in ROLLING_REASONS
+    ):
+        return bool(seen.groups)
+    # The prefill groups the autoscaler last wanted (spec.prefill.replicas without one).
+    kd = recorded_prefill(seen.kd, seen.old)
+    replicas = {"g": kd.spec.replicas, "p": 0}
+    if kd.spec.prefill is not None:
+        replicas["p"] = kd.spec.prefill.replicas
+    for name, group in seen.groups.items():
+        found = rollout.group_of(kd.metadata.name, name)
+        if rollout.draining_since(group) is not None:
+            return True
+        if seen.prune and found is not None and found[1] >= replicas[found[0]]:
+            return True
+    return False
+
+
+def _in_flight(
+    groups: Mapping[str, Mapping[str, Any]], pods: list[dict[str, Any]]
+) -> dict[str, int | None]:
+    """The requests the leader of each Ready group draining holds (None: no answer)."""
+    by_group = group_life.by_group(pods)
+    out: dict[str, int | None] = {}
+    for name, group in groups.items():
+        if rollout.draining_since(group) is None or not rollout.group_ready(group):
+            continue
+        urls = [drain.metrics_url(p) for p in drain.leaders(by_group.get(name, []))]
+        counts = [_requests(url) for url in urls if url is not None]
+        out[name] = None if not counts or None in counts else sum(c or 0 for c in counts)
+    return out
+
+
+def _requests(url: str) -> int | None:
+    """Requests in flight on the vLLM server at `url` (its /metrics); None if it does not say."""
+    try:
+        answer = _HTTP.request("GET", url, timeout=METRICS_TIMEOUT, retries=False)
+    except urllib3.exceptions.HTTPError:
+        return None
+    if answer.status != 200:
+        return None
+    return drain.in_flight(answer.data.decode(errors="replace"))
 
 
 def _turn(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: str) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_operator import caches, group_life, prefill_scaling, rollout, routing
+from kimi_operator import caches, drain, group_life, prefill_scaling, rollout, routing
 from kimi_operator import conditions as cond
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.status import condition
@@ -44,7 +44,8 @@ class Outcome:
     # budget), failures counted now (their reasons).
     startups: list[tuple[float, float]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    notices: list[Problem] = field(default_factory=list)  # Normal Events to post
+    # Normal Events: drains begun and ended, the prefill autoscaler's changes.
+    notices: list[Problem] = field(default_factory=list)
 
 
 def terminating(old: Mapping[str, Any], generation: int | None, *, now: str) -> Outcome:
@@ -86,8 +87,9 @@ def outcome(
     every_group = [o for o in applied.live if o["kind"] == LEADER_WORKER_SET.kind]
     groups, prefill = _by_role(kd.metadata.name, every_group)
     domains = [o for o in applied.live if o["kind"] == COMPUTE_DOMAIN.kind]
-    ready = sum(1 for g in groups if rollout.group_ready(g))
-    prefill_ready = sum(1 for g in prefill if rollout.group_ready(g))
+    # A group draining is out of routing: unavailable, as the rollout counts it.
+    ready = sum(1 for g in groups if rollout.serving(g))
+    prefill_ready = sum(1 for g in prefill if rollout.serving(g))
     all_ready = ready + prefill_ready
     waits = not observed.first and all_ready < len(every_group) and retrying is None
     mode = spec.compute_domain
@@ -120,6 +122,7 @@ def outcome(
         waiting=_waiting(image),
         weights=weights.condition(),
         routing=_routing_ready(observed, applied, error, served),
+        draining=drain.message(kd, decision.drains.draining),
     )
     conditions = cond.valid_conditions(seen)
     if retrying is not None:  # counts and endpoint as last observed too
@@ -158,9 +161,10 @@ def outcome(
         applied,
         error,
         result="error" if error else "reconciled",
-        requeue_after_s=_requeue_after(steps if not error else None, weights),
+        requeue_after_s=_requeue_after(steps if not error else None, weights, decision.drains),
         startups=[(s, s / (spec.serving.startup_timeout_minutes * 60)) for s in startups],
         failures=counted,
+        notices=[] if error else [Problem(*news) for news in decision.drains.news],
     )
 
 
@@ -183,10 +187,12 @@ def _spec_warnings(observed: Observed, defaults: OperatorDefaults) -> list[Probl
     return events
 
 
-def _requeue_after(steps: Steps | None, weights: caches.Weights) -> float | None:
-    """The soonest a rollout's deadline or a running weights Job (whose progress is watched
-    nowhere) needs a look."""
-    deadlines = [steps.requeue_after_s if steps else None]
+def _requeue_after(
+    steps: Steps | None, weights: caches.Weights, drains: drain.Drains
+) -> float | None:
+    """The soonest a rollout's deadline, a running weights Job (whose progress is watched
+    nowhere) or a group draining (its requests are watched nowhere either) needs a look."""
+    deadlines = [steps.requeue_after_s if steps else None, drains.requeue_after_s]
     if weights.waiting and not weights.failed:
         deadlines.append(caches.POLL_S)
     return min((d for d in deadlines if d is not None), default=None)

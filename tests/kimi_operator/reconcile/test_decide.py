@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 
-from kimi_operator import caches
+from kimi_operator import caches, drain
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
+from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, ROUTABLE_LABEL
+from kimi_operator.builders.placement import GROUP_LABEL
 from kimi_operator.builders.weights import RETAIN_ANNOTATION
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.merge import APPLIED_ANNOTATION, Applied
@@ -18,6 +20,7 @@ from kimi_operator.k8s.resources import LEADER_WORKER_SET
 from kimi_operator.reconcile import reconcile
 from kimi_operator.reconcile.decide import UPSTREAM, Decision, Observed, decide
 from kimi_operator.reconcile.status import Outcome, outcome
+from kimi_operator.rollout import DRAINING_ANNOTATION
 from tests.support.cluster import condition, sample
 
 NOW = "2026-12-01T12:00:00Z"
@@ -124,7 +127,8 @@ def test_a_template_change_rolls_one_group_at_a_time() -> None:
         for g in outdated(first.apply)
         if g["kind"] == "LeaderWorkerSet"
     }
-    seen = observed(body(reconciled(doc), replicas=2), groups=live)
+    # Their pods read, and none: no leader holds a request, nothing to drain (test_drain.py).
+    seen = observed(body(reconciled(doc), replicas=2), groups=live, pods=[])
     decision = decide(seen, DEFAULTS, now=NOW)
     written = [c for c in decision.apply if c["kind"] == LEADER_WORKER_SET.kind]
     assert names(written) == [f"LeaderWorkerSet/{NAME}-g0"]  # maxUnavailable 1
@@ -269,3 +273,143 @@ def test_a_deployment_being_deleted_or_invalid_gets_its_status_only(
         condition(out.status, "Progressing" if case == "terminating" else "Degraded")["reason"]
         == reason
     )
+
+
+# --- a group leaving drains first (drain.py; docs/group-lifecycle.md, "Leaving") --------------
+
+LATER = "2026-12-01T12:00:30Z"
+
+
+def leader_pod(group: str, routable: str = "true") -> dict[str, Any]:
+    labels = {LWS_WORKER_INDEX_LABEL: "0", GROUP_LABEL: group, ROUTABLE_LABEL: routable}
+    meta = {"name": f"{group}-0", "namespace": "inference", "resourceVersion": "3"}
+    return {"metadata": meta | {"labels": labels}, "spec": {}, "status": {"podIP": "10.0.0.9"}}
+
+
+def marked(group: dict[str, Any]) -> dict[str, Any]:
+    annotations = {**group["metadata"]["annotations"], DRAINING_ANNOTATION: NOW}
+    return {**group, "metadata": {**group["metadata"], "annotations": annotations}}
+
+
+def two_ready(mark: bool = False) -> tuple[dict[str, dict[str, Any]], dict[str, list[Any]]]:
+    """Two groups, Ready, as listed (g1 marked draining with `mark`), and every child listed."""
+    two = decide(observed(body(replicas=2)), DEFAULTS, now=NOW).apply
+    found = listed(two)
+    found[LEADER_WORKER_SET.kind] = [ready(g) for g in found[LEADER_WORKER_SET.kind]]
+    if mark:
+        found[LEADER_WORKER_SET.kind][1] = marked(found[LEADER_WORKER_SET.kind][1])
+    groups = {g["metadata"]["name"]: g for g in found[LEADER_WORKER_SET.kind]}
+    return groups, found
+
+
+def drain_writes(decision: Decision) -> list[tuple[str, str, Any]]:
+    return [(w.resource.kind, w.name, (w.body or {})["metadata"]) for w in decision.drains.writes]
+
+
+def test_a_scale_down_takes_a_ready_group_out_of_routing_and_keeps_it() -> None:
+    groups, found = two_ready()
+    seen = observed(
+        body(reconciled(body(replicas=2)), replicas=1),
+        prune=True,
+        children=found,
+        groups=groups,
+        pods=[leader_pod(f"{NAME}-g0"), leader_pod(f"{NAME}-g1")],
+    )
+    decision = decide(seen, DEFAULTS, now=NOW)
+    assert decision.delete == []  # neither the group nor its ComputeDomain yet
+    assert drain_writes(decision) == [
+        (
+            "LeaderWorkerSet",
+            f"{NAME}-g1",
+            {"annotations": {DRAINING_ANNOTATION: NOW}, "resourceVersion": "7"},
+        ),
+        ("Pod", f"{NAME}-g1-0", {"labels": {ROUTABLE_LABEL: "false"}, "resourceVersion": "3"}),
+    ]
+    result = status_of(seen, decision, [ready(c) for c in decision.apply])
+    progressing = condition(result.status, "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("True", "Draining")
+    assert progressing["message"].startswith(f"{NAME}-g1 out of routing, draining")
+    assert condition(result.status, "Ready")["status"] == "True"
+    assert result.requeue_after_s == drain.POLL_S
+    assert [e.reason for e in result.notices] == ["DrainStarted"]
+
+
+def test_a_drained_group_is_pruned_with_its_compute_domain() -> None:
+    groups, found = two_ready(mark=True)
+    doc = body(reconciled(body(replicas=2)), replicas=1)
+    pods = [leader_pod(f"{NAME}-g1", "false")]
+
+    def deciding(count: int | None, now: str) -> Decision:
+        seen = observed(
+            doc,
+            prune=True,
+            children=found,
+            groups=groups,
+            pods=pods,
+            in_flight={f"{NAME}-g1": count},
+        )
+        return decide(seen, DEFAULTS, now=now)
+
+    assert deciding(2, LATER).delete == []  # holding requests, within its grace
+    for done in (deciding(0, LATER), deciding(2, "2026-12-01T12:02:00Z")):  # finished; grace
+        assert sorted(f"{w.resource.kind}/{w.name}" for w in done.delete) == [
+            f"ComputeDomain/{NAME}-g1",
+            f"LeaderWorkerSet/{NAME}-g1",
+        ]
+        assert done.drains.writes == []
+        assert [reason for reason, _ in done.drains.news] == ["Drained"]
+
+
+def test_a_group_wanted_again_is_put_back_into_routing() -> None:
+    groups, found = two_ready(mark=True)
+    seen = observed(
+        body(reconciled(body(replicas=2)), replicas=2),
+        prune=True,
+        children=found,
+        groups=groups,
+        pods=[leader_pod(f"{NAME}-g1", "false")],
+    )
+    decision = decide(seen, DEFAULTS, now=LATER)
+    assert decision.delete == []
+    assert drain_writes(decision) == [
+        ("Pod", f"{NAME}-g1-0", {"labels": {ROUTABLE_LABEL: "true"}, "resourceVersion": "3"}),
+        (
+            "LeaderWorkerSet",
+            f"{NAME}-g1",
+            {"annotations": {DRAINING_ANNOTATION: None}, "resourceVersion": "7"},
+        ),
+    ]
+
+
+def test_a_rollout_drains_a_group_before_writing_its_new_template() -> None:
+    doc = body(replicas=2)
+    first = decide(observed(doc), DEFAULTS, now=NOW)
+    live = {
+        g["metadata"]["name"]: with_uid(ready(g))
+        for g in outdated(first.apply)
+        if g["kind"] == "LeaderWorkerSet"
+    }
+    pods = [leader_pod(f"{NAME}-g0"), leader_pod(f"{NAME}-g1")]
+    seen = observed(body(reconciled(doc), replicas=2), groups=live, pods=pods)
+    decision = decide(seen, DEFAULTS, now=NOW)
+    assert not [c for c in decision.apply if c["kind"] == LEADER_WORKER_SET.kind]
+    assert names(decision.held) == [f"LeaderWorkerSet/{NAME}-g0", f"LeaderWorkerSet/{NAME}-g1"]
+    assert [(kind, name) for kind, name, _ in drain_writes(decision)] == [
+        ("LeaderWorkerSet", f"{NAME}-g0"),  # one at a time: maxUnavailable 1
+        ("Pod", f"{NAME}-g0-0"),
+    ]
+    assert decision.steps is not None
+    assert decision.steps.updated == 0  # held while it drains
+    # Drained: its template is written, the mark removed in the same (conditional) patch.
+    live[f"{NAME}-g0"] = marked(live[f"{NAME}-g0"])
+    pods[0] = leader_pod(f"{NAME}-g0", "false")
+    seen = observed(
+        body(reconciled(doc), replicas=2), groups=live, pods=pods, in_flight={f"{NAME}-g0": 0}
+    )
+    decision = decide(seen, DEFAULTS, now=LATER)
+    (written,) = [c for c in decision.apply if c["kind"] == LEADER_WORKER_SET.kind]
+    assert written["metadata"]["name"] == f"{NAME}-g0"
+    assert written["metadata"]["annotations"][DRAINING_ANNOTATION] is None
+    # g1 waits: g0 draining counted unavailable, whatever its LeaderWorkerSet says.
+    assert names(decision.held) == [f"LeaderWorkerSet/{NAME}-g1"]
+    assert decision.drains.writes == []
