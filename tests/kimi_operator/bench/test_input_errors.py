@@ -307,7 +307,15 @@ def test_interrupt_stops_with_one_line(tmp_path: Path) -> None:
             "--output",
             str(tmp_path),
         ]
-        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        # Ctrl-C reaches a terminal's foreground job; a runner started in the background (`cmd &`
+        # in a script: CI's was) ignores SIGINT, and its children inherit that across exec, so
+        # bench would ignore it too, as it should. A handler here is reset to the default in
+        # the child instead.
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         deadline = time.monotonic() + 30
         while not app.state.bodies and time.monotonic() < deadline:
             time.sleep(0.05)
