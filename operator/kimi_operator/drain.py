@@ -21,6 +21,7 @@ from typing import Any
 
 from kimi_operator import group_life
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.bench.server_metrics import parse
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, ROUTABLE_LABEL
 from kimi_operator.k8s.merge import Write
 from kimi_operator.k8s.resources import LEADER_WORKER_SET, POD
@@ -66,20 +67,10 @@ class Drains:
 def in_flight(metrics: str) -> int | None:
     """Requests running and waiting on a vLLM server (every engine's), from its Prometheus text;
     None when it shows neither series."""
-    total, seen = 0.0, False
-    for line in metrics.splitlines():
-        if line.startswith("#"):
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name not in IN_FLIGHT:
-            continue
-        rest = line.rsplit("}", 1)[1] if "{" in line else line[len(name) :]
-        try:
-            total += float(rest.split()[0])
-        except (IndexError, ValueError):
-            return None
-        seen = True
-    return round(total) if seen else None
+    totals = parse(metrics).totals
+    if not any(name in totals for name in IN_FLIGHT):
+        return None
+    return round(sum(totals[name] for name in IN_FLIGHT))
 
 
 def leaders(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
