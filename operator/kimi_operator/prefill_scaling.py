@@ -6,9 +6,11 @@ Prometheus for the prefill groups' load (`queries`, the chart's recording rules)
 decides the count as an HPA would and renders that many prefill groups: groups needed =
 ceil(load / target) (the HPA's 10% tolerance), within [minReplicas, maxReplicas], one group added
 at most once per scaleUpPeriodSeconds, one removed only when every recommendation within
-scaleDownStabilizationSeconds asked for fewer. What it must remember (the count, the last change,
-the recommendations in the window) lives in status.prefillAutoscaler, so a restarted operator
-carries on. No answer from Prometheus keeps the count, and Degraded says so.
+scaleDownStabilizationSeconds asked for fewer (a recommendation holds until another replaces
+it). What it must remember (the count, the last change, the recommendations in the window) lives
+in status.prefillAutoscaler, so a restarted operator carries on, and changes only when the
+decision does: steady load writes no status. No answer from Prometheus keeps the count, and
+Degraded says so.
 """
 
 import math
@@ -47,12 +49,14 @@ class Load:
 class Scaled:
     """One evaluation: the deployment with spec.prefill.replicas set to the count wanted (what the
     plan renders and the status counts), status.prefillAutoscaler (None without autoscaling), a
-    notice for a change of the count (a Normal Event) and why Prometheus gave no answer."""
+    notice for a change of the count (a Normal Event), why Prometheus gave no answer, and whether
+    the count went down (a group to drain and delete, which only a pruning reconcile finds)."""
 
     kd: KimiDeployment
     status: dict[str, Any] | None = None
     notices: list[Problem] = field(default_factory=list)
     problem: Problem | None = None
+    fewer: bool = False
 
 
 def autoscaling(kd: KimiDeployment) -> PrefillAutoscalingSpec | None:
@@ -125,10 +129,23 @@ def _bounded(scaling: PrefillAutoscalingSpec, count: int) -> int:
 def _window(
     kept: list[tuple[str, int]], at: str, replicas: int, now: float, seconds: int
 ) -> list[tuple[str, int]]:
-    """The recommendations within the last `seconds`, each higher than every later one (their
-    maximum is the first: the most a scale-down must respect), with (`at`, `replicas`) added."""
-    out = [(t, r) for t, r in kept if now - (epoch(t) or 0.0) < seconds and r > replicas]
-    return [*out, (at, replicas)]
+    """The recommendations that held within the last `seconds`, each higher than every later one
+    (their maximum is the first: the most a scale-down must respect), ending with the one made at
+    `at` (`replicas`). A recommendation holds until another replaces it: in `kept` and the result,
+    the last, still holding, has the time it was first made; the others, the time they were
+    replaced. So one made again changes nothing, and steady load writes no status."""
+    if kept and kept[-1][1] == replicas:
+        past, current = kept[:-1], kept[-1]
+    else:
+        past = [*kept[:-1], (at, kept[-1][1])] if kept else []
+        current = (at, replicas)
+    higher: list[tuple[str, int]] = []
+    floor = current[1]
+    for until, count in reversed(past):
+        if count > floor and now - (epoch(until) or 0.0) < seconds:
+            higher.append((until, count))
+            floor = count
+    return [*reversed(higher), current]
 
 
 def _with_replicas(kd: KimiDeployment, replicas: int) -> KimiDeployment:
@@ -203,7 +220,7 @@ def evaluate(
             message = f"{_described(scaling, load.values)}: {rec} prefill groups recommended"
         kept = [(r.at, r.replicas) for r in prior.recommendations]
         if not old.get("prefillAutoscaler"):  # a new autoscaler: no scale-down for one window
-            kept = [(now, current)]
+            kept = [(now, current)]  # (after the start's count is replaced)
         window = _window(kept, now, rec, t, scaling.scale_down_stabilization_seconds)
         state.recommendations = [Recommendation(at=a, replicas=r) for a, r in window]
         since = epoch(prior.last_scale_time) if prior.last_scale_time else None
@@ -219,7 +236,11 @@ def evaluate(
     state.desired_replicas = current
     status = PrefillAutoscalerStatus.model_validate(state.model_dump())
     return Scaled(
-        _with_replicas(kd, current), status.model_dump(exclude_none=True), notices, problem
+        _with_replicas(kd, current),
+        status.model_dump(exclude_none=True),
+        notices,
+        problem,
+        fewer=current < before,
     )
 
 

@@ -22,8 +22,13 @@ ARGS = [
     "--leader-elect",
     f"--leader-elect-resource-namespace={RELEASE_NAMESPACE}",
     "--leader-elect-resource-name=kimi-kimi-operator",  # the chart's: its Role names it
-    "--leader-elect-lease-duration=3",
-    "--leader-elect-renew-deadline=2",
+    # Short, for a quick take-over. With 3 s and 2 s, one clean-clone CI run (installs beside
+    # the tests) saw the new leader converge 39 of 40 deployments and then nothing for a minute,
+    # which no run here reproduced (nor under 8 CPU hogs). A leader's renewals and writes are
+    # bounded by these deadlines (controller/leader.py), so a loaded machine strains short ones
+    # most: doubled. Should it happen again, the error shows each replica's state and log.
+    "--leader-elect-lease-duration=6",
+    "--leader-elect-renew-deadline=4",
     "--leader-elect-retry-period=0.5",
     "--resync-interval=2",
     "--workers=4",

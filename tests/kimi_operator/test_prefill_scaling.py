@@ -85,15 +85,17 @@ def test_a_group_is_removed_only_after_the_stabilization_window() -> None:
 
 def test_a_burst_within_the_window_holds_the_groups() -> None:
     kd = deployment(replicas=3, scaleUpPeriodSeconds=60, scaleDownStabilizationSeconds=300)
-    # At 400 s the start's recommendation is gone, and 1 asked since: down to 2. A burst at
-    # 460 s (60 s after that change) asks for 4: up to 3, one group. Then quiet: the burst's 4
-    # stays in the window until 760 s, so 3 is kept at 759 s, and 2 at 760 s.
-    steps = [(400, waiting(0)), (460, waiting(16)), (500, waiting(0)), (759, waiting(0))]
-    steps += [(760, waiting(0))]
+    # At 400 s the start's 3 is out of the window (replaced at 0 s), and 1 holds: down to 2. A
+    # burst at 460 s (60 s after that change) asks for 4: up to 3, one group. Then quiet at
+    # 500 s: the burst's 4 held until 500 s and stays in the window until 800 s, so 3 is kept at
+    # 799 s, and 2 at 800 s.
+    steps = [(400, waiting(0)), (460, waiting(16)), (500, waiting(0)), (799, waiting(0))]
+    steps += [(800, waiting(0))]
     status: dict[str, Any] = {
         "prefillAutoscaler": {
             "desiredReplicas": 3,
-            "recommendations": [{"at": at(0), "replicas": 3}],
+            # 3 held until 0 s, when 1 replaced it; 1 holds since.
+            "recommendations": [{"at": at(0), "replicas": 3}, {"at": at(0), "replicas": 1}],
         }
     }
     out = []
@@ -125,14 +127,17 @@ def test_no_answer_keeps_the_count_says_so_and_holds_a_scale_down() -> None:
     )
     assert down.status["message"] == down.problem.message
     assert down.notices == []
-    # The silence counts as a recommendation to keep 2: no load at 1001 s removes nothing until
-    # 1300 s.
+    # The silence counts as a recommendation to keep 2, holding until no load replaces it at
+    # 1001 s: nothing is removed until 1301 s.
     after = {"prefillAutoscaler": down.status}
     quiet = evaluate(kd, after, waiting(0), now=at(1001), url=URL)
     assert quiet.status is not None
     assert quiet.status["desiredReplicas"] == 2
     assert quiet.problem is None
-    later = evaluate(kd, {"prefillAutoscaler": quiet.status}, waiting(0), now=at(1300), url=URL)
+    held = evaluate(kd, {"prefillAutoscaler": quiet.status}, waiting(0), now=at(1300), url=URL)
+    assert held.status is not None
+    assert held.status["desiredReplicas"] == 2
+    later = evaluate(kd, {"prefillAutoscaler": held.status}, waiting(0), now=at(1301), url=URL)
     assert later.status is not None
     assert later.status["desiredReplicas"] == 1
 
@@ -216,6 +221,18 @@ def test_the_outcome_carries_the_memory_notices_and_a_poll() -> None:
     assert result.status["prefillAutoscaler"] == scaled.status
     assert result.notices == scaled.notices
     assert result.requeue_after_s == 30.0
+    assert not result.prune_again  # a group added: the plan creates it
+
+
+def test_a_group_taken_away_asks_for_a_pruning_reconcile() -> None:
+    kd = deployment(replicas=2, scaleUpPeriodSeconds=60, scaleDownStabilizationSeconds=300)
+    old = {"prefillAutoscaler": {"desiredReplicas": 2, "recommendations": []}}
+    scaled = evaluate(kd, old, waiting(0), now=at(0))  # 1 wanted, no window to wait for
+    assert scaled.status is not None
+    assert scaled.status["desiredReplicas"] == 1
+    assert scaled_outcome(Outcome({}), scaled).prune_again
+    kept = evaluate(kd, {"prefillAutoscaler": scaled.status}, waiting(0), now=at(30))
+    assert not scaled_outcome(Outcome({}), kept).prune_again
 
 
 @pytest.mark.parametrize(
@@ -266,3 +283,23 @@ def test_the_message_says_why_the_count_is_kept() -> None:
     held = evaluate(kd, {"prefillAutoscaler": down.status}, waiting(0), now=at(330))
     assert held.status is not None
     assert held.status["message"].endswith("2 kept: one group removed per scaleUpPeriodSeconds")
+
+
+def test_steady_load_writes_no_status() -> None:
+    """The same decision made again leaves status.prefillAutoscaler as it was: a write only when
+    something changes, not at every poll (30 s) of every autoscaled deployment."""
+    kd = deployment(replicas=2, scaleUpPeriodSeconds=60, scaleDownStabilizationSeconds=300)
+    first = evaluate(kd, {}, waiting(8), now=at(0), url=URL)  # 8 / 4: 2, the count
+    assert first.status is not None
+    status = first.status
+    for seconds in (30, 60, 90, 400):
+        again = evaluate(kd, {"prefillAutoscaler": status}, waiting(8), now=at(seconds), url=URL)
+        assert again.status == status, seconds
+        assert again.notices == []
+    # A change of load is one: 1 recommended from 420 s, held since 0 s by 2 (until 420 s).
+    lower = evaluate(kd, {"prefillAutoscaler": status}, waiting(0), now=at(420), url=URL)
+    assert lower.status is not None
+    assert lower.status["recommendations"] == [
+        {"at": at(420), "replicas": 2},
+        {"at": at(420), "replicas": 1},
+    ]

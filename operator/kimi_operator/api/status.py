@@ -86,7 +86,11 @@ class GroupStatus(StatusModel):
 
 
 class Recommendation(StatusModel):
-    at: str = Field(max_length=64, description="When it was made (RFC 3339).")
+    at: str = Field(
+        max_length=64,
+        description="When it was replaced (RFC 3339): it held until then; for the last, which "
+        "still holds, when it was first made.",
+    )
     replicas: Annotated[int, Field(ge=0, le=64)] = Field(description="Prefill groups it asked for.")
 
 
@@ -108,8 +112,9 @@ class PrefillAutoscalerStatus(StatusModel):
     recommendations: list[Recommendation] = Field(
         default_factory=list,
         max_length=65,
-        description="The highest recommendations within scaleDownStabilizationSeconds, each "
-        "newer than any higher one (a group is removed only when all ask for fewer).",
+        description="The highest recommendations that held within "
+        "scaleDownStabilizationSeconds, each newer than any higher one, and the one that holds "
+        "now (a group is removed only when all ask for fewer).",
     )
     message: str = Field("", max_length=1024, description="What the last evaluation found.")
 

@@ -229,6 +229,9 @@ class Controller:
         state.acted = generation
         if prune and outcome.error is None:
             state.pruned = generation
+        elif outcome.prune_again and not prune:  # a child the plan dropped, not listed now
+            state.pruned = None
+            self.queue.add(uid, "requeue")
         self.metrics.set_conditions(uid, outcome.status)
         for seconds, fraction in outcome.startups:
             self.metrics.group_startup.observe(seconds)

@@ -11,10 +11,11 @@ orphans asked for (which keep no ownerReference), and no child exists twice (emb
 """
 
 import signal
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from kimi_operator.embedded.audit import Audit, audit
 from kimi_operator.embedded.faults import Fault
@@ -154,30 +155,58 @@ def run_frozen_leader(
     timeout_s: float,
 ) -> FrozenLeaderReport:
     """Two `kimi-operator run ARGS` (with --leader-elect among ARGS); the leader frozen in the
-    middle of a burst of `burst` creates, the standby left to converge, the old leader woken."""
-    first = OperatorProcess(api.url, args, token=token)
-    second = OperatorProcess(api.url, args, token=token)
-    with first:
-        wait(lambda: _leads(first), timeout_s, "the first replica to lead")
-        with second:
-            docs = [deployment(f"frozen-{i}") for i in range(burst)]
-            create_all(client, docs[: burst // 2])
-            wait(lambda: len(api.writes()) > burst, timeout_s, "the leader to be writing")
-            first.signal(signal.SIGSTOP)
-            create_all(client, docs[burst // 2 :])
-            wait(lambda: _leads(second), timeout_s, "the standby to take the Lease over")
-            converge(client, timeout_s)
-            woken = api.mark()
-            first.signal(signal.SIGCONT)
-            code = first.wait(timeout_s)
-            writes = [w for w in api.writes(woken) if "/leases/" not in w.path]
-            return FrozenLeaderReport(
-                burst=burst,
-                exit_code=code,
-                writes_after_wake=[f"{w.method} {w.path} -> {w.code}" for w in writes],
-                landed_after_wake=[f"{w.method} {w.path}" for w in writes if not w.refused],
-                converged=converge(client, timeout_s),
-            )
+    middle of a burst of `burst` creates, the standby left to converge, the old leader woken.
+    Should the standby not converge, the error says how each replica is and ends its log."""
+    with tempfile.TemporaryFile("w+") as first_log, tempfile.TemporaryFile("w+") as second_log:
+        first = OperatorProcess(api.url, args, first_log, token=token)
+        second = OperatorProcess(api.url, args, second_log, token=token)
+        with first:
+            wait(lambda: _leads(first), timeout_s, "the first replica to lead")
+            with second:
+                docs = [deployment(f"frozen-{i}") for i in range(burst)]
+                create_all(client, docs[: burst // 2])
+                wait(lambda: len(api.writes()) > burst, timeout_s, "the leader to be writing")
+                first.signal(signal.SIGSTOP)
+                create_all(client, docs[burst // 2 :])
+                wait(lambda: _leads(second), timeout_s, "the standby to take the Lease over")
+                try:
+                    converge(client, timeout_s)
+                except AssertionError as error:
+                    replicas = {"the frozen leader": (first, first_log)}
+                    replicas["the standby"] = (second, second_log)
+                    first.kill()  # frozen, it would ignore the SIGTERM of the way out
+                    raise AssertionError(f"{error}\n{_replicas(replicas)}") from None
+                return _wake(api, client, first, timeout_s, burst)
+
+
+def _replicas(replicas: Mapping[str, tuple[OperatorProcess, IO[str]]]) -> str:
+    """Each replica's state (running, or its exit code) and the last lines of its log that are
+    not INFO (failures, retries, the Lease)."""
+    lines = []
+    for name, (replica, log) in replicas.items():
+        code = replica.process.poll() if replica.process is not None else None
+        log.seek(0)
+        notable = [line for line in log.read().splitlines() if " INFO " not in line][-20:]
+        state = "running" if code is None else f"exited {code}"
+        lines.append(f"{name}: {state}; its log, but INFO:\n" + "\n".join(notable))
+    return "\n".join(lines)
+
+
+def _wake(
+    api: EmbeddedApiServer, client: Client, first: OperatorProcess, timeout_s: float, burst: int
+) -> FrozenLeaderReport:
+    """SIGCONT to the frozen leader; what it wrote after."""
+    woken = api.mark()
+    first.signal(signal.SIGCONT)
+    code = first.wait(timeout_s)
+    writes = [w for w in api.writes(woken) if "/leases/" not in w.path]
+    return FrozenLeaderReport(
+        burst=burst,
+        exit_code=code,
+        writes_after_wake=[f"{w.method} {w.path} -> {w.code}" for w in writes],
+        landed_after_wake=[f"{w.method} {w.path}" for w in writes if not w.refused],
+        converged=converge(client, timeout_s),
+    )
 
 
 @dataclass

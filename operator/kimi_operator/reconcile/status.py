@@ -46,6 +46,9 @@ class Outcome:
     failures: list[str] = field(default_factory=list)
     # Normal Events: drains begun and ended, the prefill autoscaler's changes.
     notices: list[Problem] = field(default_factory=list)
+    # The plan dropped a child this reconcile may not have listed (the prefill autoscaler took a
+    # group away): reconcile again at once, pruning, rather than at the next resync.
+    prune_again: bool = False
 
 
 def terminating(old: Mapping[str, Any], generation: int | None, *, now: str) -> Outcome:
@@ -263,7 +266,8 @@ def _rollout(image: ImageChoice, steps: Steps) -> dict[str, Any]:
 def scaled_outcome(result: Outcome, scaled: prefill_scaling.Scaled) -> Outcome:
     """`result` with the prefill autoscaler's evaluation (prefill_scaling.py): its memory in
     status.prefillAutoscaler (dropped with spec.prefill.autoscaling), its changes as Normal
-    Events, and a look again within its polling interval."""
+    Events, a look again within its polling interval, and a pruning one at once after it took a
+    group away."""
     status = dict(result.status)
     status.pop("prefillAutoscaler", None)
     if scaled.status is None:
@@ -275,4 +279,5 @@ def scaled_outcome(result: Outcome, scaled: prefill_scaling.Scaled) -> Outcome:
         status=status,
         notices=[*result.notices, *scaled.notices],
         requeue_after_s=min(polls),
+        prune_again=result.prune_again or scaled.fewer,
     )

@@ -217,6 +217,26 @@ def test_children_are_pruned_only_when_some_can_be_there(client: CountingClient)
     assert lists_when(lambda: harness.clock.advance(1.0)) > 0  # the retry after the failure
 
 
+def test_a_child_dropped_without_an_edit_is_pruned_at_once(client: CountingClient) -> None:
+    """The prefill autoscaler takes a group away in a reconcile that listed nothing (no edit, no
+    resync): the controller reconciles again at once, pruning, not at the next resync."""
+    harness = Harness(client)
+    uid = created(client, harness, "dropped")["metadata"]["uid"]
+    assert harness.run_due() == 1
+
+    def dropped_once(outcome: Outcome) -> Outcome:
+        outcome.prune_again = True
+        harness.after = lambda outcome: outcome
+        return outcome
+
+    harness.after = dropped_once
+    harness.controller.child_changed(uid)
+    before = client.lists
+    assert harness.run_due() == 2  # the reconcile, then the pruning one, with no time passing
+    assert client.lists > before
+    assert harness.controller.deployments[uid].pruned == 1
+
+
 def test_an_edit_before_the_first_status_prunes(client: CountingClient) -> None:
     """Edited (generation 2) before the operator wrote any status: children of generation 1 may
     exist (the churn reliability test found groups left after such a scale-down)."""
