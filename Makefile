@@ -23,24 +23,25 @@ $(DEMO_STAMP): pyproject.toml kernels/pyproject.toml | $(BIN)/python
 	touch $@
 
 # Everything `make test` needs: both distributions editable (kimi-operator with its dev extra,
-# kimi-kernels from kernels/) and the development tools. --no-compile, as for the demo: the
-# tests compile what they import (a fraction of torch's and vLLM's modules) as they load it.
+# kimi-kernels from kernels/) and the development tools. With bytecode, unlike the demo: where
+# PYTHONDONTWRITEBYTECODE is set (these machines), what is not compiled at install time is
+# compiled again by every test process (a clean-clone CI run took minutes longer).
 $(STAMP): pyproject.toml kernels/pyproject.toml requirements/vllm-interfaces.txt | $(BIN)/python
 	$(BIN)/pip install --quiet --upgrade pip
 	# CPU torch first (a file on these machines): nothing after this may pull a CUDA build.
-	$(BIN)/pip install --quiet --no-compile torch==2.13.0 numpy
-	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
+	$(BIN)/pip install --quiet torch==2.13.0 numpy
+	$(BIN)/pip install --quiet -e '.[dev]'
 	@echo "make setup: vLLM goes in without its dependencies, on purpose (its interfaces only):" \
 		"pip's warnings about what vllm requires are silenced (--no-warn-conflicts)"
 	# kimi-kernels requires vLLM, which goes in below without its dependencies: so does this.
-	$(BIN)/pip install --quiet --no-compile --no-deps --no-warn-conflicts -e ./kernels
+	$(BIN)/pip install --quiet --no-deps --no-warn-conflicts -e ./kernels
 	# vLLM 0.33.0 for its interfaces only (argument parser, metrics, plugins): no dependencies; also
 	# two packages its V2 model runner and Kimi K3 specialized decode modules import
 	# (tests/kimi_kernels/decode_metrics instruments those), without their requirements
 	# (flashinfer's pull CUDA and NCCL packages).
-	$(BIN)/pip install --quiet --no-compile --no-deps --no-warn-conflicts vllm==0.33.0 \
+	$(BIN)/pip install --quiet --no-deps --no-warn-conflicts vllm==0.33.0 \
 		flashinfer-python==0.7.2.post1 compressed-tensors==0.17.0
-	$(BIN)/pip install --quiet --no-compile --no-warn-conflicts -r requirements/vllm-interfaces.txt
+	$(BIN)/pip install --quiet --no-warn-conflicts -r requirements/vllm-interfaces.txt
 	touch $@ $(DEMO_STAMP)
 
 # helm (v4) and kubectl (v1.36) in .tools/bin for the chart and client tests and the demo

