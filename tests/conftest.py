@@ -1,6 +1,12 @@
 """Options shared by the whole suite."""
 
+import os
+
 import pytest
+
+# vLLM chooses its platform at its first import, and the dev venv's wheel runs on the CPU: set
+# before any test module is collected, whichever files a run selects (test_vllm_platform.py).
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 from tests.support.vllm_cli import vllm_parser
 

@@ -209,19 +209,20 @@ def decide(
         spec.rollout.max_surge,
         float(spec.rollout.progress_deadline_seconds),
     )
-    # The prefill groups have no surge group: build_children makes spares of spec.replicas only.
-    roles = {"g": (spec.replicas, strategy)}
+    # Each role has its own surge group (`-g<replicas>`, `-p<prefill.replicas>`), kept only
+    # while that role rolls.
+    roles = {"g": spec.replicas}
     if spec.prefill is not None:
-        roles["p"] = (spec.prefill.replicas, dataclasses.replace(strategy, max_surge=0))
+        roles["p"] = spec.prefill.replicas
     steps = {
         letter: plan(
             replicas,
             _observed(name, letter, children, live),
-            role_strategy,
+            strategy,
             now=epoch(now),
             was_rolling=was_rolling,
         )
-        for letter, (replicas, role_strategy) in roles.items()
+        for letter, replicas in roles.items()
     }
     write, held = [], []
     for child in children:
@@ -230,7 +231,7 @@ def decide(
             write.append(dict(child))
             continue
         letter, index = found
-        if index >= roles[letter][0] + steps[letter].spares:
+        if index >= roles[letter] + steps[letter].spares:
             continue  # a surge group no longer needed: pruned
         if child["kind"] != LWS_KIND:
             write.append(dict(child))

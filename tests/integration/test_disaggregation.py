@@ -1,5 +1,6 @@
 """spec.prefill against the embedded API server, as the chart's ServiceAccount: both roles' groups
-are created, Ready waits for both, each role scales and rolls without touching the other, going
+are created, Ready waits for both, each role scales and rolls without touching the other (the
+prefill role with a surge group too), going
 back to aggregated prunes the prefill groups, and deleting the deployment removes every group."""
 
 from collections.abc import Mapping
@@ -13,7 +14,7 @@ from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET
 from tests.integration.test_rollout import template_writes
 from tests.support.cluster import NS, condition, create, reconciled, sample, status_of, wait_for
-from tests.support.groups import kubelet
+from tests.support.groups import audited, kubelet
 
 NAME = "k3-pd"
 TIMEOUT_S = 60.0
@@ -111,9 +112,27 @@ def test_create_scale_roll_each_role_switch_back_and_delete(
         wait_for(lambda: _serving(client, 3, 2), TIMEOUT_S, "the prefill role rolled")
         assert sorted(set(template_writes(api, mark))) == [f"{NAME}-p0", f"{NAME}-p1"]
 
+        # With maxSurge 1 and maxUnavailable 0 the prefill role has a surge group too: -p2 is
+        # made first, both prefill groups keep serving throughout, and -p2 goes at the end.
+        audit = audited(api, NAME, role="p")
+        audit.armed = True
+        mark = api.mark()
+        surge = {
+            "rollout": {"maxSurge": 1, "maxUnavailable": 0},
+            "prefill": {"replicas": 2, "engineArgs": ["--max-num-batched-tokens=32768"]},
+        }
+        _edit(client, surge, 5)
+        wait_for(lambda: _serving(client, 3, 2), TIMEOUT_S, "the prefill role rolled with a surge")
+        audit.armed = False
+        written = sorted(set(template_writes(api, mark)))
+        assert written == [f"{NAME}-p0", f"{NAME}-p1", f"{NAME}-p2"]
+        assert audit.least_ready(NAME) == 2
+        assert any(f"{NAME}-p2" in step.groups[NAME] for step in audit.steps)
+        assert client.get(LEADER_WORKER_SET, NS, f"{NAME}-p2") is None
+
         # Back to aggregated: the prefill groups are pruned, the groups of spec.replicas rolled
         # (no connector, no role label any more).
-        _edit(client, {"prefill": None, "routing": {"mode": "Service"}}, 5)
+        _edit(client, {"prefill": None, "routing": {"mode": "Service"}}, 6)
         status = wait_for(lambda: _serving(client, 3, 0), TIMEOUT_S, "aggregated again")
         assert status["prefillReplicas"] == 0
         for group in client.list(LEADER_WORKER_SET, NS):

@@ -12,7 +12,7 @@ from kimi_operator.embedded.kubelet import mark_ready
 from kimi_operator.embedded.server import ApiServer
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import LEADER_WORKER_SET
-from kimi_operator.rollout import group_index, group_ready, leader_image
+from kimi_operator.rollout import group_of, group_ready, leader_image
 
 Hold = Callable[[Mapping[str, Any]], bool]
 
@@ -56,9 +56,11 @@ class Step:
 
 @dataclass
 class Audit:
-    """Every write's aftermath, recorded on the server's thread while `armed`."""
+    """Every write's aftermath, recorded on the server's thread while `armed`: the groups of one
+    role (`g`: decode, `p`: prefill)."""
 
     deployments: tuple[str, ...]
+    role: str = "g"
     armed: bool = False
     steps: list[Step] = field(default_factory=list)
 
@@ -70,7 +72,8 @@ class Audit:
         for group in groups:
             name = group["metadata"]["name"]
             for deployment in self.deployments:
-                if group_index(deployment, name) is None:
+                found = group_of(deployment, name)
+                if found is None or found[0] != self.role:
                     continue
                 step.ready[deployment] += group_ready(group)
                 step.groups.setdefault(deployment, set()).add(name)
@@ -82,7 +85,7 @@ class Audit:
         return min(step.ready[deployment] for step in self.steps)
 
 
-def audited(api: EmbeddedApiServer, *deployments: str) -> Audit:
-    audit = Audit(deployments)
+def audited(api: EmbeddedApiServer, *deployments: str, role: str = "g") -> Audit:
+    audit = Audit(deployments, role)
     api.observe(audit)
     return audit

@@ -3,7 +3,6 @@ the snapshot of its options (api/vllm_flags.py) and our reading of engineArgs to
 
 import contextlib
 import io
-import os
 from typing import Any
 
 import pytest
@@ -19,7 +18,6 @@ FORBIDDEN_DESTS = {
 
 @pytest.fixture(scope="session")
 def vllm_parser() -> Any:
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     pytest.importorskip("vllm", reason="vLLM 0.33.0 is installed by `make setup`")
     from vllm.entrypoints.common.cli_args import make_arg_parser  # noqa: PLC0415 (slow import)
     from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: PLC0415

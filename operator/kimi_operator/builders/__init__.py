@@ -134,8 +134,8 @@ def build_children(
     *,
     weights: Resolved | None = None,
 ) -> list[dict[str, Any]]:
-    """The children the deployment controls. `spares`: surge groups to build beyond
-    spec.replicas (a rollout's, see rollout.py). `weights`: how its Hugging Face sources were
+    """The children the deployment controls. `spares`: surge groups to build beyond each role's
+    replicas (a rollout's, see rollout.py). `weights`: how its Hugging Face sources were
     resolved (None: `preview_weights`); one not resolved yet gets a resolve Job, and no group is
     built until all are (the pods mount their cache claims)."""
     spec = kd.spec
@@ -190,11 +190,13 @@ def _groups(
 
 
 def _group_count(kd: KimiDeployment, serving: Serving, spares: int) -> int:
-    """Groups of a role: spec.replicas (and a rollout's surge groups) for the decode role,
-    spec.prefill.replicas for the prefill role."""
+    """Groups of a role: spec.replicas for the decode role, spec.prefill.replicas for the
+    prefill role, each with a rollout's surge groups (rollout.decide drops a role's spares when
+    that role is not rolling)."""
     if serving == "prefill":
-        return kd.spec.prefill.replicas if kd.spec.prefill is not None else 0
-    replicas = kd.spec.replicas
+        replicas = kd.spec.prefill.replicas if kd.spec.prefill is not None else 0
+    else:
+        replicas = kd.spec.replicas
     return replicas + spares if replicas else 0
 
 

@@ -2,13 +2,10 @@
 parallel size 8, `decode_backend: latency_specialized`."""
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 MODEL_NAME = "moonshotai/Kimi-K3"
 TENSOR_PARALLEL = 8

@@ -413,3 +413,60 @@ def test_a_rollout_drains_a_group_before_writing_its_new_template() -> None:
     # g1 waits: g0 draining counted unavailable, whatever its LeaderWorkerSet says.
     assert names(decision.held) == [f"LeaderWorkerSet/{NAME}-g1"]
     assert decision.drains.writes == []
+
+
+def lws_names(children: list[dict[str, Any]]) -> list[str]:
+    return sorted(c["metadata"]["name"] for c in children if c["kind"] == LEADER_WORKER_SET.kind)
+
+
+def test_max_surge_gives_the_prefill_role_a_surge_group_too() -> None:
+    """A prefill edit with maxSurge 1, maxUnavailable 0: the one prefill group keeps serving
+    while `-p1` loads the new template, is rewritten once `-p1` is Ready, and `-p1` goes at the
+    end. With no prefill surge group, the deployment had no prefill group for a whole reload."""
+    spec: dict[str, Any] = {
+        "routing": {"mode": "InferencePool"},
+        "prefill": {"replicas": 1},
+        "rollout": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    edited = spec | {"prefill": {"replicas": 1, "engineArgs": ["--max-num-batched-tokens=16384"]}}
+    first = decide(observed(body(**spec)), DEFAULTS, now=NOW).apply
+    assert lws_names(first) == [f"{NAME}-g0", f"{NAME}-p0"]  # no surge without a rollout
+    live = {
+        g["metadata"]["name"]: with_uid(ready(g)) for g in first if g["kind"] == "LeaderWorkerSet"
+    }
+    old = reconciled(body(**spec))
+
+    # The surge group first; the prefill group serving is held; the decode role is not rolling.
+    seen = observed(body(old, **edited), groups=live, pods=[])
+    decision = decide(seen, DEFAULTS, now=NOW)
+    assert lws_names(decision.apply) == [f"{NAME}-g0", f"{NAME}-p1"]
+    assert names(decision.held) == [f"LeaderWorkerSet/{NAME}-p0"]
+    assert f"ComputeDomain/{NAME}-p1" in names(decision.apply)
+    assert decision.prefill_steps is not None
+    assert (decision.prefill_steps.rolling, decision.prefill_steps.spares) == (True, 1)
+    assert decision.steps is not None
+    assert decision.steps.spares == 0  # no decode surge group: its template did not change
+    status = status_of(seen, decision, [*decision.apply, *decision.held]).status
+    assert condition(status, "Progressing")["reason"] == "RollingOut"
+
+    # The surge group Ready: the old prefill group is rewritten (one ready group stays: -p1).
+    (surge,) = [c for c in decision.apply if lws_names([c]) == [f"{NAME}-p1"]]
+    live[f"{NAME}-p1"] = with_uid(ready(surge))
+    seen = observed(body(old, **edited), groups=live, pods=[])
+    decision = decide(seen, DEFAULTS, now=LATER)
+    assert lws_names(decision.apply) == [f"{NAME}-g0", f"{NAME}-p0", f"{NAME}-p1"]
+    assert decision.held == []
+
+    # Both updated and Ready: the surge group is pruned, with its ComputeDomain.
+    (rewritten,) = [c for c in decision.apply if lws_names([c]) == [f"{NAME}-p0"]]
+    live[f"{NAME}-p0"] = with_uid(ready(rewritten))
+    children = [*first, surge, *(c for c in decision.apply if c["kind"] == "ComputeDomain")]
+    seen = observed(
+        body(old, **edited), groups=live, pods=[], prune=True, children=listed(children)
+    )
+    decision = decide(seen, DEFAULTS, now=LATER)
+    assert lws_names(decision.apply) == [f"{NAME}-g0", f"{NAME}-p0"]
+    assert sorted(f"{w.resource.kind}/{w.name}" for w in decision.delete) == [
+        f"ComputeDomain/{NAME}-p1",
+        f"LeaderWorkerSet/{NAME}-p1",
+    ]
