@@ -1,7 +1,8 @@
 """The KV hand-over of spec.prefill for real, on vLLM's CPU build (0.32.0, not the 0.33.0 the
 operator targets): a prefill and a decode server on loopback with the operator's rendered
 kv-transfer settings and variables, the connector swapped for one that runs without GPUs
-(ExampleConnector: KV blocks through a shared folder; NIXL needs its own wheels and burns CPU idle),
+(ExampleConnector: KV blocks through a shared folder; NIXL needs its own wheels and spins a CPU
+per server: docs/disaggregation.md),
 and requests sent the way llm-d's routing sidecar sends them (pkg/sidecar/proxy/connector_nixlv2.go
 at v0.10.0): the prefill with `kv_transfer_params.do_remote_decode`, one output token and no
 streaming, then the request itself to the decode server with the `kv_transfer_params` the prefill
