@@ -3,6 +3,7 @@ into the operator's Deployment, and the demo and the sandbox read them back from
 operator as the chart would (kimi_operator.embedded.demo)."""
 
 import argparse
+import re
 from collections.abc import Sequence
 
 
@@ -67,6 +68,31 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         help="Prometheus that the KEDA ScaledObjects of spec.autoscaling query, and the operator "
         "itself for spec.prefill.autoscaling; it must evaluate the chart's recording rules (env "
         "KIMI_OPERATOR_PROMETHEUS_URL; default %(default)s)",
+    )
+    run.add_argument(
+        "--prometheus-bearer-token-file",
+        default=os.environ.get("KIMI_OPERATOR_PROMETHEUS_BEARER_TOKEN_FILE", ""),
+        metavar="PATH",
+        help="send the token in this file (read at every query) as a bearer token on the "
+        "operator's own Prometheus queries (env KIMI_OPERATOR_PROMETHEUS_BEARER_TOKEN_FILE; "
+        "default: none)",
+    )
+    run.add_argument(
+        "--prometheus-ca-file",
+        default=os.environ.get("KIMI_OPERATOR_PROMETHEUS_CA_FILE", ""),
+        metavar="PATH",
+        help="check an HTTPS --prometheus-url's certificate against the CAs in this PEM file "
+        "(env KIMI_OPERATOR_PROMETHEUS_CA_FILE; default: the system's CAs)",
+    )
+    run.add_argument(
+        "--keda-authentication",
+        type=keda_authentication,
+        default=os.environ.get("KIMI_OPERATOR_KEDA_AUTHENTICATION", ""),  # checked as typed
+        metavar="KIND/NAME",
+        help="the KEDA TriggerAuthentication that gives the ScaledObjects' Prometheus triggers "
+        "their bearer token: TriggerAuthentication/<name> (in each deployment's namespace) or "
+        "ClusterTriggerAuthentication/<name> (env KIMI_OPERATOR_KEDA_AUTHENTICATION; default: "
+        "none)",
     )
     run.add_argument(
         "--resync-interval",
@@ -153,6 +179,21 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
             help=f"{what} (default %(default)s)",
         )
     run.add_argument("--verbose", action="store_true", help="debug logging")
+
+
+KEDA_AUTHENTICATION_KINDS = ("TriggerAuthentication", "ClusterTriggerAuthentication")
+_DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def keda_authentication(value: str) -> str:
+    """`Kind/name` of a KEDA trigger authentication, or "" for none."""
+    kind, _, name = value.partition("/")
+    if value and (kind not in KEDA_AUTHENTICATION_KINDS or not _DNS_NAME.fullmatch(name)):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected TriggerAuthentication/<name> or "
+            "ClusterTriggerAuthentication/<name>, <name> a DNS subdomain name"
+        )
+    return value
 
 
 def parse_run_arguments(argv: Sequence[str]) -> argparse.Namespace:

@@ -22,6 +22,7 @@ KUBERNETES_VERSION = "1.34"
 CRD_SOURCE = ROOT / "crds" / "kimi-operator.io_kimideployments.yaml"
 CRD_COPY = CHART / "files" / "kimi-operator.io_kimideployments.yaml"
 DIGEST = "sha256:" + "ab" * 32
+SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "namespaced": {"watchNamespaces": ["inference", "research"]},
@@ -41,6 +42,24 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "prometheusUrl": "http://prometheus.example:9090",
             "prometheusAdapter": {"enabled": True},
         }
+    },
+    # OpenShift's Thanos querier: the ServiceAccount's token and the service CA, KEDA's
+    # credentials from a ClusterTriggerAuthentication; and a Secret mounted for whatever else.
+    "secured-prometheus": {
+        "autoscaling": {
+            "prometheusUrl": "https://thanos-querier.openshift-monitoring.svc:9091",
+            "prometheusAuth": {
+                "bearerTokenFile": SA_TOKEN,
+                "caFile": "/etc/prometheus-ca/ca.crt",
+                "kedaAuthentication": "ClusterTriggerAuthentication/thanos",
+            },
+        },
+        "operator": {
+            "extraVolumes": [{"name": "prometheus-ca", "secret": {"secretName": "thanos-ca"}}],
+            "extraVolumeMounts": [
+                {"name": "prometheus-ca", "mountPath": "/etc/prometheus-ca", "readOnly": True}
+            ],
+        },
     },
 }
 
@@ -309,6 +328,24 @@ def test_prometheus_adapter_rules_are_a_toggle(
     assert _parsed(rendered["defaults"]).prometheus_url == DEFAULT_PROMETHEUS_URL
 
 
+def test_prometheus_credentials_reach_the_operator(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    args = _parsed(rendered["secured-prometheus"])
+    assert (args.prometheus_bearer_token_file, args.prometheus_ca_file) == (
+        SA_TOKEN,
+        "/etc/prometheus-ca/ca.crt",
+    )
+    assert args.keda_authentication == "ClusterTriggerAuthentication/thanos"
+    (deployment,) = of_kind(rendered["secured-prometheus"], "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert {"name": "prometheus-ca", "secret": {"secretName": "thanos-ca"}} in pod["volumes"]
+    mounts = _container(rendered["secured-prometheus"])["volumeMounts"]
+    assert {"name": "prometheus-ca", "mountPath": "/etc/prometheus-ca", "readOnly": True} in mounts
+    defaults = _parsed(rendered["defaults"])
+    assert (defaults.prometheus_bearer_token_file, defaults.keda_authentication) == ("", "")
+
+
 # --- values: schema and documentation --------------------------------------------------------
 
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
@@ -361,6 +398,14 @@ BAD_VALUES = [
     ({"servingImage": {"tag": "", "digest": ""}}, "at '/servingImage'"),
     ({"metrics": {"serviceMonitor": {"interval": "30 seconds"}}}, "interval"),
     ({"operator": {"metricsPort": 70000}}, "at '/operator/metricsPort': maximum"),
+    (
+        {"autoscaling": {"prometheusAuth": {"kedaAuthentication": "Secret/thanos"}}},
+        "at '/autoscaling/prometheusAuth/kedaAuthentication'",
+    ),
+    (
+        {"autoscaling": {"prometheusAuth": {"bearerTokenFile": "token"}}},
+        "at '/autoscaling/prometheusAuth/bearerTokenFile'",
+    ),
 ]
 
 

@@ -3,12 +3,8 @@ Prometheus on 127.0.0.1: load adds prefill groups one per scaleUpPeriodSeconds, 
 them once scaleDownStabilizationSeconds has passed, a Prometheus that is down keeps the count and
 says so; the API server refuses a starting count outside the bounds, naming the field."""
 
-import json
-import threading
 import time
-import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -25,55 +21,14 @@ from kimi_operator.runner import OperatorThread, RunConfig
 from tests.integration.conftest import RESYNC_S, metrics_of, resyncs
 from tests.support.cluster import NS, condition, create, sample, status_of, wait_for
 from tests.support.groups import kubelet
+from tests.support.stand_in_prometheus import StandInPrometheus, prometheus
+
+__all__ = ["prometheus"]  # the fixture
 
 NAME = "k3-pd"
 TIMEOUT_S = 60.0
 PERIOD_S, WINDOW_S = 2, 6
 WITH_ROUTING = [*CHILD_KINDS, *ROUTING_KINDS]
-
-
-class StandInPrometheus:
-    """/api/v1/query answering every query with `value`, remembering the queries."""
-
-    def __init__(self) -> None:
-        self.value = 0.0
-        self.queries: list[str] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                url = urllib.parse.urlsplit(self.path)
-                outer.queries += urllib.parse.parse_qs(url.query).get("query", [])
-                result = [{"metric": {}, "value": [0, str(outer.value)]}]
-                body = json.dumps(
-                    {"status": "success", "data": {"resultType": "vector", "result": result}}
-                ).encode()
-                self.send_response(200 if url.path == "/api/v1/query" else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Down: its port refuses connections from now on."""
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def prometheus() -> Iterator[StandInPrometheus]:
-    stand_in = StandInPrometheus()
-    yield stand_in
-    if stand_in.server.socket.fileno() != -1:
-        stand_in.stop()
 
 
 @pytest.fixture

@@ -61,6 +61,15 @@ class OperatorDefaults:
     # Prometheus that KEDA's triggers and the prefill autoscaler query (chart value
     # autoscaling.prometheusUrl).
     prometheus_url: str = DEFAULT_PROMETHEUS_URL
+    # How the operator's own queries authenticate (chart value autoscaling.prometheusAuth): a file
+    # holding a bearer token, read at every query (projected tokens rotate), and the CA of an HTTPS
+    # Prometheus's certificate; "" for none (no Authorization header, the system's CAs).
+    prometheus_token_file: str = ""
+    prometheus_ca_file: str = ""
+    # The KEDA TriggerAuthentication of the ScaledObjects' Prometheus triggers, as
+    # `TriggerAuthentication/<name>` (in each deployment's namespace) or
+    # `ClusterTriggerAuthentication/<name>`; "" for none.
+    keda_authentication: str = ""
     # With spec.autoscaling: whether the cluster serves KEDA's ScaledObject API (else an HPA).
     keda_available: bool = True
     # The endpoint picker of spec.routing.mode InferencePool (chart value endpointPicker.image).
@@ -156,7 +165,7 @@ def build_children(
         children.append(pod_monitor(kd))
     if spec.autoscaling is not None:
         children.append(
-            scaled_object(kd, defaults.prometheus_url)
+            scaled_object(kd, defaults.prometheus_url, defaults.keda_authentication)
             if defaults.keda_available
             else horizontal_pod_autoscaler(kd)
         )

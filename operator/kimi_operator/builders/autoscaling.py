@@ -119,10 +119,23 @@ def _target_ref(kd: KimiDeployment) -> dict[str, str]:
     return {"apiVersion": kd.api_version, "kind": kd.kind, "name": kd.metadata.name}
 
 
-def scaled_object(kd: KimiDeployment, prometheus_url: str) -> dict[str, Any]:
+def scaled_object(
+    kd: KimiDeployment, prometheus_url: str, authentication: str = ""
+) -> dict[str, Any]:
+    """`authentication`: `Kind/name` of the KEDA TriggerAuthentication that gives the trigger its
+    bearer token (and the CA, for HTTPS with a private CA); "" for none."""
     assert kd.spec.autoscaling is not None
     scaling = kd.spec.autoscaling
     query, threshold = keda_query(kd)
+    trigger: dict[str, Any] = {
+        "type": "prometheus",
+        "metricType": "AverageValue",
+        "metadata": {"serverAddress": prometheus_url, "query": query, "threshold": threshold},
+    }
+    if authentication:
+        kind, name = authentication.split("/", 1)
+        trigger["metadata"]["authModes"] = "bearer"
+        trigger["authenticationRef"] = {"kind": kind, "name": name}
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
@@ -133,17 +146,7 @@ def scaled_object(kd: KimiDeployment, prometheus_url: str) -> dict[str, Any]:
             "maxReplicaCount": scaling.max_replicas,
             "pollingInterval": POLLING_INTERVAL_S,
             "advanced": {"horizontalPodAutoscalerConfig": {"behavior": behavior(kd)}},
-            "triggers": [
-                {
-                    "type": "prometheus",
-                    "metricType": "AverageValue",
-                    "metadata": {
-                        "serverAddress": prometheus_url,
-                        "query": query,
-                        "threshold": threshold,
-                    },
-                }
-            ],
+            "triggers": [trigger],
         },
     }
 

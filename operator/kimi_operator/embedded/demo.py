@@ -244,6 +244,9 @@ def chart_operator(api: EmbeddedApiServer, deployment: Mapping[str, Any]) -> Run
         serving_image=args.serving_image,
         serving_image_vllm_version=args.serving_image_vllm_version,
         prometheus_url=args.prometheus_url,
+        prometheus_token_file=args.prometheus_bearer_token_file,
+        prometheus_ca_file=args.prometheus_ca_file,
+        keda_authentication=args.keda_authentication,
     )
     return RunConfig(
         server=api.url,

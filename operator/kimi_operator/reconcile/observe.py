@@ -104,7 +104,7 @@ def observe(
             seen.unschedulable = cond.unschedulable(seen.pods)
         seen.in_flight = _in_flight(seen.groups, seen.pods or [])
     seen.gateway_endpoint = _gateway_endpoint(client, seen.kd)
-    seen.prefill_load = prefill_load(defaults.prometheus_url, seen.kd)
+    seen.prefill_load = prefill_load(defaults, seen.kd)
     return seen
 
 

@@ -1,25 +1,56 @@
 """The prefill autoscaler's one read outside the API server: instant queries to Prometheus's HTTP
 API (`--prometheus-url`, the Prometheus the KEDA triggers name), short and never retried, so that
-a Prometheus that is down costs a reconcile a few seconds at most (prefill_scaling.py)."""
+a Prometheus that is down costs a reconcile a few seconds at most (prefill_scaling.py). A secured
+Prometheus (OpenShift's Thanos querier, a proxy in front of it) gets a bearer token read from
+`--prometheus-bearer-token-file` at every query, and its certificate is checked against
+`--prometheus-ca-file`."""
 
+import functools
 import json
 import urllib.parse
+from pathlib import Path
 
 import urllib3
 
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.builders import OperatorDefaults
 from kimi_operator.prefill_scaling import QUERY_TIMEOUT_S, Load, queries, sample
 
-_POOL = urllib3.PoolManager(maxsize=4, retries=False)
+TOKEN_FLAG = "--prometheus-bearer-token-file"
 
 
-def query(url: str, promql: str, timeout_s: float = QUERY_TIMEOUT_S) -> float | None:
-    """The value of one instant query (None: an empty vector). ValueError: no usable answer."""
-    address = f"{url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+@functools.cache
+def _pool(ca_file: str) -> urllib3.PoolManager:
+    """One pool per CA file ("": the system's CAs), made once."""
+    return urllib3.PoolManager(maxsize=4, retries=False, ca_certs=ca_file or None)
+
+
+def _headers(token_file: str) -> dict[str, str]:
+    if not token_file:
+        return {}
     try:
-        response = _POOL.request("GET", address, timeout=urllib3.Timeout(total=timeout_s))
+        token = Path(token_file).read_text().strip()
+    except OSError as error:
+        raise ValueError(f"{TOKEN_FLAG} {token_file}: {error.strerror}") from None
+    return {"Authorization": f"Bearer {token}"}
+
+
+def query(
+    defaults: OperatorDefaults, promql: str, timeout_s: float = QUERY_TIMEOUT_S
+) -> float | None:
+    """The value of one instant query (None: an empty vector). ValueError: no usable answer."""
+    url = defaults.prometheus_url
+    address = f"{url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+    headers = _headers(defaults.prometheus_token_file)
+    try:
+        response = _pool(defaults.prometheus_ca_file).request(
+            "GET", address, headers=headers, timeout=urllib3.Timeout(total=timeout_s)
+        )
     except urllib3.exceptions.HTTPError as error:
         raise ValueError(f"{type(error).__name__}: {error}") from None
+    if response.status in (401, 403):
+        sent = f"the token of {TOKEN_FLAG} {defaults.prometheus_token_file}" if headers else "none"
+        raise ValueError(f"HTTP {response.status}: refused the credentials sent ({sent})")
     try:
         answer = json.loads(response.data)
     except ValueError:
@@ -29,13 +60,13 @@ def query(url: str, promql: str, timeout_s: float = QUERY_TIMEOUT_S) -> float | 
     return sample(answer)
 
 
-def prefill_load(url: str, kd: KimiDeployment) -> Load | None:
+def prefill_load(defaults: OperatorDefaults, kd: KimiDeployment) -> Load | None:
     """The deployment's prefill load (None without spec.prefill.autoscaling); a failed query is
     `Load.error`, never an exception: the reconcile goes on with the count it has."""
     wanted = queries(kd)
     if not wanted:
         return None
     try:
-        return Load({key: query(url, promql) for key, promql in wanted.items()})
+        return Load({key: query(defaults, promql) for key, promql in wanted.items()})
     except ValueError as error:
         return Load(error=str(error)[:300])

@@ -48,6 +48,25 @@ def test_the_hpa_is_valid_autoscaling_v2(target: dict[str, int]) -> None:
     assert metric["external"]["metric"]["selector"] == {"matchLabels": {"deployment": "k3"}}
 
 
+@pytest.mark.parametrize("kind", ["TriggerAuthentication", "ClusterTriggerAuthentication"])
+def test_a_named_trigger_authentication_gives_the_trigger_its_bearer_token(kind: str) -> None:
+    """KEDA's prometheus scaler sends a bearer token only with authModes "bearer" in the
+    trigger's metadata, the token itself coming from the trigger authentication."""
+    child = scaled_object(deployment(TARGETS[0]), "https://p:9091", f"{kind}/thanos")
+    assert KEDA.refusals(child) == []
+    (trigger,) = child["spec"]["triggers"]
+    assert trigger["authenticationRef"] == {"kind": kind, "name": "thanos"}
+    assert trigger["metadata"]["authModes"] == "bearer"
+    defaults = OperatorDefaults(keda_authentication=f"{kind}/thanos")
+    (built,) = [
+        c for c in build_children(deployment(TARGETS[0]), defaults) if c["kind"] == "ScaledObject"
+    ]
+    assert built["spec"]["triggers"][0]["authenticationRef"]["name"] == "thanos"
+    (plain,) = scaled_object(deployment(TARGETS[0]), "https://p:9091")["spec"]["triggers"]
+    assert "authenticationRef" not in plain
+    assert "authModes" not in plain["metadata"]
+
+
 def test_a_broken_scaled_object_is_refused() -> None:
     child = scaled_object(deployment(TARGETS[0]), "http://p:9090")
     child["spec"]["minReplicaCount"] = "one"
