@@ -9,10 +9,12 @@ import os
 import re
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+import psutil
 import pytest
 
 from kimi_operator.bench.server_metrics import Snapshot, parse
@@ -38,6 +40,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if HERE in item.path.parents:
             item.add_marker(pytest.mark.vllm_cpu)
     items.sort(key=lambda item: item.path == LOADS_THE_SERVER)  # stable: the rest keep their order
+
+
+@contextmanager
+def client_apart(server: CpuServer) -> Iterator[None]:
+    """While in the block, this process (a client timing the server's streams) on a CPU of its
+    own and every thread of the server's processes on the others. On a 2-CPU machine the
+    server's engine core busy-waits for its worker while the worker computes: the two take both
+    CPUs, and a client sharing them was left unscheduled for whole generations (every token of
+    a stream in one read: bench's "TIMING UNRELIABLE", in 10 of 30 runs of 16 requests; none in
+    30 with the client apart). A client on another machine, as bench is run, has its own CPUs."""
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2 or server.process is None:
+        yield
+        return
+    own = {min(cpus)}
+    root = psutil.Process(server.process.pid)
+    threads = [t.id for p in (root, *root.children(recursive=True)) for t in p.threads()]
+    for thread in threads:
+        os.sched_setaffinity(thread, cpus - own)
+    os.sched_setaffinity(0, own)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cpus)
+        for thread in threads:
+            with suppress(ProcessLookupError):  # a thread that ended meanwhile
+                os.sched_setaffinity(thread, cpus)
 
 
 @dataclass
