@@ -192,8 +192,8 @@ def cmd_crd(_: argparse.Namespace, out: TextIO, __: TextIO) -> int:
 def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
     import logging  # noqa: PLC0415
 
-    from kimi_operator.builders import OperatorDefaults  # noqa: PLC0415
     from kimi_operator.controller.leader import LeaseConfig  # noqa: PLC0415
+    from kimi_operator.run_args import operator_defaults  # noqa: PLC0415
     from kimi_operator.runner import LeadershipLost, RunConfig, run_operator  # noqa: PLC0415
 
     logging.basicConfig(
@@ -225,16 +225,7 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
         return EXIT_INVALID
     config = RunConfig(
         namespaces=tuple(args.namespace or ()),
-        defaults=OperatorDefaults(
-            serving_image=args.serving_image,
-            serving_image_vllm_version=args.serving_image_vllm_version,
-            prometheus_url=args.prometheus_url,
-            prometheus_token_file=args.prometheus_bearer_token_file,
-            prometheus_ca_file=args.prometheus_ca_file,
-            keda_authentication=args.keda_authentication,
-            epp_image=args.epp_image,
-            routing_sidecar_image=args.routing_sidecar_image,
-        ),
+        defaults=operator_defaults(args),
         resync_interval_s=args.resync_interval,
         workers=args.workers,
         kube_api_qps=args.kube_api_qps,

@@ -5,6 +5,10 @@ operator as the chart would (kimi_operator.embedded.demo)."""
 import argparse
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kimi_operator.builders import OperatorDefaults
 
 
 def add_run_arguments(run: argparse.ArgumentParser) -> None:
@@ -194,6 +198,23 @@ def keda_authentication(value: str) -> str:
             "ClusterTriggerAuthentication/<name>, <name> a DNS subdomain name"
         )
     return value
+
+
+def operator_defaults(args: argparse.Namespace) -> "OperatorDefaults":
+    """What `kimi-operator run`'s arguments configure the operator with: the one reading of them,
+    for `run` itself and for the demo and sandbox running the operator as the chart deployed it."""
+    from kimi_operator.builders import OperatorDefaults  # noqa: PLC0415
+
+    return OperatorDefaults(
+        serving_image=args.serving_image,
+        serving_image_vllm_version=args.serving_image_vllm_version,
+        prometheus_url=args.prometheus_url,
+        prometheus_token_file=args.prometheus_bearer_token_file,
+        prometheus_ca_file=args.prometheus_ca_file,
+        keda_authentication=args.keda_authentication,
+        epp_image=args.epp_image,
+        routing_sidecar_image=args.routing_sidecar_image,
+    )
 
 
 def parse_run_arguments(argv: Sequence[str]) -> argparse.Namespace:

@@ -14,6 +14,7 @@ from kimi_operator.builders.autoscaling import DEFAULT_PROMETHEUS_URL, adapter_r
 from kimi_operator.cli import build_parser
 from kimi_operator.embedded.admission import CustomResource
 from kimi_operator.embedded.upstream import upstream_crd
+from kimi_operator.run_args import operator_defaults
 from tests.support.repo import ROOT
 
 from .helm import CHART, helm, of_kind, template, write_values
@@ -337,6 +338,18 @@ def test_prometheus_credentials_reach_the_operator(
         "/etc/prometheus-ca/ca.crt",
     )
     assert args.keda_authentication == "ClusterTriggerAuthentication/thanos"
+    # What `run`, the demo and the sandbox configure the operator with, from those arguments.
+    configured = operator_defaults(args)
+    assert (configured.prometheus_token_file, configured.prometheus_ca_file) == (
+        SA_TOKEN,
+        "/etc/prometheus-ca/ca.crt",
+    )
+    assert configured.keda_authentication == "ClusterTriggerAuthentication/thanos"
+    endpoint_picker = VALUES["endpointPicker"]
+    assert (configured.epp_image, configured.routing_sidecar_image) == (
+        endpoint_picker["image"],
+        endpoint_picker["routingSidecarImage"],
+    )
     (deployment,) = of_kind(rendered["secured-prometheus"], "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     assert {"name": "prometheus-ca", "secret": {"secretName": "thanos-ca"}} in pod["volumes"]

@@ -26,7 +26,6 @@ import yaml
 from kimi_operator.admission.server import ServeConfig, serve
 from kimi_operator.api.status import condition
 from kimi_operator.api.validation import check_document
-from kimi_operator.builders import OperatorDefaults
 from kimi_operator.embedded.chart import CHART, RELEASE, webhook_configuration
 from kimi_operator.embedded.chart import NAMESPACE as CHART_NAMESPACE
 from kimi_operator.embedded.clients import Kubectl, step
@@ -45,7 +44,7 @@ from kimi_operator.k8s.resources import (
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
 )
-from kimi_operator.run_args import parse_run_arguments
+from kimi_operator.run_args import operator_defaults, parse_run_arguments
 from kimi_operator.runner import OperatorThread, RunConfig
 
 CHART_OPERATOR = "app.kubernetes.io/component=operator"  # the chart's operator Deployment
@@ -240,19 +239,11 @@ def chart_operator(api: EmbeddedApiServer, deployment: Mapping[str, Any]) -> Run
     pod = deployment["spec"]["template"]["spec"]
     args = parse_run_arguments(pod["containers"][0]["args"])
     token = api.issue_token(deployment["metadata"]["namespace"], pod["serviceAccountName"])
-    defaults = OperatorDefaults(
-        serving_image=args.serving_image,
-        serving_image_vllm_version=args.serving_image_vllm_version,
-        prometheus_url=args.prometheus_url,
-        prometheus_token_file=args.prometheus_bearer_token_file,
-        prometheus_ca_file=args.prometheus_ca_file,
-        keda_authentication=args.keda_authentication,
-    )
     return RunConfig(
         server=api.url,
         token=token,
         namespaces=tuple(args.namespace or ()),
-        defaults=defaults,
+        defaults=operator_defaults(args),
         resync_interval_s=RESYNC_S,
         workers=args.workers,
     )
