@@ -34,6 +34,8 @@ from kimi_operator.k8s.resources import (
     PERSISTENT_VOLUME_CLAIM,
     POD,
 )
+from kimi_operator.runner import OperatorThread
+from tests.integration.conftest import metrics_of, resyncs
 from tests.support.cluster import condition, sample, status_of, wait_for
 
 pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
@@ -374,23 +376,38 @@ QUOTA = (
 )
 
 
-@pytest.mark.usefixtures("operator", "jobs")
+@pytest.mark.usefixtures("jobs")
 def test_a_quota_refusal_is_said_and_a_later_resync_creates_the_claim(
-    api: EmbeddedApiServer, client: Client
+    api: EmbeddedApiServer, client: Client, operator: OperatorThread
 ) -> None:
-    api.inject(ApiFault("POST", "/persistentvolumeclaims", 403, message=QUOTA.format(name="c")))
+    # The quota stands until a person raises it: every claim refused until the fault is cleared
+    # (a refusal used up at once left the test racing the next resync, 0.5 s, for the condition).
+    refusal = ApiFault(
+        "POST", "/persistentvolumeclaims", 403, message=QUOTA.format(name="c"), times=1000
+    )
+    api.inject(refusal)
     client.create(KIMI_DEPLOYMENT, deployment("quota"))
 
     def refused() -> dict[str, Any] | None:
         found = weights_condition(client, "quota")
         return found if found.get("reason") == "QuotaExceeded" else None
 
-    found = wait_for(refused, TIMEOUT_S, "WeightsReady QuotaExceeded")
+    wait_for(refused, TIMEOUT_S, "WeightsReady QuotaExceeded")
+    # Tried again at the resyncs only, not in a tight loop, once the children made meanwhile
+    # (their events each a reconcile) have settled; said the same meanwhile.
+    resyncs(metrics_of(operator), 2)
+    since = api.mark()
+    resyncs(metrics_of(operator), 4)
+    attempts = [r for r in api.writes(since) if r.path.endswith("/persistentvolumeclaims")]
+    assert 1 <= len(attempts) <= 6
+    found = refused()
+    assert found is not None
     assert found["status"] == "False"
     assert "exceeded quota: storage" in found["message"]
     assert condition(status_of(client, NS, "quota"), "Ready")["status"] == "False"
     assert client.list(PERSISTENT_VOLUME_CLAIM, NS) == []
     assert client.list(LEADER_WORKER_SET, NS) == []
-    # The quota raised (the fault used up): a resync creates the claim and the download goes on.
+    # The quota raised: a resync creates the claim and the download goes on.
+    api.clear_faults()
     wait_for(lambda: client.list(PERSISTENT_VOLUME_CLAIM, NS) or None, TIMEOUT_S, "the claim")
     assert serving(client, "quota")["readyReplicas"] == 1
