@@ -79,21 +79,32 @@ def _resource_version(client: Client) -> str:
 
 
 class Changes:
-    """Every (desiredReplicas, lastScaleTime) the status shows, polled until `until` holds."""
+    """Every (desiredReplicas, lastScaleTime) the status was written with, from the API server's
+    log of status writes (a poll could miss a step: each lasts one period, ~2 s)."""
 
-    def __init__(self, client: Client) -> None:
-        self.client = client
-        self.seen: list[tuple[int, str]] = []
+    def __init__(self, api: EmbeddedApiServer, client: Client) -> None:
+        self.api, self.client = api, client
+        self.since = api.status_mark()
+
+    @property
+    def seen(self) -> list[tuple[int, str]]:
+        states: list[tuple[int, str]] = []
+        for name, status in self.api.status_writes(self.since):
+            scaler = status.get("prefillAutoscaler") or {}
+            if name != f"{NS}/{NAME}" or "desiredReplicas" not in scaler:
+                continue
+            state = (scaler["desiredReplicas"], scaler.get("lastScaleTime", ""))
+            if not states or states[-1] != state:
+                states.append(state)
+        return states
 
     def until(self, replicas: int, groups: int) -> dict[str, Any]:
+        """The status once it wants `replicas` and `groups` prefill groups exist (a state that
+        stays until the load changes)."""
+
         def probe() -> dict[str, Any] | None:
             status = status_of(self.client, NS, NAME)
-            scaler = status.get("prefillAutoscaler") or {}
-            if "desiredReplicas" in scaler:
-                state = (scaler["desiredReplicas"], scaler.get("lastScaleTime", ""))
-                if not self.seen or self.seen[-1] != state:
-                    self.seen.append(state)
-            done = scaler.get("desiredReplicas") == replicas
+            done = (status.get("prefillAutoscaler") or {}).get("desiredReplicas") == replicas
             return status if done and len(_prefill_groups(self.client)) == groups else None
 
         status: dict[str, Any] = wait_for(probe, TIMEOUT_S, f"{replicas} prefill groups")
@@ -107,7 +118,7 @@ def test_load_adds_prefill_groups_quiet_removes_them_and_silence_keeps_them(
     prometheus: StandInPrometheus,
     scaling_operator: OperatorThread,
 ) -> None:
-    changes = Changes(client)
+    changes = Changes(api, client)
     with kubelet(api, NS):
         create(client, _document())
         status = changes.until(1, 1)
