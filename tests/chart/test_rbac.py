@@ -483,7 +483,10 @@ def _observe(
             discovery_ttl_s=0.3,  # KEDA's removal noticed at once
             workers=2,
             leader_election=(
-                LeaseConfig(RELEASE_NAMESPACE, LEASE_NAME, "rbac", 3.0, 2.0, 0.2)
+                # The chart's lease and renew deadline (nothing here waits for them; shorter,
+                # a stall of the process past the deadline stopped the operator mid-scenario),
+                # a short retry period for the Lease's calls to come at once.
+                LeaseConfig(RELEASE_NAMESPACE, LEASE_NAME, "rbac", 15.0, 10.0, 0.2)
                 if leader_election
                 else None
             ),

@@ -299,8 +299,10 @@ def test_durations_out_of_order_are_refused() -> None:
 
 
 # The chart's durations (15 s lease, 10 s renew deadline, 2 s retry period) shortened, keeping
-# room for a loaded machine: a leader stalled for 1 s still has 2 s of its renew deadline left.
-DURATIONS = (4.0, 3.0, 0.2)
+# room for a loaded machine: a leader whose process is stalled for 5 s still has 1 s of its
+# renew deadline left. With a 3 s deadline, a 3.5 s stall (the process stopped by SIGSTOP)
+# ended the leader mid-test; test_deposed_leader.py's durations were doubled for the same cause.
+DURATIONS = (8.0, 6.0, 0.2)
 
 
 def replica(api: EmbeddedApiServer, identity: str) -> OperatorThread:

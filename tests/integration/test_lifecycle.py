@@ -224,7 +224,7 @@ def test_drift_is_repaired_on_the_next_resync(client: Client) -> None:
             and f"PodMonitor/{NAME}" in found
         )
 
-    wait_for(repaired, timeout=5, what="drift repaired")
+    wait_for(repaired, timeout=30, what="drift repaired")
 
 
 def test_removed_fields_are_removed_from_the_child(client: Client) -> None:

@@ -30,12 +30,12 @@ def test_readiness_and_deletions_are_seen_without_a_resync(client: Client) -> No
             condition(status_of(client, NS, NAME), kind)["status"] == "True"
             for kind in ("Ready", "MNNVLReady")
         ),
-        timeout=5,
+        timeout=30,  # far below the resync (3600 s): only the event can do it
         what="Ready and MNNVLReady from the LeaderWorkerSet's and ComputeDomain's events",
     )
     client.delete(LEADER_WORKER_SET, NS, f"{NAME}-g0")
     wait_for(
         lambda: f"LeaderWorkerSet/{NAME}-g0" in children(client),
-        timeout=5,
+        timeout=30,  # far below the resync (3600 s): only the event can do it
         what="the deleted group restored from its DELETED event",
     )
