@@ -300,8 +300,9 @@ def test_durations_out_of_order_are_refused() -> None:
 
 # The chart's durations (15 s lease, 10 s renew deadline, 2 s retry period) shortened, keeping
 # room for a loaded machine: a leader whose process is stalled for 5 s still has 1 s of its
-# renew deadline left. With a 3 s deadline, a 3.5 s stall (the process stopped by SIGSTOP)
-# ended the leader mid-test; test_deposed_leader.py's durations were doubled for the same cause.
+# renew deadline left. The process stopped (SIGSTOP) for 4 s in the takeover test's body ended
+# the leader with a 3 s deadline (2 of 2 runs) and not with 6 s (2 of 2); test_deposed_leader.py's
+# durations were doubled for the same cause.
 DURATIONS = (8.0, 6.0, 0.2)
 
 

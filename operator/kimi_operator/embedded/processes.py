@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,12 +36,19 @@ def fetch(url: str) -> Any:
         return json.loads(response.read())
 
 
-def healthy(url: str) -> bool:
+def http_status(url: str, timeout: float) -> int | None:
+    """The HTTP status a GET of `url` is answered with; None without an answer in time."""
     try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return bool(response.status == 200)
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
     except OSError:
-        return False
+        return None
+
+
+def healthy(url: str) -> bool:
+    return http_status(url, timeout=1) == 200
 
 
 def wait(
