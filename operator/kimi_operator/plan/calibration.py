@@ -54,7 +54,9 @@ from kimi_operator.plan.fit import fit, fit_without_stalls
 Key = TypeVar("Key", bound=Hashable)
 PHASE = re.compile(r"^(?:decode:b(?P<batch>\d+):c(?P<context>\d+)|(?P<kind>prefill|prefix):p\d+)$")
 PROBE = re.compile(r"^streams:s(?P<streams>\d+):probe$")
-BLOCK_TOKENS = 16
+# vLLM's prefix cache keeps whole blocks; a server that does not report its block size is taken
+# to have vLLM's default on GPUs (the CPU build keeps 128: its `vllm:cache_config_info`).
+DEFAULT_BLOCK_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class Calibration:
     max_num_batched_tokens: int | None = None
     prefix_caching: bool | None = None
     kv_transfer: KvTransfer | None = None  # measured NIXL hand-overs, when the sweep read them
+    block_tokens: int = DEFAULT_BLOCK_TOKENS  # the prefix cache's block, as the server reported it
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,13 @@ def accepted_drafts(accepted: float, drafts: int, fewer_or_more: int) -> float:
     return expected((low + high) / 2, fewer_or_more)
 
 
+def timed(record: RequestRecord) -> bool:
+    """Whether a request's times measure the server: it succeeded, and its tokens did not come in
+    bursts (`RequestRecord.burst`: a client too busy to read stamps a late first token and a
+    stream's tail of many tokens at once; one such phase fitted a decode step of 0 ms)."""
+    return record.error is None and record.ttft_s is not None and not record.burst
+
+
 def _tail(record: RequestRecord) -> tuple[list[float], list[int]]:
     half = len(record.chunk_times_s) // 2
     gaps = chunk_gaps(record.chunk_times_s[half:])
@@ -119,7 +129,7 @@ def decode_points(
     phases: dict[tuple[int, int], list[RequestRecord]] = {}
     for record in records:
         found = PHASE.match(record.group or "")
-        if found and found["batch"] and record.error is None:
+        if found and found["batch"] and timed(record):
             phases.setdefault((int(found["batch"]), int(found["context"])), []).append(record)
     points = []
     for (batch, context), members in sorted(phases.items()):
@@ -148,8 +158,11 @@ def _pooled(runs: Iterable[dict[Key, list[float]]]) -> dict[Key, list[float]]:
     return pooled
 
 
-def _prefill_samples(records: list[RequestRecord]) -> dict[tuple[int, int], list[float]]:
-    """One sweep's TTFTs of its prefill requests and hits by (tokens computed, from the cache)."""
+def _prefill_samples(
+    records: list[RequestRecord], block_tokens: int
+) -> dict[tuple[int, int], list[float]]:
+    """One sweep's TTFTs of its prefill requests and hits by (tokens computed, from the cache):
+    a hit takes the shared prefix's whole blocks of the server's `block_tokens`."""
     samples: dict[tuple[int, int], list[float]] = {}
     seen_prefix: set[str] = set()
     for record in records:
@@ -160,16 +173,19 @@ def _prefill_samples(records: list[RequestRecord]) -> dict[tuple[int, int], list
         cached = 0
         if found["kind"] == "prefix" and record.group in seen_prefix:  # after the first: a hit
             shared = prompt - PREFIX_UNSHARED_TOKENS
-            cached = shared - shared % BLOCK_TOKENS
-        seen_prefix.add(record.group or "")
-        samples.setdefault((prompt - cached, cached), []).append(record.ttft_s)
+            cached = shared - shared % block_tokens
+        seen_prefix.add(record.group or "")  # a fill, timed or not: the next one hits it
+        if timed(record):
+            samples.setdefault((prompt - cached, cached), []).append(record.ttft_s)
     return samples
 
 
-def prefill_points(runs: Sequence[list[RequestRecord]]) -> list[tuple[int, int, float]]:
+def prefill_points(
+    runs: Sequence[list[RequestRecord]], block_tokens: int = DEFAULT_BLOCK_TOKENS
+) -> list[tuple[int, int, float]]:
     """(prompt tokens computed, tokens from the cache, median TTFT) of the sweeps' prefill
     requests and hits, one point per (computed, cached) pair."""
-    samples = _pooled(_prefill_samples(records) for records in runs)
+    samples = _pooled(_prefill_samples(records, block_tokens) for records in runs)
     return [
         (computed, cached, statistics.median(ttfts))
         for (computed, cached), ttfts in samples.items()
@@ -184,7 +200,7 @@ def _stream_excess(
     excess: dict[int, list[float]] = {}
     for record in records:
         found = PROBE.match(record.group or "")
-        if not found or record.error or record.ttft_s is None:
+        if not found or not timed(record):
             continue
         count = int(found["streams"])
         context = count * prompts.get(f"streams:s{count}", 0)
@@ -284,7 +300,9 @@ def from_runs(
         counted = 1.0  # no drafts: a step yields one token, however the stream grouped them
     sweeps = [results.requests for _, results in runs]
     points = decode_points([record for records in sweeps for record in records], counted)
-    prefill = prefill_points(sweeps)
+    served = metrics[0].served or ServedConfig()
+    block_tokens = served.block_size or DEFAULT_BLOCK_TOKENS
+    prefill = prefill_points(sweeps, block_tokens)
     if not points or len(prefill) < 2:
         raise PlanError(f"{name}: too few successful calibration requests to fit step costs")
     acceptance = max(statistics.mean(p.tokens_per_step for p in points) - 1, 0.0)
@@ -304,6 +322,14 @@ def from_runs(
         draft_tokens = 0
     backend = first.config.server.decode_backend or "auto"
     notes: list[str] = []
+    answered = [r for records in sweeps for r in records if r.error is None]
+    bursts = sum(r.burst for r in answered)
+    if bursts:
+        notes.append(
+            f"{name}: {bursts} of {len(answered)} requests left out of the fit: their tokens "
+            "came in bursts (a client too busy to read, or a proxy buffering server-sent "
+            "events); calibrate from a client with CPUs of its own"
+        )
     fast_points = [p for p in points if p.batch * (1 + draft_tokens) <= FAST_PATH_MAX_TOKENS]
     ordinary_points = [p for p in points if p not in fast_points]
     fast: DecodeCost | None = None
@@ -327,7 +353,6 @@ def from_runs(
         fast=fast,
     )
     costs = replace(costs, per_stream_s=per_stream_s(sweeps, costs, draft_tokens))
-    served = metrics[0].served or ServedConfig()
     if served.enable_chunked_prefill is False:
         notes.append(
             f"{name}: the server does not chunk prefills; the model does (within "
@@ -347,5 +372,6 @@ def from_runs(
         notes=notes,
         max_num_batched_tokens=served.max_num_batched_tokens,
         prefix_caching=served.enable_prefix_caching,
+        block_tokens=block_tokens,
         kv_transfer=measured_transfer(runs),
     )

@@ -33,7 +33,7 @@ class EngineSpec:
     draft_tokens: int = 0
     acceptance: float = 0.0  # mean drafts accepted per decode step
     prefix_caching: bool = True
-    block_tokens: int = 16
+    block_tokens: int = 16  # the prefix cache's granularity: a hit is whole blocks
     role: Role = "both"
 
 
@@ -44,6 +44,7 @@ class Live:
     request: PlannedRequest
     sent_s: float
     prefilled: int = 0
+    cached: int = 0  # prompt tokens its group's prefix cache held when it was admitted
     emitted: float = 0.0  # output tokens so far; fractional with drafts
     token_times: list[float] = field(default_factory=list)
     token_counts: list[int] = field(default_factory=list)
@@ -124,7 +125,7 @@ class Engine:
                 budget -= per_decode
                 self._remember(live.request, live.request.prompt_tokens)
             else:
-                live.prefilled = self.cache_hit(live.request)
+                live.prefilled = live.cached = self.cache_hit(live.request)
                 cached += live.prefilled
                 tokens = min(live.request.prompt_tokens - live.prefilled, budget)
                 prefill.append((live, tokens))

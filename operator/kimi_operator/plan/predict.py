@@ -71,6 +71,7 @@ def topology(
         draft_tokens=config.draft_tokens,
         acceptance=acceptance,
         prefix_caching=config.prefix_caching,
+        block_tokens=calibration.block_tokens,
     )
     split = config.disaggregated
     if split is None:
@@ -118,6 +119,7 @@ def predict(
     records = [_record(live) for live in outcome.lives]
     duration = max(live.finished_s or 0.0 for live in outcome.lives)
     gpus = total_gpus(config)
+    looked_up = [live for live in outcome.lives if live.request.prompt_tokens]
     metrics = ServerMetrics(
         reachable=True,
         # What the model simulated, not the calibration's (a what-if may draft fewer tokens).
@@ -126,6 +128,12 @@ def predict(
         else None,
         fast_path_fraction=outcome.fast_steps / outcome.decode_steps
         if outcome.decode_steps
+        else None,
+        # As vLLM counts it (vllm:prefix_cache_hits / queries): prompt tokens found in the cache
+        # over prompt tokens looked up, each request once, when its group admitted it.
+        prefix_cache_hit_rate=sum(live.cached for live in looked_up)
+        / sum(live.request.prompt_tokens for live in looked_up)
+        if looked_up
         else None,
     )
     summary = summarize(

@@ -10,6 +10,7 @@ from kimi_operator.bench.results import (
     RequestRecord,
     Results,
     RunConfig,
+    ServedConfig,
     ServerInfo,
     ServerMetrics,
     Summary,
@@ -338,3 +339,69 @@ def test_without_the_servers_metrics_a_run_without_drafts_counts_a_token_a_step(
     costs = calibration.costs.ordinary
     assert (costs.fixed_s, costs.per_sequence_s) == pytest.approx((0.020, 0.005))
     assert calibration.acceptance == 0.0
+
+
+def block_sweep(block: int) -> list[RequestRecord]:
+    """`sweep()`'s decode phases, then lone prompts of 256-2048 tokens and their prefix groups
+    (a fill and a hit each) on a server whose prefix cache keeps `block`-token blocks: a hit
+    takes the shared prefix (all but 16 tokens) in whole blocks and computes the rest. Each
+    costs 0.050 + 0.0001 a token computed + 0.00002 a token cached + 0.0000001 a pair."""
+    records = [r for r in sweep() if str(r.group).startswith("decode:")]
+    for prompt in (256, 512, 1024, 2048):
+        shared = prompt - 16
+        cached = shared - shared % block
+        computed = prompt - cached
+        lone = 0.050 + 0.0001 * prompt + 0.0000001 * prompt * (prompt + 1) / 2
+        pairs = computed * cached + computed * (computed + 1) / 2
+        hit = 0.050 + 0.0001 * computed + 0.00002 * cached + 0.0000001 * pairs
+        for group, ttft in ((f"prefill:p{prompt}", lone), (f"prefix:p{prompt}", lone)):
+            records.append(record(len(records), group, prompt, ttft, gaps=[0.01], tokens=1))
+        records.append(record(len(records), f"prefix:p{prompt}", prompt, hit, gaps=[], tokens=1))
+    return records
+
+
+def test_hits_are_whole_blocks_of_the_servers_own_size() -> None:
+    """vLLM's CPU build keeps 128-token blocks: a 1024-token hit computes 128 tokens after 896
+    cached, not 16 after 1008. Fitted in the server's blocks (its vllm:cache_config_info, which
+    bench records as served.block_size) the costs come back; in 16-token blocks the hits' 112
+    computed tokens too many are charged to the cached ones and the fixed cost (1.6x and +13%
+    here)."""
+    results = run_of(block_sweep(128))
+    results.summary.server_metrics = ServerMetrics(
+        reachable=True, served=ServedConfig(block_size=128)
+    )
+    calibration = fitted(results)
+    assert calibration.block_tokens == 128
+    prefill = calibration.costs.prefill
+    assert (prefill.fixed_s, prefill.per_token_s) == pytest.approx((0.050, 0.0001))
+    assert prefill.per_cached_token_s == pytest.approx(0.00002)
+    assert prefill.per_attention_pair_s == pytest.approx(0.0000001)
+    results.summary.server_metrics = ServerMetrics(reachable=True)  # no block size reported
+    sixteen = fitted(results)
+    assert sixteen.block_tokens == 16
+    assert sixteen.costs.prefill.per_cached_token_s > 1.5 * 0.00002
+    assert sixteen.costs.prefill.fixed_s > 1.1 * 0.050
+
+
+def test_requests_whose_tokens_came_in_bursts_are_left_out_of_the_fit() -> None:
+    """A client too busy to read stamps a stream's tail at once: bench marks it a burst. Its
+    gaps of 0 fitted a decode step of 0 ms for its phase, and its late first token a slow
+    prefill; left out, the fit is the clean one, and a note says how many went."""
+    clean = fitted(run_of(sweep(noise=(0.0, 0.0))))
+    records = sweep(noise=(0.0, 0.0))
+    starved = next(r for r in records if r.group == "decode:b1:c64")
+    starved.chunk_times_s = [starved.ttft_s or 0.0] * len(starved.chunk_times_s)
+    late = next(r for r in records if r.group == "prefill:p512")
+    late.ttft_s = 0.400
+    for r in (starved, late):
+        r.burst = True
+    left_out = fitted(run_of(records))
+    assert left_out.costs.ordinary.fixed_s == pytest.approx(clean.costs.ordinary.fixed_s)
+    assert left_out.costs.prefill.fixed_s == pytest.approx(clean.costs.prefill.fixed_s)
+    note = left_out.notes[0]
+    assert note.startswith(f"cal: 2 of {len(records)} requests left out of the fit")
+    for r in (starved, late):  # counted in, the same records move both fits
+        r.burst = False
+    unmarked = fitted(run_of(records)).costs
+    assert unmarked.ordinary.fixed_s < 0.9 * clean.costs.ordinary.fixed_s
+    assert unmarked.prefill != clean.costs.prefill

@@ -1,11 +1,16 @@
 """The step model against schedules worked out by hand (the arithmetic is in each test)."""
 
+from dataclasses import replace
+
 import pytest
 
 from kimi_operator.bench.profiles import PlannedRequest
+from kimi_operator.bench.results import TraceInfo
 from kimi_operator.plan.builtin import builtin_calibration
+from kimi_operator.plan.configs import Configuration
 from kimi_operator.plan.costs import DecodeCost, PrefillCost, StepCosts
 from kimi_operator.plan.engine import EngineSpec
+from kimi_operator.plan.predict import Workload, predict
 from kimi_operator.plan.simulate import Outcome, Topology, simulate
 
 # Round numbers, so the schedules below can be added up by hand. A lone request's TTFT is 0.030 +
@@ -227,3 +232,24 @@ def test_the_gb300_builtins_price_long_prompts_quadratically() -> None:
     tp8 = builtin_calibration(8, "auto", 0).costs.prefill
     assert tp8.per_attention_pair_s == pytest.approx(2 * per_pair)
     assert tp8.per_cached_token_s == pytest.approx(2 * 512 * 96 * 256 * 24 / (8 * 1.125e15))
+
+
+def test_hits_are_whole_blocks_and_the_plan_reports_its_hit_rate_as_vllm_counts_it() -> None:
+    """A session's second turn resends its first turn's 300 tokens and 45 more; the server keeps
+    128-token blocks (vLLM's CPU build), so the cache gives 256 of them, not the 288 of
+    16-token blocks; the plan's prefix-cache hit rate is what vLLM's counters give, tokens found
+    over tokens looked up: 256 of 300 + 345."""
+    first = request(0, prompt=300, output=1, group="g", shared_prefix_tokens=300, task="t")
+    second = request(
+        1, prompt=345, output=1, group="g", shared_prefix_tokens=300, task="t", after=(0,)
+    )
+    for block, cached in ((128, 256), (16, 288)):
+        spec = EngineSpec(STOCK, max_num_seqs=8, block_tokens=block)
+        a, b = run([first, second], spec, closed=True).lives
+        assert (a.cached, b.cached) == (0, cached)
+        assert b.token_times[0] - b.sent_s == pytest.approx(0.030 + 0.001 * (345 - cached))
+    calibration = replace(builtin_calibration(16, "auto", 0), block_tokens=128)
+    config = Configuration(name="one", gpus=16, backend="auto")
+    trace = TraceInfo(source="t.jsonl", sha256="0", entries=2, seed=None)
+    results = predict(config, calibration, Workload([first, second], True, trace, 1.0))
+    assert results.summary.server_metrics.prefix_cache_hit_rate == pytest.approx(256 / 645)
