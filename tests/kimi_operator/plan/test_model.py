@@ -3,7 +3,6 @@
 import pytest
 
 from kimi_operator.bench.profiles import PlannedRequest
-from kimi_operator.plan.builtin import builtin_calibration
 from kimi_operator.plan.costs import DecodeCost, PrefillCost, StepCosts
 from kimi_operator.plan.engine import EngineSpec
 from kimi_operator.plan.simulate import Outcome, Topology, simulate
@@ -210,20 +209,3 @@ def test_sessions_that_start_together_spread_over_the_groups() -> None:
     outcome = simulate(plan, Topology(groups=[spec, spec], routing="prefix"), closed=False)
     # Each group prefills one prompt alone (0.130); on one group both would take 0.230.
     assert [live.token_times for live in outcome.lives] == [[0.130], [0.130]]
-
-
-def test_the_gb300_builtins_price_long_prompts_quadratically() -> None:
-    """A 128K-token prefill's attention pairs, from MLA's FLOPs a pair (2 x 96 heads x (192 + 128)
-    in 24 layers) at half of 2.25 PFLOP/s a GPU: the built-ins no longer price a turn after 100K
-    cached tokens like one after 16."""
-    prefill = builtin_calibration(16, "latency_specialized", 7).costs.prefill
-    per_pair = 2 * 96 * 320 * 24 / (16 * 2.25e15 * 0.5)
-    assert prefill.per_attention_pair_s == pytest.approx(per_pair)
-    tokens = 131072
-    pairs = tokens * (tokens + 1) // 2
-    linear = prefill.per_token_s * tokens
-    assert pairs * prefill.per_attention_pair_s > 0.1 * linear  # 0.70 s on 5.24 s: not a sliver
-    # TP8: half the GPUs, twice a pair's time.
-    tp8 = builtin_calibration(8, "auto", 0).costs.prefill
-    assert tp8.per_attention_pair_s == pytest.approx(2 * per_pair)
-    assert tp8.per_cached_token_s == pytest.approx(2 * 512 * 96 * 256 * 24 / (8 * 1.125e15))
