@@ -29,7 +29,13 @@ from functools import cache
 from typing import Final
 
 from kimi_operator.plan.calibration import Calibration, accepted_drafts
-from kimi_operator.plan.costs import DecodeCost, PrefillCost, StepCosts, attention_pairs
+from kimi_operator.plan.costs import (
+    FAST_PATH_MAX_TOKENS,
+    DecodeCost,
+    PrefillCost,
+    StepCosts,
+    attention_pairs,
+)
 from kimi_operator.plan.fit import fit
 from kimi_operator.plan.gb300_data import DISTRIBUTION, DataUnavailable, gb300_model
 
@@ -48,9 +54,10 @@ NAME: Final = re.compile(
     r"^gb300-tp(?P<gpus>8|16)-(?P<backend>latency_specialized|auto)-"
     r"(?:dspark(?P<drafts>[1-7])|nodraft)$"
 )
-# Where the data is read: batches up to 16 (twice the default maxNumSeqs; with 7 drafts, the fast
-# path's 64 tokens are 8 sequences) and contexts up to 128K a sequence; lone prompts up to 64K,
-# and turns of 1K-4K new tokens after 8K-32K cached.
+# Where the data is read: batches up to 16 whose steps verify at most 64 tokens (vLLM's largest
+# prepared batch, the fast path's; with 7 drafts, batches 1-8: a line through 1-16 misses the
+# data's batch-1 step by 17-24%, through 1-8 by 7-10%) and contexts up to 128K a sequence; lone
+# prompts up to 64K, and turns of 1K-4K new tokens after 8K-32K cached.
 BATCHES: Final = (1, 2, 4, 8, 16)
 CONTEXTS: Final = (1, 8192, 32768, 65536, 131072)
 PROMPTS: Final = (
@@ -86,6 +93,7 @@ class DataFit:
     decode_error: float
     prefill_error: float
     version: str
+    largest_batch: int  # of those fitted
 
 
 def _worst(pairs: list[tuple[float, float]]) -> float:
@@ -96,7 +104,8 @@ def _worst(pairs: list[tuple[float, float]]) -> float:
 def data_fit(gpus: int, drafts: int) -> DataFit:
     """The data's decode and prefill costs of TP `gpus` with `drafts` (raises DataUnavailable)."""
     model = gb300_model(gpus, drafts)
-    decode = [(b, b * c, model.decode_step_s(b, c)) for b in BATCHES for c in CONTEXTS]
+    batches = [b for b in BATCHES if b * (1 + drafts) <= FAST_PATH_MAX_TOKENS]
+    decode = [(b, b * c, model.decode_step_s(b, c)) for b in batches for c in CONTEXTS]
     fixed, (per_sequence, per_mega) = fit(
         [(b - 1, k / MEGA) for b, k, _ in decode], [s for *_, s in decode]
     )
@@ -122,6 +131,7 @@ def data_fit(gpus: int, drafts: int) -> DataFit:
         decode_error=_worst([(step.step_s(b, k), s) for b, k, s in decode]),
         prefill_error=_worst([(prefilled(n, c), t) for n, c, t in lone]),
         version=model.version,
+        largest_batch=batches[-1],
     )
 
 
@@ -203,7 +213,8 @@ def builtin_calibration(gpus: int, backend: str, draft_tokens: int) -> Calibrati
         ),
         notes=[
             f"{base.name}: decode steps from {source} (fitted within "
-            f"{data.decode_error:.0%} over batches 1-16 and contexts up to 128K), times "
+            f"{data.decode_error:.0%} over batches 1-{data.largest_batch} and contexts up to "
+            f"128K), times "
             f"{ordinary_scale:.3f} (auto) or {fast_scale:.3f} (latency_specialized), the "
             "published batch-1 TP16 step over the data's; prefill from the data (fitted within "
             f"{data.prefill_error:.0%}), unscaled"
