@@ -37,7 +37,7 @@ from kimi_operator.plan.costs import (
     attention_pairs,
 )
 from kimi_operator.plan.fit import fit
-from kimi_operator.plan.gb300_data import DISTRIBUTION, DataUnavailable, gb300_model
+from kimi_operator.plan.gb300_data import DISTRIBUTION, MODEL_PATH, DataUnavailable, gb300_model
 
 # Published.
 FAST_TOK_S_SHORT: Final = 842.0
@@ -49,7 +49,6 @@ PUBLISHED_GPUS: Final = 16
 PUBLISHED_DRAFTS: Final = 7
 PUBLISHED_ACCEPTANCE: Final = 6.0
 GPUS: Final = (8, 16)
-BACKENDS: Final = ("latency_specialized", "auto")
 NAME: Final = re.compile(
     r"^gb300-tp(?P<gpus>8|16)-(?P<backend>latency_specialized|auto)-"
     r"(?:dspark(?P<drafts>[1-7])|nodraft)$"
@@ -73,7 +72,6 @@ GIGA: Final = 1e9
 # the 2-CPU test server where the engine takes the same CPUs. Assumed: not in the data.
 PER_STREAM_S: Final = 0.0002
 MAX_NUM_SEQS: Final = 8
-MODEL: Final = "moonshotai/Kimi-K3"
 # Assumed, only where the data cannot answer (the earlier built-ins; docs/planning.md).
 ASSUMED_PER_SEQUENCE_SHARE: Final = 0.10  # each further sequence adds this share of a step
 ASSUMED_NO_DRAFT_SHARE: Final = 0.75  # a step without drafts vs one verifying 7
@@ -191,7 +189,7 @@ def builtin_calibration(gpus: int, backend: str, draft_tokens: int) -> Calibrati
             prefill=PrefillCost(0.0, 0.0),
             per_stream_s=PER_STREAM_S,
         ),
-        model=MODEL,
+        model=MODEL_PATH,  # the served model name: `bench compare` sets a plan beside its runs
     )
     try:
         data, anchor = data_fit(gpus, draft_tokens), data_fit(PUBLISHED_GPUS, PUBLISHED_DRAFTS)
