@@ -35,6 +35,8 @@ from kimi_operator.plan.costs import (
     PrefillCost,
     StepCosts,
     attention_pairs,
+    request_overhead_s,
+    step_seconds,
 )
 from kimi_operator.plan.fit import fit
 from kimi_operator.plan.gb300_data import DISTRIBUTION, MODEL_PATH, DataUnavailable, gb300_model
@@ -94,6 +96,14 @@ class DataFit:
     largest_batch: int  # of those fitted
 
 
+def lone_ttft_s(costs: StepCosts, computed: int, cached: int = 0) -> float:
+    """The plan's TTFT of a request alone: its way in, and a step computing its prompt."""
+    return request_overhead_s(costs) + step_seconds(
+        costs, prefill_tokens=computed, cached_tokens=cached,
+        prefill_pairs=attention_pairs(cached, computed), batch=0, context=0, draft_tokens=0,
+    )  # fmt: skip
+
+
 def _worst(pairs: list[tuple[float, float]]) -> float:
     return max(abs(fitted / queried - 1) for fitted, queried in pairs)
 
@@ -114,20 +124,13 @@ def data_fit(gpus: int, drafts: int) -> DataFit:
         [ttft for *_, ttft in lone],
     )
     prefill = PrefillCost(start, per_token, per_cached, per_giga / GIGA)
-
-    def prefilled(new: int, cached: int) -> float:
-        return (
-            start
-            + per_token * new
-            + per_cached * cached
-            + prefill.per_attention_pair_s * (attention_pairs(cached, new))
-        )
+    priced = StepCosts(ordinary=DecodeCost(0.0, 0.0, 0.0), prefill=prefill)
 
     return DataFit(
         decode=step,
         prefill=prefill,
         decode_error=_worst([(step.step_s(b, k), s) for b, k, s in decode]),
-        prefill_error=_worst([(prefilled(n, c), t) for n, c, t in lone]),
+        prefill_error=_worst([(lone_ttft_s(priced, n, c), t) for n, c, t in lone]),
         version=model.version,
         largest_batch=batches[-1],
     )

@@ -15,15 +15,10 @@ import statistics
 from dataclasses import dataclass, replace
 
 from kimi_operator.bench.results import Results
-from kimi_operator.plan.builtin import NAME
+from kimi_operator.plan.builtin import NAME, lone_ttft_s
 from kimi_operator.plan.calibration import Calibration
 from kimi_operator.plan.configs import Configuration
-from kimi_operator.plan.costs import (
-    attention_pairs,
-    on_fast_path,
-    request_overhead_s,
-    step_seconds,
-)
+from kimi_operator.plan.costs import on_fast_path, step_seconds
 from kimi_operator.plan.gb300_data import DataUnavailable, gb300_model
 
 
@@ -47,12 +42,7 @@ def _plan_point(
 ) -> tuple[float | None, float, bool]:
     """A lone request's TTFT (batch 1; else None), the decode step, whether on the fast path."""
     costs, drafts = calibration.costs, calibration.draft_tokens
-    ttft = None
-    if batch == 1:
-        ttft = request_overhead_s(costs) + step_seconds(
-            costs, prefill_tokens=prompt, cached_tokens=0,
-            prefill_pairs=attention_pairs(0, prompt), batch=0, context=0, draft_tokens=drafts,
-        )  # fmt: skip
+    ttft = lone_ttft_s(costs, prompt) if batch == 1 else None
     step = step_seconds(
         costs, prefill_tokens=0, cached_tokens=0, prefill_pairs=0, batch=batch,
         context=batch * (prompt + output // 2), draft_tokens=drafts,

@@ -18,8 +18,8 @@ from aiconfigurator_core.sdk.models import get_model
 from aiconfigurator_core.sdk.rust_engine_step import estimate_decode_step_latency_with_rust
 
 from kimi_operator.plan import builtin, gb300_data
-from kimi_operator.plan.builtin import builtin_calibration
-from kimi_operator.plan.costs import DecodeCost, attention_pairs, request_overhead_s, step_seconds
+from kimi_operator.plan.builtin import builtin_calibration, lone_ttft_s
+from kimi_operator.plan.costs import DecodeCost
 from kimi_operator.plan.gb300_data import DataUnavailable, Gb300Model
 from tests.kimi_operator.plan.test_cli import plan, trace, write
 from tests.support.bench import Cli
@@ -81,11 +81,7 @@ def test_batch_16_against_batch_1_as_aiconfigurator_has_it(tp: int, prompt: int)
 @pytest.mark.parametrize("prompt", PROMPTS)
 @pytest.mark.parametrize("tp", [8, 16])
 def test_a_lone_requests_ttft_as_aiconfigurator_has_it(tp: int, prompt: int) -> None:
-    costs = builtin_calibration(tp, "auto", 0).costs
-    plan = request_overhead_s(costs) + step_seconds(
-        costs, prefill_tokens=prompt, cached_tokens=0, prefill_pairs=attention_pairs(0, prompt),
-        batch=0, context=0, draft_tokens=0,
-    )  # fmt: skip
+    plan = lone_ttft_s(builtin_calibration(tp, "auto", 0).costs, prompt)
     assert plan == pytest.approx(their_ttft_s(tp, prompt), rel=0.25)
 
 
