@@ -105,8 +105,9 @@ class Gb300Model:
         )
         return float(milliseconds) / 1e3
 
-    def estimate(self, batch: int, prompt: int, output: int, *, cached: int = 0,
-                 tokens_per_step: float = 1.0) -> Estimate:  # fmt: skip
+    def estimate(
+        self, batch: int, prompt: int, output: int, *, cached: int = 0, tokens_per_step: float = 1.0
+    ) -> Estimate:
         """The aggregated estimate of `batch` concurrent requests of `prompt` tokens (`cached`
         of them from the prefix cache) and `output` tokens, `tokens_per_step` a decode step."""
         from aiconfigurator_core.sdk.config import RuntimeConfig  # noqa: PLC0415
