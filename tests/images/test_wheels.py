@@ -35,6 +35,8 @@ GUARDED = {
 }
 # What may import the bench extra: bench/, and plan's plot (skipped with a line without it).
 BENCH_EXTRA_USERS = ("kimi_operator/bench/", "kimi_operator/plan/report.py")
+# What may import the plan extra: the GB300 data's one module (the built-ins fall back without it).
+PLAN_EXTRA_USERS = ("kimi_operator/plan/gb300_data.py",)
 PLUGIN_GROUPS = {"vllm.general_plugins", "vllm.stat_logger_plugins"}
 # pydantic pins its core to the exact version; pydantic_core's types are part of pydantic's API.
 PART_OF = {canonicalize_name("pydantic-core"): canonicalize_name("pydantic")}
@@ -131,20 +133,24 @@ def test_operator_wheel_needs_only_what_run_needs(operator_wheel: zipfile.ZipFil
     runtime = _needed(requirements)
     assert runtime == {"pydantic", "pyyaml", "kubernetes", "urllib3", "prometheus-client", "kopf"}
     assert _needed(requirements, "bench") - runtime == {"aiohttp", "matplotlib"}
+    assert _needed(requirements, "plan") - runtime == {"aiconfigurator-core"}
     assert {"kmock", "cel-python"} <= _needed(requirements, "demo") - runtime
 
 
 def test_operator_wheel_imports_only_its_requirements(operator_wheel: zipfile.ZipFile) -> None:
     """Every import in the wheel is the standard library, the wheel itself, or a distribution it
-    requires (aiohttp and matplotlib, the bench extra, in BENCH_EXTRA_USERS only), as this venv
-    maps import names."""
+    requires (aiohttp and matplotlib, the bench extra, in BENCH_EXTRA_USERS only;
+    aiconfigurator-core, the plan extra, in PLAN_EXTRA_USERS only), as this venv maps import
+    names."""
     paths = _modules(operator_wheel)
     modules = {p.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for p in paths}
     distributions = packages_distributions()
     requirements = _requirements(operator_wheel)
     problems = []
     for path in paths:
-        allowed = _needed(requirements, "bench" if path.startswith(BENCH_EXTRA_USERS) else "")
+        extra = "bench" if path.startswith(BENCH_EXTRA_USERS) else ""
+        extra = "plan" if path.startswith(PLAN_EXTRA_USERS) else extra
+        allowed = _needed(requirements, extra)
         for name in _imports(operator_wheel.read(path).decode()):
             top = name.split(".")[0]
             if top in sys.stdlib_module_names or (path, name) in GUARDED:

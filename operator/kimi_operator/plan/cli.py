@@ -234,19 +234,15 @@ def _configurations(
 
 def _calibration_for(config: "Configuration", measured: "list[Calibration]") -> "Calibration":
     from kimi_operator.plan import PlanError  # noqa: PLC0415
-    from kimi_operator.plan.builtin import builtin_calibration  # noqa: PLC0415
+    from kimi_operator.plan.builtin import GPUS, builtin_calibration, named_builtin  # noqa: PLC0415
 
-    builtin_gpus = (8, 16)
     if config.calibration is not None:
         for calibration in measured:
             if calibration.name == config.calibration:
                 return calibration
-        for gpus in builtin_gpus:
-            for backend in ("latency_specialized", "auto"):
-                for drafts in range(8):
-                    calibration = builtin_calibration(gpus, backend, drafts)
-                    if calibration.name == config.calibration:
-                        return calibration
+        builtin = named_builtin(config.calibration)
+        if builtin is not None:
+            return builtin
         raise PlanError(
             f"configuration {config.name!r}: calibration {config.calibration!r} is neither a "
             "--calibration run's name nor a built-in (gb300-tp<8|16>-<backend>-<dspark<N>|nodraft>)"
@@ -254,7 +250,7 @@ def _calibration_for(config: "Configuration", measured: "list[Calibration]") -> 
     for calibration in measured:
         if calibration.gpus == config.gpus:
             return calibration
-    if config.gpus in builtin_gpus:
+    if config.gpus in GPUS:
         return builtin_calibration(config.gpus, config.backend, config.draft_tokens)
     raise PlanError(
         f"configuration {config.name!r}: no calibration for {config.gpus} GPUs: give a "
@@ -290,9 +286,15 @@ def _tier_note(name: str, gpus: int, memory: "Fit") -> str:
     )
 
 
-def _say_of_calibration(config: "Configuration", calibration: "Calibration", err: TextIO) -> None:
+def _say_of_calibration(
+    config: "Configuration", calibration: "Calibration", said: set[str], err: TextIO
+) -> None:
+    """The calibration's notes (once a plan: configurations share calibrations), and whether it
+    prices this configuration's fast path."""
     for note in calibration.notes:
-        print(f"note: {note}", file=err)
+        if note not in said:
+            said.add(note)
+            print(f"note: {note}", file=err)
     if config.backend == "latency_specialized" and calibration.costs.fast is None:
         print(
             f"note: {config.name}: calibration {calibration.name} has no fast-path figures: "
@@ -358,6 +360,7 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         table_rows,
         write_plan,
     )
+    from kimi_operator.plan.side_by_side import side_by_side  # noqa: PLC0415
     from kimi_operator.plan.target import fewest_groups, parse_target  # noqa: PLC0415
 
     target = parse_target(args.target) if args.target else None
@@ -385,13 +388,14 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     )
     planned: list[Planned] = []
     said: list[str] = []  # what report.md says of the prefill roles' calibrations
+    noted: set[str] = set()  # the calibrations' notes already on stderr
     for config in configurations:
         calibration = _calibration_for(config, measured)
         prefill, saying = _prefill_calibration(config, calibration, prefill_run)
         if saying is not None:
             said.append(saying)
             print(f"note: {saying}", file=err)
-        _say_of_calibration(config, calibration, err)
+        _say_of_calibration(config, calibration, noted, err)
         groups = None
         if target is not None:
             modelled = partial(predict, calibration=calibration, workload=workload, prefill=prefill)
@@ -400,7 +404,12 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         memory = _memory(config, results, calibration.costs)
         if memory is not None and not memory.fits:
             _say_of_memory(config, memory, err)
-        planned.append(Planned(config, calibration, results, groups, memory, prefill))
+        planned.append(
+            Planned(
+                *(config, calibration, results, groups, memory, prefill),
+                tuple(side_by_side(config, calibration, results)),
+            )
+        )
     crossovers = [
         _crossover(item, planned, workload, args.concurrency or list(DEFAULT_CONCURRENCY))
         for item in planned

@@ -21,6 +21,7 @@ from kimi_operator.plan.configs import MAX_GROUPS, Configuration
 from kimi_operator.plan.crossover import Crossover, Figures, Point
 from kimi_operator.plan.memory import Fit
 from kimi_operator.plan.predict import kv_transfer
+from kimi_operator.plan.side_by_side import SideBySide
 
 PLAN, REPORT, PLOT = "plan.json", "report.md", "plan.png"
 SCHEMA_VERSION = 1
@@ -34,6 +35,7 @@ class Planned:
     groups_for_target: int | None = None  # with --target: fewest groups that meet it
     memory: Fit | None = None  # GB300 shapes: the trace's open sessions against HBM
     prefill_calibration: Calibration | None = None  # disaggregated: None, the decode role's
+    aiconfigurator: tuple[SideBySide, ...] = ()  # GB300 built-ins: AIConfigurator's estimates
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ def _entry(planned: Planned, target: str | None) -> dict[str, Any]:
         prefill = planned.prefill_calibration
         entry["prefill_calibration"] = (prefill or planned.calibration).name
         entry["kv_transfer"] = asdict(kv_transfer(planned.config, planned.calibration, prefill))
+    if planned.aiconfigurator:
+        entry["aiconfigurator"] = [asdict(row) for row in planned.aiconfigurator]
     if target is not None:
         entry["groups_for_target"] = planned.groups_for_target  # None: not met with MAX_GROUPS
     entry["summary"] = summary.model_dump(mode="json")
@@ -187,6 +191,52 @@ def crossover_section(planned: list[Planned], disaggregation: Disaggregation) ->
     return "\n".join(lines) + "\n\n"
 
 
+def aiconfigurator_section(planned: list[Planned]) -> str:
+    """report.md's GB300 built-ins beside AIConfigurator: where the published figures and the
+    data meet, and each configuration's points (`side_by_side`)."""
+    rows = [
+        [
+            item.config.name,
+            str(row.batch),
+            f"{row.prompt_tokens:,} / {row.output_tokens:,}",
+            _pair(row.plan_ttft_s, row.aiconfigurator_ttft_s, ms),
+            _pair(row.plan_step_s, row.aiconfigurator_step_s, ms),
+            _pair(row.plan_tpot_s, row.aiconfigurator_tpot_s, ms),
+            ("fast" if row.plan_fast_path else "ordinary")
+            + (f"; AIConfigurator: {row.unavailable}" if row.unavailable else ""),
+        ]
+        for item in planned
+        for row in item.aiconfigurator
+    ]
+    if not rows:
+        return ""
+    notes = dict.fromkeys(
+        note for item in planned if item.aiconfigurator for note in item.calibration.notes
+    )
+    header = [
+        "configuration",
+        "batch",
+        "prompt / output tokens",
+        "TTFT (ms) plan / AIConfigurator",
+        "decode step (ms) plan / AIConfigurator",
+        "TPOT (ms) plan / AIConfigurator",
+        "plan's decode path",
+    ]
+    lines = [
+        "## GB300 built-ins beside AIConfigurator",
+        "",
+        *(f"- {note}" for note in notes),
+        "",
+        "The trace's mean prompt and output at batch 1 and at maxNumSeqs: the plan's step model "
+        "at that point beside AIConfigurator's aggregated estimate (stock vLLM, no fast path; its "
+        "TPOT above batch 1 includes the batch's prefill steps, its step is a generation-only "
+        "one). The plan's TTFT is a lone request's.",
+        "",
+        markdown_table(rows, header),
+    ]
+    return "\n".join(lines) + "\n\n"
+
+
 def _both(point: Point, key: str) -> tuple[float | None, float | None]:
     value: Callable[[Figures], float | None] = attrgetter(key)
     return value(point.disaggregated), value(point.aggregated)
@@ -226,6 +276,7 @@ def write_plan(
         "from its calibration (see plan.json). The first configuration is the calibrated "
         "deployment itself when a calibration run was given.\n\n"
         f"{table}\n\n{crossover_section(planned, disaggregation)}"
+        f"{aiconfigurator_section(planned)}"
         f"![task completion and cost per task]({PLOT})\n"
     )
     try:

@@ -73,7 +73,12 @@ def test_a_plan_has_benchs_summary_keys_and_compares_with_bench(
     assert stock["fast_path_fraction"] == 0.0  # `auto` never runs the fast path
     assert 0 < latency["fast_path_fraction"] <= 1
     assert split["fast_path_fraction"] == 1.0  # decode groups never see a prefill
-    assert (out / "report.md").read_text().count("| tp16-") == 2
+    table, *sections = (out / "report.md").read_text().split("\n## ")
+    assert table.count("| tp16-") == 2
+    # GB300 built-ins priced all three: each beside AIConfigurator at batch 1 and maxNumSeqs.
+    (beside,) = [s for s in sections if s.startswith("GB300 built-ins beside AIConfigurator")]
+    assert [beside.count(f"| {name} |") for name in names] == [2, 2, 2]
+    assert [len(entry["aiconfigurator"]) for entry in data["configurations"]] == [2, 2, 2]
     assert (out / "plan.png").exists()
     compared = cli("bench", "compare", str(out / "tp16-auto"), str(out / "tp16-latency"))
     assert compared.code == 0, compared.err
@@ -216,7 +221,9 @@ def test_without_matplotlib_the_plot_is_skipped_with_one_line(
     argv = ["--trace", str(trace), "--gpu-hour-price", "1", "--config", str(config)]
     run = cli("plan", *argv, "--output", str(tmp_path / "o"))
     assert run.code == 0
-    assert run.err == "plot skipped: matplotlib is missing (pip install 'kimi-operator[bench]')\n"
+    *notes, last = run.err.splitlines()  # the built-in's sources, then the plot's one line
+    assert last == "plot skipped: matplotlib is missing (pip install 'kimi-operator[bench]')"
+    assert all(note.startswith("note: gb300-tp8-") for note in notes)
     assert (tmp_path / "o" / "plan.json").exists()
     assert not (tmp_path / "o" / "plan.png").exists()
 
