@@ -228,7 +228,8 @@ class Controller:
             self._write_status(state, obj, outcome.status)
         state.acted = generation
         if prune and outcome.error is None:
-            state.pruned = generation
+            # A child kept for what still needs it: the next reconcile prunes again.
+            state.pruned = None if outcome.prune_later else generation
         elif outcome.prune_again and not prune:  # a child the plan dropped, not listed now
             state.pruned = None
             self.queue.add(uid, "requeue")

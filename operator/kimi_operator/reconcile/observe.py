@@ -25,6 +25,7 @@ from kimi_operator.k8s.resources import (
     BY_KIND,
     CACHE_RESOURCES,
     CHILD_RESOURCES,
+    COMPUTE_DOMAIN,
     GATEWAY,
     JOB,
     KIMI_DEPLOYMENT,
@@ -98,7 +99,7 @@ def observe(
         return seen
     waiting = any(not rollout.group_ready(g) for g in seen.groups.values())
     recorded = not group_life.unrecorded(seen.old, seen.groups)
-    if not seen.first and (waiting or not recorded or _may_drain(seen)):
+    if not seen.first and (waiting or not recorded or _may_drain(seen) or _domains(seen)):
         seen.pods = _pods(client, seen.kd)
         if waiting and seen.pods is not None:
             seen.unschedulable = cond.unschedulable(seen.pods)
@@ -205,6 +206,12 @@ def _may_drain(seen: Observed) -> bool:
         if seen.prune and found is not None and found[1] >= replicas[found[0]]:
             return True
     return False
+
+
+def _domains(seen: Observed) -> bool:
+    """Whether the reconcile prunes with ComputeDomains listed: one the plan drops goes only once
+    no pod claims its channel (decide.py, `_prune`), so the pods are read."""
+    return seen.prune and bool(seen.children.get(COMPUTE_DOMAIN.kind))
 
 
 def _in_flight(
