@@ -36,6 +36,7 @@ from kimi_operator.k8s.resources import (
     Resource,
 )
 from kimi_operator.prefill_scaling import recorded_prefill
+from kimi_operator.reconcile import bounded
 from kimi_operator.reconcile.decide import (
     UPSTREAM,
     Observed,
@@ -49,8 +50,11 @@ from kimi_operator.reconcile.decide import (
 )
 from kimi_operator.reconcile.prometheus import prefill_load
 
-# A leader's /metrics, read while its group drains: short, a reconcile never waits long on one.
+# A leader's /metrics, read while its group drains: short, a reconcile never waits long on one
+# (bounded.py: each read, the whole answer, its size; vLLM's text is some tens of KB).
 METRICS_TIMEOUT = urllib3.Timeout(connect=1.0, read=2.0)
+METRICS_DEADLINE_S = 4.0
+METRICS_MAX_BYTES = 4 * 1024 * 1024
 _HTTP = urllib3.PoolManager(num_pools=32, maxsize=1)
 
 
@@ -224,20 +228,26 @@ def _in_flight(
         if rollout.draining_since(group) is None or not rollout.group_ready(group):
             continue
         urls = [drain.metrics_url(p) for p in drain.leaders(by_group.get(name, []))]
-        counts = [_requests(url) for url in urls if url is not None]
+        counts = [requests_at(url) for url in urls if url is not None]
         out[name] = None if not counts or None in counts else sum(c or 0 for c in counts)
     return out
 
 
-def _requests(url: str) -> int | None:
+def requests_at(url: str) -> int | None:
     """Requests in flight on the vLLM server at `url` (its /metrics); None if it does not say."""
     try:
-        answer = _HTTP.request("GET", url, timeout=METRICS_TIMEOUT, retries=False)
+        status, body = bounded.get(
+            _HTTP,
+            url,
+            timeout=METRICS_TIMEOUT,
+            deadline_s=METRICS_DEADLINE_S,
+            max_bytes=METRICS_MAX_BYTES,
+        )
     except urllib3.exceptions.HTTPError:
         return None
-    if answer.status != 200:
+    if status != 200:
         return None
-    return drain.in_flight(answer.data.decode(errors="replace"))
+    return drain.in_flight(body.decode(errors="replace"))
 
 
 def _turn(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: str) -> None:
