@@ -320,6 +320,11 @@ def weights_of(
     writes, live = [], []
     for obj in shared:
         actual = observed.caches.get((obj["kind"], obj["metadata"]["name"]))
+        going = None if actual is None else caches.terminating(actual)
+        if going is not None:  # neither joined nor used: the groups wait with the weights
+            weights.ready = False
+            weights.waiting.append(going)
+            continue
         write = caches.shared_write(obj, actual, observed.body, obj["metadata"]["name"] in kept)
         if write is not None:
             writes.append(write)
