@@ -99,6 +99,7 @@ class Controller:
         self.client, self.defaults, self.metrics = client, defaults, metrics
         self.workers, self.resync_interval_s = workers, resync_interval_s
         self.relist_interval_s, self.namespaces = relist_interval_s, namespaces
+        defaults.image_gate.serve(namespaces)  # the turn is given knowing them all
         self.queue = WorkQueue(clock)
         self.deployments: dict[str, Deployment] = {}
         self._reconcile = reconcile_fn

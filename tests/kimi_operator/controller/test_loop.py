@@ -389,3 +389,20 @@ def test_a_status_write_overtaken_by_another_status_write_is_made_again(
     harness.controller.resync()
     assert harness.run_due() == 1
     assert harness.controller.queue.failures(uid) == 1  # refused: the spec it described is gone
+
+
+def test_the_image_gate_reads_the_namespaces_the_controller_serves(
+    client: CountingClient,
+) -> None:
+    """The default-image turn is given knowing every namespace served (builders/images.py), not
+    only those reconciled since the start."""
+    defaults = OperatorDefaults()
+    Controller(client, defaults, Metrics(), namespaces=["team-a", "team-b"])
+    asked: list[str | None] = []
+
+    def listed(ns: str | None) -> list[dict[str, Any]]:
+        asked.append(ns)
+        return []
+
+    assert defaults.image_gate.claim("uid", "team-b/b", "image:1", listed) == ""
+    assert asked == ["team-a", "team-b"]
