@@ -115,3 +115,21 @@ def test_a_compute_domain_outlives_the_pods_of_its_group(client: Client) -> None
         assert client.delete(POD, NS, pod["metadata"]["name"])
     reconcile_once(client)
     assert groups(client) == [f"ComputeDomain/{NAME}-g0", f"LeaderWorkerSet/{NAME}-g0"]
+
+
+def test_a_compute_domain_turned_off_goes_once_its_pods_are_replaced(client: Client) -> None:
+    """The same for a domain the spec no longer uses: its group is rewritten without the claim,
+    and the domain goes once no pod of the old template claims its channel."""
+    doc = sample()
+    doc["spec"]["serving"] = {"drainSeconds": 0}
+    client.create(KIMI_DEPLOYMENT, doc)
+    reconcile_once(client)
+    assert start_groups(client, Scheduler(fleet(1)[:4], random.Random(0)), NS) == []
+    disabled = {"computeDomain": "Disabled", "decode": {"backend": "auto"}}
+    client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": disabled})
+    reconcile_once(client)
+    assert groups(client) == [f"ComputeDomain/{NAME}-g0", f"LeaderWorkerSet/{NAME}-g0"]
+    for pod in client.list(POD, NS):  # replaced by LeaderWorkerSet with the new template
+        assert client.delete(POD, NS, pod["metadata"]["name"])
+    reconcile_once(client)
+    assert groups(client) == [f"LeaderWorkerSet/{NAME}-g0"]

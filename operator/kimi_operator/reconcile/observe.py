@@ -15,7 +15,7 @@ from kimi_operator import caches, drain, group_life, rollout, routing
 from kimi_operator import conditions as cond
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
-from kimi_operator.builders import OperatorDefaults
+from kimi_operator.builders import OperatorDefaults, uses_compute_domain
 from kimi_operator.builders.meta import MANAGER, selector_labels, selector_string
 from kimi_operator.controller.retry import temporary
 from kimi_operator.k8s.client import Client
@@ -103,7 +103,7 @@ def observe(
         return seen
     waiting = any(not rollout.group_ready(g) for g in seen.groups.values())
     recorded = not group_life.unrecorded(seen.old, seen.groups)
-    if not seen.first and (waiting or not recorded or _may_drain(seen) or _domains(seen)):
+    if not seen.first and (waiting or not recorded or _may_drain(seen) or _domains(seen, defaults)):
         seen.pods = _pods(client, seen.kd)
         if waiting and seen.pods is not None:
             seen.unschedulable = cond.unschedulable(seen.pods)
@@ -212,10 +212,16 @@ def _may_drain(seen: Observed) -> bool:
     return False
 
 
-def _domains(seen: Observed) -> bool:
-    """Whether the reconcile prunes with ComputeDomains listed: one the plan drops goes only once
-    no pod claims its channel (decide.py, `_prune`), so the pods are read."""
-    return seen.prune and bool(seen.children.get(COMPUTE_DOMAIN.kind))
+def _domains(seen: Observed, defaults: OperatorDefaults) -> bool:
+    """Whether the reconcile prunes a ComputeDomain the plan may drop for which the pods are not
+    read yet (a group beyond the spec has them read by `_may_drain`): one whose group is gone,
+    or any once the spec uses none. It goes only once no pod claims its channel (decide.py,
+    `_prune`)."""
+    if not seen.prune:
+        return False
+    domains = [d["metadata"]["name"] for d in seen.children.get(COMPUTE_DOMAIN.kind, [])]
+    gone = any(name not in seen.groups for name in domains)
+    return gone or (bool(domains) and not uses_compute_domain(seen.kd, defaults))
 
 
 def _in_flight(
