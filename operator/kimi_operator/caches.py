@@ -231,6 +231,21 @@ def _pending(claim: Mapping[str, Any], now: str) -> Problem:
     )
 
 
+def terminating(obj: Mapping[str, Any]) -> Problem | None:
+    """A shared cache being deleted (its last user let go of it, or a person deleted it; a claim
+    stays while a pod mounts it): never joined, nor mounted by a new pod (they would wait for a
+    claim that is going away). It is made anew once it is gone."""
+    meta = obj["metadata"]
+    if not meta.get("deletionTimestamp"):
+        return None
+    return Problem(
+        "CacheTerminating",
+        f"{obj['kind']} {meta['name']} is being deleted (since {meta['deletionTimestamp']}): not "
+        "used until it is gone, then made anew; a pod that still mounts it keeps it "
+        f"(kubectl describe {obj['kind'].lower()} {meta['name']})",
+    )
+
+
 def _users(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     refs: list[dict[str, Any]] = obj["metadata"].get("ownerReferences") or []
     return refs

@@ -9,9 +9,13 @@ template, are patched: a template change would recreate them). The start is reco
 LeaderWorkerSet (`kimi-operator.io/draining-since`), so an operator restarted meanwhile carries
 on, and the grace counts from it. In flight: vLLM's `num_requests_running` plus
 `num_requests_waiting` on the leader's /metrics, read by observe.py; no answer is "unknown" and
-waits for the grace. A group wanted again first is put back (pods first, then the mark: a mark
-removed with its pods still out would leave them out). Nothing waits here: while a group drains
-the reconcile looks again every `POLL_S` seconds.
+waits for the grace. A decode leader behind llm-d's routing sidecar (spec.prefill) is "unknown"
+too, unread: the sidecar holds each request through its remote prefill before it hands it to its
+own vLLM, so vLLM's counts miss those, and llm-d-router v0.10.0's sidecar exposes no count of
+its own (its /metrics is vLLM's, passed through: third_party/llm-d-router-v0.10.0-epp.yaml), so
+such a group waits its whole grace (`drainSeconds`). A group wanted again first is put back
+(pods first, then the mark: a mark removed with its pods still out would leave them out).
+Nothing waits here: while a group drains the reconcile looks again every `POLL_S` seconds.
 """
 
 import time
@@ -22,6 +26,7 @@ from typing import Any
 from kimi_operator import group_life
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.bench.server_metrics import parse
+from kimi_operator.builders.disaggregation import SIDECAR_NAME
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, ROUTABLE_LABEL
 from kimi_operator.k8s.merge import Write
 from kimi_operator.k8s.resources import LEADER_WORKER_SET, POD
@@ -88,9 +93,17 @@ def _addressed(pods: Sequence[Mapping[str, Any]]) -> bool:
     return any((p.get("status") or {}).get("podIP") for p in leaders(pods))
 
 
+def behind_sidecar(pod: Mapping[str, Any]) -> bool:
+    """Whether a leader runs llm-d's routing sidecar (a decode leader with spec.prefill)."""
+    init = pod.get("spec", {}).get("initContainers") or []
+    return any(c.get("name") == SIDECAR_NAME for c in init)
+
+
 def metrics_url(pod: Mapping[str, Any]) -> str | None:
-    """vLLM's /metrics on a leader: its IP, its vllm container's `http` port (behind the routing
-    sidecar on a decode leader: vLLM's own); None before it has an IP."""
+    """vLLM's /metrics on a leader: its IP, its vllm container's `http` port; None before it has
+    an IP, and behind the routing sidecar (what the sidecar holds cannot be read: unknown)."""
+    if behind_sidecar(pod):
+        return None
     ip = (pod.get("status") or {}).get("podIP")
     for container in pod.get("spec", {}).get("containers", []):
         if container.get("name") != VLLM_CONTAINER:

@@ -1,14 +1,18 @@
 """A scale-down finds every surplus group, whatever an earlier, interrupted one left behind; a
 child of any kind the spec no longer asks for is deleted."""
 
+import random
 from typing import Any
 
 from kimi_operator.builders import OperatorDefaults
+from kimi_operator.embedded.kubelet import start_groups
+from kimi_operator.embedded.scheduler import Scheduler, fleet
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
+    POD,
     POD_MONITOR,
 )
 from kimi_operator.reconcile import reconcile
@@ -76,3 +80,56 @@ def test_turning_monitoring_off_deletes_the_pod_monitor(client: Client) -> None:
     reconcile_once(client)
     assert client.list(POD_MONITOR, NS) == []
     assert groups(client) == [f"ComputeDomain/{NAME}-g0", f"LeaderWorkerSet/{NAME}-g0"]
+
+
+def test_a_compute_domain_outlives_the_pods_of_its_group(client: Client) -> None:
+    """A bug once: a scale-down deleted the group's ComputeDomain with its LeaderWorkerSet, while
+    the group's pods still ran their preStop and vLLM's shutdown drain on the IMEX channel. The
+    domain now goes once no pod claims its channel (pods here are deleted by hand: the embedded
+    API server has no kubelet to end them)."""
+    doc = sample()
+    doc["spec"]["replicas"] = 2
+    doc["spec"]["serving"] = {"drainSeconds": 0}
+    client.create(KIMI_DEPLOYMENT, doc)
+    reconcile_once(client)
+    assert start_groups(client, Scheduler(fleet(1)[:8], random.Random(0)), NS) == []
+    client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": {"replicas": 1}})
+    body = client.get(KIMI_DEPLOYMENT, NS, NAME)
+    assert body is not None
+    outcome = reconcile(body, client, OperatorDefaults(), spec_changed=True, now="now")
+    assert outcome.error is None
+    leaving = [p for p in client.list(POD, NS) if p["metadata"]["name"].startswith(f"{NAME}-g1-")]
+    assert leaving  # still terminating
+    assert groups(client) == [
+        f"ComputeDomain/{NAME}-g0",
+        f"ComputeDomain/{NAME}-g1",
+        f"LeaderWorkerSet/{NAME}-g0",
+    ]
+    # The controller comes back, pruning, while the pods are not watched.
+    assert outcome.prune_later
+    assert outcome.requeue_after_s is not None
+    client.patch(KIMI_DEPLOYMENT, NS, NAME, {"status": outcome.status}, subresource="status")
+    reconcile_once(client)  # the pods still there: kept
+    assert f"ComputeDomain/{NAME}-g1" in groups(client)
+    for pod in leaving:
+        assert client.delete(POD, NS, pod["metadata"]["name"])
+    reconcile_once(client)
+    assert groups(client) == [f"ComputeDomain/{NAME}-g0", f"LeaderWorkerSet/{NAME}-g0"]
+
+
+def test_a_compute_domain_turned_off_goes_once_its_pods_are_replaced(client: Client) -> None:
+    """The same for a domain the spec no longer uses: its group is rewritten without the claim,
+    and the domain goes once no pod of the old template claims its channel."""
+    doc = sample()
+    doc["spec"]["serving"] = {"drainSeconds": 0}
+    client.create(KIMI_DEPLOYMENT, doc)
+    reconcile_once(client)
+    assert start_groups(client, Scheduler(fleet(1)[:4], random.Random(0)), NS) == []
+    disabled = {"computeDomain": "Disabled", "decode": {"backend": "auto"}}
+    client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": disabled})
+    reconcile_once(client)
+    assert groups(client) == [f"ComputeDomain/{NAME}-g0", f"LeaderWorkerSet/{NAME}-g0"]
+    for pod in client.list(POD, NS):  # replaced by LeaderWorkerSet with the new template
+        assert client.delete(POD, NS, pod["metadata"]["name"])
+    reconcile_once(client)
+    assert groups(client) == [f"LeaderWorkerSet/{NAME}-g0"]

@@ -7,6 +7,7 @@ import pytest
 
 from kimi_operator import drain, rollout
 from kimi_operator.api.validation import check_document
+from kimi_operator.builders.disaggregation import routing_sidecar
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, ROUTABLE_LABEL
 from kimi_operator.builders.placement import GROUP_LABEL
 from kimi_operator.rollout import DRAINING_ANNOTATION, Group, Strategy
@@ -193,6 +194,19 @@ def test_metrics_url_is_vllms_own_port_on_the_pod_ip() -> None:
     decode["spec"]["containers"][0]["ports"][0]["containerPort"] = 8200  # behind the sidecar
     assert drain.metrics_url(decode) == "http://10.0.0.7:8200/metrics"
     assert drain.metrics_url(pod(0) | {"status": {}}) is None  # no IP yet
+
+
+def test_a_decode_leader_behind_the_sidecar_waits_its_whole_grace() -> None:
+    """A bug once: behind llm-d's routing sidecar, vLLM's counts miss the requests the sidecar
+    holds through their remote prefill, and a decode group read 0 was deleted with requests in
+    the sidecar. llm-d-router v0.10.0's sidecar exposes no count of its own: unknown, unread."""
+    decode = pod(0, "false")
+    sidecar = routing_sidecar("ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.10.0", 8000, {})
+    decode["spec"]["initContainers"] = [sidecar]
+    assert drain.behind_sidecar(decode)
+    assert drain.metrics_url(decode) is None  # not read: vLLM's 0 would not mean drained
+    assert not drain.leave(kd(), group(since=START), [decode], None, now=LATER).go
+    assert drain.leave(kd(), group(since=START), [decode], None, now=PAST_GRACE).go == {GROUP}
 
 
 def test_a_draining_group_is_unavailable_to_the_rollout() -> None:

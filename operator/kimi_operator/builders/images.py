@@ -8,7 +8,7 @@ whose new groups never get ready keeps the turn, so a broken default stops at th
 """
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,25 +41,30 @@ class DefaultImageGate:
     """The turn to move to a new default image: held by one deployment (uid) at a time."""
 
     _holder: tuple[str, str] | None = None  # (uid, namespace/name)
-    _namespaces: set[str] = field(default_factory=set)
+    # The namespaces the operator serves (the controller says: Controller.__init__); empty: all.
+    _scope: tuple[str, ...] = ()
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def serve(self, namespaces: Sequence[str]) -> None:
+        """The namespaces whose deployments may hold the turn (empty: every namespace)."""
+        with self._lock:
+            self._scope = tuple(namespaces)
 
     def claim(
         self,
         uid: str,
         label: str,
         image: str,
-        list_namespace: Callable[[str], list[dict[str, Any]]],
+        list_namespace: Callable[[str | None], list[dict[str, Any]]],
     ) -> str:
-        """ "" when `uid` may move to `image` now; else namespace/name of the one moving. The
-        statuses of the deployments in every namespace seen so far are read too: after a restart
-        the turn is wherever a status says a move is under way."""
-        namespace = label.partition("/")[0]
+        """ "" when `uid` may move to `image` now; else namespace/name of the one moving. Before
+        a free turn is given, the deployments of every namespace served are read (`list_namespace`
+        of each, or of None: all namespaces): after a restart the turn is wherever a status says
+        a move is under way, in whatever namespace, reconciled yet or not."""
         with self._lock:
-            self._namespaces.add(namespace)
             if self._holder is not None and self._holder[0] != uid:
                 return self._holder[1]
-            for ns in sorted(self._namespaces):
+            for ns in self._scope or (None,):
                 for other in list_namespace(ns):
                     meta = other["metadata"]
                     if meta.get("uid") != uid and moving(other, image):
@@ -71,7 +76,6 @@ class DefaultImageGate:
     def hold(self, uid: str, label: str) -> None:
         """`uid` is moving (its status says so, e.g. after a restart): the turn is its."""
         with self._lock:
-            self._namespaces.add(label.partition("/")[0])
             if self._holder is None:
                 self._holder = (uid, label)
 

@@ -8,14 +8,21 @@ of its configuration, code and `VLLM_*` environment (vllm/envs.py, `compile_fact
 start-up plan by that hash and the GPU (vllm/v1/worker/startup_plan.py); TorchInductor, Triton,
 DeepGEMM and the CuTe DSL key their artifacts by their own inputs. So a setting vLLM hashes
 (VLLM_ENGINE_READY_TIMEOUT_S among them) never makes a pod load another's graphs: it misses.
+
+The start-up plan is the exception: what a saved plan applies (the KV cache's size in bytes) was
+measured under settings vLLM's fingerprint of it leaves out, so those settings are in the
+folder's key too (`plan_factors`), and a plan is only found by a pod that would measure the same.
 """
 
 import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from kimi_operator.api.lifecycle import CACHE_DIRS, STARTUP_PLAN_ENV
-from kimi_operator.api.spec import KimiDeployment, ServingSpec, WeightSource
+from kimi_operator.api.spec import KimiDeployment, KvCacheSpec, ServingSpec, WeightSource
+from kimi_operator.api.vllm_parse import destinations
+from kimi_operator.builders.disaggregation import Serving, role_engine_args, role_env
 
 CACHE_VOLUME = "compile-cache"
 CACHE_MOUNT = "/var/cache/vllm-kimi"
@@ -26,6 +33,16 @@ SHARED_CLAIM = "kimi-compile-cache"
 DEREGISTER_S = 10
 # The termination grace beyond the drain and the sleep: vLLM's engine and workers exit.
 EXIT_MARGIN_S = 30
+# Variables that change what vLLM 0.33.0's memory profile measures, and so the KV cache size a
+# start-up plan saves, which the plan's fingerprint (vllm/v1/worker/startup_plan.py: the config's
+# compute_hash and the GPU; no environment) does not see: whether the CUDA graphs' estimate is
+# taken from the KV cache (gpu_worker.py, determine_available_memory), and the allocator settings
+# the profile runs under (gpu_worker.py, _scoped_allocator_max_split keeps them).
+PLAN_ENV = ("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "PYTORCH_CUDA_ALLOC_CONF")
+# engineArgs options vLLM 0.33.0's hash ignores (vllm/config/model.py, compute_hash) that change
+# what the memory profile measures: the multimodal encoder's profile run and its weights' split.
+PLAN_OPTIONS = frozenset({"skip_mm_profiling", "mm_encoder_tp_mode"})
+_DEFAULT_UTILIZATION = KvCacheSpec.model_fields["gpu_memory_utilization_percent"].default
 
 
 def _identity(source: WeightSource, cache: str | None) -> str:
@@ -34,13 +51,38 @@ def _identity(source: WeightSource, cache: str | None) -> str:
     return f"hf:{cache}"  # the weights cache's name is a digest of repository, commit and files
 
 
-def cache_key(kd: KimiDeployment, image: str, caches: Mapping[str, str]) -> str:
+def cache_key(
+    kd: KimiDeployment, image: str, caches: Mapping[str, str], serving: Serving = "aggregated"
+) -> str:
     """The caches' folder on the volume: the same for pods running `image` on the same weights
-    (`caches`: the weights cache claim of each Hugging Face source, by role)."""
+    (`caches`: the weights cache claim of each Hugging Face source, by role) whose start-up plan
+    would measure the same (`plan_factors`)."""
     parts = [image, _identity(kd.spec.model.source, caches.get("model"))]
     if kd.spec.speculative is not None:
         parts.append(_identity(kd.spec.speculative.draft_source, caches.get("draft")))
+    factors = plan_factors(kd, serving)
+    if factors:  # none: the folder of the operators before them
+        parts.append(json.dumps(factors, sort_keys=True))
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def plan_factors(kd: KimiDeployment, serving: Serving) -> dict[str, Any]:
+    """What the KV cache size a vLLM 0.33.0 start-up plan applies depends on, that the plan's
+    fingerprint leaves out, where not at the operator's defaults: `--gpu-memory-utilization`
+    (vllm/config/cache.py ignores it in compute_hash; the plan's size is the requested memory,
+    total times utilization, less what the profile measured), the role's `PLAN_ENV` variables, and
+    the role's engineArgs when they set a `PLAN_OPTIONS` option."""
+    factors: dict[str, Any] = {}
+    utilization = kd.spec.kv_cache.gpu_memory_utilization_percent
+    if utilization != _DEFAULT_UTILIZATION:
+        factors["gpu_memory_utilization_percent"] = utilization
+    env = [e for e in role_env(kd, serving) if e["name"] in PLAN_ENV]
+    if env:
+        factors["env"] = env
+    engine_args = role_engine_args(kd.spec, serving)
+    if destinations(engine_args) & PLAN_OPTIONS:
+        factors["engine_args"] = engine_args
+    return factors
 
 
 def cache_volume(

@@ -192,7 +192,7 @@ def pod_template(
     `sidecar_image`."""
     spec = kd.spec
     volumes, mounts = _volumes(kd, caches)
-    compile_cache = cache_volume(kd, cache_key(kd, image, caches))
+    compile_cache = cache_volume(kd, cache_key(kd, image, caches, serving))
     cache_env: list[dict[str, Any]] = []
     if compile_cache is not None:
         volumes.append(compile_cache[0])

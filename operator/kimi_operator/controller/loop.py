@@ -99,6 +99,7 @@ class Controller:
         self.client, self.defaults, self.metrics = client, defaults, metrics
         self.workers, self.resync_interval_s = workers, resync_interval_s
         self.relist_interval_s, self.namespaces = relist_interval_s, namespaces
+        defaults.image_gate.serve(namespaces)  # the turn is given knowing them all
         self.queue = WorkQueue(clock)
         self.deployments: dict[str, Deployment] = {}
         self._reconcile = reconcile_fn
@@ -228,7 +229,8 @@ class Controller:
             self._write_status(state, obj, outcome.status)
         state.acted = generation
         if prune and outcome.error is None:
-            state.pruned = generation
+            # A child kept for what still needs it: the next reconcile prunes again.
+            state.pruned = None if outcome.prune_later else generation
         elif outcome.prune_again and not prune:  # a child the plan dropped, not listed now
             state.pruned = None
             self.queue.add(uid, "requeue")

@@ -5,7 +5,7 @@ read (observe.py fills it), `Decision` every write (act.py sends them).
 """
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -38,7 +38,7 @@ from kimi_operator.k8s.resources import (
     SCALED_OBJECT,
     Resource,
 )
-from kimi_operator.rollout import Steps
+from kimi_operator.rollout import LWS_KIND, Steps
 
 # The upstream APIs whose presence changes the plan (each looked up, cached, per reconcile).
 UPSTREAM = (
@@ -124,6 +124,9 @@ class Plan:
 
 
 Gate = Literal["hold", "release"]
+# How soon a reconcile looks again at the pods a ComputeDomain kept for them waits on (they
+# terminate within drainSeconds + 40 s).
+AWAIT_POLL_S = 5.0
 
 
 @dataclass
@@ -142,6 +145,17 @@ class Decision:
     gate: Gate = "release"  # the operator-wide turn to move to a new default image
     groups: list[dict[str, Any]] = field(default_factory=list)  # status.groups (group_life.py)
     drains: drain.Drains = field(default_factory=drain.Drains)  # groups leaving (drain.py)
+    # ComputeDomains the plan dropped, kept while pods claim their channel (or the pods are
+    # unknown): pruned by a later reconcile, once those pods are gone.
+    awaiting: list[str] = field(default_factory=list)
+
+    @property
+    def await_poll_s(self) -> float | None:
+        """How soon to look again at the pods a kept ComputeDomain waits on: soon for a group
+        gone (its pods end within their grace; pods are not watched), not at all for a group
+        kept (a domain turned off: its rollout's own events bring the next reconcile)."""
+        kept = {c["metadata"]["name"] for c in self.plan.children if c["kind"] == LWS_KIND}
+        return AWAIT_POLL_S if set(self.awaiting) - kept else None
 
 
 def _missing(resource: Resource) -> Problem:
@@ -306,6 +320,11 @@ def weights_of(
     writes, live = [], []
     for obj in shared:
         actual = observed.caches.get((obj["kind"], obj["metadata"]["name"]))
+        going = None if actual is None else caches.terminating(actual)
+        if going is not None:  # neither joined nor used: the groups wait with the weights
+            weights.ready = False
+            weights.waiting.append(going)
+            continue
         write = caches.shared_write(obj, actual, observed.body, obj["metadata"]["name"] in kept)
         if write is not None:
             writes.append(write)
@@ -417,7 +436,7 @@ def decide(
         staying = {name for name in live if name not in drains.go} - {
             c["metadata"]["name"] for c in plan.children
         }
-        decision.delete = _prune(observed, plan, staying)
+        decision.delete, decision.awaiting = _prune(observed, plan, staying)
         weighted = bool(shared) or had_weights(old)
         if weighted and weights.ready:
             keep = {(o["kind"], o["metadata"]["name"]) for o in shared}
@@ -480,16 +499,20 @@ def _drain_held(
     return steps, prefill
 
 
-def _prune(observed: Observed, plan: Plan, staying: set[str]) -> list[Write]:
+def _prune(observed: Observed, plan: Plan, staying: set[str]) -> tuple[list[Write], list[str]]:
     """Delete this deployment's children, of every kind listed, that the plan no longer has:
     groups and domains after a scale-down, every ComputeDomain once none is used, the PodMonitor
     once monitoring is off, a resolve Job once its answer is in the status (the shared weights
     caches are let go of by caches.releases). They are listed by the deployment's labels rather
     than looked up by the names the plan would have given them, so that none is missed whatever
     was cut short before: a group deleted by hand, or an operator killed half-way through a
-    scale-down. A group `staying` (draining: drain.py) keeps its ComputeDomain too."""
+    scale-down. A group `staying` (draining: drain.py) keeps its ComputeDomain too, and a
+    ComputeDomain goes only once no pod claims its channel (a group's pods run their preStop
+    and vLLM's shutdown drain on the IMEX channel after their LeaderWorkerSet is deleted): the
+    second list names those kept for their pods (docs/group-lifecycle.md, "Leaving")."""
     planned = {(child["kind"], child["metadata"]["name"]) for child in plan.children}
-    out = []
+    claimed = None if observed.pods is None else channels_claimed(observed.pods)
+    out, awaiting = [], []
     for kind, listed in observed.children.items():
         if kind in plan.skip:
             continue
@@ -499,8 +522,26 @@ def _prune(observed: Observed, plan: Plan, staying: set[str]) -> list[Write]:
                 continue
             if kind in rollout.GROUP_KINDS and meta["name"] in staying:
                 continue
+            if kind == COMPUTE_DOMAIN.kind and (claimed is None or channel(obj) in claimed):
+                awaiting.append(meta["name"])
+                continue
             out.append(Write.delete(BY_KIND[kind], obj))
-    return out
+    return out, awaiting
+
+
+def channel(domain: Mapping[str, Any]) -> str:
+    """The ResourceClaimTemplate a ComputeDomain makes for its group's pods."""
+    spec = domain.get("spec") or {}
+    return str(spec.get("channel", {}).get("resourceClaimTemplate", {}).get("name", ""))
+
+
+def channels_claimed(pods: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The ResourceClaimTemplates `pods` claim (terminating pods' included)."""
+    return {
+        claim.get("resourceClaimTemplateName", "")
+        for pod in pods
+        for claim in (pod.get("spec") or {}).get("resourceClaims") or []
+    }
 
 
 def had_weights(status: Mapping[str, Any]) -> bool:

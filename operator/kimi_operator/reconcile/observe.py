@@ -15,7 +15,7 @@ from kimi_operator import caches, drain, group_life, rollout, routing
 from kimi_operator import conditions as cond
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
-from kimi_operator.builders import OperatorDefaults
+from kimi_operator.builders import OperatorDefaults, uses_compute_domain
 from kimi_operator.builders.meta import MANAGER, selector_labels, selector_string
 from kimi_operator.controller.retry import temporary
 from kimi_operator.k8s.client import Client
@@ -25,6 +25,7 @@ from kimi_operator.k8s.resources import (
     BY_KIND,
     CACHE_RESOURCES,
     CHILD_RESOURCES,
+    COMPUTE_DOMAIN,
     GATEWAY,
     JOB,
     KIMI_DEPLOYMENT,
@@ -35,6 +36,7 @@ from kimi_operator.k8s.resources import (
     Resource,
 )
 from kimi_operator.prefill_scaling import recorded_prefill
+from kimi_operator.reconcile import bounded
 from kimi_operator.reconcile.decide import (
     UPSTREAM,
     Observed,
@@ -48,8 +50,11 @@ from kimi_operator.reconcile.decide import (
 )
 from kimi_operator.reconcile.prometheus import prefill_load
 
-# A leader's /metrics, read while its group drains: short, a reconcile never waits long on one.
+# A leader's /metrics, read while its group drains: short, a reconcile never waits long on one
+# (bounded.py: each read, the whole answer, its size; vLLM's text is some tens of KB).
 METRICS_TIMEOUT = urllib3.Timeout(connect=1.0, read=2.0)
+METRICS_DEADLINE_S = 4.0
+METRICS_MAX_BYTES = 4 * 1024 * 1024
 _HTTP = urllib3.PoolManager(num_pools=32, maxsize=1)
 
 
@@ -98,7 +103,7 @@ def observe(
         return seen
     waiting = any(not rollout.group_ready(g) for g in seen.groups.values())
     recorded = not group_life.unrecorded(seen.old, seen.groups)
-    if not seen.first and (waiting or not recorded or _may_drain(seen)):
+    if not seen.first and (waiting or not recorded or _may_drain(seen) or _domains(seen, defaults)):
         seen.pods = _pods(client, seen.kd)
         if waiting and seen.pods is not None:
             seen.unschedulable = cond.unschedulable(seen.pods)
@@ -207,6 +212,18 @@ def _may_drain(seen: Observed) -> bool:
     return False
 
 
+def _domains(seen: Observed, defaults: OperatorDefaults) -> bool:
+    """Whether the reconcile prunes a ComputeDomain the plan may drop for which the pods are not
+    read yet (a group beyond the spec has them read by `_may_drain`): one whose group is gone,
+    or any once the spec uses none. It goes only once no pod claims its channel (decide.py,
+    `_prune`)."""
+    if not seen.prune:
+        return False
+    domains = [d["metadata"]["name"] for d in seen.children.get(COMPUTE_DOMAIN.kind, [])]
+    gone = any(name not in seen.groups for name in domains)
+    return gone or (bool(domains) and not uses_compute_domain(seen.kd, defaults))
+
+
 def _in_flight(
     groups: Mapping[str, Mapping[str, Any]], pods: list[dict[str, Any]]
 ) -> dict[str, int | None]:
@@ -217,20 +234,26 @@ def _in_flight(
         if rollout.draining_since(group) is None or not rollout.group_ready(group):
             continue
         urls = [drain.metrics_url(p) for p in drain.leaders(by_group.get(name, []))]
-        counts = [_requests(url) for url in urls if url is not None]
+        counts = [requests_at(url) for url in urls if url is not None]
         out[name] = None if not counts or None in counts else sum(c or 0 for c in counts)
     return out
 
 
-def _requests(url: str) -> int | None:
+def requests_at(url: str) -> int | None:
     """Requests in flight on the vLLM server at `url` (its /metrics); None if it does not say."""
     try:
-        answer = _HTTP.request("GET", url, timeout=METRICS_TIMEOUT, retries=False)
+        status, body = bounded.get(
+            _HTTP,
+            url,
+            timeout=METRICS_TIMEOUT,
+            deadline_s=METRICS_DEADLINE_S,
+            max_bytes=METRICS_MAX_BYTES,
+        )
     except urllib3.exceptions.HTTPError:
         return None
-    if answer.status != 200:
+    if status != 200:
         return None
-    return drain.in_flight(answer.data.decode(errors="replace"))
+    return drain.in_flight(body.decode(errors="replace"))
 
 
 def _turn(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: str) -> None:

@@ -1,9 +1,9 @@
 """The prefill autoscaler's one read outside the API server: instant queries to Prometheus's HTTP
 API (`--prometheus-url`, the Prometheus the KEDA triggers name), short and never retried, so that
-a Prometheus that is down costs a reconcile a few seconds at most (prefill_scaling.py). A secured
-Prometheus (OpenShift's Thanos querier, a proxy in front of it) gets a bearer token read from
-`--prometheus-bearer-token-file` at every query, and its certificate is checked against
-`--prometheus-ca-file`."""
+a Prometheus that is down or slow costs a reconcile a few seconds at most (prefill_scaling.py;
+the whole answer and its size are bounded: bounded.py). A secured Prometheus (OpenShift's Thanos
+querier, a proxy in front of it) gets a bearer token read from `--prometheus-bearer-token-file`
+at every query, and its certificate is checked against `--prometheus-ca-file`."""
 
 import functools
 import json
@@ -15,8 +15,11 @@ import urllib3
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.prefill_scaling import QUERY_TIMEOUT_S, Load, queries, sample
+from kimi_operator.reconcile import bounded
 
 TOKEN_FLAG = "--prometheus-bearer-token-file"
+# An instant query's answer: a vector of a few samples (queries sum by deployment).
+MAX_ANSWER_BYTES = 1024 * 1024
 
 
 @functools.cache
@@ -43,20 +46,25 @@ def query(
     address = f"{url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
     headers = _headers(defaults.prometheus_token_file)
     try:
-        response = _pool(defaults.prometheus_ca_file).request(
-            "GET", address, headers=headers, timeout=urllib3.Timeout(total=timeout_s)
+        status, data = bounded.get(
+            _pool(defaults.prometheus_ca_file),
+            address,
+            headers=headers,
+            timeout=urllib3.Timeout(total=timeout_s),
+            deadline_s=timeout_s,
+            max_bytes=MAX_ANSWER_BYTES,
         )
     except urllib3.exceptions.HTTPError as error:
         raise ValueError(f"{type(error).__name__}: {error}") from None
-    if response.status in (401, 403):
+    if status in (401, 403):
         sent = f"the token of {TOKEN_FLAG} {defaults.prometheus_token_file}" if headers else "none"
-        raise ValueError(f"HTTP {response.status}: refused the credentials sent ({sent})")
+        raise ValueError(f"HTTP {status}: refused the credentials sent ({sent})")
     try:
-        answer = json.loads(response.data)
+        answer = json.loads(data)
     except ValueError:
-        raise ValueError(f"HTTP {response.status}, not JSON") from None
+        raise ValueError(f"HTTP {status}, not JSON") from None
     if not isinstance(answer, dict):
-        raise ValueError(f"HTTP {response.status}, not an answer")
+        raise ValueError(f"HTTP {status}, not an answer")
     return sample(answer)
 
 

@@ -49,6 +49,9 @@ class Outcome:
     # The plan dropped a child this reconcile may not have listed (the prefill autoscaler took a
     # group away): reconcile again at once, pruning, rather than at the next resync.
     prune_again: bool = False
+    # A child kept for what still needs it (a ComputeDomain whose pods terminate): the next
+    # reconcile, within `requeue_after_s`, prunes again.
+    prune_later: bool = False
 
 
 def terminating(old: Mapping[str, Any], generation: int | None, *, now: str) -> Outcome:
@@ -164,10 +167,11 @@ def outcome(
         applied,
         error,
         result="error" if error else "reconciled",
-        requeue_after_s=_requeue_after(steps if not error else None, weights, decision.drains),
+        requeue_after_s=_requeue_after(steps if not error else None, weights, decision),
         startups=[(s, s / (spec.serving.startup_timeout_minutes * 60)) for s in startups],
         failures=counted,
         notices=[] if error else [Problem(*news) for news in decision.drains.news],
+        prune_later=bool(decision.awaiting) and error is None,
     )
 
 
@@ -191,11 +195,16 @@ def _spec_warnings(observed: Observed, defaults: OperatorDefaults) -> list[Probl
 
 
 def _requeue_after(
-    steps: Steps | None, weights: caches.Weights, drains: drain.Drains
+    steps: Steps | None, weights: caches.Weights, decision: Decision
 ) -> float | None:
     """The soonest a rollout's deadline, a running weights Job (whose progress is watched
-    nowhere) or a group draining (its requests are watched nowhere either) needs a look."""
-    deadlines = [steps.requeue_after_s if steps else None, drains.requeue_after_s]
+    nowhere), a group draining (its requests are watched nowhere either) or a ComputeDomain
+    kept for its terminating pods (not watched) needs a look."""
+    deadlines = [
+        steps.requeue_after_s if steps else None,
+        decision.drains.requeue_after_s,
+        decision.await_poll_s,
+    ]
     if weights.waiting and not weights.failed:
         deadlines.append(caches.POLL_S)
     return min((d for d in deadlines if d is not None), default=None)

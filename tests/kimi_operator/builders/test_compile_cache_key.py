@@ -5,16 +5,20 @@ pod compiles for itself on the shared volume; a setting vLLM hashes must change 
 another configuration's graphs). tests/vllm/test_group_lifecycle.py shows the folder on a real
 server."""
 
+import inspect
 import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from vllm.config import CacheConfig, ModelConfig, VllmConfig
 from vllm.config.utils import hash_factors
 from vllm.envs import compile_factors
+from vllm.v1.worker.startup_plan import compute_plan_fingerprint
 
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults, build_children
+from kimi_operator.builders.lifecycle import CACHE_MOUNT, PLAN_OPTIONS
 from tests.kimi_operator.builders.cases import CASES
 from tests.support.specs import edited
 
@@ -88,3 +92,63 @@ def test_a_changed_start_up_budget_misses(monkeypatch: pytest.MonkeyPatch) -> No
 
 def _value(container: dict[str, Any], name: str) -> str | None:
     return next((e.get("value") for e in container["env"] if e["name"] == name), None)
+
+
+def _plan_fingerprint(container: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> str:
+    """vLLM 0.33.0's start-up plan fingerprint (vllm/v1/worker/startup_plan.py) for the rendered
+    container: its --gpu-memory-utilization in the cache config, its environment set."""
+    args = container["args"]
+    utilization = float(args[args.index("--gpu-memory-utilization") + 1])
+    with monkeypatch.context() as env:
+        for variable in container["env"]:
+            env.setenv(variable["name"], variable.get("value", ""))
+        config = VllmConfig(cache_config=CacheConfig(gpu_memory_utilization=utilization))
+        return str(compute_plan_fingerprint(config, 0, 8))
+
+
+def _folder(doc: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The compile-cache folder (sub-path) of the first vLLM container, and the container."""
+    _, container = next(_vllm_containers(doc, OperatorDefaults()))
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == CACHE_MOUNT]
+    return str(mount["subPath"]), container
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"spec.kvCache.gpuMemoryUtilizationPercent": 80},
+        {"spec.env": [{"name": "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "value": "0"}]},
+        {"spec.env": [{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}]},
+    ],
+    ids=["utilization", "cuda-graph-estimate", "allocator"],
+)
+def test_what_a_start_up_plan_applies_is_in_the_folder_key(
+    edit: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug once: a saved start-up plan sets the KV cache's size, and vLLM's fingerprint of the
+    plan leaves out what that size was measured under (the memory utilization, vllm/config/
+    cache.py's ignored factors; the environment), so an edit of spec.kvCache.gpuMemoryUtilization
+    Percent did nothing once a plan existed (docs/group-lifecycle.md). Where vLLM would reuse
+    the plan, the pod now has another folder, with no plan."""
+    folder, container = _folder(edited({}))
+    changed_folder, changed = _folder(edited(edit))
+    plans = {_plan_fingerprint(c, monkeypatch) for c in (container, changed)}
+    assert len(plans) == 1  # vLLM's own key misses each of these...
+    assert changed_folder != folder  # ...the folder does not
+
+
+@pytest.mark.parametrize("option", ["--skip-mm-profiling", "--mm-encoder-tp-mode=data"])
+def test_engine_args_that_change_the_profile_are_in_the_folder_key(option: str) -> None:
+    """Options vLLM 0.33.0's model config leaves out of its hash (so out of the plan's
+    fingerprint) that change what the memory profile measures."""
+    ignored = inspect.getsource(ModelConfig.compute_hash)
+    assert all(f'"{dest}"' in ignored for dest in PLAN_OPTIONS)
+    folder, _ = _folder(edited({}))
+    assert _folder(edited({"spec.engineArgs": [option]}))[0] != folder
+
+
+def test_a_setting_vllm_hashes_keeps_the_folder() -> None:
+    """What vLLM's fingerprint does see (here the decode batch, its scheduler config) needs no
+    folder of its own: the compiled kernels stay shared."""
+    folder, _ = _folder(edited({}))
+    assert _folder(edited({"spec.decode.maxNumSeqs": 32}))[0] == folder

@@ -87,3 +87,26 @@ def test_after_a_restart_the_turn_is_where_a_status_says_a_move_is() -> None:
     fresh = DefaultImageGate()
     fresh.hold("a", "inference/a")
     assert fresh.claim("b", "inference/b", NEW, lambda _: []) == "inference/a"
+
+
+def test_after_a_restart_a_move_in_a_namespace_not_yet_seen_holds_the_turn() -> None:
+    """A bug once: the gate read only the namespaces it had seen since the operator started, so
+    the first deployment reconciled after a restart took the turn while one of another namespace
+    was still moving: two moved at once. The gate now reads every namespace served first."""
+    moving_elsewhere = kd("a", "a", NEW, "RollingOut")
+    moving_elsewhere["metadata"]["namespace"] = "team-a"
+    stored = {"team-a": [moving_elsewhere], "team-b": []}
+    asked: list[str | None] = []
+
+    def list_namespace(ns: str | None) -> list[dict[str, Any]]:
+        asked.append(ns)
+        return [d for where, found in stored.items() if ns in (None, where) for d in found]
+
+    every_namespace = DefaultImageGate()  # the operator serves all namespaces
+    assert every_namespace.claim("b", "team-b/b", NEW, list_namespace) == "team-a/a"
+    assert asked == [None]
+    some = DefaultImageGate()
+    some.serve(["team-b", "team-a"])  # the namespaces of a namespaced install
+    asked.clear()
+    assert some.claim("b", "team-b/b", NEW, list_namespace) == "team-a/a"
+    assert asked == ["team-b", "team-a"]

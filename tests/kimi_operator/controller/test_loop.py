@@ -237,6 +237,33 @@ def test_a_child_dropped_without_an_edit_is_pruned_at_once(client: CountingClien
     assert harness.controller.deployments[uid].pruned == 1
 
 
+def test_a_child_kept_for_its_pods_is_pruned_by_the_next_look(client: CountingClient) -> None:
+    """A scale-down's ComputeDomain kept while the group's pods terminate (decide.py, `_prune`):
+    the reconcile the outcome's requeue brings prunes again, though the generation is the one
+    already pruned at."""
+    harness = Harness(client)
+    uid = created(client, harness, "awaiting", replicas=2)["metadata"]["uid"]
+    controller = harness.controller
+    waits = [True, False]
+
+    def awaiting(outcome: Outcome) -> Outcome:
+        outcome.prune_later = waits.pop(0)
+        outcome.requeue_after_s = 5.0 if outcome.prune_later else None
+        return outcome
+
+    harness.after = awaiting
+    edited = client.patch(KIMI_DEPLOYMENT, NAMESPACE, "awaiting", {"spec": {"replicas": 1}})
+    controller.observe("MODIFIED", edited)
+    assert harness.run_due() == 1
+    assert controller.deployments[uid].pruned is None
+    before = client.lists
+    harness.clock.advance(5.0)
+    assert harness.run_due() == 1
+    assert client.lists > before  # it pruned
+    assert controller.deployments[uid].pruned == 2
+    assert waits == []
+
+
 def test_an_edit_before_the_first_status_prunes(client: CountingClient) -> None:
     """Edited (generation 2) before the operator wrote any status: children of generation 1 may
     exist (the churn reliability test found groups left after such a scale-down)."""
@@ -362,3 +389,20 @@ def test_a_status_write_overtaken_by_another_status_write_is_made_again(
     harness.controller.resync()
     assert harness.run_due() == 1
     assert harness.controller.queue.failures(uid) == 1  # refused: the spec it described is gone
+
+
+def test_the_image_gate_reads_the_namespaces_the_controller_serves(
+    client: CountingClient,
+) -> None:
+    """The default-image turn is given knowing every namespace served (builders/images.py), not
+    only those reconciled since the start."""
+    defaults = OperatorDefaults()
+    Controller(client, defaults, Metrics(), namespaces=["team-a", "team-b"])
+    asked: list[str | None] = []
+
+    def listed(ns: str | None) -> list[dict[str, Any]]:
+        asked.append(ns)
+        return []
+
+    assert defaults.image_gate.claim("uid", "team-b/b", "image:1", listed) == ""
+    assert asked == ["team-a", "team-b"]

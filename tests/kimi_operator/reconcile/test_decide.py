@@ -194,12 +194,24 @@ def test_a_scale_down_prunes_the_surplus_groups_only() -> None:
         "metadata": {**two[0]["metadata"], "name": "x", "ownerReferences": []}
     }
     found[two[0]["kind"]].append(other)  # not the deployment's: left alone
-    seen = observed(body(reconciled(body(replicas=2)), replicas=1), prune=True, children=found)
+    scaled = body(reconciled(body(replicas=2)), replicas=1)
+    seen = observed(scaled, prune=True, children=found, pods=[])  # no pod left of g1
     decision = decide(seen, DEFAULTS, now=NOW)
     assert sorted(f"{w.resource.kind}/{w.name}" for w in decision.delete) == [
         f"ComputeDomain/{NAME}-g1",
         f"LeaderWorkerSet/{NAME}-g1",
     ]
+    assert decision.awaiting == []
+    # Its pods still terminating (they claim the domain's channel), or not read: the domain
+    # stays, for a later reconcile.
+    claim = {"name": "channel", "resourceClaimTemplateName": f"{NAME}-g1-channel"}
+    terminating = {"metadata": {"name": f"{NAME}-g1-0"}, "spec": {"resourceClaims": [claim]}}
+    for pods in ([terminating], None):
+        seen = observed(scaled, prune=True, children=found, pods=pods)
+        decision = decide(seen, DEFAULTS, now=NOW)
+        deleted = [f"{w.resource.kind}/{w.name}" for w in decision.delete]
+        assert deleted == [f"LeaderWorkerSet/{NAME}-g1"], pods
+        assert decision.awaiting == [f"{NAME}-g1"]
     assert {w.verb for w in decision.delete} == {"delete"}
     # Each conditional on the object as listed (docs/architecture.md, "Write rules").
     wanted = {"uid": f"uid-of-{NAME}-g1", "resourceVersion": "7"}
