@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from kimi_operator import caches, drain, group_life, prefill_scaling, rollout, routing
+from kimi_operator import caches, drain, group_life, prefill_scaling, rollout, routing, upgrades
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import ROLLING_REASONS, condition, progressing_reason
@@ -142,6 +142,7 @@ class Decision:
     gate: Gate = "release"  # the operator-wide turn to move to a new default image
     groups: list[dict[str, Any]] = field(default_factory=list)  # status.groups (group_life.py)
     drains: drain.Drains = field(default_factory=drain.Drains)  # groups leaving (drain.py)
+    older: frozenset[str] = frozenset()  # groups left on an older template (upgrades.py)
 
 
 def _missing(resource: Resource) -> Problem:
@@ -377,12 +378,20 @@ def decide(
     if image.image != serving_image(kd, defaults):
         chosen = dataclasses.replace(defaults, serving_image=image.image)
         plan = _planned(kd, chosen, observed.served, weights)
+    children = [with_owner(c, body) for c in plan.children]
+    claims = {role: w.claim_name for role, w in weights.resolved.items()}
+    inputs = upgrades.current(kd, plan.defaults, claims)
+    stopped_before = group_life.stopped(old.get("groups") or [])
+    older = upgrades.older(
+        kd, body, plan.defaults, inputs, children=children, live=live, stopped=stopped_before
+    )
     rolled = rollout.decide(
         kd,
-        [with_owner(c, body) for c in plan.children],
+        upgrades.stamped(children, live, inputs),
         live,
         now=now,
         was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
+        older=older,
     )
     created = {
         c["metadata"]["name"]: c
@@ -412,6 +421,7 @@ def decide(
         gate="hold" if following and rolled.steps.rolling else "release",
         groups=records,
         drains=drains,
+        older=older,
     )
     if observed.prune:
         staying = {name for name in live if name not in drains.go} - {
