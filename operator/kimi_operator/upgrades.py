@@ -158,6 +158,19 @@ def older(
     return frozenset(out)
 
 
+def message(kd: KimiDeployment, older: frozenset[str]) -> str:
+    """Progressing's message while groups run an older template ("" when none does)."""
+    if not older:
+        return ""
+    meta = kd.metadata
+    return (
+        f"{', '.join(sorted(older))} run the pod template of an earlier operator version (the "
+        "same spec): each takes the current one when it restarts (made again, scaled from zero, "
+        "a spec edit, resumed), or now, group by group: kubectl annotate kimi "
+        f"{meta.name} -n {meta.namespace} {ROLL_ANNOTATION}=$(date +%s) --overwrite"
+    )
+
+
 def stamped(
     children: Sequence[Mapping[str, Any]], live: Mapping[str, Mapping[str, Any]], now: Inputs
 ) -> list[dict[str, Any]]:

@@ -143,7 +143,16 @@ class KimiDeploymentStatus(StatusModel):
         0, description="Prefill TP groups serving."
     )
     updated_replicas: Annotated[int, Field(ge=0)] = Field(
-        0, description="TP groups (of spec.replicas) that run the current pod template."
+        0,
+        description="TP groups (of spec.replicas) that run the current pod template, or an "
+        "earlier operator version's rendering of the same spec (olderTemplateGroups).",
+    )
+    older_template_groups: list[Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Groups that run the pod template an earlier operator version rendered "
+        "from the same spec: left as they are, they take the current one when they restart, or "
+        "group by group when the kimi-operator.io/roll-template annotation gets a new value.",
     )
     image: str = Field(
         "", max_length=512, description="The serving image the TP groups are rolled to."
