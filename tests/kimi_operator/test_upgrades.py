@@ -1,0 +1,203 @@
+"""Groups on an earlier operator's template (upgrades.py): left as they are, and rewritten only
+for a reason of their own: an edit of what they are rendered from, the roll-template annotation,
+the restart budget's stop. One reconcile's decision and status at a time, without any client."""
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kimi_operator.api.validation import check_document
+from kimi_operator.builders import build_children, preview_weights
+from kimi_operator.builders.meta import ROUTABLE_LABEL
+from kimi_operator.k8s.merge import with_owner
+from kimi_operator.k8s.resources import LEADER_WORKER_SET
+from kimi_operator.reconcile.decide import Decision, decide
+from kimi_operator.upgrades import (
+    INPUTS_ANNOTATION,
+    ROLL_ANNOTATION,
+    Inputs,
+    current,
+    older,
+    recorded,
+)
+from tests.kimi_operator.reconcile.test_decide import (
+    DEFAULTS,
+    NAME,
+    NOW,
+    body,
+    observed,
+    ready,
+    reconciled,
+    status_of,
+)
+from tests.support.cluster import condition
+
+ROOT = Path(__file__).resolve().parents[2]
+G0, G1 = f"{NAME}-g0", f"{NAME}-g1"
+
+
+def earlier(group: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
+    """`group` as an earlier operator rendered it from the same inputs: without the routable
+    label on its pods (as before commit 87c27e6), its applied-spec annotation to match."""
+    out = copy.deepcopy(group)
+    template = out["spec"]["leaderWorkerTemplate"]
+    for pod in (template["leaderTemplate"], template["workerTemplate"]):
+        pod["metadata"]["labels"].pop(ROUTABLE_LABEL)
+    return with_owner(out, owner)
+
+
+def upgraded(doc: dict[str, Any], *, recorded_inputs: bool = True) -> dict[str, dict[str, Any]]:
+    """The Ready groups of `doc` as an earlier operator left them, by name."""
+    first = decide(observed(doc), DEFAULTS, now=NOW)
+    live = {}
+    for child in first.apply:
+        if child["kind"] != LEADER_WORKER_SET.kind:
+            continue
+        group = ready(earlier(child, doc))
+        if not recorded_inputs:
+            group["metadata"]["annotations"].pop(INPUTS_ANNOTATION)
+        live[child["metadata"]["name"]] = group
+    return live
+
+
+def lws(decision: Decision, name: str) -> list[dict[str, Any]]:
+    """The LeaderWorkerSet `name` if the decision writes it."""
+    return [
+        c
+        for c in decision.apply
+        if c["kind"] == "LeaderWorkerSet" and c["metadata"]["name"] == name
+    ]
+
+
+def edit(doc: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """`doc` reconciled, then its spec edited (a new generation)."""
+    out = body(reconciled(doc), **{**doc["spec"], **spec})
+    out["metadata"]["generation"] = doc["metadata"]["generation"] + 1
+    return out
+
+
+def groups_written(decision: Decision) -> list[str]:
+    return sorted(c["metadata"]["name"] for c in decision.apply if c["kind"] == "LeaderWorkerSet")
+
+
+def test_groups_on_an_earlier_template_are_left_as_they_are() -> None:
+    doc = body(replicas=2)
+    seen = observed(body(reconciled(doc), replicas=2), groups=upgraded(doc), pods=[])
+    decision = decide(seen, DEFAULTS, now=NOW)
+    assert groups_written(decision) == []
+    assert sorted(g["metadata"]["name"] for g in decision.held) == [G0, G1]
+    assert decision.older == {G0, G1}
+    assert decision.steps is not None
+    assert (decision.steps.rolling, decision.steps.updated) == (False, 2)
+    status = status_of(seen, decision, [*decision.apply, *decision.held]).status
+    assert status["olderTemplateGroups"] == [G0, G1]
+    progressing = condition(status, "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "OlderTemplate")
+    assert f"{ROLL_ANNOTATION}=$(date +%s)" in progressing["message"]
+
+
+def test_an_edit_of_their_template_rolls_them_one_at_a_time() -> None:
+    doc = body(replicas=2)
+    edited = edit(doc, image="registry/vllm-kimi:2")
+    decision = decide(observed(edited, groups=upgraded(doc), pods=[]), DEFAULTS, now=NOW)
+    assert groups_written(decision) == [G0]  # maxUnavailable 1
+    assert decision.older == frozenset()
+    (written,) = lws(decision, G0)
+    then = recorded(written)
+    assert then is not None
+    assert then.image == "registry/vllm-kimi:2"
+
+
+def test_an_edit_that_leaves_their_template_alone_leaves_them_alone() -> None:
+    doc = body(replicas=2)
+    edited = edit(doc, monitoring={"interval": "30s"})
+    decision = decide(observed(edited, groups=upgraded(doc), pods=[]), DEFAULTS, now=NOW)
+    assert groups_written(decision) == []
+    assert decision.older == {G0, G1}
+
+
+def test_groups_from_before_the_inputs_were_recorded() -> None:
+    """Taken as rendered from the spec the last status reconciled, with the image they run; a
+    status of an earlier generation (an edit the earlier operator had not acted on) rolls them."""
+    doc = body(replicas=2)
+    live = upgraded(doc, recorded_inputs=False)
+    settled = body(reconciled(doc), replicas=2)
+    assert decide(observed(settled, groups=live, pods=[]), DEFAULTS, now=NOW).older == {G0, G1}
+    image = edit(doc, image="registry/vllm-kimi:2")
+    decision = decide(observed(image, groups=live, pods=[]), DEFAULTS, now=NOW)
+    assert (decision.older, groups_written(decision)) == (frozenset(), [G0])
+    behind = body({**reconciled(doc), "observedGeneration": 1}, replicas=2)
+    decision = decide(observed(behind, groups=live, pods=[]), DEFAULTS, now=NOW)
+    assert (decision.older, groups_written(decision)) == (frozenset(), [G0])
+
+
+def test_the_roll_template_annotation_rolls_them_and_is_remembered() -> None:
+    doc = body(replicas=2)
+    asked = body(reconciled(doc), replicas=2)
+    asked["metadata"]["annotations"] = {ROLL_ANNOTATION: "1"}
+    live = upgraded(doc)
+    decision = decide(observed(asked, groups=live, pods=[]), DEFAULTS, now=NOW)
+    assert groups_written(decision) == [G0]  # group by group, as any template change
+    (written,) = lws(decision, G0)
+    assert json.loads(written["metadata"]["annotations"][INPUTS_ANNOTATION])["annotations"] == {
+        ROLL_ANNOTATION: "1"
+    }
+    # A group that already has the current template records the request, in its metadata only
+    # (no restart): a later upgrade does not roll it for a request it already answered.
+    before = copy.deepcopy(written)
+    inputs = json.loads(before["metadata"]["annotations"][INPUTS_ANNOTATION])
+    before["metadata"]["annotations"][INPUTS_ANNOTATION] = json.dumps(inputs | {"annotations": {}})
+    live[G0] = ready(before)
+    decision = decide(observed(asked, groups=live, pods=[]), DEFAULTS, now=NOW)
+    stamped = lws(decision, G0)[0]
+    assert stamped["spec"] == before["spec"]
+    then = recorded(stamped)
+    assert then is not None
+    assert then.roll == "1"
+
+
+def test_a_group_the_restart_budget_stopped_takes_the_current_template() -> None:
+    """It has no pod left to restart: the template costs nothing."""
+    doc = body(replicas=2)
+    status = reconciled(doc)
+    status["groups"] = [
+        {**g, "stopped": True} if g["name"] == G1 else g for g in status.get("groups", [])
+    ]
+    decision = decide(
+        observed(body(status, replicas=2), groups=upgraded(doc), pods=[]), DEFAULTS, now=NOW
+    )
+    assert decision.older == {G0}
+    assert G1 in groups_written(decision)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "crds" / "samples").glob("*.yaml")), ids=str)
+def test_what_a_group_records_renders_its_template_again(path: Path) -> None:
+    """Every sample's recorded inputs, read back and rendered, give each of its groups as the
+    operator renders them: a group is never taken for older, nor rolled, by the recording."""
+    doc = yaml.safe_load(path.read_text())
+    doc["metadata"] |= {"uid": "uid-1", "annotations": {ROLL_ANNOTATION: "x"}}
+    report = check_document(doc)
+    assert report.deployment is not None
+    kd = report.deployment
+    weights = preview_weights(kd)
+    children = [with_owner(c, doc) for c in build_children(kd, DEFAULTS, weights=weights)]
+    inputs = current(kd, DEFAULTS, {role: w.claim_name for role, w in weights.items()})
+    assert recorded({"metadata": {"annotations": {INPUTS_ANNOTATION: inputs.text()}}}) == inputs
+    live = {
+        c["metadata"]["name"]: earlier(c, doc) | {"metadata": recorded_by(earlier(c, doc), inputs)}
+        for c in children
+        if c["kind"] == LEADER_WORKER_SET.kind
+    }
+    assert live
+    found = older(kd, doc, DEFAULTS, inputs, children=children, live=live, stopped=set())
+    assert found == set(live)
+
+
+def recorded_by(group: dict[str, Any], inputs: Inputs) -> dict[str, Any]:
+    """`group`'s metadata recording `inputs`."""
+    annotations = {**group["metadata"]["annotations"], INPUTS_ANNOTATION: inputs.text()}
+    return {**group["metadata"], "annotations": annotations}
