@@ -85,6 +85,9 @@ def _rendered(
     """The LeaderWorkerSet `name` rendered from `inputs` by this operator (None: they make no
     such group)."""
     found = rollout.group_of(kd.metadata.name, name)
+    if found is None:
+        return None
+    letter, index = found
     metadata = kd.metadata.model_dump()
     annotations = {
         k: v for k, v in (metadata.get("annotations") or {}).items() if not k.startswith(PREFIX)
@@ -101,14 +104,13 @@ def _rendered(
         )
     except ValidationError:
         return None
-    roles = serving_roles(then.spec)
-    serving = {"g": roles[0], "p": roles[-1] if then.spec.prefill is not None else None}
-    if found is None or serving[found[0]] is None:
+    if letter == "p" and then.spec.prefill is None:
         return None
+    serving = serving_roles(then.spec)[0] if letter == "g" else "prefill"
     chosen = dataclasses.replace(
         defaults, serving_image=inputs.image, compute_domain_available=inputs.compute_domain
     )
-    return group_workload(then, chosen, found[1], serving[found[0]], inputs.caches)
+    return group_workload(then, chosen, index, serving, inputs.caches)
 
 
 def settled(body: Mapping[str, Any]) -> bool:

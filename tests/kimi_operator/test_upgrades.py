@@ -41,12 +41,14 @@ G0, G1 = f"{NAME}-g0", f"{NAME}-g1"
 
 
 def earlier(group: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
-    """`group` as an earlier operator rendered it from the same inputs: without the routable
-    label on its pods (as before commit 87c27e6), its applied-spec annotation to match."""
+    """`group` as an earlier operator rendered it from the same inputs: its pods' labels without
+    the routable one (as before commit 87c27e6) and with one of its own, its applied-spec
+    annotation to match."""
     out = copy.deepcopy(group)
     template = out["spec"]["leaderWorkerTemplate"]
     for pod in (template["leaderTemplate"], template["workerTemplate"]):
         pod["metadata"]["labels"].pop(ROUTABLE_LABEL)
+        pod["metadata"]["labels"]["kimi-operator.io/earlier"] = "true"
     return with_owner(out, owner)
 
 
@@ -174,17 +176,30 @@ def test_a_group_the_restart_budget_stopped_takes_the_current_template() -> None
     assert G1 in groups_written(decision)
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "crds" / "samples").glob("*.yaml")), ids=str)
-def test_what_a_group_records_renders_its_template_again(path: Path) -> None:
-    """Every sample's recorded inputs, read back and rendered, give each of its groups as the
-    operator renders them: a group is never taken for older, nor rolled, by the recording."""
-    doc = yaml.safe_load(path.read_text())
+DISAGGREGATED = {
+    "routing": {"mode": "InferencePool"},
+    "prefill": {"replicas": 2},
+    "rollout": {"maxSurge": 1, "maxUnavailable": 0},
+}
+CASES = [
+    *((path.name, {}) for path in sorted((ROOT / "crds" / "samples").glob("*.yaml"))),
+    ("k3-tp8-dspark.yaml", DISAGGREGATED),
+]
+
+
+@pytest.mark.parametrize(("sample", "spec"), CASES)
+def test_what_a_group_records_renders_its_template_again(sample: str, spec: dict[str, Any]) -> None:
+    """Every sample's recorded inputs (and a disaggregated one's, surge groups included), read
+    back and rendered, give each of its groups as the operator renders them: a group is never
+    taken for older, nor rolled, by the recording."""
+    doc = yaml.safe_load((ROOT / "crds" / "samples" / sample).read_text())
+    doc["spec"] |= spec
     doc["metadata"] |= {"uid": "uid-1", "annotations": {ROLL_ANNOTATION: "x"}}
     report = check_document(doc)
     assert report.deployment is not None
     kd = report.deployment
     weights = preview_weights(kd)
-    children = [with_owner(c, doc) for c in build_children(kd, DEFAULTS, weights=weights)]
+    children = [with_owner(c, doc) for c in build_children(kd, DEFAULTS, 1, weights=weights)]
     inputs = current(kd, DEFAULTS, {role: w.claim_name for role, w in weights.items()})
     assert recorded({"metadata": {"annotations": {INPUTS_ANNOTATION: inputs.text()}}}) == inputs
     live = {
