@@ -133,18 +133,14 @@ def older(
     *,
     children: Sequence[Mapping[str, Any]],
     live: Mapping[str, Mapping[str, Any]],
-    stopped: set[str],
 ) -> frozenset[str]:
-    """The groups on an older template: left as they are. `children`: as the operator writes
-    them now; `live`: the LeaderWorkerSets by name; `stopped`: the groups the restart budget
-    stopped (their new template costs nothing)."""
+    """The groups on an older template. `children`: as the operator writes them now; `live`:
+    the LeaderWorkerSets by name."""
     out = set()
     for child in children:
         name = child["metadata"]["name"]
         group = live.get(name)
-        if child["kind"] != rollout.LWS_KIND or group is None or name in stopped:
-            continue
-        if rollout.is_updated(group, child):
+        if child["kind"] != rollout.LWS_KIND or group is None or rollout.is_updated(group, child):
             continue
         then = recorded(group)
         if then is None and settled(body):

@@ -173,7 +173,10 @@ def test_a_group_the_restart_budget_stopped_takes_the_current_template() -> None
         observed(body(status, replicas=2), groups=upgraded(doc), pods=[]), DEFAULTS, now=NOW
     )
     assert decision.older == {G0}
-    assert G1 in groups_written(decision)
+    (written,) = lws(decision, G1)
+    assert written["spec"]["replicas"] == 0  # the brake
+    labels = written["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["metadata"]["labels"]
+    assert labels[ROUTABLE_LABEL] == "true"  # the current template
 
 
 DISAGGREGATED = {
@@ -208,7 +211,7 @@ def test_what_a_group_records_renders_its_template_again(sample: str, spec: dict
         if c["kind"] == LEADER_WORKER_SET.kind
     }
     assert live
-    found = older(kd, doc, DEFAULTS, inputs, children=children, live=live, stopped=set())
+    found = older(kd, doc, DEFAULTS, inputs, children=children, live=live)
     assert found == set(live)
 
 

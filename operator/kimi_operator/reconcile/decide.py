@@ -381,18 +381,10 @@ def decide(
     children = [with_owner(c, body) for c in plan.children]
     claims = {role: w.claim_name for role, w in weights.resolved.items()}
     inputs = upgrades.current(kd, plan.defaults, claims)
-    stopped_before = group_life.stopped(old.get("groups") or [])
-    older = upgrades.older(
-        kd, body, plan.defaults, inputs, children=children, live=live, stopped=stopped_before
-    )
-    rolled = rollout.decide(
-        kd,
-        upgrades.stamped(children, live, inputs),
-        live,
-        now=now,
-        was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
-        older=older,
-    )
+    stamped = upgrades.stamped(children, live, inputs)
+    was_rolling = not skip_groups and progressing_reason(old) in ROLLING_REASONS
+    older = upgrades.older(kd, body, plan.defaults, inputs, children=children, live=live)
+    rolled = rollout.decide(kd, stamped, live, now=now, was_rolling=was_rolling, older=older)
     created = {
         c["metadata"]["name"]: c
         for c in rolled.write
@@ -400,6 +392,9 @@ def decide(
     }
     records = group_life.records(kd, old, observed.groups, observed.pods, now=now, created=created)
     halted = group_life.stopped(records)
+    if older & halted:  # stopped: no pod left to restart, the current template costs nothing
+        older -= halted
+        rolled = rollout.decide(kd, stamped, live, now=now, was_rolling=was_rolling, older=older)
     plan.children = group_life.braked(rolled.planned, halted)
     brake = group_life.stopped_problem(kd, records)
     if brake is not None:
