@@ -14,7 +14,7 @@ import calendar
 import dataclasses
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,7 +200,7 @@ def decide(
     *,
     now: str,
     was_rolling: bool,
-    older: frozenset[str] = frozenset(),
+    older: Collection[str] = (),
 ) -> Decision:
     """`children`: the deployment's children as the operator writes them (with owner and
     applied-spec annotation), surge groups included; `live`: its LeaderWorkerSets by name;
@@ -257,7 +257,7 @@ def _observed(
     letter: str,
     children: Sequence[Mapping[str, Any]],
     live: Mapping[str, Mapping[str, Any]],
-    older: frozenset[str],
+    older: Collection[str],
 ) -> dict[int, Group]:
     """The existing groups of one role (`letter`: g or p), by index; those `older` updated."""
     groups = {}

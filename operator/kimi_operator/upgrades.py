@@ -18,8 +18,9 @@ the image it runs. docs/group-lifecycle.md, "Upgrading the operator".
 """
 
 import dataclasses
+import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
 from kimi_operator.builders import OperatorDefaults, group_workload, serving_image
 from kimi_operator.builders.disaggregation import serving_roles
+from kimi_operator.k8s.merge import APPLIED_ANNOTATION
 
 # What a group's template was rendered from (`Inputs`, as JSON), on its LeaderWorkerSet.
 INPUTS_ANNOTATION = "kimi-operator.io/template-inputs"
@@ -125,6 +127,13 @@ def settled(body: Mapping[str, Any]) -> bool:
     )
 
 
+def template_hash(child: Mapping[str, Any]) -> str:
+    """A short hash of the template the operator writes (`child`: with its applied-spec
+    annotation)."""
+    applied = child["metadata"]["annotations"][APPLIED_ANNOTATION]
+    return hashlib.sha256(applied.encode()).hexdigest()[:16]
+
+
 def older(
     kd: KimiDeployment,
     body: Mapping[str, Any],
@@ -133,16 +142,24 @@ def older(
     *,
     children: Sequence[Mapping[str, Any]],
     live: Mapping[str, Mapping[str, Any]],
-) -> frozenset[str]:
-    """The groups on an older template. `children`: as the operator writes them now; `live`:
-    the LeaderWorkerSets by name."""
-    out = set()
+) -> dict[str, str]:
+    """The groups on an older template, each with the hash of the template the operator writes
+    for it now (status.olderTemplateGroups). `children`: as the operator writes them now;
+    `live`: the LeaderWorkerSets by name. A group that records no inputs, once found on an
+    older template, stays there while that hash does: an edit of the spec that leaves its
+    template alone (a scale, monitoring) leaves it alone."""
+    status = body.get("status") or {}
+    found_before = {g.get("name"): g.get("template") for g in status.get("olderTemplateGroups", [])}
+    out = {}
     for child in children:
         name = child["metadata"]["name"]
         group = live.get(name)
         if child["kind"] != rollout.LWS_KIND or group is None or rollout.is_updated(group, child):
             continue
         then = recorded(group)
+        if then is None and now.roll is None and found_before.get(name) == template_hash(child):
+            out[name] = template_hash(child)
+            continue
         if then is None and settled(body):
             without_roll = {k: v for k, v in now.annotations.items() if k != ROLL_ANNOTATION}
             then = dataclasses.replace(
@@ -152,11 +169,11 @@ def older(
             continue
         rendered = _rendered(kd, defaults, then, name)
         if rendered is not None and rendered["spec"] == child["spec"]:
-            out.add(name)
-    return frozenset(out)
+            out[name] = template_hash(child)
+    return out
 
 
-def message(kd: KimiDeployment, older: frozenset[str]) -> str:
+def message(kd: KimiDeployment, older: Collection[str]) -> str:
     """Progressing's message while groups run an older template ("" when none does)."""
     if not older:
         return ""

@@ -1,8 +1,8 @@
 """An operator upgrade restarts no group by itself (docs/group-lifecycle.md, "Upgrading the
 operator"): the groups an earlier release wrote (fixtures/groups-e337e20.yaml, rendered by the
 commit before the kimi-operator.io/routable label) are left on their template under this one, and
-say so in the status; an edit of the spec still rolls them, and so does the roll-template
-annotation, group by group."""
+say so in the status; a scale leaves them there; an edit of the spec still rolls them, and so
+does the roll-template annotation, group by group."""
 
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from tests.support.groups import Audit, audited, images, kubelet
 
 NS, NAME = "inference", "k3-tp8-dspark"
 GROUPS = [f"{NAME}-g0", f"{NAME}-g1"]
+THIRD = f"{NAME}-g2"
 OLD, NEW = "registry/vllm-kimi:1", "registry/vllm-kimi:2"
 FIXTURE = Path(__file__).parent / "fixtures" / "groups-e337e20.yaml"
 TIMEOUT_S = 60.0
@@ -67,6 +68,10 @@ def template_writes(api: EmbeddedApiServer, since: int) -> list[str]:
     ]
 
 
+def older_groups(status: dict[str, Any]) -> list[str]:
+    return [g["name"] for g in status.get("olderTemplateGroups", [])]
+
+
 def identity(group: dict[str, Any]) -> tuple[str, int]:
     return group["metadata"]["uid"], group["metadata"]["generation"]
 
@@ -77,7 +82,7 @@ def left_alone(client: Client, operator: OperatorThread) -> dict[str, Any]:
 
     def named() -> dict[str, Any] | None:
         status = status_of(client, NS, NAME)
-        return status if status.get("olderTemplateGroups") == GROUPS else None
+        return status if older_groups(status) == GROUPS else None
 
     wait_for(named, TIMEOUT_S, "the groups on an older template named")
     resyncs(metrics_of(operator), 2)
@@ -104,22 +109,40 @@ def test_an_upgrade_rewrites_no_group_and_a_spec_edit_still_rolls(
             assert ROLL_ANNOTATION in progressing["message"]
             assert condition(status, "Ready")["status"] == "True"
 
+            # A scale (a new generation, as an autoscaler's) adds a group and leaves them alone.
+            mark = api.mark()
+            client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": {"replicas": 3}})
+            wait_for(lambda: scaled(client), TIMEOUT_S, "a third group Ready, the others left")
+            resyncs(metrics_of(operator), 2)
+            assert template_writes(api, mark) == [THIRD]
+
             # An edit of the spec rolls every group as before, one at a time, each once.
             audit = audited(api, NAME)
             audit.armed = True
             mark = api.mark()
             client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": {"image": NEW}})
-            wait_for(lambda: rolled(client, NEW), TIMEOUT_S, "rolled out")
-    assert sorted(template_writes(api, mark)) == GROUPS
-    assert audit.least_ready(NAME) == 1
+            wait_for(lambda: rolled(client, NEW, [*GROUPS, THIRD]), TIMEOUT_S, "rolled out")
+    assert sorted(template_writes(api, mark)) == [*GROUPS, THIRD]
+    assert audit.least_ready(NAME) == 2
 
 
-def rolled(client: Client, image: str) -> dict[str, Any] | None:
+def scaled(client: Client) -> dict[str, Any] | None:
+    status = status_of(client, NS, NAME)
+    generation = client.get(KIMI_DEPLOYMENT, NS, NAME)["metadata"]["generation"]  # type: ignore[index]
+    done = (
+        status.get("observedGeneration") == generation
+        and status.get("readyReplicas") == 3
+        and older_groups(status) == GROUPS
+    )
+    return status if done else None
+
+
+def rolled(client: Client, image: str, groups: list[str]) -> dict[str, Any] | None:
     status = status_of(client, NS, NAME)
     done = (
-        images(client, NS) == dict.fromkeys(GROUPS, image)
-        and status.get("updatedReplicas") == status.get("readyReplicas") == 2
-        and status.get("olderTemplateGroups") == []
+        images(client, NS) == dict.fromkeys(groups, image)
+        and status.get("updatedReplicas") == status.get("readyReplicas") == len(groups)
+        and older_groups(status) == []
         and condition(status, "Progressing")["reason"] == "Reconciled"
     )
     return status if done else None
@@ -138,7 +161,7 @@ def test_the_roll_template_annotation_rolls_the_older_groups(
             mark = api.mark()
             patch = {"metadata": {"annotations": {ROLL_ANNOTATION: "1"}}}
             client.patch(KIMI_DEPLOYMENT, NS, NAME, patch)
-            wait_for(lambda: rolled(client, OLD), TIMEOUT_S, "rolled to the current template")
+            wait_for(lambda: rolled(client, OLD, GROUPS), TIMEOUT_S, "rolled to the current one")
             groups = client.list(LEADER_WORKER_SET, NS)
             assert all(INPUTS_ANNOTATION in g["metadata"]["annotations"] for g in groups)
             assert {leader_image(g) for g in groups} == {OLD}

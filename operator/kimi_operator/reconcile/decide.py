@@ -142,7 +142,8 @@ class Decision:
     gate: Gate = "release"  # the operator-wide turn to move to a new default image
     groups: list[dict[str, Any]] = field(default_factory=list)  # status.groups (group_life.py)
     drains: drain.Drains = field(default_factory=drain.Drains)  # groups leaving (drain.py)
-    older: frozenset[str] = frozenset()  # groups left on an older template (upgrades.py)
+    # The groups left on an older template, with the hash of the current one (upgrades.py).
+    older: dict[str, str] = field(default_factory=dict)
 
 
 def _missing(resource: Resource) -> Problem:
@@ -392,8 +393,8 @@ def decide(
     }
     records = group_life.records(kd, old, observed.groups, observed.pods, now=now, created=created)
     halted = group_life.stopped(records)
-    if older & halted:  # stopped: no pod left to restart, the current template costs nothing
-        older -= halted
+    if halted & older.keys():  # stopped: no pod left to restart, the current template is free
+        older = {name: template for name, template in older.items() if name not in halted}
         rolled = rollout.decide(kd, stamped, live, now=now, was_rolling=was_rolling, older=older)
     plan.children = group_life.braked(rolled.planned, halted)
     brake = group_life.stopped_problem(kd, records)

@@ -254,11 +254,11 @@ def _waiting(image: ImageChoice | None) -> str:
     )
 
 
-def _rollout(image: ImageChoice, steps: Steps, older: frozenset[str]) -> dict[str, Any]:
+def _rollout(image: ImageChoice, steps: Steps, older: Mapping[str, str]) -> dict[str, Any]:
     """The status fields of the rollout and the image."""
     return {
         "updatedReplicas": steps.updated,
-        "olderTemplateGroups": sorted(older),
+        "olderTemplateGroups": [{"name": n, "template": t} for n, t in sorted(older.items())],
         "image": image.image,
         "imageSource": image.source,
         "pendingImage": image.pending,
