@@ -14,7 +14,10 @@ stopped by the restart budget (no pod left to restart), or `ROLL_ANNOTATION` set
 on the deployment (then rolled group by group like any template change). A group written before
 the operator recorded its inputs is taken as rendered from the spec the last status observed, if
 that status says it was reconciled at the current generation and no rollout was under way; with
-the image it runs. docs/group-lifecycle.md, "Upgrading the operator".
+the image it runs; and, once found on an older template, kept there while the hash of the
+template the operator renders for it (which the status keeps) stays the same. The operator's
+settings besides the serving image are not inputs: they count as the operator.
+docs/group-lifecycle.md, "Upgrading the operator".
 """
 
 import dataclasses

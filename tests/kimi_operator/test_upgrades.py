@@ -3,6 +3,7 @@ for a reason of their own: an edit of what they are rendered from, the roll-temp
 the restart budget's stop. One reconcile's decision and status at a time, without any client."""
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from kimi_operator.builders.meta import ROUTABLE_LABEL
 from kimi_operator.k8s.merge import with_owner
 from kimi_operator.k8s.resources import LEADER_WORKER_SET
 from kimi_operator.reconcile.decide import Decision, decide
+from kimi_operator.rollout import is_updated
 from kimi_operator.upgrades import (
     INPUTS_ANNOTATION,
     ROLL_ANNOTATION,
@@ -66,12 +68,12 @@ def upgraded(doc: dict[str, Any], *, recorded_inputs: bool = True) -> dict[str, 
     return live
 
 
-def lws(decision: Decision, name: str) -> list[dict[str, Any]]:
-    """The LeaderWorkerSet `name` if the decision writes it."""
+def lws(decision: Decision, name: str = "") -> list[dict[str, Any]]:
+    """The LeaderWorkerSet `name` (all: "") if the decision writes it."""
     return [
         c
         for c in decision.apply
-        if c["kind"] == "LeaderWorkerSet" and c["metadata"]["name"] == name
+        if c["kind"] == "LeaderWorkerSet" and name in ("", c["metadata"]["name"])
     ]
 
 
@@ -231,3 +233,18 @@ def recorded_by(group: dict[str, Any], inputs: Inputs) -> dict[str, Any]:
     """`group`'s metadata recording `inputs`."""
     annotations = {**group["metadata"]["annotations"], INPUTS_ANNOTATION: inputs.text()}
     return {**group["metadata"], "annotations": annotations}
+
+
+def test_a_new_operator_setting_rolls_nothing_either() -> None:
+    """The routing sidecar's image (a chart value) reaches the decode leaders' pods: the groups
+    keep the one they run, as after an upgrade."""
+    doc = body(**DISAGGREGATED)
+    first = decide(observed(doc), DEFAULTS, now=NOW)
+    live = {c["metadata"]["name"]: ready(c) for c in first.apply if c["kind"] == "LeaderWorkerSet"}
+    seen = observed(body(reconciled(doc), **DISAGGREGATED), groups=live, pods=[])
+    assert decide(seen, DEFAULTS, now=NOW).older == {}
+    sidecar = dataclasses.replace(DEFAULTS, routing_sidecar_image="registry/routing-sidecar:2")
+    decision = decide(seen, sidecar, now=NOW)
+    assert set(decision.older) == {G0}  # the decode group: the prefill groups have no sidecar
+    assert G0 not in groups_written(decision)  # the prefill groups' writes change nothing:
+    assert all(is_updated(live[c["metadata"]["name"]], c) for c in lws(decision))
