@@ -118,7 +118,7 @@ def _rendered(
     return group_workload(then, chosen, index, serving, inputs.caches)
 
 
-def settled(body: Mapping[str, Any]) -> bool:
+def _settled(body: Mapping[str, Any]) -> bool:
     """Whether the deployment's last status was reconciled at its current generation with no
     rollout under way: its groups then ran that spec's templates."""
     status = body.get("status") or {}
@@ -130,7 +130,7 @@ def settled(body: Mapping[str, Any]) -> bool:
     )
 
 
-def template_hash(child: Mapping[str, Any]) -> str:
+def _template_hash(child: Mapping[str, Any]) -> str:
     """A short hash of the template the operator writes (`child`: with its applied-spec
     annotation)."""
     applied = child["metadata"]["annotations"][APPLIED_ANNOTATION]
@@ -160,10 +160,10 @@ def older(
         if child["kind"] != rollout.LWS_KIND or group is None or rollout.is_updated(group, child):
             continue
         then = recorded(group)
-        if then is None and now.roll is None and found_before.get(name) == template_hash(child):
-            out[name] = template_hash(child)
+        if then is None and now.roll is None and found_before.get(name) == _template_hash(child):
+            out[name] = _template_hash(child)
             continue
-        if then is None and settled(body):
+        if then is None and _settled(body):
             without_roll = {k: v for k, v in now.annotations.items() if k != ROLL_ANNOTATION}
             then = dataclasses.replace(
                 now, annotations=without_roll, image=rollout.leader_image(group)
@@ -172,7 +172,7 @@ def older(
             continue
         rendered = _rendered(kd, defaults, then, name)
         if rendered is not None and rendered["spec"] == child["spec"]:
-            out[name] = template_hash(child)
+            out[name] = _template_hash(child)
     return out
 
 
