@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import build_children, preview_weights
@@ -26,6 +28,7 @@ from kimi_operator.upgrades import (
     older,
     recorded,
 )
+from tests.kimi_operator.api.test_one_verdict import HF, PVC, SPECS
 from tests.kimi_operator.reconcile.test_decide import (
     DEFAULTS,
     NAME,
@@ -37,6 +40,8 @@ from tests.kimi_operator.reconcile.test_decide import (
     status_of,
 )
 from tests.support.cluster import condition
+from tests.support.fuzzing import examples
+from tests.support.specs import edited
 
 ROOT = Path(__file__).resolve().parents[2]
 G0, G1 = f"{NAME}-g0", f"{NAME}-g1"
@@ -211,10 +216,31 @@ def test_what_a_group_records_renders_its_template_again(sample: str, spec: dict
     taken for older, nor rolled, by the recording."""
     doc = yaml.safe_load((ROOT / "crds" / "samples" / sample).read_text())
     doc["spec"] |= spec
-    doc["metadata"] |= {"uid": "uid-1", "annotations": {ROLL_ANNOTATION: "x"}}
     report = check_document(doc)
     assert report.deployment is not None
-    kd = report.deployment
+    assert assert_rendered_again(doc) > 0
+
+
+@settings(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    max_examples=examples(200),
+)
+@given(spec=SPECS, source=st.sampled_from([PVC, HF, PVC | HF]))
+def test_any_accepted_spec_renders_its_template_again(
+    spec: dict[str, Any], source: dict[str, Any]
+) -> None:
+    """The same for the random specs of test_one_verdict that validation accepts."""
+    doc = edited({"spec": {"model": {"name": "m", "source": source}, **spec}})
+    assume(check_document(doc).deployment is not None)
+    assert_rendered_again(doc)
+
+
+def assert_rendered_again(doc: dict[str, Any]) -> int:
+    """Each group of `doc` found older when it records its inputs; the groups checked."""
+    doc["metadata"] |= {"uid": "uid-1", "annotations": {ROLL_ANNOTATION: "x"}}
+    kd = check_document(doc).deployment
+    assert kd is not None
     weights = preview_weights(kd)
     children = [with_owner(c, doc) for c in build_children(kd, DEFAULTS, 1, weights=weights)]
     inputs = current(kd, DEFAULTS, {role: w.claim_name for role, w in weights.items()})
@@ -224,9 +250,9 @@ def test_what_a_group_records_renders_its_template_again(sample: str, spec: dict
         for c in children
         if c["kind"] == LEADER_WORKER_SET.kind
     }
-    assert live
     found = older(kd, doc, DEFAULTS, inputs, children=children, live=live)
     assert set(found) == set(live)
+    return len(live)
 
 
 def recorded_by(group: dict[str, Any], inputs: Inputs) -> dict[str, Any]:
