@@ -28,7 +28,7 @@ from kimi_operator.upgrades import (
     older,
     recorded,
 )
-from tests.kimi_operator.api.test_one_verdict import HF, PVC, SPECS
+from tests.kimi_operator.api.test_one_verdict import SPECS
 from tests.kimi_operator.reconcile.test_decide import (
     DEFAULTS,
     NAME,
@@ -40,6 +40,7 @@ from tests.kimi_operator.reconcile.test_decide import (
     status_of,
 )
 from tests.support.cluster import condition
+from tests.support.corpus import HF, PVC
 from tests.support.fuzzing import examples
 from tests.support.specs import edited
 
@@ -90,7 +91,7 @@ def edit(doc: dict[str, Any], **spec: Any) -> dict[str, Any]:
 
 
 def groups_written(decision: Decision) -> list[str]:
-    return sorted(c["metadata"]["name"] for c in decision.apply if c["kind"] == "LeaderWorkerSet")
+    return sorted(c["metadata"]["name"] for c in lws(decision))
 
 
 def test_groups_on_an_earlier_template_are_left_as_they_are() -> None:
@@ -111,8 +112,8 @@ def test_groups_on_an_earlier_template_are_left_as_they_are() -> None:
 
 def test_an_edit_of_their_template_rolls_them_one_at_a_time() -> None:
     doc = body(replicas=2)
-    edited = edit(doc, image="registry/vllm-kimi:2")
-    decision = decide(observed(edited, groups=upgraded(doc), pods=[]), DEFAULTS, now=NOW)
+    changed = edit(doc, image="registry/vllm-kimi:2")
+    decision = decide(observed(changed, groups=upgraded(doc), pods=[]), DEFAULTS, now=NOW)
     assert groups_written(decision) == [G0]  # maxUnavailable 1
     assert decision.older == {}
     (written,) = lws(decision, G0)
@@ -123,8 +124,8 @@ def test_an_edit_of_their_template_rolls_them_one_at_a_time() -> None:
 
 def test_an_edit_that_leaves_their_template_alone_leaves_them_alone() -> None:
     doc = body(replicas=2)
-    edited = edit(doc, monitoring={"interval": "30s"})
-    decision = decide(observed(edited, groups=upgraded(doc), pods=[]), DEFAULTS, now=NOW)
+    changed = edit(doc, monitoring={"interval": "30s"})
+    decision = decide(observed(changed, groups=upgraded(doc), pods=[]), DEFAULTS, now=NOW)
     assert groups_written(decision) == []
     assert set(decision.older) == {G0, G1}
 
@@ -198,7 +199,7 @@ def test_a_group_the_restart_budget_stopped_takes_the_current_template() -> None
     assert labels[ROUTABLE_LABEL] == "true"  # the current template
 
 
-DISAGGREGATED = {
+DISAGGREGATED: dict[str, Any] = {
     "routing": {"mode": "InferencePool"},
     "prefill": {"replicas": 2},
     "rollout": {"maxSurge": 1, "maxUnavailable": 0},
