@@ -47,7 +47,9 @@ PREFIX = "kimi-operator.io/"
 class Inputs:
     """What a group's template is rendered from, besides the operator's code and settings."""
 
-    spec: Mapping[str, Any]  # the deployment's spec, its default values left out
+    # The deployment's spec as the API server holds it (what pydantic alone defaults left out):
+    # a default changed by a later operator stays what the group was rendered with.
+    spec: Mapping[str, Any]
     annotations: Mapping[str, str]  # the deployment's kimi-operator.io/ annotations
     image: str  # the serving image
     compute_domain: bool  # with spec.computeDomain Auto: whether the API was served
@@ -66,7 +68,7 @@ def current(kd: KimiDeployment, defaults: OperatorDefaults, caches: Mapping[str,
     chosen)."""
     annotations = (kd.metadata.model_extra or {}).get("annotations") or {}
     return Inputs(
-        spec=kd.spec.model_dump(mode="json", exclude_defaults=True),
+        spec=kd.spec.model_dump(mode="json", exclude_unset=True),
         annotations={k: str(v) for k, v in annotations.items() if k.startswith(PREFIX)},
         image=serving_image(kd, defaults),
         compute_domain=defaults.compute_domain_available,

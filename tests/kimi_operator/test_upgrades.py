@@ -219,6 +219,7 @@ def test_what_a_group_records_renders_its_template_again(sample: str, spec: dict
     doc["spec"] |= spec
     report = check_document(doc)
     assert report.deployment is not None
+    assert current(report.deployment, DEFAULTS, {}).spec == doc["spec"]  # as the API holds it
     assert assert_rendered_again(doc) > 0
 
 
