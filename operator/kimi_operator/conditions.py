@@ -53,6 +53,7 @@ class Observation:
     weights: tuple[Status, str, str] = ("True", "ClaimGiven", "")
     routing: tuple[Status, str, str] = ("True", "Service", "")  # routing.routing_condition
     draining: str = ""  # the groups out of routing, draining before they go (drain.py)
+    older_template: str = ""  # the groups left on an earlier operator's template (upgrades.py)
 
 
 @dataclass
@@ -124,7 +125,10 @@ def valid_conditions(seen: Observation) -> ConditionSet:
         and seen.prefill_present == seen.prefill_wanted
     ):
         out.set("Ready", "True", "AllGroupsReady", f"{_groups_text(seen)}; serving")
-        out.set("Progressing", "False", "Reconciled", "all children match the spec")
+        if seen.older_template:
+            out.set("Progressing", "False", "OlderTemplate", seen.older_template)
+        else:
+            out.set("Progressing", "False", "Reconciled", "all children match the spec")
     elif seen.unschedulable:
         out.set("Ready", "False", "GroupsNotReady", _groups_text(seen))
         out.set(
@@ -283,8 +287,8 @@ def render(
 ) -> dict[str, Any]:
     """The status object: transition times kept for conditions whose status did not change;
     replica counts, endpoint, scale fields, the `rollout` fields (updatedReplicas, image,
-    imageSource, pendingImage), the resolved `weights` and the `groups`' records (group_life.py)
-    kept from `old` when not given."""
+    imageSource, pendingImage, olderTemplateGroups), the resolved `weights` and the `groups`'
+    records (group_life.py) kept from `old` when not given."""
     previous = {c.get("type"): c for c in old.get("conditions", [])}
     entries = []
     for kind in CONDITION_TYPES:
@@ -333,7 +337,7 @@ def render(
     return rendered.model_dump(exclude_none=True)
 
 
-ROLLOUT_FIELDS = ("updatedReplicas", "image", "imageSource", "pendingImage")
+ROLLOUT_FIELDS = ("updatedReplicas", "image", "imageSource", "pendingImage", "olderTemplateGroups")
 
 
 def newly_bad(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Problem]:

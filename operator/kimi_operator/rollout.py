@@ -14,7 +14,7 @@ import calendar
 import dataclasses
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,9 +200,11 @@ def decide(
     *,
     now: str,
     was_rolling: bool,
+    older: Collection[str] = (),
 ) -> Decision:
     """`children`: the deployment's children as the operator writes them (with owner and
-    applied-spec annotation), surge groups included; `live`: its LeaderWorkerSets by name."""
+    applied-spec annotation), surge groups included; `live`: its LeaderWorkerSets by name;
+    `older`: groups on an older template (upgrades.py): counted as updated, left as they are."""
     spec, name = kd.spec, kd.metadata.name
     strategy = Strategy(
         spec.rollout.max_unavailable,
@@ -217,7 +219,7 @@ def decide(
     steps = {
         letter: plan(
             replicas,
-            _observed(name, letter, children, live),
+            _observed(name, letter, children, live, older),
             strategy,
             now=epoch(now),
             was_rolling=was_rolling,
@@ -235,7 +237,7 @@ def decide(
             continue  # a surge group no longer needed: pruned
         if child["kind"] != LWS_KIND:
             write.append(dict(child))
-        elif index in steps[letter].hold:
+        elif index in steps[letter].hold or child["metadata"]["name"] in older:
             held.append(dict(live[child["metadata"]["name"]]))
         else:
             write.append(_stamped(child, live.get(child["metadata"]["name"]), now))
@@ -255,14 +257,16 @@ def _observed(
     letter: str,
     children: Sequence[Mapping[str, Any]],
     live: Mapping[str, Mapping[str, Any]],
+    older: Collection[str],
 ) -> dict[int, Group]:
-    """The existing groups of one role (`letter`: g or p), by index."""
+    """The existing groups of one role (`letter`: g or p), by index; those `older` updated."""
     groups = {}
     for child in children:
         name = child["metadata"]["name"]
         found = group_of(deployment, name)
         if child["kind"] == LWS_KIND and found is not None and found[0] == letter and name in live:
-            groups[found[1]] = observe(live[name], child)
+            group = observe(live[name], child)
+            groups[found[1]] = dataclasses.replace(group, updated=True) if name in older else group
     return groups
 
 

@@ -52,6 +52,17 @@ class GroupFailure(StatusModel):
     at: str = Field("", max_length=64, description="When the operator saw it (RFC 3339).")
 
 
+class OlderTemplateGroup(StatusModel):
+    """A group on an earlier operator's template (docs/group-lifecycle.md)."""
+
+    name: str = Field(max_length=253, description="The group's LeaderWorkerSet.")
+    template: str = Field(
+        max_length=64,
+        description="A hash of the template this operator renders for it: an edit of the spec "
+        "that leaves it the same leaves the group on its older template.",
+    )
+
+
 class GroupStatus(StatusModel):
     """One TP group's life (docs/group-lifecycle.md): its start-up time and its failures."""
 
@@ -143,7 +154,17 @@ class KimiDeploymentStatus(StatusModel):
         0, description="Prefill TP groups serving."
     )
     updated_replicas: Annotated[int, Field(ge=0)] = Field(
-        0, description="TP groups (of spec.replicas) that run the current pod template."
+        0,
+        description="TP groups (of spec.replicas) that run the current pod template, or an "
+        "earlier operator version's rendering of the same spec (olderTemplateGroups).",
+    )
+    older_template_groups: list[OlderTemplateGroup] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Groups that run the pod template an earlier operator version rendered "
+        "from the same spec: left as they are, they take the current one when they restart, or "
+        "group by group when the kimi-operator.io/roll-template annotation gets a new value.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     image: str = Field(
         "", max_length=512, description="The serving image the TP groups are rolled to."

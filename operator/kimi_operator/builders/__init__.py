@@ -175,27 +175,34 @@ def build_children(
 def _groups(
     kd: KimiDeployment, defaults: OperatorDefaults, spares: int, caches: Mapping[str, str]
 ) -> list[dict[str, Any]]:
-    image = serving_image(kd, defaults)
     with_domain = uses_compute_domain(kd, defaults)
-    no_custom_all_reduce = custom_all_reduce_disabled(kd, defaults)
     children: list[dict[str, Any]] = []
     for serving in serving_roles(kd.spec):
         for group in range(_group_count(kd, serving, spares)):
             if with_domain:
                 children.append(compute_domain(kd, group, serving))
-            children.append(
-                leader_worker_set(
-                    kd,
-                    group,
-                    image,
-                    with_domain,
-                    no_custom_all_reduce,
-                    caches=caches,
-                    serving=serving,
-                    sidecar_image=defaults.routing_sidecar_image,
-                )
-            )
+            children.append(group_workload(kd, defaults, group, serving, caches))
     return children
+
+
+def group_workload(
+    kd: KimiDeployment,
+    defaults: OperatorDefaults,
+    group: int,
+    serving: Serving,
+    caches: Mapping[str, str],
+) -> dict[str, Any]:
+    """The LeaderWorkerSet of one TP group (`caches`: role -> the weights claim it mounts)."""
+    return leader_worker_set(
+        kd,
+        group,
+        serving_image(kd, defaults),
+        uses_compute_domain(kd, defaults),
+        custom_all_reduce_disabled(kd, defaults),
+        caches=caches,
+        serving=serving,
+        sidecar_image=defaults.routing_sidecar_image,
+    )
 
 
 def _group_count(kd: KimiDeployment, serving: Serving, spares: int) -> int:

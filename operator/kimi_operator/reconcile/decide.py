@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from kimi_operator import caches, drain, group_life, prefill_scaling, rollout, routing
+from kimi_operator import caches, drain, group_life, prefill_scaling, rollout, routing, upgrades
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import ROLLING_REASONS, condition, progressing_reason
@@ -148,6 +148,8 @@ class Decision:
     # ComputeDomains the plan dropped, kept while pods claim their channel (or the pods are
     # unknown): pruned by a later reconcile, once those pods are gone.
     awaiting: list[str] = field(default_factory=list)
+    # The groups left on an older template, with the hash of the current one (upgrades.py).
+    older: dict[str, str] = field(default_factory=dict)
 
     @property
     def await_poll_s(self) -> float | None:
@@ -396,13 +398,13 @@ def decide(
     if image.image != serving_image(kd, defaults):
         chosen = dataclasses.replace(defaults, serving_image=image.image)
         plan = _planned(kd, chosen, observed.served, weights)
-    rolled = rollout.decide(
-        kd,
-        [with_owner(c, body) for c in plan.children],
-        live,
-        now=now,
-        was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
-    )
+    children = [with_owner(c, body) for c in plan.children]
+    claims = {role: w.claim_name for role, w in weights.resolved.items()}
+    inputs = upgrades.current(kd, plan.defaults, claims)
+    stamped = upgrades.stamped(children, live, inputs)
+    was_rolling = not skip_groups and progressing_reason(old) in ROLLING_REASONS
+    older = upgrades.older(kd, body, plan.defaults, inputs, children=children, live=live)
+    rolled = rollout.decide(kd, stamped, live, now=now, was_rolling=was_rolling, older=older)
     created = {
         c["metadata"]["name"]: c
         for c in rolled.write
@@ -410,6 +412,9 @@ def decide(
     }
     records = group_life.records(kd, old, observed.groups, observed.pods, now=now, created=created)
     halted = group_life.stopped(records)
+    if halted & older.keys():  # stopped: no pod left to restart, the current template is free
+        older = {name: template for name, template in older.items() if name not in halted}
+        rolled = rollout.decide(kd, stamped, live, now=now, was_rolling=was_rolling, older=older)
     plan.children = group_life.braked(rolled.planned, halted)
     brake = group_life.stopped_problem(kd, records)
     if brake is not None:
@@ -431,6 +436,7 @@ def decide(
         gate="hold" if following and rolled.steps.rolling else "release",
         groups=records,
         drains=drains,
+        older=older,
     )
     if observed.prune:
         staying = {name for name in live if name not in drains.go} - {

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_operator import caches, drain, group_life, prefill_scaling, rollout, routing
+from kimi_operator import caches, drain, group_life, prefill_scaling, rollout, routing, upgrades
 from kimi_operator import conditions as cond
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.status import condition
@@ -129,6 +129,7 @@ def outcome(
         weights=weights.condition(),
         routing=_routing_ready(observed, applied, error, served),
         draining=drain.message(kd, decision.drains.draining),
+        older_template=upgrades.message(kd, decision.older),
     )
     conditions = cond.valid_conditions(seen)
     if retrying is not None:  # counts and endpoint as last observed too
@@ -142,7 +143,7 @@ def outcome(
         prefill_counts=None if retrying else (len(prefill), prefill_ready),
         endpoint=None if retrying else (seen.endpoint if ready else ""),
         # After a failed apply, what the groups run is as last observed.
-        rollout=None if error or not (image and steps) else _rollout(image, steps),
+        rollout=None if error or not (image and steps) else _rollout(image, steps, decision.older),
         # Kept as they were after an error without a resolution: the caches were maybe not
         # released yet, and the next reconcile must know to.
         weights=(
@@ -262,10 +263,11 @@ def _waiting(image: ImageChoice | None) -> str:
     )
 
 
-def _rollout(image: ImageChoice, steps: Steps) -> dict[str, Any]:
+def _rollout(image: ImageChoice, steps: Steps, older: Mapping[str, str]) -> dict[str, Any]:
     """The status fields of the rollout and the image."""
     return {
         "updatedReplicas": steps.updated,
+        "olderTemplateGroups": [{"name": n, "template": t} for n, t in sorted(older.items())],
         "image": image.image,
         "imageSource": image.source,
         "pendingImage": image.pending,

@@ -2,6 +2,7 @@
 writes, deletes and status out (reconcile/decide.py, reconcile/status.py)."""
 
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from kimi_operator.reconcile import reconcile
 from kimi_operator.reconcile.decide import UPSTREAM, Decision, Observed, decide
 from kimi_operator.reconcile.status import Outcome, outcome
 from kimi_operator.rollout import DRAINING_ANNOTATION
+from kimi_operator.upgrades import INPUTS_ANNOTATION
 from tests.support.cluster import condition, sample
 
 NOW = "2026-12-01T12:00:00Z"
@@ -72,7 +74,11 @@ def outdated(live: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The groups of `live` as applied with another template (an image since changed)."""
     out = copy.deepcopy(live)
     for group in out:
-        group["metadata"]["annotations"][APPLIED_ANNOTATION] = "{}"
+        annotations = group["metadata"]["annotations"]
+        annotations[APPLIED_ANNOTATION] = "{}"
+        if INPUTS_ANNOTATION in annotations:
+            inputs = json.loads(annotations[INPUTS_ANNOTATION])
+            annotations[INPUTS_ANNOTATION] = json.dumps(inputs | {"image": "registry/old:1"})
     return out
 
 
