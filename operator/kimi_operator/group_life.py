@@ -21,7 +21,7 @@ from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import condition
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL
 from kimi_operator.builders.placement import GROUP_LABEL
-from kimi_operator.rollout import epoch
+from kimi_operator.rollout import epoch, rolled_at
 
 # Set it to any new value on the KimiDeployment to restart the groups the brake stopped.
 RESUME_ANNOTATION = "kimi-operator.io/resume"
@@ -195,29 +195,60 @@ def records(
     pods: Sequence[Mapping[str, Any]] | None,
     *,
     now: str,
-    created: Mapping[str, Mapping[str, Any]],
 ) -> list[dict[str, Any]]:
     """status.groups: each live group's record advanced (`pods`: the deployment's, None when
-    not read this time), and each group `created` now recorded as one with no pod yet (so the
-    status is whole from the reconcile that creates it, not rewritten at the next resync), in
-    name order; the records of groups gone are dropped."""
+    not read this time), in name order; the records of groups gone are dropped."""
     old, found = _records(status), by_group(pods or [])
-    advanced = {
-        name: advance(
-            kd, old.get(name, {}), group, None if pods is None else found.get(name, []), now=now
+    return [
+        advance(
+            kd,
+            old.get(name, {}),
+            groups[name],
+            None if pods is None else found.get(name, []),
+            now=now,
         )
-        for name, group in groups.items()
-    }
-    advanced |= {
+        for name in sorted(groups)
+    ]
+
+
+def with_created(
+    kd: KimiDeployment,
+    status: Mapping[str, Any],
+    advanced: Sequence[dict[str, Any]],
+    created: Mapping[str, Mapping[str, Any]],
+    *,
+    now: str,
+) -> list[dict[str, Any]]:
+    """`advanced` (`records`) with each group `created` now recorded as one with no pod yet (so
+    the status is whole from the reconcile that creates it, not rewritten at the next resync),
+    in name order."""
+    old, out = _records(status), {r["name"]: r for r in advanced}
+    out |= {
         name: advance(kd, old.get(name, {}), group, [], now=now)
         for name, group in created.items()
-        if name not in groups
+        if name not in out
     }
-    return [advanced[name] for name in sorted(advanced)]
+    return [out[name] for name in sorted(out)]
 
 
 def stopped(groups: Sequence[Mapping[str, Any]]) -> set[str]:
     return {g["name"] for g in groups if g.get("stopped")}
+
+
+def stopped_before_written(
+    groups: Sequence[Mapping[str, Any]], live: Mapping[str, Mapping[str, Any]]
+) -> bool:
+    """Whether a stopped group's last failure came before its template was last written (the
+    LeaderWorkerSet's rolled-at): what stopped it says nothing of the template it has now."""
+    for g in groups:
+        group = live.get(g["name"])
+        if not g.get("stopped") or group is None:
+            continue
+        written = rolled_at(group)
+        failed = epoch(g.get("lastFailure", {}).get("at", ""))
+        if written is not None and (failed is None or failed < written):
+            return True
+    return False
 
 
 def braked(children: list[dict[str, Any]], names: set[str]) -> list[dict[str, Any]]:

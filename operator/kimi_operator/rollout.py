@@ -115,14 +115,15 @@ def epoch(text: str) -> float | None:
 
 def group_ready(group: Mapping[str, Any]) -> bool:
     """Every replica Ready, as observed for the LeaderWorkerSet's current spec (a status from
-    before a template change says nothing about the pods that replace the old ones)."""
+    before a template change says nothing about the pods that replace the old ones). A group at
+    0 replicas (stopped by the restart budget: group_life.braked) runs no pod: never Ready."""
     status = group.get("status") or {}
     observed = status.get("observedGeneration")
     generation = group.get("metadata", {}).get("generation")
     if observed is not None and generation is not None and int(observed) < int(generation):
         return False
     wanted = int(group.get("spec", {}).get("replicas", 1))
-    return int(status.get("readyReplicas", 0)) >= wanted
+    return wanted > 0 and int(status.get("readyReplicas", 0)) >= wanted
 
 
 def draining_since(group: Mapping[str, Any]) -> str | None:
@@ -161,12 +162,16 @@ def is_updated(live: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     )
 
 
+def rolled_at(group: Mapping[str, Any]) -> float | None:
+    """When the operator last wrote the group's template (epoch seconds); None: not known."""
+    return epoch(_annotations(group).get(ROLLED_AT_ANNOTATION, ""))
+
+
 def observe(live: Mapping[str, Any], desired: Mapping[str, Any]) -> Group:
-    rolled_at = _annotations(live).get(ROLLED_AT_ANNOTATION)
     return Group(
         updated=is_updated(live, desired),
         ready=serving(live),  # a draining group is unavailable: maxUnavailable counts it
-        rolled_at=epoch(rolled_at) if rolled_at else None,
+        rolled_at=rolled_at(live),
     )
 
 

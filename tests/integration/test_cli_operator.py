@@ -135,10 +135,11 @@ def test_demo_runs_the_samples_live() -> None:
     header = "NAMESPACE   NAME                 GPUS   DESIRED   READY-GROUPS   BACKEND"
     assert header in text
     ready = [line for line in text.split("\n") if line.startswith("inference   k3-tp8-dspark ")]
-    assert ready[-1].split()[2:9] == [
+    assert ready[-1].split()[2:10] == [
         "8",
         "1",
         "1",
+        "0",
         "latency_specialized",
         "Service",
         "True",

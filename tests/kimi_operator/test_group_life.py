@@ -62,7 +62,7 @@ def pod(
 def step(
     kd: Any, status: dict[str, Any], pods: list[dict[str, Any]] | None, now: str, gen: int = 1
 ) -> dict[str, Any]:
-    records = group_life.records(kd, status, {GROUP: lws(gen)}, pods, now=now, created={})
+    records = group_life.records(kd, status, {GROUP: lws(gen)}, pods, now=now)
     return {"groups": records}
 
 

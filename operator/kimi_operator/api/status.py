@@ -136,6 +136,11 @@ class KimiDeploymentStatus(StatusModel):
     ready_replicas: Annotated[int, Field(ge=0)] = Field(
         0, description="TP groups of spec.replicas serving."
     )
+    stopped_groups: Annotated[int, Field(ge=0)] = Field(
+        0,
+        description="TP groups (of both roles) the restart budget stopped: at 0 replicas, not "
+        "Ready, until resumed (docs/group-lifecycle.md).",
+    )
     prefill_replicas: Annotated[int, Field(ge=0)] = Field(
         0, description="Prefill TP groups that exist (spec.prefill)."
     )

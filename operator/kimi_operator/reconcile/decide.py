@@ -377,9 +377,12 @@ def decide(
     if image.image != serving_image(kd, defaults):
         chosen = dataclasses.replace(defaults, serving_image=image.image)
         plan = _planned(kd, chosen, observed.served, weights)
+    records = group_life.records(kd, old, observed.groups, observed.pods, now=now)
+    halted = group_life.stopped(records)
+    # Braked before the rollout looks: a stopped group's template is what it has, at 0 replicas.
     rolled = rollout.decide(
         kd,
-        [with_owner(c, body) for c in plan.children],
+        group_life.braked([with_owner(c, body) for c in plan.children], halted),
         live,
         now=now,
         was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
@@ -389,14 +392,19 @@ def decide(
         for c in rolled.write
         if c["kind"] == LEADER_WORKER_SET.kind and c["metadata"]["name"] not in observed.groups
     }
-    records = group_life.records(kd, old, observed.groups, observed.pods, now=now, created=created)
-    halted = group_life.stopped(records)
-    plan.children = group_life.braked(rolled.planned, halted)
+    records = group_life.with_created(kd, old, records, created, now=now)
+    plan.children = rolled.planned
     brake = group_life.stopped_problem(kd, records)
     if brake is not None:
         plan.degradations.append(brake)
-    following = image.source == "OperatorDefault" and image.image == defaults.serving_image
-    write, held = group_life.braked(rolled.write, halted), group_life.braked(rolled.held, halted)
+    # A group stopped before its template was written waits for a person, not for the image:
+    # the turn goes to the next deployment meanwhile.
+    following = (
+        image.source == "OperatorDefault"
+        and image.image == defaults.serving_image
+        and not group_life.stopped_before_written(records, live)
+    )
+    write, held = rolled.write, rolled.held
     pruning = observed.prune and LEADER_WORKER_SET.kind not in plan.skip
     drains = _drains(observed, live, write, held, pruning, now=now)
     steps, prefill_steps = _drain_held(kd, rolled.steps, rolled.prefill_steps, drains.hold)
