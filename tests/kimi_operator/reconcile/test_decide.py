@@ -496,10 +496,10 @@ def braked_live(
     """The groups as listed, g1 at 0 replicas (its pods gone, none Ready), each written at
     `rolled_at` (`template`: the applied template, another one than the spec's)."""
     live = {}
-    for group in applied:
-        if group["kind"] != LEADER_WORKER_SET.kind:
+    for child in applied:
+        if child["kind"] != LEADER_WORKER_SET.kind:
             continue
-        group = with_uid(ready(group))
+        group = with_uid(ready(child))
         group["metadata"]["annotations"][ROLLED_AT_ANNOTATION] = rolled_at
         if template:
             group["metadata"]["annotations"][APPLIED_ANNOTATION] = template
