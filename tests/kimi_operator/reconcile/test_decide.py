@@ -499,7 +499,7 @@ def braked_live(
     for child in applied:
         if child["kind"] != LEADER_WORKER_SET.kind:
             continue
-        group = with_uid(ready(child))
+        group = copy.deepcopy(with_uid(ready(child)))
         group["metadata"]["annotations"][ROLLED_AT_ANNOTATION] = rolled_at
         if template:
             group["metadata"]["annotations"][APPLIED_ANNOTATION] = template
