@@ -52,6 +52,15 @@ class GroupFailure(StatusModel):
     at: str = Field("", max_length=64, description="When the operator saw it (RFC 3339).")
 
 
+class GroupDisruption(GroupFailure):
+    reason: str = Field(
+        max_length=64,
+        description="Created (a new LeaderWorkerSet), Updated (its spec changed), or the reason "
+        "of a pod's DisruptionTarget condition (EvictionByEvictionAPI, PreemptionByScheduler, "
+        "DeletionByTaintManager, DeletionByPodGC, TerminationByKubelet).",
+    )
+
+
 class GroupStatus(StatusModel):
     """One TP group's life (docs/group-lifecycle.md): its start-up time and its failures."""
 
@@ -62,6 +71,10 @@ class GroupStatus(StatusModel):
     started_at: str = Field("", max_length=64, description="When its leader was scheduled.")
     restarts: Annotated[int, Field(ge=0)] = Field(0, description="Failures counted in all.")
     last_failure: GroupFailure | None = Field(None, description="The last failure seen.")
+    last_disruption: GroupDisruption | None = Field(
+        None,
+        description="The last new leader that was no failure, and why (never counted).",
+    )
     recent_failures: list[Annotated[str, Field(max_length=64)]] = Field(
         default_factory=list,
         max_length=100,
@@ -77,11 +90,21 @@ class GroupStatus(StatusModel):
     generation: Annotated[int, Field(ge=0)] = Field(
         0, description="The LeaderWorkerSet's generation then (a new one: a rollout, no failure)."
     )
+    group_uid: str = Field(
+        "", max_length=64, description="The LeaderWorkerSet's uid then (a new one: a new group)."
+    )
     failed_since_leader: bool = Field(
         False, description="A failure was counted since that leader was seen."
     )
+    disrupted_since_leader: str = Field(
+        "",
+        max_length=64,
+        description="The DisruptionTarget reason of a pod seen since that leader was seen.",
+    )
     failure_keys: list[Annotated[str, Field(max_length=256)]] = Field(
-        default_factory=list, max_length=16, description="The failures already counted."
+        default_factory=list,
+        max_length=16,
+        description="The failures already counted and the disrupted pods already seen.",
     )
 
 
