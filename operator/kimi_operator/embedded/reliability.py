@@ -35,6 +35,7 @@ from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.merge import APPLIED_ANNOTATION
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, POD, SERVICE
+from kimi_operator.rollout import group_of
 
 SAMPLE = Path(__file__).resolve().parents[3] / "crds" / "samples" / "k3-tp8-dspark.yaml"
 NAMESPACE = "reliability"
@@ -536,16 +537,22 @@ GENERATION_LABEL = "reliability.kimi-operator.io/generation"  # of the group tha
 EVICTED = "EvictionByEvictionAPI"
 
 
-def follow_groups(client: Client, namespace: str = NAMESPACE) -> None:
+def follow_groups(client: Client, deployment: str, namespace: str = NAMESPACE) -> None:
     """LeaderWorkerSet's controller and the kubelets, as far as a group's life goes: the pods of
     each group made (bound and Ready) for its generation, and made again when it changes (a new
     template, a stop, a resume: the group recreated); none for a group at 0 replicas; those of
     groups gone deleted. A group's status is written when its pods are made (a group the
     scenario set restarting stays so until then)."""
-    groups = {g["metadata"]["name"]: g for g in client.list(LEADER_WORKER_SET, namespace)}
+    groups = {
+        g["metadata"]["name"]: g
+        for g in client.list(LEADER_WORKER_SET, namespace)
+        if group_of(deployment, g["metadata"]["name"])
+    }
     pods: dict[str, list[dict[str, Any]]] = {}
     for pod in client.list(POD, namespace):
-        pods.setdefault(pod["metadata"]["labels"].get(GROUP_LABEL, ""), []).append(pod)
+        group = pod["metadata"]["labels"].get(GROUP_LABEL, "")
+        if group_of(deployment, group):
+            pods.setdefault(group, []).append(pod)
     for name, found in pods.items():
         group = groups.get(name)
         if group is None or not _current(group, found):
@@ -618,17 +625,20 @@ def _records(client: Client, name: str) -> dict[str, dict[str, Any]]:
     return {g["name"]: g for g in (kd.get("status") or {}).get("groups") or []}
 
 
-def _leaders(client: Client) -> dict[str, str]:
-    return {
-        p["metadata"]["labels"].get(GROUP_LABEL, ""): p["metadata"]["uid"]
-        for p in client.list(POD, NAMESPACE)
-        if p["metadata"]["labels"].get(LWS_WORKER_INDEX_LABEL) == "0"
-    }
+def _leaders(client: Client, name: str) -> dict[str, str]:
+    """The leader pod's uid of each group of deployment `name`."""
+    found = {}
+    for pod in client.list(POD, NAMESPACE):
+        labels = pod["metadata"]["labels"]
+        group = labels.get(GROUP_LABEL, "")
+        if group_of(name, group) and labels.get(LWS_WORKER_INDEX_LABEL) == "0":
+            found[group] = pod["metadata"]["uid"]
+    return found
 
 
 def _started(client: Client, name: str, count: int) -> dict[str, dict[str, Any]] | None:
     """The records once `count` groups run and each has its present leader recorded started."""
-    leaders = _leaders(client)
+    leaders = _leaders(client, name)
     records = _records(client, name)
     started = {group: r for group, r in records.items() if r.get("startupSeconds") is not None}
     done = len(leaders) == count and all(
@@ -721,7 +731,7 @@ def run_group_life(api: EmbeddedApiServer, client: Client, *, timeout_s: float) 
 
     def until(probe: Callable[[], Any], what: str) -> Any:
         def step() -> Any:
-            follow_groups(client)
+            follow_groups(client, name)
             return probe()
 
         return wait(step, timeout_s, what, 0.1, not_yet=(ApiError,))
