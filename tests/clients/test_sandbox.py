@@ -87,3 +87,30 @@ def test_the_quickstart_on_the_sandbox(
         "kimi-operator" in output
     )
     assert "the operator stopped" in output
+
+
+def test_scaled_to_zero_and_back_on_the_sandbox_no_group_is_named_nor_counted(
+    sandbox: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    """#48's done-when, with the real kubectl: a two-group deployment scaled 2 -> 0 -> 2 names no
+    group in its status while at 0 (the merge patch kept both), and comes back with no restart or
+    failure recorded."""
+    _, kubeconfig = sandbox
+    kubectl = Kubectl(kubeconfig, io.StringIO(), tmp_path / "home")
+    kubectl.helm("install", "kimi-operator", str(CHART), "-n", "kimi-system", "--create-namespace")
+    kubectl.run("create", "namespace", NAMESPACE)
+    kubectl.run("apply", "-f", str(SAMPLE))
+    kd = (f"kimi/{NAME}", "-n", NAMESPACE)
+
+    def groups() -> list[dict[str, object]]:
+        found = kubectl.run("get", *kd, "-o", "jsonpath={.status.groups}")
+        return list(json.loads(found)) if found else []
+
+    for replicas in (2, 0, 2):
+        kubectl.run("scale", *kd, "--replicas", str(replicas))
+        ready = f"--for=jsonpath={{.status.readyReplicas}}={replicas}"
+        kubectl.run("wait", ready, *kd, TIMEOUT)
+        wait(lambda n=replicas: len(groups()) == n, 60, f"status.groups naming {replicas}")
+        for group in groups():
+            assert (group["restarts"], group.get("lastFailure")) == (0, None), group
+    assert kubectl.run("get", *kd, "-o", "jsonpath={.status.stoppedGroups}") == "0"
