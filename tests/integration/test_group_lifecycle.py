@@ -128,13 +128,15 @@ def test_start_up_time_is_recorded_and_a_crash_loop_is_stopped_then_resumed(
 
 
 def _groups(client: Client, namespace: str, count: int) -> list[dict[str, Any]]:
-    """The deployment's LeaderWorkerSets, once there are `count`."""
+    """The deployment's LeaderWorkerSets, once there are `count` (none: once all are gone)."""
+    found: list[dict[str, Any]] = []
 
-    def listed() -> list[dict[str, Any]] | None:
-        found = client.list(LEADER_WORKER_SET, namespace)
-        return found if len(found) == count else None
+    def listed() -> bool:
+        found[:] = client.list(LEADER_WORKER_SET, namespace)
+        return len(found) == count
 
-    return wait_for(listed, TIMEOUT_S, f"{count} groups") if count else listed() or []
+    wait_for(listed, TIMEOUT_S, f"{count} groups")
+    return found
 
 
 def _scaled(client: Client, namespace: str, name: str, replicas: int) -> list[dict[str, Any]]:
