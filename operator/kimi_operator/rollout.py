@@ -84,8 +84,10 @@ def plan(
     stalled = tuple(overdue) if rolling else ()
     hold = set(outdated)
     if not stalled:
-        budget = sum(1 for i in serving if i in groups and groups[i].ready)
-        budget -= replicas - strategy.max_unavailable
+        ready = sum(1 for i in serving if i in groups and groups[i].ready)
+        budget = ready - (replicas - strategy.max_unavailable)
+        if replicas > 1:  # never the last group serving (a prefill role's maxUnavailable may
+            budget = min(budget, ready - 1)  # reach its count; the others may be stopped)
         for i in sorted(outdated, key=lambda i: (groups[i].ready, i)):
             if groups[i].ready:  # a group down already costs nothing to update
                 if budget <= 0:
