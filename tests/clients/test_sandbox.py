@@ -1,12 +1,13 @@
 """`kimi-operator demo --serve`, as a user drives it: the sandbox in a process of its own, then the
 README's quickstart with the real helm and kubectl on the kubeconfig it wrote, then Ctrl-C."""
 
+import functools
 import io
 import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,10 @@ def test_the_quickstart_on_the_sandbox(
     assert "the operator stopped" in output
 
 
+def _naming(groups: Callable[[], list[dict[str, object]]], count: int) -> bool:
+    return len(groups()) == count
+
+
 def test_scaled_to_zero_and_back_on_the_sandbox_no_group_is_named_nor_counted(
     sandbox: tuple[subprocess.Popen[str], Path], tmp_path: Path
 ) -> None:
@@ -110,7 +115,7 @@ def test_scaled_to_zero_and_back_on_the_sandbox_no_group_is_named_nor_counted(
         kubectl.run("scale", *kd, "--replicas", str(replicas))
         ready = f"--for=jsonpath={{.status.readyReplicas}}={replicas}"
         kubectl.run("wait", ready, *kd, TIMEOUT)
-        wait(lambda n=replicas: len(groups()) == n, 60, f"status.groups naming {replicas}")
+        wait(functools.partial(_naming, groups, replicas), 60, f"status.groups naming {replicas}")
         for group in groups():
             assert (group["restarts"], group.get("lastFailure")) == (0, None), group
     assert kubectl.run("get", *kd, "-o", "jsonpath={.status.stoppedGroups}") == "0"
