@@ -36,6 +36,7 @@ class Group:
     updated: bool
     ready: bool
     rolled_at: float | None = None  # epoch seconds; None: not known
+    stopped: bool = False  # wanted at 0 replicas (the restart budget's brake): never held
 
 
 @dataclass(frozen=True)
@@ -82,13 +83,14 @@ def plan(
         if now is not None and _age(groups[i], now) > strategy.progress_deadline_s
     ]
     stalled = tuple(overdue) if rolling else ()
-    hold = set(outdated)
+    # A group to stop is written even in a stalled rollout: the brake is no template change.
+    hold = {i for i in outdated if not groups[i].stopped}
     if not stalled:
         ready = sum(1 for i in serving if i in groups and groups[i].ready)
         budget = ready - (replicas - strategy.max_unavailable)
         if replicas > 1:  # never the last group serving (a prefill role's maxUnavailable may
             budget = min(budget, ready - 1)  # reach its count; the others may be stopped)
-        for i in sorted(outdated, key=lambda i: (groups[i].ready, i)):
+        for i in sorted(hold, key=lambda i: (groups[i].ready, i)):
             if groups[i].ready:  # a group down already costs nothing to update
                 if budget <= 0:
                     break
@@ -174,6 +176,7 @@ def observe(live: Mapping[str, Any], desired: Mapping[str, Any]) -> Group:
         updated=is_updated(live, desired),
         ready=serving(live),  # a draining group is unavailable: maxUnavailable counts it
         rolled_at=rolled_at(live),
+        stopped=int(desired["spec"].get("replicas", 1)) == 0,
     )
 
 

@@ -562,3 +562,33 @@ def test_a_group_stopped_before_its_template_was_written_holds_no_image_turn() -
         assert decision.steps is not None
         assert decision.steps.rolling
         assert decision.gate == gate, failed_at
+
+
+def test_a_group_stopped_while_a_rollout_is_stalled_is_still_braked() -> None:
+    """A stalled rollout touches no outdated group, but the brake is no template change: a
+    group whose budget ran out goes to 0 replicas all the same."""
+    doc = body(replicas=2)
+    first = decide(observed(doc), DEFAULTS, now=NOW)
+    live = braked_live(first.apply, EARLIER, template="{}")
+    g1 = live[f"{NAME}-g1"]
+    g1["spec"]["replicas"] = 1  # stopped by this reconcile: still at 1 replica, restarting
+    g1["metadata"]["annotations"][APPLIED_ANNOTATION] = "{}"
+    g0 = live[f"{NAME}-g0"]  # updated long ago and never Ready: the rollout is stalled
+    g0["status"] = {"readyReplicas": 0, "observedGeneration": 1}
+    current = [c for c in first.apply if c["metadata"]["name"] == f"{NAME}-g0"]
+    g0["metadata"]["annotations"][APPLIED_ANNOTATION] = next(
+        c["metadata"]["annotations"][APPLIED_ANNOTATION]
+        for c in current
+        if c["kind"] == LEADER_WORKER_SET.kind
+    )
+    status = stopped_status(doc, LATER)
+    status["conditions"] = [
+        c | {"reason": "RollingOut"} if c["type"] == "Progressing" else c
+        for c in status["conditions"]
+    ]
+    seen = observed(body(status, replicas=2), groups=live, pods=[])
+    decision = decide(seen, DEFAULTS, now="2026-12-01T14:00:00Z")
+    assert decision.steps is not None
+    assert decision.steps.stalled == (0,)
+    written = {c["metadata"]["name"]: c for c in decision.apply if c["kind"] == "LeaderWorkerSet"}
+    assert written[f"{NAME}-g1"]["spec"]["replicas"] == 0
