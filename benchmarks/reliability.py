@@ -34,6 +34,7 @@ from kimi_operator.embedded.reliability import (
     run_by_hand,
     run_churn,
     run_faults,
+    run_group_life,
     run_restarts,
 )
 from kimi_operator.embedded.stale import run_holder_deleted, run_stale_delete
@@ -108,6 +109,7 @@ def main() -> None:
                 api, client, deployments=4 if args.bounded else 10, timeout_s=300
             )
             stale = run_stale_delete(api, client, timeout_s=180)
+            life = run_group_life(api, client, timeout_s=180)
             churn = run_churn(
                 client,
                 deployments=args.deployments,
@@ -142,8 +144,8 @@ def main() -> None:
     injected["sigkill"] = restarts.restarts
     injected["watch-silence"] = silent.silenced
     converged = faults.converged + restarts.converged + churn.converged
-    duplicates = faults.duplicates + restarts.duplicates + churn.duplicates
-    orphans = faults.orphans + restarts.orphans + churn.orphans
+    duplicates = faults.duplicates + restarts.duplicates + churn.duplicates + life.duplicates
+    orphans = faults.orphans + restarts.orphans + churn.orphans + life.orphans
     result |= {
         "faults_injected": dict(sorted(injected.items())),
         "deployments_converged": converged,
@@ -169,6 +171,12 @@ def main() -> None:
             "group_made_anew_survived": stale.survived,
             "converged": stale.converged.exact,
         },
+        "group_life": {
+            "failures_counted": life.failures,
+            "disruptions": life.disruptions,
+            "ready_and_stopped_while_stopped": life.while_stopped,
+            "writes_to_the_serving_group_while_another_stopped": life.serving_written,
+        },
         "turn_holder_deleted": {
             "next_moved_after_seconds": round(holder.moved_after_s, 1),
             "resync_interval_seconds": 5,
@@ -185,6 +193,12 @@ def main() -> None:
         ("deployments converged (fault phases, restarts, churn)", f"{converged}"),
         ("duplicates / orphans found", f"{duplicates} / {orphans}   (target 0 / 0)"),
         ("restarts survived (SIGKILL mid-reconcile)", f"{restarts.restarts}"),
+        (
+            "a group's life: failures counted at the end / writes to the serving group while "
+            "the other was stopped",
+            f"{sum(life.failures['resumed'].values())} / {len(life.serving_written)}   "
+            "(target 1, the crash / 0)",
+        ),
         ("CRDs removed and re-added: status said", ", ".join(hand.crds.values())),
         (
             "churn",

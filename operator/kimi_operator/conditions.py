@@ -314,6 +314,7 @@ def render(
         else (old.get("prefillReplicas", 0), old.get("prefillReadyReplicas", 0))
     )
     kept = {key: old[key] for key in ROLLOUT_FIELDS if key in old}
+    records = list(groups if groups is not None else old.get("groups") or [])
     rendered = KimiDeploymentStatus.model_validate(
         {
             **(kept if rollout is None else rollout),
@@ -331,7 +332,8 @@ def render(
             # The prefill autoscaler's memory (reconcile/__init__.py sets it after a valid
             # evaluation): kept through invalid and terminating reconciles.
             "prefillAutoscaler": old.get("prefillAutoscaler"),
-            "groups": (list(groups) if groups is not None else old.get("groups")) or None,
+            "groups": records or None,
+            "stoppedGroups": sum(1 for record in records if record.get("stopped")),
         }
     )
     return rendered.model_dump(exclude_none=True)

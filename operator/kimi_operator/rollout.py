@@ -36,6 +36,7 @@ class Group:
     updated: bool
     ready: bool
     rolled_at: float | None = None  # epoch seconds; None: not known
+    stopped: bool = False  # wanted at 0 replicas (the restart budget's brake): never held
 
 
 @dataclass(frozen=True)
@@ -82,11 +83,14 @@ def plan(
         if now is not None and _age(groups[i], now) > strategy.progress_deadline_s
     ]
     stalled = tuple(overdue) if rolling else ()
-    hold = set(outdated)
+    # A group to stop is written even in a stalled rollout: the brake is no template change.
+    hold = {i for i in outdated if not groups[i].stopped}
     if not stalled:
-        budget = sum(1 for i in serving if i in groups and groups[i].ready)
-        budget -= replicas - strategy.max_unavailable
-        for i in sorted(outdated, key=lambda i: (groups[i].ready, i)):
+        ready = sum(1 for i in serving if i in groups and groups[i].ready)
+        budget = ready - (replicas - strategy.max_unavailable)
+        if replicas > 1:  # never the last group serving (a prefill role's maxUnavailable may
+            budget = min(budget, ready - 1)  # reach its count; the others may be stopped)
+        for i in sorted(hold, key=lambda i: (groups[i].ready, i)):
             if groups[i].ready:  # a group down already costs nothing to update
                 if budget <= 0:
                     break
@@ -115,14 +119,15 @@ def epoch(text: str) -> float | None:
 
 def group_ready(group: Mapping[str, Any]) -> bool:
     """Every replica Ready, as observed for the LeaderWorkerSet's current spec (a status from
-    before a template change says nothing about the pods that replace the old ones)."""
+    before a template change says nothing about the pods that replace the old ones). A group at
+    0 replicas (stopped by the restart budget: group_life.braked) runs no pod: never Ready."""
     status = group.get("status") or {}
     observed = status.get("observedGeneration")
     generation = group.get("metadata", {}).get("generation")
     if observed is not None and generation is not None and int(observed) < int(generation):
         return False
     wanted = int(group.get("spec", {}).get("replicas", 1))
-    return int(status.get("readyReplicas", 0)) >= wanted
+    return wanted > 0 and int(status.get("readyReplicas", 0)) >= wanted
 
 
 def draining_since(group: Mapping[str, Any]) -> str | None:
@@ -161,12 +166,17 @@ def is_updated(live: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     )
 
 
+def rolled_at(group: Mapping[str, Any]) -> float | None:
+    """When the operator last wrote the group's template (epoch seconds); None: not known."""
+    return epoch(_annotations(group).get(ROLLED_AT_ANNOTATION, ""))
+
+
 def observe(live: Mapping[str, Any], desired: Mapping[str, Any]) -> Group:
-    rolled_at = _annotations(live).get(ROLLED_AT_ANNOTATION)
     return Group(
         updated=is_updated(live, desired),
         ready=serving(live),  # a draining group is unavailable: maxUnavailable counts it
-        rolled_at=epoch(rolled_at) if rolled_at else None,
+        rolled_at=rolled_at(live),
+        stopped=int(desired["spec"].get("replicas", 1)) == 0,
     )
 
 

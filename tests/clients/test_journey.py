@@ -132,6 +132,7 @@ def test_the_readme_journey(kubectl: Kubectl, client: Client, tmp_path: Path) ->
         "GPUS",
         "DESIRED",
         "READY-GROUPS",
+        "STOPPED",
         "BACKEND",
         "ROUTING",
         "READY",

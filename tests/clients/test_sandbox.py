@@ -1,12 +1,13 @@
 """`kimi-operator demo --serve`, as a user drives it: the sandbox in a process of its own, then the
 README's quickstart with the real helm and kubectl on the kubeconfig it wrote, then Ctrl-C."""
 
+import functools
 import io
 import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,34 @@ def test_the_quickstart_on_the_sandbox(
         "kimi-operator" in output
     )
     assert "the operator stopped" in output
+
+
+def _naming(groups: Callable[[], list[dict[str, object]]], count: int) -> bool:
+    return len(groups()) == count
+
+
+def test_scaled_to_zero_and_back_on_the_sandbox_no_group_is_named_nor_counted(
+    sandbox: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    """#48's done-when, with the real kubectl: a two-group deployment scaled 2 -> 0 -> 2 names no
+    group in its status while at 0 (the merge patch kept both), and comes back with no restart or
+    failure recorded."""
+    _, kubeconfig = sandbox
+    kubectl = Kubectl(kubeconfig, io.StringIO(), tmp_path / "home")
+    kubectl.helm("install", "kimi-operator", str(CHART), "-n", "kimi-system", "--create-namespace")
+    kubectl.run("create", "namespace", NAMESPACE)
+    kubectl.run("apply", "-f", str(SAMPLE))
+    kd = (f"kimi/{NAME}", "-n", NAMESPACE)
+
+    def groups() -> list[dict[str, object]]:
+        found = kubectl.run("get", *kd, "-o", "jsonpath={.status.groups}")
+        return list(json.loads(found)) if found else []
+
+    for replicas in (2, 0, 2):
+        kubectl.run("scale", *kd, "--replicas", str(replicas))
+        ready = f"--for=jsonpath={{.status.readyReplicas}}={replicas}"
+        kubectl.run("wait", ready, *kd, TIMEOUT)
+        wait(functools.partial(_naming, groups, replicas), 60, f"status.groups naming {replicas}")
+        for group in groups():
+            assert (group["restarts"], group.get("lastFailure")) == (0, None), group
+    assert kubectl.run("get", *kd, "-o", "jsonpath={.status.stoppedGroups}") == "0"

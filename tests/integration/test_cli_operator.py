@@ -132,13 +132,14 @@ def test_demo_runs_the_samples_live() -> None:
     ) in text
     assert "kubelet stand-in" in text
     assert "marked LeaderWorkerSet inference/k3-tp8-dspark-g0 ready" in text
-    header = "NAMESPACE   NAME                 GPUS   DESIRED   READY-GROUPS   BACKEND"
+    header = "NAMESPACE   NAME                 GPUS   DESIRED   READY-GROUPS   STOPPED   BACKEND"
     assert header in text
     ready = [line for line in text.split("\n") if line.startswith("inference   k3-tp8-dspark ")]
-    assert ready[-1].split()[2:9] == [
+    assert ready[-1].split()[2:10] == [
         "8",
         "1",
         "1",
+        "0",
         "latency_specialized",
         "Service",
         "True",

@@ -357,3 +357,31 @@ def test_lists_come_in_pages(api: EmbeddedApiServer) -> None:
     code, answer, _ = send(api, "GET", "/api/v1/namespaces/paged/services?limit=2&continue=x")
     assert (code, answer["message"]) == (400, "continue key is not valid")
     client.close()
+
+
+def test_a_status_write_keeps_only_what_it_says(api: EmbeddedApiServer, client: Client) -> None:
+    """The status subresource as kube-apiserver serves it: a merge patch's null removes a field,
+    a PUT replaces the whole status and leaves the spec and labels as they are, a stale
+    resourceVersion is refused with 409 (the operator's status writes: controller/loop.py)."""
+    client.create(KIMI_DEPLOYMENT, sample())
+    path = f"{KDS}/{NAME}/status"
+    status = {"replicas": 2, "groups": [{"name": f"{NAME}-g0"}], "autoscaler": "ScaledObject/x"}
+    code, written, _ = send(api, "PATCH", path, {"status": status}, merge=True)
+    assert code == 200
+    version = written["metadata"]["resourceVersion"]
+    drop = {"metadata": {"resourceVersion": version}, "status": {"groups": None}}
+    code, dropped, _ = send(api, "PATCH", path, drop, merge=True)
+    assert code == 200
+    assert "groups" not in dropped["status"]
+    assert (dropped["status"]["replicas"], dropped["status"]["autoscaler"]) == (2, "ScaledObject/x")
+    code, _, _ = send(api, "PATCH", path, drop, merge=True)  # on the version it replaced
+    assert code == 409
+    put = {**dropped, "spec": {**dropped["spec"], "replicas": 5}, "status": {"replicas": 1}}
+    put["metadata"] = {**dropped["metadata"], "labels": {"put": "yes"}}
+    code, replaced, _ = send(api, "PUT", path, put)
+    assert code == 200
+    assert (replaced["status"]["replicas"], replaced["status"]["autoscaler"]) == (1, "")
+    assert replaced["spec"]["replicas"] == dropped["spec"]["replicas"]
+    assert "put" not in (replaced["metadata"].get("labels") or {})
+    code, _, _ = send(api, "PUT", path, put)  # put's resourceVersion is stale now
+    assert code == 409

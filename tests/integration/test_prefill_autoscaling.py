@@ -183,6 +183,30 @@ def test_load_adds_prefill_groups_quiet_removes_them_and_silence_keeps_them(
     assert [e["type"] for e in events if e["reason"] == UNAVAILABLE] == ["Warning"]
 
 
+@pytest.mark.parametrize("installed", [WITH_ROUTING], indirect=True)
+@pytest.mark.usefixtures("prometheus")
+def test_removing_the_autoscaling_removes_its_status(
+    api: EmbeddedApiServer, client: Client, scaling_operator: OperatorThread
+) -> None:
+    """The status as the API server keeps it: status.prefillAutoscaler gone with
+    spec.prefill.autoscaling, and no status written again at each resync (#48: the merge patch
+    left it, and every reconcile found the status changed)."""
+    with kubelet(api, NS):
+        create(client, _document())
+        Changes(api, client).until(1, 1)
+        client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": {"prefill": {"autoscaling": None}}})
+        wait_for(
+            lambda: status_of(client, NS, NAME).get("observedGeneration") == 2,
+            TIMEOUT_S,
+            "the edit reconciled",
+        )
+        resyncs(metrics_of(scaling_operator))
+        assert "prefillAutoscaler" not in status_of(client, NS, NAME)
+        written = _resource_version(client)
+        resyncs(metrics_of(scaling_operator), count=3)
+        assert _resource_version(client) == written
+
+
 @pytest.mark.parametrize(
     ("doc", "field"),
     [

@@ -27,8 +27,9 @@ def deployment(annotations: dict[str, str] | None = None, **budget: int) -> Any:
     return report.deployment
 
 
-def lws(generation: int = 1) -> dict[str, Any]:
-    return {"kind": "LeaderWorkerSet", "metadata": {"name": GROUP, "generation": generation}}
+def lws(generation: int = 1, uid: str = "lws-1") -> dict[str, Any]:
+    meta = {"name": GROUP, "generation": generation, "uid": uid}
+    return {"kind": "LeaderWorkerSet", "metadata": meta}
 
 
 def pod(
@@ -39,13 +40,22 @@ def pod(
     ready: str = "",
     waiting: str = "",
     terminated: dict[str, Any] | None = None,
+    disrupted: str = "",
+    ended: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A pod of the group; `disrupted`: the reason of its DisruptionTarget condition (it is
+    being deleted); `ended`: its container's current state terminated so (its last run's is
+    `terminated`)."""
     conditions = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}]
     if ready:
         conditions.append({"type": "Ready", "status": "True", "lastTransitionTime": ready})
+    if disrupted:
+        conditions.append({"type": "DisruptionTarget", "status": "True", "reason": disrupted})
     state: dict[str, Any] = {"running": {}}
     if waiting:
         state = {"waiting": {"reason": waiting, "message": f"{waiting} for the image"}}
+    if ended is not None:
+        state = {"terminated": ended}
     container: dict[str, Any] = {"name": "vllm", "restartCount": 0, "state": state}
     if terminated is not None:
         container |= {"restartCount": 1, "lastState": {"terminated": terminated}}
@@ -53,16 +63,25 @@ def pod(
         "kimi-operator.io/tp-group": GROUP,
         "leaderworkerset.sigs.k8s.io/worker-index": str(index),
     }
+    meta = {"name": f"{GROUP}-{uid}-{index}", "uid": f"{uid}-{index}", "labels": labels}
+    if disrupted or ended is not None:
+        meta["deletionTimestamp"] = scheduled
     return {
-        "metadata": {"name": f"{GROUP}-{uid}-{index}", "uid": f"{uid}-{index}", "labels": labels},
+        "metadata": meta,
         "status": {"conditions": conditions, "containerStatuses": [container]},
     }
 
 
 def step(
-    kd: Any, status: dict[str, Any], pods: list[dict[str, Any]] | None, now: str, gen: int = 1
+    kd: Any,
+    status: dict[str, Any],
+    pods: list[dict[str, Any]] | None,
+    now: str,
+    *,
+    gen: int = 1,
+    group: str = "lws-1",
 ) -> dict[str, Any]:
-    records = group_life.records(kd, status, {GROUP: lws(gen)}, pods, now=now, created={})
+    records = group_life.records(kd, status, {GROUP: lws(gen, group)}, pods, now=now)
     return {"groups": records}
 
 
@@ -163,3 +182,52 @@ def test_a_new_resume_value_restarts_a_stopped_group() -> None:
     assert record["stopped"] is False
     assert record["recentFailures"] == []
     assert record["restarts"] == 1  # the history stays
+
+
+SIGTERM = {"exitCode": 143, "reason": "Error", "message": "terminated"}
+
+
+def test_an_evicted_group_recreated_is_recorded_as_such_and_never_counted() -> None:
+    """A worker evicted (kubectl drain, a node upgrade, a preemption: its DisruptionTarget
+    condition), its container ended by the eviction, then the group recreated: no failure,
+    however often (#48)."""
+    kd = deployment(failures=1)
+    status = step(kd, {}, [pod("p0", scheduled=at(0), ready=at(1))], at(1))
+    for i, reason in enumerate(("EvictionByEvictionAPI", "PreemptionByScheduler"), start=1):
+        leaving = pod(f"p{i - 1}", 1, scheduled=at(0), disrupted=reason, ended=SIGTERM)
+        status = step(kd, status, [pod(f"p{i - 1}", scheduled=at(0)), leaving], at(i * 10))
+        # Recreated: the new leader, with the evicted pod still terminating beside it.
+        status = step(kd, status, [pod(f"p{i}", scheduled=at(i * 10)), leaving], at(i * 10 + 1))
+        (record,) = status["groups"]
+        assert (record["restarts"], record.get("stopped", False)) == (0, False)
+        assert record["lastDisruption"]["reason"] == reason
+    # The evicted pod, still listed, explains no later recreation: a crash is still counted.
+    leaving = pod("p1", 1, scheduled=at(0), disrupted="PreemptionByScheduler", ended=SIGTERM)
+    status = step(kd, status, [pod("p3", scheduled=at(30)), leaving], at(31))
+    (record,) = status["groups"]
+    assert (record["restarts"], record["lastFailure"]["reason"]) == (1, "Recreated")
+    assert record["stopped"] is True
+
+
+def test_a_group_made_anew_is_no_failure() -> None:
+    """Scaled to zero and back (KEDA), or deleted and made again: a new LeaderWorkerSet's
+    leader is a new group's, not a recreation, even where the old record is still there."""
+    kd = deployment(failures=1)
+    status = step(kd, {}, [pod("p0", scheduled=at(0), ready=at(1))], at(1))
+    for i in range(1, 4):
+        status = step(kd, status, [pod(f"p{i}", scheduled=at(i))], at(i), group=f"lws-{i + 1}")
+        (record,) = status["groups"]
+        assert (record["restarts"], record.get("stopped", False)) == (0, False)
+        assert record["lastDisruption"]["reason"] == "Created"
+
+
+def test_a_pod_ended_by_its_deletion_is_no_failure_but_its_earlier_crash_is() -> None:
+    """A rollout or a scale-down deletes the pods: their containers end then (SIGTERM, or
+    SIGKILL past the grace), which is no crash; a crash before the deletion still is."""
+    kd = deployment(failures=3)
+    killed = {"exitCode": 137, "reason": "Error"}
+    status = step(kd, {}, [pod("p0", scheduled=at(0), ended=killed)], at(1))
+    assert status["groups"][0]["restarts"] == 0
+    oom = {"exitCode": 137, "reason": "OOMKilled"}
+    status = step(kd, status, [pod("p0", scheduled=at(0), terminated=oom, ended=killed)], at(2))
+    assert status["groups"][0]["lastFailure"]["reason"] == "OOMKilled"

@@ -49,6 +49,16 @@ def test_a_group_down_already_is_updated_first_and_free() -> None:
     assert steps({0: OLD, 1: down, 2: down}).hold == frozenset({0})
 
 
+def test_the_last_group_serving_is_never_taken() -> None:
+    """With one group of two down (stopped by the restart budget), a maxUnavailable that reaches
+    the role's count (a prefill role's: only spec.replicas bounds it) still keeps the other."""
+    down = Group(updated=True, ready=False, rolled_at=NOW - 10)
+    wide = Strategy(max_unavailable=2)
+    assert steps({0: OLD, 1: down}, replicas=2, strategy=wide).hold == frozenset({0})
+    assert steps({0: OLD, 1: OLD}, replicas=2, strategy=wide).hold == frozenset({1})
+    assert steps({0: OLD}, replicas=1).hold == frozenset()  # one group: updated in place
+
+
 def test_surge_makes_the_spare_first_and_drops_it_at_the_end() -> None:
     surge = Strategy(max_unavailable=0, max_surge=1)
     start = steps({0: OLD, 1: OLD, 2: OLD}, strategy=surge)
@@ -121,3 +131,5 @@ def test_helpers() -> None:
     stale = {"metadata": {"generation": 3}, "status": {"readyReplicas": 1, "observedGeneration": 2}}
     assert not group_ready(stale)
     assert group_ready({"metadata": {"generation": 3}, "status": {"readyReplicas": 1}})
+    stopped = {"spec": {"replicas": 0}, "status": {"readyReplicas": 0, "observedGeneration": 1}}
+    assert not group_ready(stopped)  # at 0 replicas (the restart budget's brake): no pod

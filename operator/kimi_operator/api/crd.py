@@ -170,6 +170,13 @@ def crd() -> dict[str, Any]:
                             "jsonPath": ".status.readyReplicas",
                         },
                         {
+                            "name": "STOPPED",
+                            "type": "integer",
+                            "description": "TP groups the restart budget stopped (both roles): "
+                            "not Ready until resumed",
+                            "jsonPath": ".status.stoppedGroups",
+                        },
+                        {
                             "name": "PREFILL",
                             "type": "integer",
                             "description": "Prefill TP groups wanted (spec.prefill; with its "

@@ -63,6 +63,15 @@ class OlderTemplateGroup(StatusModel):
     )
 
 
+class GroupDisruption(GroupFailure):
+    reason: str = Field(
+        max_length=64,
+        description="Created (a new LeaderWorkerSet), Updated (its spec changed), or the reason "
+        "of a pod's DisruptionTarget condition (EvictionByEvictionAPI, PreemptionByScheduler, "
+        "DeletionByTaintManager, DeletionByPodGC, TerminationByKubelet).",
+    )
+
+
 class GroupStatus(StatusModel):
     """One TP group's life (docs/group-lifecycle.md): its start-up time and its failures."""
 
@@ -73,6 +82,10 @@ class GroupStatus(StatusModel):
     started_at: str = Field("", max_length=64, description="When its leader was scheduled.")
     restarts: Annotated[int, Field(ge=0)] = Field(0, description="Failures counted in all.")
     last_failure: GroupFailure | None = Field(None, description="The last failure seen.")
+    last_disruption: GroupDisruption | None = Field(
+        None,
+        description="The last new leader that was no failure, and why (never counted).",
+    )
     recent_failures: list[Annotated[str, Field(max_length=64)]] = Field(
         default_factory=list,
         max_length=100,
@@ -88,11 +101,21 @@ class GroupStatus(StatusModel):
     generation: Annotated[int, Field(ge=0)] = Field(
         0, description="The LeaderWorkerSet's generation then (a new one: a rollout, no failure)."
     )
+    group_uid: str = Field(
+        "", max_length=64, description="The LeaderWorkerSet's uid then (a new one: a new group)."
+    )
     failed_since_leader: bool = Field(
         False, description="A failure was counted since that leader was seen."
     )
+    disrupted_since_leader: str = Field(
+        "",
+        max_length=64,
+        description="The DisruptionTarget reason of a pod seen since that leader was seen.",
+    )
     failure_keys: list[Annotated[str, Field(max_length=256)]] = Field(
-        default_factory=list, max_length=16, description="The failures already counted."
+        default_factory=list,
+        max_length=16,
+        description="The failures already counted and the disrupted pods already seen.",
     )
 
 
@@ -146,6 +169,11 @@ class KimiDeploymentStatus(StatusModel):
     )
     ready_replicas: Annotated[int, Field(ge=0)] = Field(
         0, description="TP groups of spec.replicas serving."
+    )
+    stopped_groups: Annotated[int, Field(ge=0)] = Field(
+        0,
+        description="TP groups (of both roles) the restart budget stopped: at 0 replicas, not "
+        "Ready, until resumed (docs/group-lifecycle.md).",
     )
     prefill_replicas: Annotated[int, Field(ge=0)] = Field(
         0, description="Prefill TP groups that exist (spec.prefill)."

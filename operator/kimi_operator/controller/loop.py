@@ -29,6 +29,7 @@ from kimi_operator.controller.retry import retry_delay, temporary
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError, KubernetesError, NotLeading, OwnerTerminating
 from kimi_operator.k8s.events import post_warning
+from kimi_operator.k8s.merge import removals
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
 from kimi_operator.reconcile import Outcome, reconcile, terminating
 
@@ -256,14 +257,16 @@ class Controller:
         self, state: Deployment, obj: Mapping[str, Any], status: Mapping[str, Any]
     ) -> None:
         """Conditional on `obj`, the version the status was made from (docs/architecture.md,
-        "Write rules"): refused (409) when it changed since. When only its status or metadata
-        moved on (another status write landed first), the status still describes its spec: it
-        is written once more on the version read afresh; after an edit, or its deletion, the
-        409 stands (the retry reconciles what is there now)."""
+        "Write rules"): refused (409) when it changed since. The merge patch replaces the
+        status: what the version holds and `status` lacks is set to null (removed), so the
+        server keeps only what the operator reports. When only its status or metadata moved on
+        (another status write landed first), the status still describes its spec: it is
+        written once more on the version read afresh; after an edit, or its deletion, the 409
+        stands (the retry reconciles what is there now)."""
         meta = obj["metadata"]
-        version = meta.get("resourceVersion")
+        version, stored = meta.get("resourceVersion"), obj.get("status") or {}
         for last in (False, True):
-            patch = {"metadata": {"resourceVersion": version}, "status": dict(status)}
+            patch = {"metadata": {"resourceVersion": version}, "status": removals(stored, status)}
             try:
                 self.client.patch(
                     KIMI_DEPLOYMENT, state.namespace, state.name, patch, subresource="status"
@@ -272,10 +275,11 @@ class Controller:
             except ApiError as error:
                 if error.code != 409 or last:
                     raise
-                now = (self._read(state) or {}).get("metadata") or {}
+                fresh = self._read(state) or {}
+                now = fresh.get("metadata") or {}
                 if (now.get("uid"), now.get("generation")) != (meta["uid"], meta.get("generation")):
                     raise
-                version = now.get("resourceVersion")
+                version, stored = now.get("resourceVersion"), fresh.get("status") or {}
 
     def _failed(self, uid: str, state: Deployment, error: KubernetesError) -> None:
         """Temporary failures are retried after their delay, permanent ones at the resync; the

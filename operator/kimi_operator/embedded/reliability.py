@@ -23,13 +23,19 @@ from typing import Any
 import yaml
 
 from kimi_operator.api.status import condition
+from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL
+from kimi_operator.builders.placement import GROUP_LABEL
 from kimi_operator.embedded.audit import Audit, audit
 from kimi_operator.embedded.faults import Fault
 from kimi_operator.embedded.harness import EmbeddedApiServer
+from kimi_operator.embedded.kubelet import group_ready_status
 from kimi_operator.embedded.processes import OperatorProcess, memory_mb, wait
+from kimi_operator.embedded.scheduler import lws_pods
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError
-from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, SERVICE
+from kimi_operator.k8s.merge import APPLIED_ANNOTATION
+from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, POD, SERVICE
+from kimi_operator.rollout import group_of
 
 SAMPLE = Path(__file__).resolve().parents[3] / "crds" / "samples" / "k3-tp8-dspark.yaml"
 NAMESPACE = "reliability"
@@ -523,3 +529,270 @@ def run_churn(
         report.orphans += len(found.orphans)
     report.rss_mb = sampler.stop()
     return report
+
+
+# ----------------------------------------------------------------------------- a group's life
+
+GENERATION_LABEL = "reliability.kimi-operator.io/generation"  # of the group that made the pod
+EVICTED = "EvictionByEvictionAPI"
+
+
+def follow_groups(client: Client, deployment: str, namespace: str = NAMESPACE) -> None:
+    """LeaderWorkerSet's controller and the kubelets, as far as a group's life goes: the pods of
+    each group made (bound and Ready) for its generation, and made again when it changes (a new
+    template, a stop, a resume: the group recreated); none for a group at 0 replicas; those of
+    groups gone deleted. A group's status is written when its pods are made (a group the
+    scenario set restarting stays so until then)."""
+    groups = {
+        g["metadata"]["name"]: g
+        for g in client.list(LEADER_WORKER_SET, namespace)
+        if group_of(deployment, g["metadata"]["name"])
+    }
+    pods: dict[str, list[dict[str, Any]]] = {}
+    for pod in client.list(POD, namespace):
+        group = pod["metadata"]["labels"].get(GROUP_LABEL, "")
+        if group_of(deployment, group):
+            pods.setdefault(group, []).append(pod)
+    for name, found in pods.items():
+        group = groups.get(name)
+        if group is None or not _current(group, found):
+            for pod in found:
+                client.delete(POD, namespace, pod["metadata"]["name"])
+    for name, group in groups.items():
+        current = _current(group, pods.get(name, []))
+        if group["spec"].get("replicas", 1) and not current:
+            _make_pods(client, group)
+        if current or not group["spec"].get("replicas", 1):
+            status = group.get("status") or {}
+            seen = status.get("observedGeneration") == group["metadata"].get("generation")
+            if not seen:
+                ready = {"status": group_ready_status(group)}
+                client.patch(LEADER_WORKER_SET, namespace, name, ready, subresource="status")
+
+
+def _current(group: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether `pods` (of the group) are those of its generation and it wants them."""
+    generation = str(group["metadata"].get("generation"))
+    return (
+        bool(pods)
+        and bool(group["spec"].get("replicas", 1))
+        and all(p["metadata"]["labels"].get(GENERATION_LABEL) == generation for p in pods)
+    )
+
+
+def _make_pods(client: Client, group: Mapping[str, Any], *, ready: bool = True) -> None:
+    """The group's pods, bound and Ready; the group's status Ready (`ready`), or restarting."""
+    meta = group["metadata"]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for index, pod in enumerate(lws_pods(group)):
+        labels = pod.labels | {
+            LWS_WORKER_INDEX_LABEL: str(index),
+            GENERATION_LABEL: str(meta.get("generation")),
+        }
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod.name, "namespace": meta["namespace"], "labels": labels},
+            "spec": pod.spec,
+        }
+        client.create(POD, body)
+        conditions = [
+            {"type": kind, "status": "True", "lastTransitionTime": now}
+            for kind in ("PodScheduled", "Ready")
+        ]
+        container = {"name": "vllm", "restartCount": 0, "state": {"running": {}}}
+        status = {"phase": "Running", "conditions": conditions, "containerStatuses": [container]}
+        client.patch(POD, meta["namespace"], pod.name, {"status": status}, subresource="status")
+    said = {"status": group_ready_status(group, ready=ready)}
+    client.patch(LEADER_WORKER_SET, meta["namespace"], meta["name"], said, subresource="status")
+
+
+@dataclass
+class LifeReport:
+    # group -> failures counted (status.groups[].restarts) after each step
+    failures: dict[str, dict[str, int]] = field(default_factory=dict)
+    disruptions: list[str] = field(default_factory=list)  # lastDisruption reasons recorded
+    # While g1 was stopped: (readyReplicas, stoppedGroups) the status said during the rollout,
+    # and the writes to g0 (the only group serving) and its pods.
+    while_stopped: tuple[int, int] = (0, 0)
+    serving_written: list[str] = field(default_factory=list)
+    duplicates: int = 0
+    orphans: int = 0
+
+
+def _records(client: Client, name: str) -> dict[str, dict[str, Any]]:
+    kd = client.get(KIMI_DEPLOYMENT, NAMESPACE, name) or {}
+    return {g["name"]: g for g in (kd.get("status") or {}).get("groups") or []}
+
+
+def _leaders(client: Client, name: str) -> dict[str, str]:
+    """The leader pod's uid of each group of deployment `name`."""
+    found = {}
+    for pod in client.list(POD, NAMESPACE):
+        labels = pod["metadata"]["labels"]
+        group = labels.get(GROUP_LABEL, "")
+        if group_of(name, group) and labels.get(LWS_WORKER_INDEX_LABEL) == "0":
+            found[group] = pod["metadata"]["uid"]
+    return found
+
+
+def _started(client: Client, name: str, count: int) -> dict[str, dict[str, Any]] | None:
+    """The records once `count` groups run and each has its present leader recorded started."""
+    leaders = _leaders(client, name)
+    records = _records(client, name)
+    started = {group: r for group, r in records.items() if r.get("startupSeconds") is not None}
+    done = len(leaders) == count and all(
+        started.get(group, {}).get("leaderUid") == uid for group, uid in leaders.items()
+    )
+    return records if done else None
+
+
+def _restarting(client: Client, group: str) -> None:
+    """`group` not Ready, as LeaderWorkerSet says while it recreates the group."""
+    lws = client.get(LEADER_WORKER_SET, NAMESPACE, group)
+    assert lws is not None
+    status = {"status": group_ready_status(lws, ready=False)}
+    client.patch(LEADER_WORKER_SET, NAMESPACE, group, status, subresource="status")
+
+
+def _pod(client: Client, group: str, *, leader: bool) -> dict[str, Any]:
+    """The leader pod of `group`, or a worker."""
+    return next(
+        p
+        for p in client.list(POD, NAMESPACE)
+        if p["metadata"]["labels"].get(GROUP_LABEL) == group
+        and (p["metadata"]["labels"].get(LWS_WORKER_INDEX_LABEL) == "0") == leader
+    )
+
+
+def _evicted_and_recreated(
+    client: Client, name: str, group: str, until: Callable[[Callable[[], Any], str], Any]
+) -> dict[str, dict[str, Any]]:
+    """A worker of `group` evicted, the operator seeing it; then the group recreated by
+    LeaderWorkerSet, its new pods seen while it is not Ready yet, then Ready. The records."""
+    _evict(client, _pod(client, group, leader=False))
+    until(
+        lambda: _records(client, name)[group].get("disruptedSinceLeader") == EVICTED,
+        "the eviction seen",
+    )
+    for pod in client.list(POD, NAMESPACE):
+        if pod["metadata"]["labels"].get(GROUP_LABEL) == group:
+            client.delete(POD, NAMESPACE, pod["metadata"]["name"])
+    lws = client.get(LEADER_WORKER_SET, NAMESPACE, group)
+    assert lws is not None
+    _make_pods(client, lws, ready=False)
+    records: dict[str, dict[str, Any]] = until(lambda: _started(client, name, 2), "recreated")
+    ready = {"status": group_ready_status(lws)}
+    client.patch(LEADER_WORKER_SET, NAMESPACE, group, ready, subresource="status")
+    return records
+
+
+def _evict(client: Client, worker: Mapping[str, Any]) -> None:
+    """`worker` evicted (kubectl drain): its DisruptionTarget condition, its container ended by
+    it, and its group not Ready (LeaderWorkerSet recreating it)."""
+    ended = {"name": "vllm", "restartCount": 0, "state": {"terminated": {"exitCode": 143}}}
+    disrupted = {"type": "DisruptionTarget", "status": "True", "reason": EVICTED}
+    evicted = {
+        "conditions": [*worker["status"]["conditions"], disrupted],
+        "containerStatuses": [ended],
+    }
+    name = worker["metadata"]["name"]
+    client.patch(POD, NAMESPACE, name, {"status": evicted}, subresource="status")
+    _restarting(client, worker["metadata"]["labels"][GROUP_LABEL])
+
+
+def _crash(client: Client, leader: Mapping[str, Any]) -> None:
+    """`leader` OOM-killed and restarted, its group not Ready (LeaderWorkerSet recreating it)."""
+    crashed = {
+        "name": "vllm",
+        "restartCount": 1,
+        "state": {"running": {}},
+        "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+    }
+    status = {"status": {"containerStatuses": [crashed]}}
+    client.patch(POD, NAMESPACE, leader["metadata"]["name"], status, subresource="status")
+    _restarting(client, leader["metadata"]["labels"][GROUP_LABEL])
+
+
+def _applied(client: Client, group: str) -> str:
+    lws = client.get(LEADER_WORKER_SET, NAMESPACE, group) or {}
+    return str((lws.get("metadata", {}).get("annotations") or {}).get(APPLIED_ANNOTATION, ""))
+
+
+def run_group_life(api: EmbeddedApiServer, client: Client, *, timeout_s: float) -> LifeReport:
+    """A two-group deployment with a budget of one failure through what a group's life brings
+    (docs/group-lifecycle.md): scaled to zero and back three times, a group's pod evicted and
+    the group recreated, then a group stopped by a crash while a rollout runs, and resumed. The
+    groups' pods are `follow_groups`'. Nothing but the crash may be counted; the rollout may not
+    touch the one group serving while the other is stopped."""
+    name, report = "life", LifeReport()
+    budget = {"restartBudget": {"failures": 1}}
+    client.create(KIMI_DEPLOYMENT, deployment(name, replicas=2, serving=budget))
+
+    def until(probe: Callable[[], Any], what: str) -> Any:
+        def step() -> Any:
+            follow_groups(client, name)
+            return probe()
+
+        return wait(step, timeout_s, what, 0.1, not_yet=(ApiError,))
+
+    def counted(step: str) -> None:
+        records = _records(client, name)
+        report.failures[step] = {g: r.get("restarts", 0) for g, r in records.items()}
+
+    until(lambda: _started(client, name, 2), "two groups started")
+    g0, g1 = f"{name}-g0", f"{name}-g1"
+    for cycle in range(3):  # KEDA: to zero while idle, back with the load
+        patch_all(client, [name], {"replicas": 0})
+        until(lambda: _status_at(client, name, replicas=0), "the status of 0 groups, naming none")
+        patch_all(client, [name], {"replicas": 2})
+        until(lambda: _started(client, name, 2), "two groups started again")
+        counted(f"scaled 2 -> 0 -> 2 ({cycle + 1})")
+    records = _evicted_and_recreated(client, name, g0, until)
+    report.disruptions.append(records[g0].get("lastDisruption", {}).get("reason", ""))
+    counted("evicted")
+    # A crash stops g1 (budget 1); a template change meanwhile leaves g0, the one serving.
+    _crash(client, _pod(client, g1, leader=True))
+    _restarting(client, g1)
+    until(lambda: _at_zero(client, g1), "g1 stopped at 0 replicas")
+    mark, before = api.mark(), _applied(client, g1)
+    patch_all(client, [name], {"serving": {"drainSeconds": 30}})  # a new pod template
+
+    def rolled() -> dict[str, Any] | None:
+        """Acted on: g1, down, rewritten; one group of two updated."""
+        kd = _status_at(client, name, replicas=2)
+        updated = kd is not None and (kd.get("status") or {}).get("updatedReplicas") == 1
+        return kd if updated and _applied(client, g1) != before else None
+
+    seen = until(rolled, "g1 rewritten, g0 held").get("status") or {}
+    report.while_stopped = (seen.get("readyReplicas", -1), seen.get("stoppedGroups", -1))
+    report.serving_written = sorted(
+        {f"{w.method} {w.path}" for w in api.writes(mark) if w.name.startswith(g0)}
+    )
+    counted("stopped")
+    annotate = {"metadata": {"annotations": {"kimi-operator.io/resume": "fixed"}}}
+    client.patch(KIMI_DEPLOYMENT, NAMESPACE, name, annotate)
+    found = until(lambda: settled(client), "resumed and rolled")
+    counted("resumed")
+    report.duplicates, report.orphans = len(found.duplicates), len(found.orphans)
+    delete_all(client, [name])
+    until(lambda: not client.list(LEADER_WORKER_SET, NAMESPACE), "the groups collected")
+    gone = audit(client)
+    report.duplicates += len(gone.duplicates)
+    report.orphans += len(gone.orphans)
+    return report
+
+
+def _status_at(client: Client, name: str, *, replicas: int) -> dict[str, Any] | None:
+    """The deployment once its status is of its generation, with `replicas` groups, every one
+    of them recorded."""
+    kd = client.get(KIMI_DEPLOYMENT, NAMESPACE, name) or {}
+    status = kd.get("status") or {}
+    of_generation = status.get("observedGeneration") == kd.get("metadata", {}).get("generation")
+    groups = len(status.get("groups") or [])
+    return kd if of_generation and status.get("replicas") == replicas == groups else None
+
+
+def _at_zero(client: Client, group: str) -> bool:
+    lws = client.get(LEADER_WORKER_SET, NAMESPACE, group) or {}
+    return bool((lws.get("spec") or {}).get("replicas") == 0)

@@ -199,8 +199,8 @@ def _stream_excess(
     prompts = {r.group: r.prompt_tokens or 0 for r in records}  # a phase's streams: one length
     excess: dict[int, list[float]] = {}
     for record in records:
-        found = PROBE.match(record.group or "")
-        if not found or not timed(record):
+        found, ttft = PROBE.match(record.group or ""), record.ttft_s
+        if not found or ttft is None or not timed(record):
             continue
         count = int(found["streams"])
         context = count * prompts.get(f"streams:s{count}", 0)
@@ -215,7 +215,7 @@ def _stream_excess(
             + waiting / 2
             + step(prefill_tokens=prompt, prefill_pairs=attention_pairs(0, prompt))
         )
-        excess.setdefault(count, []).append(record.ttft_s - modelled)
+        excess.setdefault(count, []).append(ttft - modelled)
     return excess
 
 

@@ -401,26 +401,39 @@ def decide(
     children = [with_owner(c, body) for c in plan.children]
     claims = {role: w.claim_name for role, w in weights.resolved.items()}
     inputs = upgrades.current(kd, plan.defaults, claims)
-    stamped = upgrades.stamped(children, live, inputs)
-    was_rolling = not skip_groups and progressing_reason(old) in ROLLING_REASONS
+    records = group_life.records(kd, old, observed.groups, observed.pods, now=now)
+    halted = group_life.stopped(records)
+    # Braked before the rollout looks: a stopped group's template is what it has, at 0 replicas.
+    stamped = upgrades.stamped(group_life.braked(children, halted), live, inputs)
     older = upgrades.older(kd, body, plan.defaults, inputs, children=children, live=live)
-    rolled = rollout.decide(kd, stamped, live, now=now, was_rolling=was_rolling, older=older)
+    # A stopped group has no pod left to restart: the current template is free to take.
+    older = {name: template for name, template in older.items() if name not in halted}
+    rolled = rollout.decide(
+        kd,
+        stamped,
+        live,
+        now=now,
+        was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
+        older=older,
+    )
     created = {
         c["metadata"]["name"]: c
         for c in rolled.write
         if c["kind"] == LEADER_WORKER_SET.kind and c["metadata"]["name"] not in observed.groups
     }
-    records = group_life.records(kd, old, observed.groups, observed.pods, now=now, created=created)
-    halted = group_life.stopped(records)
-    if halted & older.keys():  # stopped: no pod left to restart, the current template is free
-        older = {name: template for name, template in older.items() if name not in halted}
-        rolled = rollout.decide(kd, stamped, live, now=now, was_rolling=was_rolling, older=older)
-    plan.children = group_life.braked(rolled.planned, halted)
+    records = group_life.with_created(kd, old, records, created, now=now)
+    plan.children = rolled.planned
     brake = group_life.stopped_problem(kd, records)
     if brake is not None:
         plan.degradations.append(brake)
-    following = image.source == "OperatorDefault" and image.image == defaults.serving_image
-    write, held = group_life.braked(rolled.write, halted), group_life.braked(rolled.held, halted)
+    # A group stopped before its template was written waits for a person, not for the image:
+    # the turn goes to the next deployment meanwhile.
+    following = (
+        image.source == "OperatorDefault"
+        and image.image == defaults.serving_image
+        and not group_life.stopped_before_written(records, live)
+    )
+    write, held = rolled.write, rolled.held
     pruning = observed.prune and LEADER_WORKER_SET.kind not in plan.skip
     drains = _drains(observed, live, write, held, pruning, now=now)
     steps, prefill_steps = _drain_held(kd, rolled.steps, rolled.prefill_steps, drains.hold)

@@ -78,6 +78,7 @@ def test_printer_columns_point_at_fields() -> None:
         "GPUS",
         "DESIRED",
         "READY-GROUPS",
+        "STOPPED",
         "PREFILL",
         "PREFILL-DESIRED",
         "PREFILL-READY",
@@ -88,7 +89,7 @@ def test_printer_columns_point_at_fields() -> None:
         "AGE",
     ]
     known = {p for p, _ in nodes(SCHEMA)}
-    names = [*columns][:8]  # GPUS .. ROUTING
+    names = [*columns][:9]  # GPUS .. ROUTING
     for name in (*names, "ENDPOINT"):
         assert columns[name] in known, name
     # The roles' columns in `kubectl get -o wide`: the default table stays as it was.

@@ -2,6 +2,7 @@
 writes, deletes and status out (reconcile/decide.py, reconcile/status.py)."""
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +22,7 @@ from kimi_operator.k8s.resources import LEADER_WORKER_SET
 from kimi_operator.reconcile import reconcile
 from kimi_operator.reconcile.decide import UPSTREAM, Decision, Observed, decide
 from kimi_operator.reconcile.status import Outcome, outcome
-from kimi_operator.rollout import DRAINING_ANNOTATION
+from kimi_operator.rollout import DRAINING_ANNOTATION, ROLLED_AT_ANNOTATION
 from kimi_operator.upgrades import INPUTS_ANNOTATION
 from tests.support.cluster import condition, sample
 
@@ -488,3 +489,124 @@ def test_max_surge_gives_the_prefill_role_a_surge_group_too() -> None:
         f"ComputeDomain/{NAME}-p1",
         f"LeaderWorkerSet/{NAME}-p1",
     ]
+
+
+EARLIER = "2026-12-01T11:00:00Z"
+
+
+def stopped_status(doc: dict[str, Any], failed_at: str) -> dict[str, Any]:
+    """The last status of `doc` with its group g1 stopped by the brake after a failure at
+    `failed_at`."""
+    status = reconciled(doc)
+    failure = {"reason": "OOMKilled", "message": "exited with 137", "at": failed_at}
+    status["groups"] = [
+        g | {"stopped": True, "lastFailure": failure, "restarts": 3}
+        if g["name"] == f"{NAME}-g1"
+        else g
+        for g in status["groups"]
+    ]
+    return status
+
+
+def braked_live(
+    applied: list[dict[str, Any]], rolled_at: str, *, template: str = ""
+) -> dict[str, dict[str, Any]]:
+    """The groups as listed, g1 at 0 replicas (its pods gone, none Ready), each written at
+    `rolled_at` (`template`: the applied template, another one than the spec's)."""
+    live = {}
+    for child in applied:
+        if child["kind"] != LEADER_WORKER_SET.kind:
+            continue
+        group = copy.deepcopy(with_uid(ready(child)))
+        group["metadata"]["annotations"][ROLLED_AT_ANNOTATION] = rolled_at
+        if template:
+            group["metadata"]["annotations"][APPLIED_ANNOTATION] = template
+        if group["metadata"]["name"] == f"{NAME}-g1":
+            group["spec"] = {**group["spec"], "replicas": 0}
+            group["status"] = {"readyReplicas": 0, "observedGeneration": 1}
+        live[group["metadata"]["name"]] = group
+    return live
+
+
+def test_a_stopped_group_is_not_ready_and_not_rewritten_while_nothing_changes() -> None:
+    """The brake sets g1 to 0 replicas: 0 Ready of 0 wanted is not a Ready group (#48)."""
+    doc = body(replicas=2)
+    first = decide(observed(doc), DEFAULTS, now=NOW)
+    live = braked_live(first.apply, EARLIER)
+    seen = observed(body(stopped_status(doc, EARLIER), replicas=2), groups=live, pods=[])
+    decision = decide(seen, DEFAULTS, now=LATER)
+    groups = {c["metadata"]["name"]: c for c in decision.apply if c["kind"] == "LeaderWorkerSet"}
+    g1 = groups[f"{NAME}-g1"]
+    assert g1["spec"]["replicas"] == 0
+    # Its template is the one it has: no new rolled-at, so no write (it was one a reconcile).
+    assert g1["metadata"]["annotations"][ROLLED_AT_ANNOTATION] == EARLIER
+    assert decision.steps is not None
+    assert not decision.steps.rolling
+    status = status_of(seen, decision, list(live.values())).status
+    assert (status["replicas"], status["readyReplicas"], status["stoppedGroups"]) == (2, 1, 1)
+    assert condition(status, "Ready")["status"] == "False"
+    assert condition(status, "Degraded")["reason"] == "GroupStopped"
+
+
+def test_a_rollout_never_takes_the_last_serving_group_while_another_is_stopped() -> None:
+    doc = body(replicas=2)
+    first = decide(observed(doc), DEFAULTS, now=NOW)
+    live = braked_live(first.apply, EARLIER, template="{}")
+    pods = [leader_pod(f"{NAME}-g0")]
+    seen = observed(body(stopped_status(doc, EARLIER), replicas=2), groups=live, pods=pods)
+    decision = decide(seen, DEFAULTS, now=LATER)
+    # g0 serves alone: held, neither drained nor rewritten; g1 (down) gets the new template.
+    assert drain_writes(decision) == []
+    assert names(decision.held) == [f"LeaderWorkerSet/{NAME}-g0"]
+    (g1,) = [c for c in decision.apply if c["kind"] == LEADER_WORKER_SET.kind]
+    assert (g1["metadata"]["name"], g1["spec"]["replicas"]) == (f"{NAME}-g1", 0)
+    assert decision.steps is not None
+    assert decision.steps.rolling
+
+
+def test_a_group_stopped_before_its_template_was_written_holds_no_image_turn() -> None:
+    """Following a new default image: a group stopped on its old template waits for a person,
+    not for the image, so the deployment lets the next one move; stopped on the template the
+    rollout wrote (a broken default image), it keeps the turn (docs/rollout.md)."""
+    default = dataclasses.replace(DEFAULTS, serving_image="registry.example/vllm:new")
+    doc = body(replicas=2)
+    first = decide(observed(doc), DEFAULTS, now=NOW)
+    for failed_at, gate in ((EARLIER, "release"), (LATER, "hold")):
+        live = braked_live(first.apply, NOW, template="{}")
+        status = stopped_status(doc, failed_at) | {"imageSource": "OperatorDefault"}
+        status["image"] = default.serving_image
+        seen = observed(body(status, replicas=2), groups=live, pods=[leader_pod(f"{NAME}-g0")])
+        decision = decide(seen, default, now=LATER)
+        assert decision.steps is not None
+        assert decision.steps.rolling
+        assert decision.gate == gate, failed_at
+
+
+def test_a_group_stopped_while_a_rollout_is_stalled_is_still_braked() -> None:
+    """A stalled rollout touches no outdated group, but the brake is no template change: a
+    group whose budget ran out goes to 0 replicas all the same."""
+    doc = body(replicas=2)
+    first = decide(observed(doc), DEFAULTS, now=NOW)
+    live = braked_live(first.apply, EARLIER, template="{}")
+    g1 = live[f"{NAME}-g1"]
+    g1["spec"]["replicas"] = 1  # stopped by this reconcile: still at 1 replica, restarting
+    g1["metadata"]["annotations"][APPLIED_ANNOTATION] = "{}"
+    g0 = live[f"{NAME}-g0"]  # updated long ago and never Ready: the rollout is stalled
+    g0["status"] = {"readyReplicas": 0, "observedGeneration": 1}
+    current = [c for c in first.apply if c["metadata"]["name"] == f"{NAME}-g0"]
+    g0["metadata"]["annotations"][APPLIED_ANNOTATION] = next(
+        c["metadata"]["annotations"][APPLIED_ANNOTATION]
+        for c in current
+        if c["kind"] == LEADER_WORKER_SET.kind
+    )
+    status = stopped_status(doc, LATER)
+    status["conditions"] = [
+        c | {"reason": "RollingOut"} if c["type"] == "Progressing" else c
+        for c in status["conditions"]
+    ]
+    seen = observed(body(status, replicas=2), groups=live, pods=[])
+    decision = decide(seen, DEFAULTS, now="2026-12-01T14:00:00Z")
+    assert decision.steps is not None
+    assert decision.steps.stalled == (0,)
+    written = {c["metadata"]["name"]: c for c in decision.apply if c["kind"] == "LeaderWorkerSet"}
+    assert written[f"{NAME}-g1"]["spec"]["replicas"] == 0
