@@ -42,6 +42,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.path == LOADS_THE_SERVER)  # stable: the rest keep their order
 
 
+def _threads(server: CpuServer) -> dict[str, list[int]]:
+    """The server's threads by process title (VLLM::EngineCore, VLLM::Worker, ...)."""
+    assert server.process is not None, "the server is not running"
+    root = psutil.Process(server.process.pid)
+    found: dict[str, list[int]] = {}
+    for process in (root, *root.children(recursive=True)):
+        found.setdefault(process.name(), []).extend(t.id for t in process.threads())
+    return found
+
+
+@contextmanager
+def _placed(places: dict[int, set[int]]) -> Iterator[None]:
+    """Threads (0: this one) on the CPUs given while in the block; back on every CPU after."""
+    cpus = os.sched_getaffinity(0)
+    for thread, where in places.items():
+        os.sched_setaffinity(thread, where)
+    try:
+        yield
+    finally:
+        for thread in places:
+            with suppress(ProcessLookupError):  # a thread that ended meanwhile
+                os.sched_setaffinity(thread, cpus)
+
+
 @contextmanager
 def client_apart(server: CpuServer) -> Iterator[None]:
     """While in the block, this process (a client timing the server's streams) on a CPU of its
@@ -55,18 +79,39 @@ def client_apart(server: CpuServer) -> Iterator[None]:
         yield
         return
     own = {min(cpus)}
-    root = psutil.Process(server.process.pid)
-    threads = [t.id for p in (root, *root.children(recursive=True)) for t in p.threads()]
-    for thread in threads:
-        os.sched_setaffinity(thread, cpus - own)
-    os.sched_setaffinity(0, own)
-    try:
+    server_threads = [t for threads in _threads(server).values() for t in threads]
+    with _placed({thread: cpus - own for thread in server_threads} | {0: own}):
         yield
-    finally:
-        os.sched_setaffinity(0, cpus)
-        for thread in threads:
-            with suppress(ProcessLookupError):  # a thread that ended meanwhile
-                os.sched_setaffinity(thread, cpus)
+
+
+@contextmanager
+def engine_apart(server: CpuServer) -> Iterator[None]:
+    """While in the block, vLLM's engine (its worker and the engine core that busy-waits for it)
+    on the CPUs vLLM bound the worker to, and its API server and this process (a client timing
+    it) on the others: the worker computes as a GPU would, beside the host's processes rather
+    than among them. Left to the scheduler on 2 CPUs, the busy-waiting engine core took the
+    client's CPU: 15-32% of a calibration's requests came in bursts, their times read late,
+    and the plan's figures missed a replay by up to 47%; placed so, 4-5% and within 14% (docs/
+    planning.md, "Does it predict?"). Unlike `client_apart`, the engine keeps a CPU to itself,
+    so its speed is the same in a calibration and in a replay."""
+    cpus = os.sched_getaffinity(0)
+    threads = _threads(server)
+    worker = threads.get("VLLM::Worker", [])
+    assert worker, f"no VLLM::Worker among the server's processes: {sorted(threads)}"
+    assert "VLLM::EngineCore" in threads, f"no VLLM::EngineCore among {sorted(threads)}"
+    engine = set.union(*(os.sched_getaffinity(t) for t in worker))
+    host = cpus - engine
+    if not host:  # the worker may run anywhere: nothing to keep apart
+        yield
+        return
+    places = {
+        thread: engine if title in ("VLLM::Worker", "VLLM::EngineCore") else host
+        for title, ids in threads.items()
+        for thread in ids
+    }
+    client = {thread.id: host for thread in psutil.Process().threads()}  # every thread here
+    with _placed(places | client):
+        yield
 
 
 @dataclass

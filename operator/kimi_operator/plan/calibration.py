@@ -76,6 +76,7 @@ class Calibration:
     prefix_caching: bool | None = None
     kv_transfer: KvTransfer | None = None  # measured NIXL hand-overs, when the sweep read them
     block_tokens: int = DEFAULT_BLOCK_TOKENS  # the prefix cache's block, as the server reported it
+    longest_prompt: int | None = None  # the longest prompt its prefill costs were fitted to
 
 
 @dataclass(frozen=True)
@@ -373,5 +374,6 @@ def from_runs(
         max_num_batched_tokens=served.max_num_batched_tokens,
         prefix_caching=served.enable_prefix_caching,
         block_tokens=block_tokens,
+        longest_prompt=max(computed + cached for computed, cached, _ in prefill),
         kv_transfer=measured_transfer(runs),
     )

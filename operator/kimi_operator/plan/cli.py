@@ -287,11 +287,24 @@ def _tier_note(name: str, gpus: int, memory: "Fit") -> str:
 
 
 def _say_of_calibration(
-    config: "Configuration", calibration: "Calibration", said: set[str], err: TextIO
+    config: "Configuration",
+    calibration: "Calibration",
+    said: set[str],
+    err: TextIO,
+    longest_prompt: int,
 ) -> None:
-    """The calibration's notes (once a plan: configurations share calibrations), and whether it
-    prices this configuration's fast path."""
-    for note in calibration.notes:
+    """The calibration's notes (once a plan: configurations share calibrations), whether it
+    measured prompts as long as the trace's, and whether it prices this configuration's fast
+    path."""
+    notes = list(calibration.notes)
+    measured = calibration.longest_prompt
+    if measured is not None and longest_prompt > measured:
+        notes.append(
+            f"{calibration.name} measured prompts of up to {measured} tokens and the trace's "
+            f"reach {longest_prompt}: their prefill is extrapolated (calibrate with "
+            f"--prompt-tokens {longest_prompt} or more)"
+        )
+    for note in notes:
         if note not in said:
             said.add(note)
             print(f"note: {note}", file=err)
@@ -395,7 +408,9 @@ def _plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if saying is not None:
             said.append(saying)
             print(f"note: {saying}", file=err)
-        _say_of_calibration(config, calibration, noted, err)
+        _say_of_calibration(
+            config, calibration, noted, err, max(r.prompt_tokens for r in workload.plan)
+        )
         groups = None
         if target is not None:
             modelled = partial(predict, calibration=calibration, workload=workload, prefill=prefill)

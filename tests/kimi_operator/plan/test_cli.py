@@ -360,3 +360,22 @@ def test_a_spec_needs_a_target(cli: Cli, trace: Path, tmp_path: Path) -> None:
     argv = ["plan", "--trace", str(trace), "--gpu-hour-price", "1", "--config", config]
     says = one_error_line(cli, *argv, "--output", str(tmp_path / "p"), "--emit-spec", "x.yaml")
     assert "--emit-spec needs --target" in says
+
+
+def test_a_trace_longer_than_the_calibrated_prompts_is_said(cli: Cli, tmp_path: Path) -> None:
+    """The sweep's prompts reach 1,024 tokens: a trace whose prompts are longer is planned on
+    extrapolated prefill costs, and the plan says by how much and what to calibrate with."""
+    measured = tmp_path / "cpu"
+    measured.mkdir()
+    (measured / "results.json").write_text(run_of(sweep()).model_dump_json())
+    for longest in (1024, 1500):
+        trace = write(tmp_path, f"t{longest}.jsonl", "".join(
+            json.dumps({"start_s": 0.1 * i, "prompt_tokens": prompt, "output_tokens": 4}) + "\n"
+            for i, prompt in enumerate((300, longest))
+        ))  # fmt: skip
+        run = cli("plan", "--trace", str(trace), "--calibration", str(measured),
+                  "--gpu-hour-price", "1", "--output", str(tmp_path / f"p{longest}"))  # fmt: skip
+        assert run.code == 0, run.err
+        said = f"cpu measured prompts of up to 1024 tokens and the trace's reach {longest}"
+        assert (said in run.err) == (longest > 1024), run.err
+    assert "--prompt-tokens 1500 or more" in run.err
