@@ -16,18 +16,14 @@ from kimi_operator.k8s.resources import (
     POD_MONITOR,
 )
 from kimi_operator.reconcile import reconcile
+from tests.support import cluster
 from tests.support.cluster import sample
 
 NS, NAME = "inference", "k3-tp8-dspark"
 
 
 def reconcile_once(client: Client) -> dict[str, Any]:
-    body = client.get(KIMI_DEPLOYMENT, NS, NAME)
-    assert body is not None
-    outcome = reconcile(body, client, OperatorDefaults(), spec_changed=True, now="now")
-    assert outcome.error is None
-    client.patch(KIMI_DEPLOYMENT, NS, NAME, {"status": outcome.status}, subresource="status")
-    return outcome.status
+    return cluster.reconcile_once(client, NS, NAME)
 
 
 def groups(client: Client) -> list[str]:

@@ -3,11 +3,10 @@ go, then makes it anew (on the embedded API server, one reconcile at a time)."""
 
 from typing import Any
 
-from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.lifecycle import SHARED_CLAIM
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, PERSISTENT_VOLUME_CLAIM
-from kimi_operator.reconcile import reconcile
+from tests.support import cluster
 from tests.support.cluster import condition, sample
 
 NS, NAME = "inference", "k3-tp8-dspark"
@@ -16,12 +15,7 @@ PROTECTION = "kubernetes.io/pvc-protection"
 
 
 def reconcile_once(client: Client) -> dict[str, Any]:
-    body = client.get(KIMI_DEPLOYMENT, NS, NAME)
-    assert body is not None
-    outcome = reconcile(body, client, OperatorDefaults(), spec_changed=True, now="now")
-    assert outcome.error is None
-    client.patch(KIMI_DEPLOYMENT, NS, NAME, {"status": outcome.status}, subresource="status")
-    return outcome.status
+    return cluster.reconcile_once(client, NS, NAME)
 
 
 def test_a_compile_cache_claim_being_deleted_is_not_used(client: Client) -> None:

@@ -9,6 +9,7 @@ import yaml
 
 from kimi_operator.api.crd import crd
 from kimi_operator.api.status import condition as api_condition
+from kimi_operator.builders import OperatorDefaults
 from kimi_operator.embedded.processes import wait
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
@@ -19,6 +20,7 @@ from kimi_operator.k8s.resources import (
     POD_MONITOR,
     SERVICE,
 )
+from kimi_operator.reconcile import reconcile
 from tests.support.repo import ROOT
 
 T = TypeVar("T")
@@ -91,3 +93,13 @@ def create(client: Client, doc: dict[str, Any]) -> dict[str, Any]:
     name = doc["metadata"]["name"]
     status: dict[str, Any] = wait_for(lambda: reconciled(client, 1, name), what="first status")
     return status
+
+
+def reconcile_once(client: Client, namespace: str, name: str) -> dict[str, Any]:
+    """One reconcile of the deployment as it is stored, its status written back; the status."""
+    body = client.get(KIMI_DEPLOYMENT, namespace, name)
+    assert body is not None
+    outcome = reconcile(body, client, OperatorDefaults(), spec_changed=True, now="now")
+    assert outcome.error is None
+    client.patch(KIMI_DEPLOYMENT, namespace, name, {"status": outcome.status}, subresource="status")
+    return outcome.status
