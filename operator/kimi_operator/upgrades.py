@@ -152,7 +152,8 @@ def older(
     for it now (status.olderTemplateGroups). `children`: as the operator writes them now;
     `live`: the LeaderWorkerSets by name. A group that records no inputs, once found on an
     older template, stays there while that hash does: an edit of the spec that leaves its
-    template alone (a scale, monitoring) leaves it alone."""
+    template alone (a scale, monitoring) leaves it alone. A group whose replicas differ (the
+    restart budget's brake, or its resume) is not on an older template: it is rewritten."""
     status = body.get("status") or {}
     found_before = {g.get("name"): g.get("template") for g in status.get("olderTemplateGroups", [])}
     out = {}
@@ -161,6 +162,8 @@ def older(
         group = live.get(name)
         if child["kind"] != rollout.LWS_KIND or group is None or rollout.is_updated(group, child):
             continue
+        if group["spec"].get("replicas") != child["spec"].get("replicas"):
+            continue  # stopped or resumed by the restart budget: no operator's doing
         then = recorded(group)
         if then is None and now.roll is None and found_before.get(name) == _template_hash(child):
             out[name] = _template_hash(child)

@@ -404,8 +404,9 @@ def decide(
     records = group_life.records(kd, old, observed.groups, observed.pods, now=now)
     halted = group_life.stopped(records)
     # Braked before the rollout looks: a stopped group's template is what it has, at 0 replicas.
-    stamped = upgrades.stamped(group_life.braked(children, halted), live, inputs)
-    older = upgrades.older(kd, body, plan.defaults, inputs, children=children, live=live)
+    braked = group_life.braked(children, halted)
+    stamped = upgrades.stamped(braked, live, inputs)
+    older = upgrades.older(kd, body, plan.defaults, inputs, children=braked, live=live)
     # A stopped group has no pod left to restart: the current template is free to take.
     older = {name: template for name, template in older.items() if name not in halted}
     rolled = rollout.decide(
