@@ -91,8 +91,8 @@ def engine_apart(server: CpuServer) -> Iterator[None]:
     it) on the others: the worker computes as a GPU would, beside the host's processes rather
     than among them. Left to the scheduler on 2 CPUs, the busy-waiting engine core took the
     client's CPU: 15-32% of a calibration's requests came in bursts, their times read late,
-    and the plan's figures missed a replay by up to 47%; placed so, 4-5% and within 14% (docs/
-    planning.md, "Does it predict?"). Unlike `client_apart`, the engine keeps a CPU to itself,
+    and the plan's figures missed a replay by up to 47%; placed so, 0-5% came in bursts and
+    two sweeps' fits agreed within 8% (docs/planning.md, "Does it predict?"). Unlike `client_apart`, the engine keeps a CPU to itself,
     so its speed is the same in a calibration and in a replay."""
     cpus = os.sched_getaffinity(0)
     threads = _threads(server)

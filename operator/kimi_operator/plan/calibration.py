@@ -49,14 +49,12 @@ from kimi_operator.plan.costs import (
     request_overhead_s,
     step_seconds,
 )
+from kimi_operator.plan.engine import DEFAULT_BLOCK_TOKENS
 from kimi_operator.plan.fit import fit, fit_without_stalls
 
 Key = TypeVar("Key", bound=Hashable)
 PHASE = re.compile(r"^(?:decode:b(?P<batch>\d+):c(?P<context>\d+)|(?P<kind>prefill|prefix):p\d+)$")
 PROBE = re.compile(r"^streams:s(?P<streams>\d+):probe$")
-# vLLM's prefix cache keeps whole blocks; a server that does not report its block size is taken
-# to have vLLM's default on GPUs (the CPU build keeps 128: its `vllm:cache_config_info`).
-DEFAULT_BLOCK_TOKENS = 16
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ from kimi_operator.bench.profiles import PlannedRequest
 from kimi_operator.plan.costs import StepCosts, attention_pairs, on_fast_path, step_seconds
 
 Role = Literal["both", "prefill", "decode"]  # disaggregated groups do one part only
+# vLLM's prefix cache keeps whole blocks; a server that does not report its block size is taken
+# to have vLLM's default on GPUs (the CPU build keeps 128: its `vllm:cache_config_info`).
+DEFAULT_BLOCK_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,7 @@ class EngineSpec:
     draft_tokens: int = 0
     acceptance: float = 0.0  # mean drafts accepted per decode step
     prefix_caching: bool = True
-    block_tokens: int = 16  # the prefix cache's granularity: a hit is whole blocks
+    block_tokens: int = DEFAULT_BLOCK_TOKENS  # a hit is whole blocks
     role: Role = "both"
 
 

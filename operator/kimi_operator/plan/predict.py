@@ -119,7 +119,7 @@ def predict(
     records = [_record(live) for live in outcome.lives]
     duration = max(live.finished_s or 0.0 for live in outcome.lives)
     gpus = total_gpus(config)
-    looked_up = [live for live in outcome.lives if live.request.prompt_tokens]
+    looked_up = sum(live.request.prompt_tokens for live in outcome.lives)
     metrics = ServerMetrics(
         reachable=True,
         # What the model simulated, not the calibration's (a what-if may draft fewer tokens).
@@ -131,8 +131,7 @@ def predict(
         else None,
         # As vLLM counts it (vllm:prefix_cache_hits / queries): prompt tokens found in the cache
         # over prompt tokens looked up, each request once, when its group admitted it.
-        prefix_cache_hit_rate=sum(live.cached for live in looked_up)
-        / sum(live.request.prompt_tokens for live in looked_up)
+        prefix_cache_hit_rate=sum(live.cached for live in outcome.lives) / looked_up
         if looked_up
         else None,
     )
