@@ -92,8 +92,9 @@ def engine_apart(server: CpuServer) -> Iterator[None]:
     than among them. Left to the scheduler on 2 CPUs, the busy-waiting engine core took the
     client's CPU: 15-32% of a calibration's requests came in bursts, their times read late,
     and the plan's figures missed a replay by up to 47%; placed so, 0-5% came in bursts and
-    two sweeps' fits agreed within 8% (docs/planning.md, "Does it predict?"). Unlike `client_apart`, the engine keeps a CPU to itself,
-    so its speed is the same in a calibration and in a replay."""
+    two sweeps' fits agreed within 8% (docs/planning.md, "Does it predict?"). Unlike
+    `client_apart`, the engine keeps a CPU to itself, so its speed is the same in a calibration
+    and in a replay."""
     cpus = os.sched_getaffinity(0)
     threads = _threads(server)
     worker = threads.get("VLLM::Worker", [])
