@@ -197,7 +197,9 @@ def _new_leader(
     if uid != was:
         out |= {"leaderUid": uid, "generation": generation, "groupUid": group_uid}
         out |= {"failedSinceLeader": False, "disruptedSinceLeader": ""}
-        out |= {"startedAt": _condition_time(leader, "PodScheduled"), "startupSeconds": None}
+        out |= {"startedAt": "", "startupSeconds": None}
+    if not out.get("startedAt"):  # a leader seen before it was scheduled: when it is
+        out["startedAt"] = _condition_time(leader, "PodScheduled")
     ready_at = _condition_time(leader, "Ready")
     if out.get("startupSeconds") is None and ready_at:
         took = _seconds_between(out.get("startedAt", ""), ready_at)

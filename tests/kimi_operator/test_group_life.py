@@ -103,6 +103,19 @@ def test_the_start_up_time_is_leader_scheduled_to_leader_ready_and_kept() -> Non
     assert (startups, failures) == ([20.5 * 60], [])
 
 
+def test_a_leader_first_seen_before_it_is_scheduled_still_gets_its_start_up_time() -> None:
+    """A bug once (the reliability run's "two groups started", 2 of 14 runs on a loaded
+    machine): a reconcile read the new leader before the scheduler bound it, recorded it with
+    no start, and its start-up time was never recorded (startedAt stayed empty)."""
+    kd = deployment()
+    status = step(kd, {}, [pod("a")], at(0))  # created, not yet scheduled
+    assert status["groups"][0]["startedAt"] == ""
+    status = step(kd, status, [pod("a", scheduled=at(1))], at(2))
+    assert status["groups"][0]["startedAt"] == at(1)
+    status = step(kd, status, [pod("a", scheduled=at(1), ready=at(21))], at(22))
+    assert status["groups"][0]["startupSeconds"] == 20 * 60
+
+
 def test_a_crash_looping_group_is_stopped_after_its_budget_with_the_reason() -> None:
     kd = deployment(failures=3, windowMinutes=60)
     oom = {"exitCode": 137, "reason": "OOMKilled"}
