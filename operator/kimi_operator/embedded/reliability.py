@@ -625,23 +625,6 @@ def _records(client: Client, name: str) -> dict[str, dict[str, Any]]:
     return {g["name"]: g for g in (kd.get("status") or {}).get("groups") or []}
 
 
-def _seen(client: Client, name: str) -> str:
-    """The deployment's groups as the API server has them: each LeaderWorkerSet's replicas and
-    generation, the leaders' uids, and status.groups and conditions."""
-    kd = client.get(KIMI_DEPLOYMENT, NAMESPACE, name) or {}
-    groups = {
-        g["metadata"]["name"]: (g["spec"].get("replicas"), g["metadata"].get("generation"))
-        for g in client.list(LEADER_WORKER_SET, NAMESPACE)
-        if group_of(name, g["metadata"]["name"])
-    }
-    status = kd.get("status") or {}
-    conditions = [(c["type"], c["status"], c.get("reason")) for c in status.get("conditions", [])]
-    return (
-        f"groups (replicas, generation) {groups}, leaders {_leaders(client, name)}, "
-        f"status.groups {status.get('groups')}, conditions {conditions}"
-    )
-
-
 def _leaders(client: Client, name: str) -> dict[str, str]:
     """The leader pod's uid of each group of deployment `name`."""
     found = {}
@@ -751,10 +734,7 @@ def run_group_life(api: EmbeddedApiServer, client: Client, *, timeout_s: float) 
             follow_groups(client, name)
             return probe()
 
-        try:
-            return wait(step, timeout_s, what, 0.1, not_yet=(ApiError,))
-        except TimeoutError as error:  # what was there instead, for the one who reads it
-            raise TimeoutError(f"{error}; {_seen(client, name)}") from None
+        return wait(step, timeout_s, what, 0.1, not_yet=(ApiError,))
 
     def counted(step: str) -> None:
         records = _records(client, name)
