@@ -216,6 +216,11 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
     except ValueError as error:  # the three durations out of order
         print(f"error: --leader-elect-*: {error}", file=err)
         return EXIT_INVALID
+    try:
+        defaults = operator_defaults(args)
+    except ValueError as error:
+        print(f"error: {error}", file=err)
+        return EXIT_INVALID
     if args.kube_api_qps <= 0 or args.kube_api_burst < 1:
         print(
             "error: --kube-api-qps must be > 0 and --kube-api-burst >= 1, got "
@@ -225,7 +230,7 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
         return EXIT_INVALID
     config = RunConfig(
         namespaces=tuple(args.namespace or ()),
-        defaults=operator_defaults(args),
+        defaults=defaults,
         resync_interval_s=args.resync_interval,
         workers=args.workers,
         kube_api_qps=args.kube_api_qps,

@@ -54,6 +54,7 @@ class Observation:
     routing: tuple[Status, str, str] = ("True", "Service", "")  # routing.routing_condition
     draining: str = ""  # the groups out of routing, draining before they go (drain.py)
     older_template: str = ""  # the groups left on an earlier operator's template (upgrades.py)
+    evacuating: str = ""  # the groups leaving unfit nodes (evacuation.py)
 
 
 @dataclass
@@ -74,6 +75,13 @@ def _groups_text(seen: Observation) -> str:
 def _all_ready(seen: Observation) -> bool:
     """Every wanted group of each role ready: with spec.prefill, Ready needs both roles."""
     return seen.groups_ready >= seen.groups_wanted and seen.prefill_ready >= seen.prefill_wanted
+
+
+def _ready(seen: Observation) -> tuple[Status, str, str]:
+    """Ready while groups come and go: every wanted group of each role ready, or not."""
+    if _all_ready(seen):
+        return "True", "AllGroupsReady", f"{_groups_text(seen)}; serving"
+    return "False", "GroupsNotReady", _groups_text(seen)
 
 
 def _rolling(seen: Observation) -> tuple[Status, str, str]:
@@ -108,17 +116,15 @@ def valid_conditions(seen: Observation) -> ConditionSet:
         out.set("Ready", "False", "ScaledToZero", "spec.replicas is 0: no TP group runs")
         out.set("Progressing", "False", "Reconciled", "all children match the spec")
     elif seen.rolling or seen.stalled:
-        if _all_ready(seen):
-            out.set("Ready", "True", "AllGroupsReady", f"{_groups_text(seen)}; serving")
-        else:
-            out.set("Ready", "False", "GroupsNotReady", _groups_text(seen))
+        out.set("Ready", *_ready(seen))
         out.set("Progressing", *_rolling(seen))
     elif seen.waiting and _all_ready(seen):
         out.set("Ready", "True", "AllGroupsReady", f"{_groups_text(seen)}; serving")
         out.set("Progressing", "True", "WaitingForTurn", seen.waiting)
-    elif seen.draining and _all_ready(seen):
-        out.set("Ready", "True", "AllGroupsReady", f"{_groups_text(seen)}; serving")
-        out.set("Progressing", "True", "Draining", seen.draining)
+    elif seen.evacuating or (seen.draining and _all_ready(seen)):
+        out.set("Ready", *_ready(seen))
+        moving = "; ".join(m for m in (seen.evacuating, seen.draining) if m)
+        out.set("Progressing", "True", "Evacuating" if seen.evacuating else "Draining", moving)
     elif (
         _all_ready(seen)
         and seen.groups_present == wanted
@@ -284,11 +290,13 @@ def render(
     weights: Sequence[Mapping[str, Any]] | None = None,
     scale: ScaleStatus | None = None,
     groups: Sequence[Mapping[str, Any]] | None = None,
+    evacuations: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The status object: transition times kept for conditions whose status did not change;
     replica counts, endpoint, scale fields, the `rollout` fields (updatedReplicas, image,
-    imageSource, pendingImage, olderTemplateGroups), the resolved `weights` and the `groups`'
-    records (group_life.py) kept from `old` when not given."""
+    imageSource, pendingImage, olderTemplateGroups), the resolved `weights`, the `groups`'
+    records (group_life.py) and the `evacuations` (evacuation.py) kept from `old` when not
+    given."""
     previous = {c.get("type"): c for c in old.get("conditions", [])}
     entries = []
     for kind in CONDITION_TYPES:
@@ -333,6 +341,10 @@ def render(
             # evaluation): kept through invalid and terminating reconciles.
             "prefillAutoscaler": old.get("prefillAutoscaler"),
             "groups": records or None,
+            "evacuations": list(
+                evacuations if evacuations is not None else old.get("evacuations") or []
+            )
+            or None,
             "stoppedGroups": sum(1 for record in records if record.get("stopped")),
         }
     )

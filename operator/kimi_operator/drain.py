@@ -206,15 +206,18 @@ def plan(
     pods: Sequence[Mapping[str, Any]] | None,
     counts: Mapping[str, int | None],
     now: str,
+    leaving: Collection[str] = (),
 ) -> Drains:
     """The drains of the live groups (by name): those not `kept` leave (only when the reconcile
-    prunes), those in `rewrites` get a new template (held while they drain); the others kept are
-    put back if they were draining. `pods`: the deployment's (None: not read)."""
+    prunes), and those `leaving` (kept, but evacuated: evacuation.py); those in `rewrites` get a
+    new template (held while they drain); the others kept are put back if they were draining.
+    `pods`: the deployment's (None: not read)."""
     by_group = group_life.by_group(pods or [])
     out = Drains()
     for name, group in sorted(live.items()):
         group_pods = None if pods is None else by_group.get(name, [])
-        if name in kept and name not in rewrites:
+        goes = name not in kept or name in leaving
+        if not goes and name not in rewrites:
             restore = back(group, group_pods)
             out.writes += restore
             out.news += [cancelled(name)] if restore and draining_since(group) else []
@@ -222,9 +225,9 @@ def plan(
         if name not in kept and not prune:
             continue
         step = leave(kd, group, group_pods, counts.get(name), now=now)
-        if name in kept and not step.go:
+        if name in kept and name in rewrites and not step.go:
             out.hold.add(name)
-        out.go |= step.go if name not in kept else set()
+        out.go |= step.go if goes else set()
         out.writes += step.writes
         out.draining += step.draining
         out.news += step.news

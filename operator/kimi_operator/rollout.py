@@ -65,14 +65,17 @@ def plan(
     *,
     now: float | None,
     was_rolling: bool,
+    evacuating: bool = False,
 ) -> Steps:
     """`groups`: the groups that exist, by index. `was_rolling`: the last status said a rollout
-    was under way (so that the last group's deadline still counts once none is outdated)."""
+    was under way (so that the last group's deadline still counts once none is outdated).
+    `evacuating`: the surge slot holds an evacuation's replacement (evacuation.py), no sign of a
+    rollout."""
     wanted = range(replicas)
     spare_range = range(replicas, replicas + strategy.max_surge)
     outdated = [i for i in wanted if i in groups and not groups[i].updated]
     all_ready = all(i in groups and groups[i].updated and groups[i].ready for i in wanted)
-    had_spare = any(i in groups for i in spare_range)
+    had_spare = not evacuating and any(i in groups for i in spare_range)
     rolling = replicas > 0 and (bool(outdated) or (not all_ready and (was_rolling or had_spare)))
     spares = strategy.max_surge if rolling else 0
     serving = [*wanted, *range(replicas, replicas + spares)]
@@ -211,10 +214,14 @@ def decide(
     now: str,
     was_rolling: bool,
     older: Collection[str] = (),
+    evacuations: Mapping[str, int] | None = None,
 ) -> Decision:
     """`children`: the deployment's children as the operator writes them (with owner and
     applied-spec annotation), surge groups included; `live`: its LeaderWorkerSets by name;
-    `older`: groups on an older template (upgrades.py): counted as updated, left as they are."""
+    `older`: groups on an older template (upgrades.py): counted as updated, left as they are;
+    `evacuations`: the surge groups each role's evacuations keep (evacuation.py), by role
+    letter."""
+    evacuations = evacuations or {}
     spec, name = kd.spec, kd.metadata.name
     strategy = Strategy(
         spec.rollout.max_unavailable,
@@ -233,6 +240,7 @@ def decide(
             strategy,
             now=epoch(now),
             was_rolling=was_rolling,
+            evacuating=letter in evacuations,
         )
         for letter, replicas in roles.items()
     }
@@ -243,7 +251,7 @@ def decide(
             write.append(dict(child))
             continue
         letter, index = found
-        if index >= roles[letter] + steps[letter].spares:
+        if index >= roles[letter] + max(steps[letter].spares, evacuations.get(letter, 0)):
             continue  # a surge group no longer needed: pruned
         if child["kind"] != LWS_KIND:
             write.append(dict(child))

@@ -4,11 +4,12 @@ operator as the chart would (kimi_operator.embedded.demo)."""
 
 import argparse
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kimi_operator.builders import OperatorDefaults
+    from kimi_operator.builders.nodes import NodePolicy
 
 
 def add_run_arguments(run: argparse.ArgumentParser) -> None:
@@ -182,7 +183,58 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
             metavar="SECONDS",
             help=f"{what} (default %(default)s)",
         )
+    add_evacuation_arguments(run)
     run.add_argument("--verbose", action="store_true", help="debug logging")
+
+
+def add_evacuation_arguments(run: argparse.ArgumentParser) -> None:
+    """Which nodes TP groups leave, replaced first (docs/maintenance.md)."""
+    from kimi_operator.builders import nodes  # noqa: PLC0415
+
+    run.add_argument(
+        "--no-evacuation",
+        dest="evacuation",
+        action="store_false",
+        help="never move groups off unfit nodes: no Node is read, and the PodDisruptionBudget "
+        "lets spec.rollout.maxUnavailable pods be evicted (a drain then restarts their groups)",
+    )
+    run.add_argument(
+        "--no-evacuate-cordoned",
+        dest="evacuate_cordoned",
+        action="store_false",
+        help="a cordoned node (spec.unschedulable) is no reason to move a group",
+    )
+    for flag, default, what in (
+        ("evacuate-taints", nodes.DEFAULT_TAINTS, "NoSchedule or NoExecute taint keys"),
+        ("evacuate-conditions", nodes.DEFAULT_CONDITIONS, "node condition types (status True)"),
+        (
+            "critical-conditions",
+            nodes.DEFAULT_CRITICAL,
+            "of --evacuate-conditions, those whose groups go without a replacement when none "
+            "can be placed",
+        ),
+    ):
+        run.add_argument(
+            f"--{flag}",
+            type=names_of("taint key" if "taint" in flag else "node condition type"),
+            default=default,
+            metavar="A,B",
+            help=f"comma-separated {what} that make a node unfit; empty: none (default "
+            f"{','.join(default)})",
+        )
+
+
+def names_of(what: str) -> "Callable[[str], tuple[str, ...]]":
+    """A flag's type: comma-separated taint keys or condition types, each checked."""
+    from kimi_operator.builders.nodes import check_name  # noqa: PLC0415
+
+    def parse(value: str) -> tuple[str, ...]:
+        try:
+            return tuple(check_name(v.strip(), what) for v in value.split(",")) if value else ()
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
 
 
 KEDA_AUTHENTICATION_KINDS = ("TriggerAuthentication", "ClusterTriggerAuthentication")
@@ -204,6 +256,7 @@ def operator_defaults(args: argparse.Namespace) -> "OperatorDefaults":
     """What `kimi-operator run`'s arguments configure the operator with: the one reading of them,
     for `run` itself and for the demo and sandbox running the operator as the chart deployed it."""
     from kimi_operator.builders import OperatorDefaults  # noqa: PLC0415
+    from kimi_operator.builders.nodes import UnfitNodes  # noqa: PLC0415
 
     return OperatorDefaults(
         serving_image=args.serving_image,
@@ -214,6 +267,27 @@ def operator_defaults(args: argparse.Namespace) -> "OperatorDefaults":
         keda_authentication=args.keda_authentication,
         epp_image=args.epp_image,
         routing_sidecar_image=args.routing_sidecar_image,
+        nodes=UnfitNodes(node_policy(args)),
+    )
+
+
+def node_policy(args: argparse.Namespace) -> "NodePolicy":
+    """The evacuation flags as a policy; ValueError for a critical condition that is not
+    evacuated on."""
+    from kimi_operator.builders.nodes import NodePolicy  # noqa: PLC0415
+
+    extra = sorted(set(args.critical_conditions) - set(args.evacuate_conditions))
+    if extra:
+        raise ValueError(
+            f"--critical-conditions {','.join(extra)}: not in --evacuate-conditions (a critical "
+            "condition must make the node unfit first)"
+        )
+    return NodePolicy(
+        enabled=args.evacuation,
+        cordoned=args.evacuate_cordoned,
+        taints=args.evacuate_taints,
+        conditions=args.evacuate_conditions,
+        critical=args.critical_conditions,
     )
 
 

@@ -31,6 +31,7 @@ from kimi_operator.k8s.resources import (
     JOB,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
+    NODE,
     PERSISTENT_VOLUME_CLAIM,
 )
 from kimi_operator.k8s.watch import Watch, refreshing
@@ -104,7 +105,8 @@ def controller(config: RunConfig) -> Controller:
 def watches(loop: Controller, namespaces: Sequence[str]) -> list[Watch]:
     """The KimiDeployments (each event to `Controller.observe`), and a watch per resource whose
     status feeds a deployment's (a change refreshes its owner now rather than at the next
-    resync); per namespace, or cluster-wide."""
+    resync); per namespace, or cluster-wide. And the Nodes, cluster-wide, unless evacuation is
+    off: what makes groups leave one (builders/nodes.py) changes every deployment's plan."""
     where = [*namespaces] if namespaces else [None]
     deployments = [
         Watch(loop.client, KIMI_DEPLOYMENT, namespace, loop.observe, with_items=True)
@@ -121,7 +123,8 @@ def watches(loop: Controller, namespaces: Sequence[str]) -> list[Watch]:
         for resource in (LEADER_WORKER_SET, COMPUTE_DOMAIN, JOB, PERSISTENT_VOLUME_CLAIM)
         for namespace in where
     ]
-    return deployments + children
+    nodes = [Watch(loop.client, NODE, None, loop.node_changed, with_items=True)]
+    return deployments + children + (nodes if loop.defaults.nodes.policy.enabled else [])
 
 
 def health_server(address: str, healthy: Callable[[], bool]) -> ThreadingHTTPServer:

@@ -153,6 +153,19 @@ class PrefillAutoscalerStatus(StatusModel):
     message: str = Field("", max_length=1024, description="What the last evaluation found.")
 
 
+class Evacuation(StatusModel):
+    """A TP group leaving an unfit node, replaced first (docs/maintenance.md)."""
+
+    name: str = Field(max_length=253, description="The group leaving.")
+    node: str = Field(max_length=253, description="The node it leaves.")
+    reason: Literal["Cordoned", "Tainted", "NodeCondition"] = Field(
+        description="Why the node is unfit."
+    )
+    message: str = Field("", max_length=512, description="The node's taint or condition.")
+    replacement: str = Field(max_length=253, description="The group that serves in its place.")
+    since: str = Field("", max_length=64, description="When the evacuation began.")
+
+
 class KimiDeploymentStatus(StatusModel):
     observed_generation: Annotated[int, Field(ge=0)] | None = Field(
         None, description="The most recent spec generation the operator has acted on."
@@ -230,6 +243,11 @@ class KimiDeploymentStatus(StatusModel):
         None,
         description="Each TP group's start-up time, failures and whether the restart budget "
         "stopped it.",
+    )
+    evacuations: Annotated[list[Evacuation], Field(max_length=2)] | None = Field(
+        None,
+        description="The TP groups being evacuated from unfit nodes (one per role at a time), "
+        "each with its node, why and its replacement; Progressing says how far each is.",
     )
     autoscaler: str = Field(
         "",

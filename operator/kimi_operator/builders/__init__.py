@@ -18,6 +18,7 @@ from kimi_operator.builders.disaggregation import (
     serving_roles,
 )
 from kimi_operator.builders.images import DefaultImageGate
+from kimi_operator.builders.nodes import UnfitNodes
 from kimi_operator.builders.routing import DEFAULT_EPP_IMAGE, routing_children
 from kimi_operator.builders.serving import pod_disruption_budget, pod_monitor, service
 from kimi_operator.builders.weights import (
@@ -81,6 +82,8 @@ class OperatorDefaults:
     inference_pool_available: bool = True
     # Operator-wide: whose turn it is to move to serving_image (shared by copies of this object).
     image_gate: DefaultImageGate = field(default_factory=DefaultImageGate, compare=False)
+    # Operator-wide: the nodes TP groups must leave, kept from the Node watch (builders/nodes.py).
+    nodes: UnfitNodes = field(default_factory=UnfitNodes, compare=False)
 
 
 def serving_image(kd: KimiDeployment, defaults: OperatorDefaults) -> str:
@@ -158,7 +161,7 @@ def build_children(
     if not children:
         caches = {role: w.claim_name for role, w in weights.items()}
         children += _groups(kd, defaults, spares, caches)
-    children += [service(kd), pod_disruption_budget(kd)]
+    children += [service(kd), pod_disruption_budget(kd, evacuating=defaults.nodes.policy.enabled)]
     if defaults.inference_pool_available:
         children += routing_children(kd, defaults.epp_image)
     if spec.monitoring.pod_monitor:

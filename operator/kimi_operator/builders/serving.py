@@ -81,16 +81,23 @@ def pod_monitor(kd: KimiDeployment) -> dict[str, Any]:
     }
 
 
-def pod_disruption_budget(kd: KimiDeployment) -> dict[str, Any]:
-    """As many pods as spec.rollout.maxUnavailable allows groups down (1 by default): evicting
-    one pod restarts its whole group, whose pods then hold the budget until it is back. 0 (with
-    maxSurge 1) lets no eviction through: a node drain waits, as the user asked."""
+def pod_disruption_budget(kd: KimiDeployment, *, evacuating: bool = True) -> dict[str, Any]:
+    """Evicting one pod restarts its whole group (2-4 pods of one LeaderWorkerSet replica), so
+    while the operator evacuates groups from unfit nodes (`evacuating`: docs/maintenance.md) no
+    pod of a serving group may be evicted: `maxUnavailable: 0` over every pod of the deployment
+    makes a plain `kubectl drain` wait (retrying) until the operator has replaced the group and
+    deleted it; its pods then terminate and the drain completes. A pod not Ready (a group
+    starting or broken, serving nothing) may go at once (`unhealthyPodEvictionPolicy:
+    AlwaysAllow`). Without evacuation, as many pods as `rollout.maxUnavailable` allows groups
+    down: evicted pods' groups hold the budget until they are back."""
+    spec: dict[str, Any] = {"selector": {"matchLabels": selector_labels(kd)}}
+    if evacuating:
+        spec |= {"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+    else:
+        spec["maxUnavailable"] = kd.spec.rollout.max_unavailable
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": metadata(kd, kd.metadata.name, "disruption-budget"),
-        "spec": {
-            "maxUnavailable": kd.spec.rollout.max_unavailable,
-            "selector": {"matchLabels": selector_labels(kd)},
-        },
+        "spec": spec,
     }

@@ -146,6 +146,12 @@ class Controller:
                 return
         self.queue.add(owner_uid, "refresh")
 
+    def node_changed(self, event_type: str | None, node: Mapping[str, Any]) -> None:
+        """A Node watch event: when the nodes groups must leave changed, every known deployment
+        is reconciled (which of them runs there is in their pods, not watched)."""
+        if self.defaults.nodes.observe(event_type, node):
+            self.resync()
+
     def resync(self) -> None:
         """Every known deployment again: restores children edited or deleted by hand, prunes
         what a crash or a lost event left. One with a retry pending is left to it."""
@@ -241,6 +247,8 @@ class Controller:
             self.metrics.group_startup_budget.observe(fraction)
         for reason in outcome.failures:
             self.metrics.group_failures.labels(reason).inc()
+        for reason in outcome.evacuations:
+            self.metrics.evacuations.labels(reason).inc()
         if outcome.requeue_after_s is not None:
             self.queue.add_after(uid, outcome.requeue_after_s, "requeue")
         if outcome.events:

@@ -78,6 +78,13 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.evacuations = Counter(
+            "kimi_operator_evacuations",
+            "TP groups evacuated from unfit nodes (replaced, then drained and deleted), by why "
+            "the node is unfit (Cordoned, Tainted, NodeCondition); counted when each begins.",
+            ["reason"],
+            registry=self.registry,
+        )
         self.leader = Gauge(
             "kimi_operator_leader",
             "1 while this replica holds the leader Lease and reconciles (or runs without leader "

@@ -26,6 +26,7 @@ BUILT_IN = {
     "v1/serviceaccounts": kmock.ResourceInfo(kind="ServiceAccount", namespaced=True),
     "v1/secrets": kmock.ResourceInfo(kind="Secret", namespaced=True),
     "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True, subresources={"status"}),
+    "v1/nodes": kmock.ResourceInfo(kind="Node", namespaced=False, subresources={"status"}),
     "v1/persistentvolumeclaims": kmock.ResourceInfo(
         kind="PersistentVolumeClaim", namespaced=True, subresources={"status"}
     ),

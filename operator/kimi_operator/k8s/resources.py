@@ -34,6 +34,7 @@ class Resource:
 
 
 KIMI_DEPLOYMENT = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
+NODE = Resource("", "v1", "nodes", "Node")  # read only: which nodes groups must leave
 LEADER_WORKER_SET = Resource(
     "leaderworkerset.x-k8s.io",
     "v1",

@@ -5,11 +5,20 @@ read (observe.py fills it), `Decision` every write (act.py sends them).
 """
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from kimi_operator import caches, drain, group_life, prefill_scaling, rollout, routing, upgrades
+from kimi_operator import (
+    caches,
+    drain,
+    evacuation,
+    group_life,
+    prefill_scaling,
+    rollout,
+    routing,
+    upgrades,
+)
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import ROLLING_REASONS, condition, progressing_reason
@@ -23,6 +32,7 @@ from kimi_operator.builders import (
 )
 from kimi_operator.builders.autoscaling import target_metric
 from kimi_operator.builders.images import ImageChoice, choose
+from kimi_operator.builders.nodes import Unfit
 from kimi_operator.builders.weights import hf_sources
 from kimi_operator.k8s.errors import KubernetesError
 from kimi_operator.k8s.merge import Write, owned_by, with_owner
@@ -95,6 +105,8 @@ class Observed:
     error: KubernetesError | None = None  # a read failed: nothing is written
     # The prefill groups' load from Prometheus (None: no spec.prefill.autoscaling, or not read).
     prefill_load: prefill_scaling.Load | None = None
+    # The nodes groups must leave, by name (builders/nodes.py), as the Node watch knew them.
+    unfit: dict[str, Unfit] = field(default_factory=dict)
 
     @property
     def uid(self) -> str:
@@ -150,6 +162,8 @@ class Decision:
     awaiting: list[str] = field(default_factory=list)
     # The groups left on an older template, with the hash of the current one (upgrades.py).
     older: dict[str, str] = field(default_factory=dict)
+    # The groups leaving unfit nodes (evacuation.py).
+    evacuations: evacuation.Evacuations = field(default_factory=evacuation.Evacuations)
 
     @property
     def await_poll_s(self) -> float | None:
@@ -275,13 +289,15 @@ def _planned(
     defaults: OperatorDefaults,
     served: Mapping[Resource, bool],
     weights: caches.Weights,
+    evacuating: int = 0,
 ) -> Plan:
-    """The plan with the rollout's spare groups and the weights as found."""
+    """The plan with the rollout's spare groups (or the evacuations', `evacuating`) and the
+    weights as found."""
     return plan_children(
         kd,
         defaults,
         served,
-        spares=kd.spec.rollout.max_surge,
+        spares=max(kd.spec.rollout.max_surge, evacuating),
         weights=weights.resolved,
         weights_ready=weights.ready,
     )
@@ -394,17 +410,19 @@ def decide(
     plan = _planned(kd, defaults, observed.served, weights)
     skip_groups = _groups_skipped(observed, plan.skip)
     live = {} if skip_groups else observed.groups
+    evacuations = evacuation.plan(kd, live, observed.pods, observed.unfit, now=now)
+    spares = max(evacuations.spares.values(), default=0)
     image = _image(observed, defaults, live, lambda: observed.turn)
-    if image.image != serving_image(kd, defaults):
+    if image.image != serving_image(kd, defaults) or spares > kd.spec.rollout.max_surge:
         chosen = dataclasses.replace(defaults, serving_image=image.image)
-        plan = _planned(kd, chosen, observed.served, weights)
+        plan = _planned(kd, chosen, observed.served, weights, spares)
     children = [with_owner(c, body) for c in plan.children]
     claims = {role: w.claim_name for role, w in weights.resolved.items()}
     inputs = upgrades.current(kd, plan.defaults, claims)
     records = group_life.records(kd, old, observed.groups, observed.pods, now=now)
     halted = group_life.stopped(records)
     # Braked before the rollout looks: a stopped group's template is what it has, at 0 replicas.
-    braked = group_life.braked(children, halted)
+    braked = evacuation.marked(group_life.braked(children, halted), evacuations.marks)
     stamped = upgrades.stamped(braked, live, inputs)
     older = upgrades.older(kd, body, plan.defaults, inputs, children=braked, live=live)
     # A stopped group has no pod left to restart: the current template is free to take.
@@ -416,6 +434,7 @@ def decide(
         now=now,
         was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
         older=older,
+        evacuations=evacuations.spares,
     )
     created = {
         c["metadata"]["name"]: c
@@ -427,6 +446,7 @@ def decide(
     brake = group_life.stopped_problem(kd, records)
     if brake is not None:
         plan.degradations.append(brake)
+    plan.degradations += evacuations.problems
     # A group stopped before its template was written waits for a person, not for the image:
     # the turn goes to the next deployment meanwhile.
     following = (
@@ -436,13 +456,21 @@ def decide(
     )
     write, held = rolled.write, rolled.held
     pruning = observed.prune and LEADER_WORKER_SET.kind not in plan.skip
-    drains = _drains(observed, live, write, held, pruning, now=now)
+    drains = _drains(observed, live, write, held, pruning, now=now, leaving=evacuations.leaving)
     steps, prefill_steps = _drain_held(kd, rolled.steps, rolled.prefill_steps, drains.hold)
+    # Evacuated once drained: deleted (as read), made again by a later reconcile's plan.
+    evacuated = sorted(drains.go & set(evacuations.leaving))
+    evacuations.news += [evacuation.evacuated(n, evacuations.leaving[n]) for n in evacuated]
     decision = Decision(
         plan,
         weights,
         caches=cache_writes,
-        apply=[c for c in write if not _held_by(c, drains)],
+        apply=[
+            c
+            for c in write
+            if not _held_by(c, drains)
+            and not (c["kind"] == LEADER_WORKER_SET.kind and c["metadata"]["name"] in evacuated)
+        ],
         held=[*held, *(dict(live[c["metadata"]["name"]]) for c in write if _held_by(c, drains))],
         steps=steps,
         prefill_steps=prefill_steps,
@@ -451,6 +479,7 @@ def decide(
         groups=records,
         drains=drains,
         older=older,
+        evacuations=evacuations,
     )
     if observed.prune:
         staying = {name for name in live if name not in drains.go} - {
@@ -461,6 +490,7 @@ def decide(
         if weighted and weights.ready:
             keep = {(o["kind"], o["metadata"]["name"]) for o in shared}
             decision.delete += caches.releases(observed.shared, observed.uid, keep)
+    decision.delete += [Write.delete(LEADER_WORKER_SET, live[name]) for name in evacuated]
     return decision
 
 
@@ -472,6 +502,7 @@ def _drains(
     pruning: bool,
     *,
     now: str,
+    leaving: Collection[str] = (),
 ) -> drain.Drains:
     """The drains of the groups leaving (pruned) and of those a rollout rewrites, and the end of
     those wanted again (drain.py). A group rewritten once drained loses its mark in the same
@@ -493,6 +524,7 @@ def _drains(
         pods=observed.pods,
         counts=observed.in_flight,
         now=now,
+        leaving=leaving,
     )
     for i, child in enumerate(write):
         name = child["metadata"]["name"]

@@ -1,5 +1,6 @@
 """Every read of one reconcile, made before any write: the served APIs, the weights' resolve Jobs
-and caches, the deployment's children, the pods waiting for nodes, the requests a draining group's
+and caches, the deployment's children, the pods waiting for nodes or on nodes to leave (the nodes
+themselves are the Node watch's: builders/nodes.py), the requests a draining group's
 leader holds (its vLLM /metrics), the Gateway, and the turn at the operator-wide image gate. What is
 read depends only on the deployment and its last status, never on a write's answer, and lists cost
 the API server: each is made only where it can find something (decide.py says what is done with
@@ -103,7 +104,10 @@ def observe(
         return seen
     waiting = any(not rollout.group_ready(g) for g in seen.groups.values())
     recorded = not group_life.unrecorded(seen.old, seen.groups)
-    if not seen.first and (waiting or not recorded or _may_drain(seen) or _domains(seen, defaults)):
+    # Which groups run on the nodes to leave is in their pods: read while a node is unfit.
+    seen.unfit = defaults.nodes.now()
+    reads = waiting or not recorded or bool(seen.unfit)
+    if not seen.first and (reads or _may_drain(seen) or _domains(seen, defaults)):
         seen.pods = _pods(client, seen.kd)
         if waiting and seen.pods is not None:
             seen.unschedulable = cond.unschedulable(seen.pods)

@@ -8,7 +8,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_operator import caches, drain, group_life, prefill_scaling, rollout, routing, upgrades
+from kimi_operator import (
+    caches,
+    drain,
+    evacuation,
+    group_life,
+    prefill_scaling,
+    rollout,
+    routing,
+    upgrades,
+)
 from kimi_operator import conditions as cond
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.status import condition
@@ -44,7 +53,8 @@ class Outcome:
     # budget), failures counted now (their reasons).
     startups: list[tuple[float, float]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    # Normal Events: drains begun and ended, the prefill autoscaler's changes.
+    evacuations: list[str] = field(default_factory=list)  # evacuations begun now: their reasons
+    # Normal Events: drains and evacuations begun and ended, the prefill autoscaler's changes.
     notices: list[Problem] = field(default_factory=list)
     # The plan dropped a child this reconcile may not have listed (the prefill autoscaler took a
     # group away): reconcile again at once, pruning, rather than at the next resync.
@@ -129,6 +139,7 @@ def outcome(
         weights=weights.condition(),
         routing=_routing_ready(observed, applied, error, served),
         draining=drain.message(kd, decision.drains.draining),
+        evacuating="; ".join(decision.evacuations.progress),
         older_template=upgrades.message(kd, decision.older),
     )
     conditions = cond.valid_conditions(seen)
@@ -157,6 +168,7 @@ def outcome(
             autoscaler=plan.autoscaler,
         ),
         groups=None if error else decision.groups,
+        evacuations=None if error else evacuation.status(decision.evacuations),
     )
     events = cond.newly_bad(old, status)
     startups, counted = group_life.news(old, status.get("groups") or [])
@@ -171,7 +183,10 @@ def outcome(
         requeue_after_s=_requeue_after(steps if not error else None, weights, decision),
         startups=[(s, s / (spec.serving.startup_timeout_minutes * 60)) for s in startups],
         failures=counted,
-        notices=[] if error else [Problem(*news) for news in decision.drains.news],
+        evacuations=[] if error else decision.evacuations.started,
+        notices=[]
+        if error
+        else [Problem(*news) for news in [*decision.evacuations.news, *decision.drains.news]],
         prune_later=bool(decision.awaiting) and error is None,
     )
 
