@@ -14,7 +14,7 @@ from kimi_operator.builders.autoscaling import DEFAULT_PROMETHEUS_URL, adapter_r
 from kimi_operator.cli import build_parser
 from kimi_operator.embedded.admission import CustomResource
 from kimi_operator.embedded.upstream import upstream_crd
-from kimi_operator.run_args import operator_defaults
+from kimi_operator.run_args import node_policy, operator_defaults, parse_run_arguments
 from tests.support.repo import ROOT
 
 from .helm import CHART, helm, of_kind, template, write_values
@@ -132,6 +132,8 @@ def test_default_install(rendered: dict[str, list[dict[str, Any]]]) -> None:
     kinds = sorted(o["kind"] for o in rendered["defaults"])
     assert kinds == [
         "ClusterRole",
+        "ClusterRole",  # reading Nodes (evacuation)
+        "ClusterRoleBinding",
         "ClusterRoleBinding",
         "CustomResourceDefinition",
         "Deployment",
@@ -419,6 +421,11 @@ BAD_VALUES = [
         {"autoscaling": {"prometheusAuth": {"bearerTokenFile": "token"}}},
         "at '/autoscaling/prometheusAuth/bearerTokenFile'",
     ),
+    ({"evacuation": {"taints": [""]}}, "at '/evacuation/taints/0'"),  # a taint without a key
+    ({"evacuation": {"taints": ["=true:NoSchedule"]}}, "at '/evacuation/taints/0'"),
+    ({"evacuation": {"conditions": ["GPU Xid"]}}, "at '/evacuation/conditions/0'"),
+    ({"evacuation": {"conditions": ["Ready"]}}, "at '/evacuation/conditions/0'"),
+    ({"evacuation": {"criticalConditions": ["nvidia.com/"]}}, "/evacuation/criticalConditions/0"),
 ]
 
 
@@ -447,6 +454,46 @@ def test_leader_election_durations_out_of_order_are_refused(
         "leaderElection: needs retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds"
     )
     assert wanted in result.stderr
+
+
+def test_evacuation_values_become_the_operators_flags(tmp_path: Path) -> None:
+    """What the chart renders is what `kimi-operator run` reads (the sandbox runs it so), and
+    evacuation off reads no Node: no flag for it, no ClusterRole on nodes."""
+    values = {"evacuation": {"taints": ["example.com/maintenance"], "cordoned": False}}
+    policy = node_policy(parse_run_arguments(_operator_args(template(values, tmp_path))))
+    assert (policy.enabled, policy.cordoned, policy.taints) == (
+        True,
+        False,
+        ("example.com/maintenance",),
+    )
+    assert policy.critical == ("GpuPcieWatch", "GpuNvlinkWatch")
+    (tmp_path / "off").mkdir()
+    off = template({"evacuation": {"enabled": False}}, tmp_path / "off")
+    assert not node_policy(parse_run_arguments(_operator_args(off))).enabled
+    rules = [r for o in of_kind(off, "ClusterRole") for r in o["rules"]]
+    assert not [r for r in rules if "nodes" in r["resources"]]
+
+
+def _operator_args(rendered: list[dict[str, Any]]) -> list[str]:
+    containers = [
+        c
+        for d in of_kind(rendered, "Deployment")
+        for c in d["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "operator"
+    ]
+    args: list[str] = containers[0]["args"]
+    return args
+
+
+def test_a_critical_condition_not_evacuated_on_is_refused(tmp_path: Path) -> None:
+    values = {"evacuation": {"conditions": ["GpuXidWatch"], "criticalConditions": ["GpuPcieWatch"]}}
+    result = helm(
+        "template", "kimi", str(CHART), "--values", str(write_values(tmp_path, values)), check=False
+    )
+    assert result.returncode != 0
+    assert "evacuation.criticalConditions: GpuPcieWatch is not in evacuation.conditions" in (
+        result.stderr
+    )
 
 
 def test_notes_say_what_was_installed_and_what_to_apply() -> None:
