@@ -27,7 +27,9 @@ class Resource:
         return f"{self.plural}.{self.group}"
 
     def collection(self, namespace: str) -> str:
-        return f"{self.group_version_path}/namespaces/{namespace}/{self.plural}"
+        """The path of a namespace's objects; "" for a cluster-scoped resource (Nodes)."""
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        return f"{self.group_version_path}{scope}/{self.plural}"
 
     def item(self, namespace: str, name: str) -> str:
         return f"{self.collection(namespace)}/{name}"
@@ -90,6 +92,7 @@ HORIZONTAL_POD_AUTOSCALER = Resource(
     "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"
 )
 POD = Resource("", "v1", "pods", "Pod")
+NODE = Resource("", "v1", "nodes", "Node")
 SERVICE = Resource("", "v1", "services", "Service")
 EVENT = Resource("", "v1", "events", "Event")
 POD_DISRUPTION_BUDGET = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
