@@ -5,8 +5,8 @@ import random
 from typing import Any
 
 from kimi_operator.builders import OperatorDefaults
-from kimi_operator.embedded.kubelet import start_groups
-from kimi_operator.embedded.scheduler import Scheduler, fleet
+from kimi_operator.embedded.kubelet import register_nodes, start_groups
+from kimi_operator.embedded.scheduler import fleet
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     COMPUTE_DOMAIN,
@@ -88,7 +88,8 @@ def test_a_compute_domain_outlives_the_pods_of_its_group(client: Client) -> None
     doc["spec"]["serving"] = {"drainSeconds": 0}
     client.create(KIMI_DEPLOYMENT, doc)
     reconcile_once(client)
-    assert start_groups(client, Scheduler(fleet(1)[:8], random.Random(0)), NS) == []
+    register_nodes(client, fleet(1)[:8])
+    assert start_groups(client, NS, random.Random(0)) == []
     client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": {"replicas": 1}})
     body = client.get(KIMI_DEPLOYMENT, NS, NAME)
     assert body is not None
@@ -120,7 +121,8 @@ def test_a_compute_domain_turned_off_goes_once_its_pods_are_replaced(client: Cli
     doc["spec"]["serving"] = {"drainSeconds": 0}
     client.create(KIMI_DEPLOYMENT, doc)
     reconcile_once(client)
-    assert start_groups(client, Scheduler(fleet(1)[:4], random.Random(0)), NS) == []
+    register_nodes(client, fleet(1)[:4])
+    assert start_groups(client, NS, random.Random(0)) == []
     disabled = {"computeDomain": "Disabled", "decode": {"backend": "auto"}}
     client.patch(KIMI_DEPLOYMENT, NS, NAME, {"spec": disabled})
     reconcile_once(client)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kimi_operator.embedded.harness import EmbeddedApiServer
-from kimi_operator.embedded.kubelet import mark_ready, start_groups
-from kimi_operator.embedded.scheduler import Scheduler, fleet
+from kimi_operator.embedded.kubelet import mark_ready, register_nodes, start_groups
+from kimi_operator.embedded.scheduler import fleet
 from kimi_operator.embedded.upstream import CHILD_KINDS
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
@@ -168,14 +168,14 @@ def test_a_group_without_nodes_says_insufficient_capacity(
     api: EmbeddedApiServer, client: Client, operator: OperatorThread
 ) -> None:
     """Five free trays: the first 16-GPU group takes four, the second finds one."""
-    scheduler = Scheduler(fleet(1)[:5], random.Random(0))
+    register_nodes(client, fleet(1)[:5])
     create(client, replicas=1, autoscaling=AUTOSCALING)
     wait_for(lambda: groups(client) or None, what="the first group")
-    assert start_groups(client, scheduler, NS) == []
+    assert start_groups(client, NS, random.Random(0)) == []
     wait_for(lambda: status_of(client, NS, NAME).get("readyReplicas") == 1 or None, what="ready")
     scale_to(api, 2)  # the autoscaler adds a group
     wait_for(lambda: len(groups(client)) == 2 or None, what="the second group")
-    pending = start_groups(client, scheduler, NS)
+    pending = start_groups(client, NS, random.Random(0))
     assert pending == [f"{NAME}-g1-0-{i}" for i in range(1, 4)]
 
     expected = (

@@ -6,6 +6,7 @@ import kmock
 from kimi_operator.embedded import rbac, webhooks
 
 CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
+EVICTION = "eviction"  # pods/eviction: a policy/v1 Eviction posted (embedded.eviction)
 RBAC_KINDS = ("clusterroles", "clusterrolebindings", "roles", "rolebindings")
 
 BUILT_IN = {
@@ -25,7 +26,7 @@ BUILT_IN = {
     ),
     "v1/serviceaccounts": kmock.ResourceInfo(kind="ServiceAccount", namespaced=True),
     "v1/secrets": kmock.ResourceInfo(kind="Secret", namespaced=True),
-    "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True, subresources={"status"}),
+    "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True, subresources={"status", EVICTION}),
     "v1/nodes": kmock.ResourceInfo(kind="Node", namespaced=False, subresources={"status"}),
     "v1/persistentvolumeclaims": kmock.ResourceInfo(
         kind="PersistentVolumeClaim", namespaced=True, subresources={"status"}

@@ -20,6 +20,12 @@ GIT_VERSION = f"v{MAJOR}.{MINOR}.0"
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 SUBRESOURCE_VERBS = ("get", "patch", "update")
+# Subresources answering with a kind of another group-version: (group, version, kind, verbs).
+# `kubectl drain` looks for pods/eviction's group and version here before it posts an Eviction.
+FOREIGN_SUBRESOURCES: Mapping[str, tuple[str, str, str, tuple[str, ...]]] = {
+    "scale": ("autoscaling", "v1", "Scale", SUBRESOURCE_VERBS),
+    "eviction": ("policy", "v1", "Eviction", ("create",)),
+}
 # kube-apiserver's short names and categories of the built-in kinds served here.
 BUILT_IN_NAMES: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "namespaces": (("ns",), ()),
@@ -29,6 +35,7 @@ BUILT_IN_NAMES: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "configmaps": (("cm",), ()),
     "events": (("ev",), ()),
     "pods": (("po",), ("all",)),
+    "nodes": (("no",), ()),
     "persistentvolumeclaims": (("pvc",), ()),
     "deployments": (("deploy",), ("all",)),
     "jobs": ((), ("all",)),
@@ -133,11 +140,12 @@ def group(resources: list[Served], name: str) -> dict[str, Any] | None:
     return {"kind": "APIGroup", "apiVersion": "v1", **_group(name, versions)}
 
 
-def _subresource_kind(resource: Served, subresource: str) -> tuple[str, str, str]:
-    """(group, version, kind) a subresource answers with."""
-    if subresource == "scale":
-        return "autoscaling", "v1", "Scale"
-    return resource.group, resource.version, resource.kind
+def _subresource_kind(resource: Served, subresource: str) -> tuple[str, str, str, tuple[str, ...]]:
+    """(group, version, kind, verbs) of a subresource."""
+    foreign = FOREIGN_SUBRESOURCES.get(subresource)
+    if foreign is not None:
+        return foreign
+    return resource.group, resource.version, resource.kind, SUBRESOURCE_VERBS
 
 
 def resource_list(resources: list[Served], group_version: str) -> dict[str, Any] | None:
@@ -158,7 +166,7 @@ def resource_list(resources: list[Served], group_version: str) -> dict[str, Any]
             }
         )
         for subresource in resource.subresources:
-            sub_group, sub_version, sub_kind = _subresource_kind(resource, subresource)
+            sub_group, sub_version, sub_kind, verbs = _subresource_kind(resource, subresource)
             entries.append(
                 {
                     "name": f"{resource.plural}/{subresource}",
@@ -167,10 +175,10 @@ def resource_list(resources: list[Served], group_version: str) -> dict[str, Any]
                     "kind": sub_kind,
                     **(
                         {"group": sub_group, "version": sub_version}
-                        if subresource == "scale"
+                        if subresource in FOREIGN_SUBRESOURCES
                         else {}
                     ),
-                    "verbs": list(SUBRESOURCE_VERBS),
+                    "verbs": list(verbs),
                 }
             )
     if not entries:
@@ -201,12 +209,12 @@ def _discovered(resource: Served) -> dict[str, Any]:
         entry["categories"] = list(resource.categories)
     subresources = []
     for subresource in resource.subresources:
-        sub_group, sub_version, sub_kind = _subresource_kind(resource, subresource)
+        sub_group, sub_version, sub_kind, verbs = _subresource_kind(resource, subresource)
         subresources.append(
             {
                 "subresource": subresource,
                 "responseKind": {"group": sub_group, "version": sub_version, "kind": sub_kind},
-                "verbs": list(SUBRESOURCE_VERBS),
+                "verbs": list(verbs),
             }
         )
     if subresources:

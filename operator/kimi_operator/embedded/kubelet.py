@@ -3,17 +3,18 @@ controller and kubelets bring the groups up, the NVIDIA DRA driver readies the C
 
 There are no GPUs, pods or nodes behind the embedded API server, so the demo and the tests say
 "these groups are up now" by writing the status those controllers would write; `start_groups`
-also writes the groups' pods as the scheduler model (embedded.scheduler) places them, Pending
-where no node is left, as kube-scheduler leaves them.
+also writes the groups' pods as the scheduler model (embedded.scheduler) places them on the
+cluster's Node objects, Pending where no node is left, as kube-scheduler leaves them.
 """
 
 import datetime
-from collections.abc import Callable, Mapping
+import random
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kimi_operator.embedded.scheduler import Scheduler, lws_pods
+from kimi_operator.embedded.scheduler import Pod, Scheduler, lws_pods
 from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.resources import COMPUTE_DOMAIN, LEADER_WORKER_SET, POD
+from kimi_operator.k8s.resources import COMPUTE_DOMAIN, LEADER_WORKER_SET, NODE, POD
 
 
 def _now() -> str:
@@ -84,10 +85,34 @@ def mark_ready(
     return marked
 
 
-def start_groups(client: Client, scheduler: Scheduler, namespace: str) -> list[str]:
+def register_nodes(client: Client, nodes: Sequence[Mapping[str, Any]]) -> None:
+    """The nodes' kubelets register them: each Node created, then its status (capacity, Ready)
+    written to the status subresource, as a kubelet does."""
+    for node in nodes:
+        client.create(NODE, node)
+        status = {"status": node["status"]}
+        client.patch(NODE, "", node["metadata"]["name"], status, subresource="status")
+
+
+def cluster_scheduler(client: Client, rng: random.Random) -> Scheduler:
+    """The scheduler model over the cluster as it is now: its Node objects and the pods bound
+    to them and not ended (the API is the one record of both)."""
+    nodes = client.list(NODE)
+    names = {node["metadata"]["name"] for node in nodes}
+    bound = [
+        (Pod.of(pod), pod["spec"]["nodeName"])
+        for pod in client.list(POD)
+        if pod["spec"].get("nodeName") in names
+        and (pod.get("status") or {}).get("phase") not in {"Succeeded", "Failed"}
+    ]
+    return Scheduler(nodes, rng, bound)
+
+
+def start_groups(client: Client, namespace: str, rng: random.Random) -> list[str]:
     """Create the pods of every LeaderWorkerSet in `namespace` that has none yet, each bound by
-    `scheduler` or left Pending with its message; mark a group ready once all its pods are
-    bound. Returns the names of the pods left Pending."""
+    the scheduler model on the cluster's nodes or left Pending with its message; mark a group
+    ready once all its pods are bound. Returns the names of the pods left Pending."""
+    scheduler = cluster_scheduler(client, rng)
     pending = []
     existing = {p["metadata"]["name"] for p in client.list(POD, namespace)}
     for lws in client.list(LEADER_WORKER_SET, namespace):
@@ -110,7 +135,7 @@ def start_groups(client: Client, scheduler: Scheduler, namespace: str) -> list[s
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {"name": pod.name, "namespace": namespace, "labels": pod.labels},
-                "spec": pod.spec | ({"nodeName": node.name} if node else {}),
+                "spec": pod.spec | ({"nodeName": node["metadata"]["name"]} if node else {}),
             }
             client.create(POD, body)
             # A Pod's status is its own subresource (the scheduler and kubelet write it there).

@@ -19,6 +19,9 @@ NAMESPACES = kmock.resource("", "v1", "namespaces")
 PREFIX = "/api/v1/namespaces"
 # What a new cluster has.
 EVENT_FIELDS = frozenset({"involvedObject", "reason", "type", "source"})
+# A Pod's selectable fields that kubectl uses: `kubectl drain` lists a node's pods by
+# spec.nodeName, `kubectl describe node` by status.phase too. Unset, they select as "".
+POD_FIELDS = frozenset({"spec.nodeName", "status.phase"})
 INITIAL = ("default", "kube-node-lease", "kube-public", "kube-system")
 
 
@@ -105,11 +108,15 @@ def initial(name: str) -> dict[str, Any]:
 
 
 def _field(obj: Mapping[str, Any], key: str) -> str | None:
-    """The value of a selectable field: metadata.name and metadata.namespace of every kind, and
-    an Event's involvedObject.*, reason, type and source (what `kubectl describe` selects by)."""
+    """The value of a selectable field: metadata.name and metadata.namespace of every kind, an
+    Event's involvedObject.*, reason, type and source (what `kubectl describe` selects by), and
+    a Pod's POD_FIELDS."""
     top = key.split(".", 1)[0]
-    if key not in {"metadata.name", "metadata.namespace"} and (
-        obj.get("kind") != "Event" or top not in EVENT_FIELDS
+    kind = obj.get("kind")
+    if (
+        key not in {"metadata.name", "metadata.namespace"}
+        and (kind != "Event" or top not in EVENT_FIELDS)
+        and (kind != "Pod" or key not in POD_FIELDS)
     ):
         message = (
             f'"{key}" is not a known field selector: only "metadata.name", "metadata.namespace"'
@@ -120,6 +127,8 @@ def _field(obj: Mapping[str, Any], key: str) -> str | None:
         value = value.get(part) if isinstance(value, Mapping) else None
     if top == "source" and isinstance(value, Mapping):
         value = value.get("component")
+    if value is None and kind == "Pod":
+        return ""
     return None if value is None else str(value)
 
 

@@ -1,6 +1,7 @@
 """The Kubernetes protobuf bodies kubectl's and helm's typed clients send (`kubectl create
 namespace` and helm's release Secrets are posted as `application/vnd.kubernetes.protobuf`),
-decoded for those kinds: Namespace, Secret and DeleteOptions. Any other kind is refused with
+decoded for those kinds: Namespace, Secret, DeleteOptions and the policy/v1 Eviction `kubectl
+drain` posts. Any other kind is refused with
 kube-apiserver's 415, as an API server that does not know the kind's protobuf would. Answers are
 JSON, which those clients accept too.
 
@@ -83,7 +84,7 @@ def decode(body: bytes) -> dict[str, Any]:
     assert isinstance(raw, bytes)
     names = {number: _text(value) for number, value in _fields(type_meta)}
     api_version, kind = names.get(1, ""), names.get(2, "")
-    if kind not in DECODERS or api_version not in {"v1", "meta.k8s.io/v1"}:
+    if kind not in DECODERS or api_version not in {"v1", "meta.k8s.io/v1", "policy/v1"}:
         raise Unsupported(f"protobuf bodies of {api_version} {kind} are not decoded")
     obj: dict[str, Any] = {"apiVersion": api_version, "kind": kind}
     for number, value in _fields(raw):
@@ -115,17 +116,31 @@ def _secret_field(obj: dict[str, Any], number: int, value: int | bytes) -> None:
 
 
 def _delete_options_field(obj: dict[str, Any], number: int, value: int | bytes) -> None:
-    """DeleteOptions: 1 gracePeriodSeconds, 4 propagationPolicy, 5 dryRun."""
+    """DeleteOptions: 1 gracePeriodSeconds, 2 preconditions {1 uid, 2 resourceVersion},
+    4 propagationPolicy, 5 dryRun."""
     if number == 1 and isinstance(value, int):
         obj["gracePeriodSeconds"] = value
+    elif number == 2 and isinstance(value, bytes):
+        names = {1: "uid", 2: "resourceVersion"}
+        obj["preconditions"] = {names[n]: _text(v) for n, v in _fields(value) if n in names}
     elif number == 4:
         obj["propagationPolicy"] = _text(value)
     elif number == 5:
         obj.setdefault("dryRun", []).append(_text(value))
 
 
+def _eviction_field(obj: dict[str, Any], number: int, value: int | bytes) -> None:
+    """Eviction: 2 deleteOptions."""
+    if number == 2 and isinstance(value, bytes):
+        options: dict[str, Any] = {}
+        for field, inner in _fields(value):
+            _delete_options_field(options, field, inner)
+        obj["deleteOptions"] = options
+
+
 DECODERS: dict[str, Callable[[dict[str, Any], int, int | bytes], None]] = {
     "Namespace": _namespace_field,
     "Secret": _secret_field,
     "DeleteOptions": _delete_options_field,
+    "Eviction": _eviction_field,
 }

@@ -1,16 +1,22 @@
 """A small model of kube-scheduler for the serving pods, to check where TP groups land.
 
-No kube-scheduler runs on these machines. The model applies the filters that decide a serving
-pod's node, as kube-scheduler's NodeResourcesFit and InterPodAffinity plugins do:
-- GPUs: a pod fits a node with that many GPUs free;
+No kube-scheduler runs on these machines. The model reads Node objects (the sandbox's are in the
+API: embedded.kubelet builds a Scheduler from them and the bound pods at each pass) and applies
+the filters that decide a serving pod's node, in kube-scheduler's order, each node failing at the
+first (NodeUnschedulable, TaintToleration, NodeResourcesFit, InterPodAffinity):
+- a cordoned node (`spec.unschedulable`) takes no pod that does not tolerate the
+  `node.kubernetes.io/unschedulable:NoSchedule` taint;
+- a node's `NoSchedule` and `NoExecute` taints each need a toleration of the pod;
+- GPUs: a pod fits a node with that many of its allocatable GPUs free;
 - required pod affinity: some pod matching each term runs in the candidate's topology domain, except
   that a pod whose terms match no pod anywhere but that matches them itself may go anywhere (how the
   first pod of a group is placed);
 - required pod anti-affinity, both ways: no pod matching the incoming pod's terms in the domain,
   and no pod there whose own terms match the incoming pod.
 A serving pod fills a tray, so every feasible node scores the same; kube-scheduler then picks one
-at random, and so does the model. LeaderWorkerSet's `exclusive-topology` annotation is expanded
-as its pod webhook does (`SetExclusiveAffinities` in kubernetes-sigs/lws
+at random, and so does the model. Why a pod stays Pending is worded as kube-scheduler's
+FailedScheduling message, preemption's part included. LeaderWorkerSet's `exclusive-topology`
+annotation is expanded as its pod webhook does (`SetExclusiveAffinities` in kubernetes-sigs/lws
 pkg/webhooks/pod_webhook.go): a group-key label, affinity to that key and anti-affinity to
 every other key in the topology.
 """
@@ -25,16 +31,93 @@ from typing import Any
 from kimi_operator.builders.placement import CLIQUE_LABEL, EXCLUSIVE_TOPOLOGY
 
 GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
+# The labels LeaderWorkerSet's pod webhook gives each pod of a group.
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+GPU = "nvidia.com/gpu"
 TRAY_GPUS = 4
 RACK_TRAYS = 18
+# The taint a cordoned node's pods must tolerate (NodeUnschedulable), the effects that keep a
+# pod off a node (TaintToleration), and the reasons of each filter, as kube-scheduler words them.
+UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+REPELLING = frozenset({"NoSchedule", "NoExecute"})
+CORDONED = "node(s) were unschedulable"
+NO_GPUS = f"Insufficient {GPU}"
+AFFINITY = "node(s) didn't match pod affinity rules"
+ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
+# What preemption says of each node: past the filters that preemption cannot help
+# (UnschedulableAndUnresolvable), or with no lower-priority pod to evict.
+UNRESOLVABLE = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+
+Node = dict[str, Any]  # a Node object as the API holds it
 
 
-@dataclass
-class Node:
-    name: str
-    labels: dict[str, str]
-    gpus_free: int = TRAY_GPUS
+def node_object(name: str, labels: Mapping[str, str]) -> Node:
+    """A GB300 tray as its kubelet and the NVIDIA device plugin register it: Ready, 4 GPUs."""
+    gpus = {GPU: str(TRAY_GPUS)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+        "spec": {},
+        "status": {
+            "capacity": gpus,
+            "allocatable": dict(gpus),
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                }
+            ],
+            "nodeInfo": {"kubeletVersion": "v1.36.0"},
+        },
+    }
+
+
+def fleet(racks: int) -> list[Node]:
+    """GB300 NVL72 racks: 18 trays of 4 GPUs, each rack one NVLink clique."""
+    return [
+        node_object(f"rack{r}-tray{t}", {CLIQUE_LABEL: f"clique-{r}"})
+        for r in range(racks)
+        for t in range(RACK_TRAYS)
+    ]
+
+
+def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = obj["metadata"].get("labels") or {}
+    return labels
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """Toleration.ToleratesTaint: the effect (empty: any), the key (empty: any), then the
+    value (`Equal`, the default) or nothing more (`Exists`)."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("key") and toleration["key"] != taint.get("key"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Equal":
+        return (toleration.get("value") or "") == (taint.get("value") or "")
+    return operator == "Exists"
+
+
+def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    return any(_tolerates(toleration, taint) for toleration in tolerations)
+
+
+def untolerated(
+    tolerations: Sequence[Mapping[str, Any]], node: Node, effects: frozenset[str] = REPELLING
+) -> dict[str, Any] | None:
+    """The node's first taint of `effects` the tolerations do not tolerate."""
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") in effects and not tolerates(tolerations, taint):
+            return dict(taint)
+    return None
 
 
 @dataclass
@@ -44,23 +127,26 @@ class Pod:
     labels: dict[str, str]
     spec: dict[str, Any]
 
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> "Pod":
+        """A Pod object as the model sees it."""
+        labels = labels_of(obj)
+        return cls(obj["metadata"]["name"], labels.get(LWS_NAME_LABEL, ""), labels, obj["spec"])
+
     @property
     def gpus(self) -> int:
-        container = self.spec["containers"][0]
-        return int(container["resources"]["limits"]["nvidia.com/gpu"])
+        return sum(
+            int(((c.get("resources") or {}).get("limits") or {}).get(GPU, 0))
+            for c in self.spec.get("containers", [])
+        )
+
+    @property
+    def tolerations(self) -> list[dict[str, Any]]:
+        return list(self.spec.get("tolerations") or [])
 
     def terms(self, kind: str) -> list[dict[str, Any]]:
         terms: list[dict[str, Any]] = self.spec.get("affinity", {}).get(kind, {}).get(REQUIRED, [])
         return terms
-
-
-def fleet(racks: int) -> list[Node]:
-    """GB300 NVL72 racks: 18 trays of 4 GPUs, each rack one NVLink clique."""
-    return [
-        Node(f"rack{r}-tray{t}", {CLIQUE_LABEL: f"clique-{r}"})
-        for r in range(racks)
-        for t in range(RACK_TRAYS)
-    ]
 
 
 def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -90,7 +176,13 @@ def lws_pods(lws: Mapping[str, Any]) -> list[Pod]:
     pods = []
     for index in range(size):
         source = template["leaderTemplate" if index == 0 else "workerTemplate"]
-        labels = {**source["metadata"]["labels"], GROUP_KEY_LABEL: key}
+        labels = {
+            **source["metadata"]["labels"],
+            GROUP_KEY_LABEL: key,
+            LWS_NAME_LABEL: name,
+            LWS_GROUP_INDEX_LABEL: "0",
+            LWS_WORKER_INDEX_LABEL: str(index),
+        }
         spec = copy.deepcopy(source["spec"])
         if exclusive:
             _exclusive_terms(spec, key, exclusive)
@@ -114,22 +206,37 @@ def _exclusive_terms(spec: dict[str, Any], key: str, topology: str) -> None:
 
 @dataclass
 class Scheduler:
+    """The model over `nodes` (Node objects) with the pods `placed` on them (pod, node name)."""
+
     nodes: list[Node]
     rng: random.Random
-    placed: list[tuple[Pod, Node]] = field(default_factory=list)
+    placed: list[tuple[Pod, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._by_name = {node["metadata"]["name"]: node for node in self.nodes}
+        self._free = {
+            name: int(((node.get("status") or {}).get("allocatable") or {}).get(GPU, 0))
+            for name, node in self._by_name.items()
+        }
+        for pod, where in self.placed:
+            self._free[where] -= pod.gpus
+
+    def label(self, node_name: str, key: str) -> str | None:
+        return labels_of(self._by_name[node_name]).get(key)
 
     def _near(self, node: Node, key: str) -> Iterator[Pod]:
         """Pods running in `node`'s domain of topology `key`."""
-        if key not in node.labels:
+        domain = labels_of(node).get(key)
+        if domain is None:
             return
         for pod, where in self.placed:
-            if where.labels.get(key) == node.labels[key]:
+            if self.label(where, key) == domain:
                 yield pod
 
     def _affinity_ok(self, pod: Pod, node: Node) -> bool:
         for term in pod.terms("podAffinity"):
             key, selector = term["topologyKey"], term["labelSelector"]
-            if key not in node.labels:
+            if key not in labels_of(node):
                 return False
             if any(selects(selector, other.labels) for other in self._near(node, key)):
                 continue
@@ -145,50 +252,59 @@ class Scheduler:
                 return False
         for other, where in self.placed:
             for term in other.terms("podAntiAffinity"):
-                key = term["topologyKey"]
-                same = key in node.labels and where.labels.get(key) == node.labels[key]
+                domain = labels_of(node).get(term["topologyKey"])
+                same = domain is not None and self.label(where, term["topologyKey"]) == domain
                 if same and selects(term["labelSelector"], pod.labels):
                     return False
         return True
 
+    def _failure(self, pod: Pod, node: Node) -> str | None:
+        """The reason of the first filter `node` fails for `pod`; None: it fits."""
+        if (node.get("spec") or {}).get("unschedulable") and not tolerates(
+            pod.tolerations, UNSCHEDULABLE_TAINT
+        ):
+            return CORDONED
+        taint = untolerated(pod.tolerations, node)
+        if taint is not None:
+            return f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"
+        if self._free[node["metadata"]["name"]] < pod.gpus:
+            return NO_GPUS
+        if not self._affinity_ok(pod, node):
+            return AFFINITY
+        if not self._anti_affinity_ok(pod, node):
+            return ANTI_AFFINITY
+        return None
+
     def unschedulable_message(self, pod: Pod) -> str:
         """Why no node takes `pod`, worded as kube-scheduler's FailedScheduling message (the
-        PodScheduled condition's): each node counted under the first filter it fails."""
-        gpus = sum(1 for n in self.nodes if n.gpus_free < pod.gpus)
-        affinity = sum(
-            1 for n in self.nodes if n.gpus_free >= pod.gpus and not self._affinity_ok(pod, n)
-        )
-        anti = len(self.nodes) - gpus - affinity
-        reasons = [
-            f"{count} {why}"
-            for count, why in (
-                (gpus, "Insufficient nvidia.com/gpu"),
-                (affinity, "node(s) didn't match pod affinity rules"),
-                (anti, "node(s) didn't match pod anti-affinity rules"),
-            )
-            if count
-        ]
+        PodScheduled condition's, FitError's): each node counted under the first filter it
+        fails, the counts sorted as text; then preemption's, which cannot help past the
+        cordon, the taints and pod affinity."""
+        failures = [self._failure(pod, node) or "" for node in self.nodes]
+        resolvable = {NO_GPUS, ANTI_AFFINITY}
+        preemption = [NO_VICTIMS if why in resolvable else UNRESOLVABLE for why in failures]
+        total = len(self.nodes)
         return (
-            f"0/{len(self.nodes)} nodes are available: {', '.join(reasons)}. preemption: "
-            f"0/{len(self.nodes)} nodes are available: {len(self.nodes)} No preemption victims "
-            "found for incoming pod."
+            f"0/{total} nodes are available: {_histogram(failures)}. preemption: "
+            f"0/{total} nodes are available: {_histogram(preemption)}."
         )
 
     def schedule(self, pod: Pod) -> Node | None:
         """Bind `pod` to a random feasible node; None: it stays Pending."""
-        feasible = [
-            n
-            for n in self.nodes
-            if n.gpus_free >= pod.gpus
-            and self._affinity_ok(pod, n)
-            and self._anti_affinity_ok(pod, n)
-        ]
+        feasible = [n for n in self.nodes if self._failure(pod, n) is None]
         if not feasible:
             return None
         node = self.rng.choice(feasible)
-        node.gpus_free -= pod.gpus
-        self.placed.append((pod, node))
+        self._free[node["metadata"]["name"]] -= pod.gpus
+        self.placed.append((pod, node["metadata"]["name"]))
         return node
+
+
+def _histogram(reasons: Sequence[str]) -> str:
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        counts[reason] = counts.get(reason, 0) + 1
+    return ", ".join(sorted(f"{count} {reason}" for reason, count in counts.items()))
 
 
 @dataclass(frozen=True)
@@ -209,9 +325,9 @@ def place(groups: Sequence[Mapping[str, Any]], racks: int, seed: int) -> Placeme
         bound = [scheduler.schedule(pod) for pod in lws_pods(lws)]
         waiting += any(node is None for node in bound)
         cliques[lws["metadata"]["name"]] = {
-            node.labels[CLIQUE_LABEL] for node in bound if node is not None
+            labels_of(node)[CLIQUE_LABEL] for node in bound if node is not None
         }
-    used = {where.labels[CLIQUE_LABEL] for _, where in scheduler.placed}
+    used = {scheduler.label(where, CLIQUE_LABEL) for _, where in scheduler.placed}
     return Placement(
         groups=len(groups),
         placed=len(groups) - waiting,

@@ -47,7 +47,7 @@ from kimi_operator.embedded import (
 )
 from kimi_operator.embedded.admission import CustomResource, Refused
 from kimi_operator.embedded.authorization import CURRENT_USER, Authorization
-from kimi_operator.embedded.builtin import BUILT_IN, CRDS
+from kimi_operator.embedded.builtin import BUILT_IN, CRDS, EVICTION
 from kimi_operator.embedded.deletion import Collector, check_preconditions, propagation_policy
 from kimi_operator.embedded.endpoints import Endpoints
 from kimi_operator.embedded.errors import (
@@ -59,6 +59,7 @@ from kimi_operator.embedded.errors import (
     status_response,
     warned,
 )
+from kimi_operator.embedded.eviction import Evictions
 from kimi_operator.embedded.faults import Fault, Faults, answer_with
 from kimi_operator.embedded.fieldsets import Schema
 from kimi_operator.embedded.patches import merge_diff, patched
@@ -122,6 +123,7 @@ class ApiServer(kmock.KubernetesEmulator):
     _webhooks: list[dict[str, Any]] | None = attrs.field(default=None, init=False)
 
     _deletion: Collector = attrs.field(init=False)  # deletions, garbage (embedded.deletion)
+    _evictions: Evictions = attrs.field(init=False)  # pods/eviction (embedded.eviction)
     # Watches (embedded.watches): how many events of each resource are kept for watches that
     # resume from a version (kube-apiserver keeps at least 75 s' worth), and how often a watch
     # that allows bookmarks gets one (kube-apiserver: about every minute).
@@ -134,6 +136,9 @@ class ApiServer(kmock.KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self._deletion = Collector(self.objects, self._announce, self._next_version)
+        self._evictions = Evictions(
+            self.objects, self._announce, self._next_version, self._deletion
+        )
         self.authorization = Authorization(self._rbac_objects, self._plural_of)
         for key, info in BUILT_IN.items():
             self.resources[key] = info
@@ -509,8 +514,9 @@ class ApiServer(kmock.KubernetesEmulator):
 
     async def _serve(self, request: kmock.Request) -> Any:
         resource = request.resource
-        scale = request.subresource == "scale" and bool(request.name)  # PUT has no kmock action
-        if resource is None or resource.plural is None or (_action(request) is None and not scale):
+        # PUT and a named POST have no kmock action
+        named = request.subresource in {"scale", EVICTION} and bool(request.name)
+        if resource is None or resource.plural is None or (_action(request) is None and not named):
             return await super()._handle(request)  # discovery and other non-object paths
         if request.method.value not in WRITES:
             return await self._answer(request)
@@ -554,6 +560,13 @@ class ApiServer(kmock.KubernetesEmulator):
             raise kmock.KubernetesResourceNotFoundError()
         if request.subresource == "scale":
             return await self._scale(request, resource)
+        if request.subresource == EVICTION:
+            async with self._lock:
+                evicted = await self._evictions.evict(request, resource)
+            await self._deletion.collect_garbage()
+            for observe in self.observers:
+                observe(self)
+            return evicted
         if apply_patch.content_type(request.headers) == apply_patch.APPLY and request.name:
             async with self._lock:
                 self._apply(request, resource)

@@ -223,7 +223,7 @@ class Client:
     def create(
         self, resource: Resource, body: Mapping[str, Any], *, timeout_s: float | None = None
     ) -> dict[str, Any]:
-        path = resource.collection(body["metadata"]["namespace"])
+        path = resource.collection(body["metadata"].get("namespace", ""))
         created: dict[str, Any] = self._request(
             "create", resource, "POST", path, body=body, timeout_s=timeout_s
         )
@@ -233,7 +233,7 @@ class Client:
         """Whether it was created (False: one of that name exists already). The answer is not
         decoded: a new object holds what was sent (decoding the answers was about 8% of the
         operator's CPU in a profiled burst of 200 new deployments)."""
-        path = resource.collection(body["metadata"]["namespace"])
+        path = resource.collection(body["metadata"].get("namespace", ""))
         answer = self._request(
             "create", resource, "POST", path, body=body, exists_ok=True, decode=False
         )
@@ -370,9 +370,7 @@ class Listing:
 
 
 def _collection_path(resource: Resource, namespace: str | None) -> str:
-    if namespace:
-        return resource.collection(namespace)
-    return f"{resource.group_version_path}/{resource.plural}"
+    return resource.collection(namespace or "")
 
 
 class WatchStream:

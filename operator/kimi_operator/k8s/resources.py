@@ -27,14 +27,15 @@ class Resource:
         return f"{self.plural}.{self.group}"
 
     def collection(self, namespace: str) -> str:
-        return f"{self.group_version_path}/namespaces/{namespace}/{self.plural}"
+        """The path of a namespace's objects; "" for a cluster-scoped resource (Nodes)."""
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        return f"{self.group_version_path}{scope}/{self.plural}"
 
     def item(self, namespace: str, name: str) -> str:
         return f"{self.collection(namespace)}/{name}"
 
 
 KIMI_DEPLOYMENT = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
-NODE = Resource("", "v1", "nodes", "Node")  # read only: which nodes groups must leave
 LEADER_WORKER_SET = Resource(
     "leaderworkerset.x-k8s.io",
     "v1",
@@ -91,6 +92,7 @@ HORIZONTAL_POD_AUTOSCALER = Resource(
     "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"
 )
 POD = Resource("", "v1", "pods", "Pod")
+NODE = Resource("", "v1", "nodes", "Node")
 SERVICE = Resource("", "v1", "services", "Service")
 EVENT = Resource("", "v1", "events", "Event")
 POD_DISRUPTION_BUDGET = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
