@@ -353,6 +353,37 @@ def test_run_refuses_a_rate_limit_that_lets_nothing_through(
     assert err[0].startswith("error: --kube-api-qps must be > 0 and --kube-api-burst >= 1, got ")
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--evacuate-taints", "nvidia.com/gpu-xid-error,=true:NoSchedule"], "is not a taint key"),
+        (["--evacuate-taints", "a,,b"], "a taint key must not be empty"),
+        (["--evacuate-conditions", "GPU Xid"], "is not a node condition type"),
+        (["--evacuate-conditions", "Ready"], "is True on a healthy node"),
+    ],
+)
+def test_run_refuses_bad_evacuation_settings_at_start(
+    capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run(capsys, "run", *flags)
+    assert exited.value.code == 2  # argparse's: before anything starts
+    assert message in capsys.readouterr().err
+
+
+def test_run_refuses_a_critical_condition_not_evacuated_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(
+        capsys, "run", "--evacuate-conditions", "GpuXidWatch", "--critical-conditions", "GpuPcieWatch"
+    )
+    assert code == 1
+    assert err == [
+        "error: --critical-conditions GpuPcieWatch: not in --evacuate-conditions (a critical "
+        "condition must make the node unfit first)"
+    ]
+
+
 def test_the_lease_s_namespace_is_the_pod_s(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POD_NAMESPACE", "kimi-system")
     assert own_namespace() == "kimi-system"
