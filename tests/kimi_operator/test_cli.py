@@ -375,7 +375,12 @@ def test_run_refuses_a_critical_condition_not_evacuated_on(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, _, err = run(
-        capsys, "run", "--evacuate-conditions", "GpuXidWatch", "--critical-conditions", "GpuPcieWatch"
+        capsys,
+        "run",
+        "--evacuate-conditions",
+        "GpuXidWatch",
+        "--critical-conditions",
+        "GpuPcieWatch",
     )
     assert code == 1
     assert err == [

@@ -59,7 +59,12 @@ def pods(index: int, node: str, *, unschedulable: bool = False, **meta: Any) -> 
 
 
 def _unschedulable(message: str) -> dict[str, str]:
-    return {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    return {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+    }
 
 
 def record(*, critical: bool = False) -> Record:
@@ -95,10 +100,19 @@ def test_a_cordon_brings_up_the_replacement_first_and_records_it_on_it() -> None
 
 
 def test_the_group_leaves_only_once_its_replacement_serves() -> None:
-    starting = {name(0): group(0), name(1): group(1), name(2): group(2, ready=False, record=record())}
+    starting = {
+        name(0): group(0),
+        name(1): group(1),
+        name(2): group(2, ready=False, record=record()),
+    }
     seen = pods(0, "tray-1") + pods(1, "tray-5")
     waiting = evacuation.plan(kd(), starting, seen, CORDON, now=LATER)
-    assert (waiting.spares, waiting.leaving, waiting.news, waiting.started) == ({"g": 1}, {}, [], [])
+    assert (waiting.spares, waiting.leaving, waiting.news, waiting.started) == (
+        {"g": 1},
+        {},
+        [],
+        [],
+    )
     assert waiting.marks[name(2)] == record().text()  # as first written: no write
     serving = {**starting, name(2): group(2, record=record())}
     found = evacuation.plan(kd(), serving, seen + pods(2, "tray-9"), CORDON, now=LATER)
@@ -135,7 +149,11 @@ def test_no_room_on_a_critical_node_lets_the_group_go_without_one() -> None:
 
 
 def test_the_replacement_stays_until_the_group_serves_again_on_fit_nodes() -> None:
-    rebuilt = {name(0): group(0, ready=False), name(1): group(1), name(2): group(2, record=record())}
+    rebuilt = {
+        name(0): group(0, ready=False),
+        name(1): group(1),
+        name(2): group(2, record=record()),
+    }
     moved = pods(0, "tray-7") + pods(1, "tray-5") + pods(2, "tray-9")
     found = evacuation.plan(kd(), rebuilt, moved, CORDON, now=LATER)
     assert (found.spares, found.leaving) == ({"g": 1}, {})

@@ -56,7 +56,9 @@ def test_what_the_policy_does_not_name_is_no_reason() -> None:
 
 def test_a_critical_condition_wins_over_a_cordon() -> None:
     found = unfit(node(cordoned=True, GpuXidWatch="True", GpuNvlinkWatch="True"), NodePolicy())
-    assert found is not None and found.critical and "GpuNvlinkWatch" in found.detail
+    assert found is not None
+    assert found.critical
+    assert "GpuNvlinkWatch" in found.detail
 
 
 def test_the_watch_says_only_what_changed() -> None:

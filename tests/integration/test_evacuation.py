@@ -1,0 +1,310 @@
+"""Evacuation on the embedded API server (docs/maintenance.md): the operator, as the chart's
+ServiceAccount, watches Node objects made through the API; a stand-in for LeaderWorkerSet's
+controller, the garbage collector and the kubelets binds each group's pods with the scheduler
+model (which honours cordons and taints) and marks the group Ready. A cordon, a taint and a node
+condition bring a replacement up first and never leave the deployment without a serving group;
+no room for a replacement keeps a cordoned group serving and says so, a critical condition lets
+the group go without one; an operator restarted in the middle carries on, making nothing twice."""
+
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL
+from kimi_operator.embedded.harness import EmbeddedApiServer
+from kimi_operator.embedded.kubelet import cluster_scheduler, group_ready_status, register_nodes
+from kimi_operator.embedded.processes import metric_total
+from kimi_operator.embedded.scheduler import LWS_NAME_LABEL, fleet, lws_pods
+from kimi_operator.evacuation import EVACUATION_ANNOTATION
+from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.resources import (
+    COMPUTE_DOMAIN,
+    EVENT,
+    LEADER_WORKER_SET,
+    NODE,
+    POD,
+)
+from kimi_operator.rollout import serving
+from kimi_operator.runner import OperatorThread, RunConfig
+from tests.integration.conftest import RESYNC_S, metrics_of, resyncs
+from tests.support.cluster import NAME, NS, condition, create, sample, status_of, wait_for
+
+UID_LABEL = "test.kimi-operator.io/lws-uid"  # which LeaderWorkerSet made the pod
+TIMEOUT_S = 60.0
+G0, G1 = f"{NAME}-g0", f"{NAME}-g1"
+
+
+class Trays:
+    """LeaderWorkerSet's controller, the garbage collector and the kubelets, one `step` at a
+    time: pods of a group gone (or made anew) deleted; each group without pods gets them, bound
+    by the scheduler model or left Pending; a group whose pods are all bound is Ready. Records
+    every group's uids and the fewest groups serving seen after any step."""
+
+    def __init__(self, client: Client, nodes: list[dict[str, Any]]) -> None:
+        self.client, self.rng = client, random.Random(7)
+        register_nodes(client, nodes)
+        self.uids: dict[str, set[str]] = {}
+        self.fewest_serving: int | None = None
+
+    def step(self) -> None:
+        client = self.client
+        groups = {g["metadata"]["name"]: g for g in client.list(LEADER_WORKER_SET, NS)}
+        for name, group in groups.items():
+            self.uids.setdefault(name, set()).add(group["metadata"]["uid"])
+        pods = client.list(POD, NS)
+        for pod in pods:
+            labels = pod["metadata"]["labels"]
+            group = groups.get(labels.get(LWS_NAME_LABEL, ""))
+            if group is None or group["metadata"]["uid"] != labels.get(UID_LABEL):
+                client.delete(POD, NS, pod["metadata"]["name"])
+        scheduler = cluster_scheduler(client, self.rng)
+        having = {p["metadata"]["labels"].get(LWS_NAME_LABEL) for p in client.list(POD, NS)}
+        for name, group in groups.items():
+            if name not in having and group["spec"].get("replicas", 1):
+                self._start(scheduler, group)
+        for domain in client.list(COMPUTE_DOMAIN, NS):
+            if (domain.get("status") or {}).get("status") != "Ready":
+                ready = {"status": {"status": "Ready", "nodes": []}}
+                client.patch(
+                    COMPUTE_DOMAIN, NS, domain["metadata"]["name"], ready, subresource="status"
+                )
+        now = [g for g in client.list(LEADER_WORKER_SET, NS) if serving(g)]
+        if self.fewest_serving is None or len(now) < self.fewest_serving:
+            self.fewest_serving = len(now)
+
+    def _start(self, scheduler: Any, group: dict[str, Any]) -> None:
+        bound = True
+        for pod in lws_pods(group):
+            node = scheduler.schedule(pod)
+            labels = pod.labels | {UID_LABEL: group["metadata"]["uid"]}
+            spec = pod.spec | ({"nodeName": node["metadata"]["name"]} if node else {})
+            body = {"apiVersion": "v1", "kind": "Pod", "spec": spec}
+            body["metadata"] = {"name": pod.name, "namespace": NS, "labels": labels}
+            self.client.create(POD, body)
+            if node is None:
+                bound = False
+                message = scheduler.unschedulable_message(pod)
+                scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+                status = {"phase": "Pending", "conditions": [scheduled | {"message": message}]}
+            else:
+                ready = [{"type": t, "status": "True"} for t in ("PodScheduled", "Ready")]
+                status = {"phase": "Running", "conditions": ready}
+            self.client.patch(POD, NS, pod.name, {"status": status}, subresource="status")
+        if bound:
+            ready_status = {"status": group_ready_status(group)}
+            name = group["metadata"]["name"]
+            self.client.patch(LEADER_WORKER_SET, NS, name, ready_status, subresource="status")
+
+    def until(self, probe: Callable[[], Any], what: str) -> Any:
+        def stepped() -> Any:
+            self.step()
+            return probe()
+
+        return wait_for(stepped, TIMEOUT_S, what=what)
+
+    def leader_node(self, group: str) -> str:
+        (leader,) = [
+            p
+            for p in self.client.list(POD, NS)
+            if p["metadata"]["labels"].get(LWS_NAME_LABEL) == group
+            and p["metadata"]["labels"].get(LWS_WORKER_INDEX_LABEL) == "0"
+        ]
+        return str(leader["spec"]["nodeName"])
+
+    def nodes_of(self, group: str) -> set[str]:
+        return {
+            str(p["spec"].get("nodeName", ""))
+            for p in self.client.list(POD, NS)
+            if p["metadata"]["labels"].get(LWS_NAME_LABEL) == group
+        }
+
+
+def _operator(api: EmbeddedApiServer, token: str) -> OperatorThread:
+    return OperatorThread(
+        RunConfig(server=api.url, token=token, resync_interval_s=RESYNC_S, workers=4)
+    )
+
+
+@pytest.fixture
+def running(api: EmbeddedApiServer, token: str) -> Iterator[OperatorThread]:
+    with _operator(api, token) as op:
+        yield op
+
+
+def _serving(trays: Trays, client: Client) -> None:
+    """A one-group deployment, Ready on the trays."""
+    doc = sample()
+    doc["spec"]["replicas"] = 1
+    create(client, doc)
+    trays.until(lambda: status_of(client, NS, NAME).get("readyReplicas") == 1 or None, "Ready")
+    trays.fewest_serving = None  # counted from here
+
+
+def _group(client: Client, name: str) -> dict[str, Any] | None:
+    return client.get(LEADER_WORKER_SET, NS, name)
+
+
+def _events(client: Client, reason: str) -> list[dict[str, Any]]:
+    return [e for e in client.list(EVENT, NS) if e.get("reason") == reason]
+
+
+def _cordon(client: Client, node: str) -> None:
+    client.patch(NODE, "", node, {"spec": {"unschedulable": True}})
+
+
+def _taint(client: Client, node: str) -> None:
+    taint = {"key": "nvidia.com/gpu-xid-error", "value": "true", "effect": "NoSchedule"}
+    client.patch(NODE, "", node, {"spec": {"taints": [taint]}})
+
+
+def _condition(kind: str) -> Callable[[Client, str], None]:
+    def set_it(client: Client, node: str) -> None:
+        found = client.get(NODE, "", node)
+        assert found is not None
+        conditions = [*found["status"]["conditions"], {"type": kind, "status": "True"}]
+        client.patch(NODE, "", node, {"status": {"conditions": conditions}}, subresource="status")
+
+    return set_it
+
+
+def _evacuated(client: Client, trays: Trays, node: str) -> None:
+    """The evacuation ended: one group again, on other nodes, the replacement gone."""
+    trays.until(
+        lambda: (
+            (
+                _group(client, G1) is None
+                and (g := _group(client, G0)) is not None
+                and serving(g)
+                and node not in trays.nodes_of(G0)
+            )
+            or None
+        ),
+        "the group back on fit nodes and its replacement gone",
+    )
+
+
+@pytest.mark.parametrize(
+    ("make_unfit", "reason"),
+    [
+        (_cordon, "Cordoned"),
+        (_taint, "Tainted"),
+        (_condition("GpuXidWatch"), "NodeCondition"),
+    ],
+)
+def test_an_unfit_node_is_left_replacement_first(
+    client: Client,
+    running: OperatorThread,
+    make_unfit: Callable[[Client, str], None],
+    reason: str,
+) -> None:
+    trays = Trays(client, fleet(2))
+    _serving(trays, client)
+    first = _group(client, G0)
+    assert first is not None
+    node = trays.leader_node(G0)
+    make_unfit(client, node)
+    replacement = wait_for(lambda: _group(client, G1), TIMEOUT_S, what="the replacement")
+    assert G0 in (replacement["metadata"]["annotations"][EVACUATION_ANNOTATION])
+    # Not yet Ready: the group it replaces still serves, named in the status.
+    status = status_of(client, NS, NAME)
+    before = _group(client, G0)
+    assert before is not None
+    assert serving(before)
+    (evacuation,) = status["evacuations"]
+    assert (evacuation["name"], evacuation["node"], evacuation["reason"]) == (G0, node, reason)
+    assert evacuation["replacement"] == G1
+    assert condition(status, "Progressing")["reason"] == "Evacuating"
+    _evacuated(client, trays, node)
+    assert trays.fewest_serving == 1  # never fewer than one group serving
+    assert len(trays.uids[G1]) == 1  # each made once, no more
+    assert len(trays.uids[G0]) == 2
+    final = wait_for(
+        lambda: None if "evacuations" in (s := status_of(client, NS, NAME)) else s,
+        TIMEOUT_S,
+        what="the evacuation gone from the status",
+    )
+    assert condition(final, "Ready")["status"] == "True"
+    assert all(g.get("restarts", 0) == 0 for g in final["groups"])  # no failure recorded
+    metrics = metrics_of(running)()
+    assert metric_total(metrics, "kimi_operator_evacuations_total", reason=reason) == 1
+    assert _events(client, "EvacuationStarted")
+    assert _events(client, "Evacuated")
+
+
+def test_no_room_keeps_a_cordoned_group_serving_and_says_so(
+    client: Client, running: OperatorThread
+) -> None:
+    trays = Trays(client, fleet(1)[:3])  # room for one group of two trays, not two
+    _serving(trays, client)
+    node = trays.leader_node(G0)
+    _cordon(client, node)
+
+    def no_room() -> dict[str, Any] | None:
+        found = condition(status_of(client, NS, NAME), "Degraded")
+        return found if found.get("reason") == "NoRoomForReplacement" else None
+
+    degraded = trays.until(no_room, "NoRoomForReplacement")
+    assert f"node {node} is cordoned" in degraded["message"]
+    assert "cannot be scheduled" in degraded["message"]
+    assert "kubectl drain --disable-eviction" in degraded["message"]
+    first = _group(client, G0)
+    resyncs(metrics_of(running), 3)
+    trays.step()
+    after = _group(client, G0)
+    assert first is not None
+    assert after is not None
+    assert serving(after)
+    assert after["metadata"]["uid"] == first["metadata"]["uid"]  # kept serving: not drained
+    assert _events(client, "NoRoomForReplacement")
+    # Uncordoned: nothing to leave any more; the replacement waiting for room goes.
+    client.patch(NODE, "", node, {"spec": {"unschedulable": False}})
+    trays.until(lambda: _group(client, G1) is None or None, "the replacement gone")
+    assert trays.fewest_serving == 1
+    wait_for(
+        lambda: condition(status_of(client, NS, NAME), "Degraded")["status"] == "False" or None,
+        TIMEOUT_S,
+        what="Degraded cleared",
+    )
+
+
+@pytest.mark.usefixtures("running")
+def test_a_critical_condition_without_room_lets_the_group_go(client: Client) -> None:
+    trays = Trays(client, fleet(1)[:2])  # exactly one group's trays
+    _serving(trays, client)
+    first = _group(client, G0)
+    assert first is not None
+    _condition("GpuPcieWatch")(client, trays.leader_node(G0))
+    trays.until(
+        lambda: (
+            (g := _group(client, G0)) is None
+            or g["metadata"]["uid"] != first["metadata"]["uid"]
+            or None
+        ),
+        "the failing group deleted without a replacement",
+    )
+    replacement = _group(client, G1)
+    assert replacement is None or not serving(replacement)  # it never served
+
+
+def test_an_operator_restarted_mid_evacuation_carries_on(
+    api: EmbeddedApiServer, client: Client, token: str
+) -> None:
+    trays = Trays(client, fleet(2))
+    with _operator(api, token) as first:
+        _serving(trays, client)
+        node = trays.leader_node(G0)
+        _cordon(client, node)
+        replacement = wait_for(lambda: _group(client, G1), TIMEOUT_S, what="the replacement")
+        resyncs(metrics_of(first), 2)
+    trays.step()  # the replacement's pods start while no operator runs
+    with _operator(api, token) as second:
+        _evacuated(client, trays, node)
+        assert trays.fewest_serving == 1
+        # The replacement made once (the one the first operator made), the group once more.
+        assert trays.uids[G1] == {replacement["metadata"]["uid"]}
+        assert len(trays.uids[G0]) == 2
+        metrics = metrics_of(second)()
+        assert metric_total(metrics, "kimi_operator_evacuations_total", reason="Cordoned") == 0
+    assert sorted(trays.uids) == [G0, G1]  # nothing else made
