@@ -56,8 +56,8 @@ class Trays:
         pods = client.list(POD, NS)
         for pod in pods:
             labels = pod["metadata"]["labels"]
-            group = groups.get(labels.get(LWS_NAME_LABEL, ""))
-            if group is None or group["metadata"]["uid"] != labels.get(UID_LABEL):
+            owner = groups.get(labels.get(LWS_NAME_LABEL, ""))
+            if owner is None or owner["metadata"]["uid"] != labels.get(UID_LABEL):
                 client.delete(POD, NS, pod["metadata"]["name"])
         scheduler = cluster_scheduler(client, self.rng)
         having = {p["metadata"]["labels"].get(LWS_NAME_LABEL) for p in client.list(POD, NS)}
@@ -207,8 +207,13 @@ def test_an_unfit_node_is_left_replacement_first(
     make_unfit(client, node)
     replacement = wait_for(lambda: _group(client, G1), TIMEOUT_S, what="the replacement")
     assert G0 in (replacement["metadata"]["annotations"][EVACUATION_ANNOTATION])
-    # Not yet Ready: the group it replaces still serves, named in the status.
-    status = status_of(client, NS, NAME)
+    # Not yet Ready: the group it replaces still serves, named in the status (written after
+    # the replacement is made).
+    status = wait_for(
+        lambda: s if (s := status_of(client, NS, NAME)).get("evacuations") else None,
+        TIMEOUT_S,
+        what="the evacuation in the status",
+    )
     before = _group(client, G0)
     assert before is not None
     assert serving(before)

@@ -115,6 +115,7 @@ def operator_samples() -> set[str]:
     metrics.observe_request("get", "KimiDeployment", 200)
     metrics.set_conditions("uid-1", {"conditions": [{"type": "Ready", "status": "True"}]})
     metrics.group_failures.labels("OOMKilled")
+    metrics.evacuations.labels("Cordoned")
     return {s.name for family in metrics.registry.collect() for s in family.samples}
 
 

@@ -529,6 +529,17 @@ def operator_dashboard() -> dashboard.Dashboard:
         ),
         _series(
             grid,
+            "TP groups evacuated from unfit nodes (last hour), by why",
+            "none",
+            [
+                (
+                    "sum by (reason) (increase(kimi_operator_evacuations_total[1h]))",
+                    "{{reason}}",
+                )
+            ],
+        ),
+        _series(
+            grid,
             "API server requests by status",
             "ops",
             [
