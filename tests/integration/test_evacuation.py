@@ -6,13 +6,17 @@ condition bring a replacement up first and never leave the deployment without a 
 no room for a replacement keeps a cordoned group serving and says so, a critical condition lets
 the group go without one; an operator restarted in the middle carries on, making nothing twice."""
 
+import json
 import random
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL
+from kimi_operator.embedded.disruption import sync_budgets
 from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.kubelet import cluster_scheduler, group_ready_status, register_nodes
 from kimi_operator.embedded.processes import metric_total
@@ -70,6 +74,7 @@ class Trays:
                 client.patch(
                     COMPUTE_DOMAIN, NS, domain["metadata"]["name"], ready, subresource="status"
                 )
+        sync_budgets(client)  # the disruption controller
         now = [g for g in client.list(LEADER_WORKER_SET, NS) if serving(g)]
         if self.fewest_serving is None or len(now) < self.fewest_serving:
             self.fewest_serving = len(now)
@@ -313,3 +318,52 @@ def test_an_operator_restarted_mid_evacuation_carries_on(
         metrics = metrics_of(second)()
         assert metric_total(metrics, "kimi_operator_evacuations_total", reason="Cordoned") == 0
     assert sorted(trays.uids) == [G0, G1]  # nothing else made
+
+
+def _evict(api: EmbeddedApiServer, pod: str) -> int:
+    """The HTTP status of an Eviction POSTed as `kubectl drain` does (no --disable-eviction)."""
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod}}
+    url = api.url + POD.item(NS, pod) + "/eviction"
+    headers = {"Content-Type": "application/json"}
+    request = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+@pytest.mark.usefixtures("running")
+def test_a_plain_drain_waits_for_the_replacement_then_completes(
+    api: EmbeddedApiServer, client: Client
+) -> None:
+    """`kubectl drain`: cordon, then evict every pod of the node, retrying each refused one,
+    until none is left. The PodDisruptionBudget refuses the serving group's pods (429) until the
+    operator has replaced the group and deleted it; then the node is empty."""
+    trays = Trays(client, fleet(2))
+    _serving(trays, client)
+    node = trays.leader_node(G0)
+    _cordon(client, node)
+    refused = 0
+
+    def drained() -> bool | None:
+        nonlocal refused
+        trays.step()
+        on_node = [p for p in client.list(POD, NS) if p["spec"].get("nodeName") == node]
+        for pod in on_node:
+            code = _evict(api, pod["metadata"]["name"])
+            assert code in (201, 429, 404), code
+            labels = pod["metadata"]["labels"]
+            group = _group(client, labels[LWS_NAME_LABEL])
+            if code == 429:
+                refused += 1
+            elif group is not None and group["metadata"]["uid"] == labels[UID_LABEL]:
+                assert not serving(group), "a pod of a serving group was evicted"
+        return not on_node or None
+
+    wait_for(drained, TIMEOUT_S, what="the node drained")
+    assert refused > 0  # the budget held the serving group's pods for a while
+    assert trays.fewest_serving == 1  # and the deployment never went without a group serving
+    _evacuated(client, trays, node)
+    final = status_of(client, NS, NAME)
+    assert all(g.get("restarts", 0) == 0 for g in final["groups"])  # no failure recorded

@@ -3,6 +3,9 @@ names the flags and chart values take."""
 
 import pytest
 
+from kimi_operator.api.validation import check_document
+from kimi_operator.builders import OperatorDefaults, build_children
+from kimi_operator.builders.meta import selector_labels
 from kimi_operator.builders.nodes import (
     CONDITION,
     CORDONED,
@@ -13,6 +16,8 @@ from kimi_operator.builders.nodes import (
     check_name,
     unfit,
 )
+from kimi_operator.builders.serving import pod_disruption_budget
+from tests.support.cluster import sample
 
 
 def node(
@@ -89,3 +94,21 @@ def test_bad_names_are_refused(value: str, what: str, message: str) -> None:
 def test_good_names_pass() -> None:
     assert check_name("nvidia.com/gpu-xid-error", "taint key") == "nvidia.com/gpu-xid-error"
     assert check_name("GpuXidWatch", "node condition type") == "GpuXidWatch"
+
+
+def test_the_disruption_budget_lets_no_serving_pod_go_while_groups_are_evacuated() -> None:
+    """A group is 2-4 pods and losing one loses it: with evacuation no Ready pod of the
+    deployment may be evicted (a drain waits for the operator), pods not Ready may; without,
+    rollout.maxUnavailable pods as before."""
+    report = check_document(sample("k3-tp16-latency"))
+    assert report.deployment is not None
+    kd = report.deployment
+    on = pod_disruption_budget(kd)["spec"]
+    assert on["maxUnavailable"] == 0
+    assert on["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert on["selector"] == {"matchLabels": selector_labels(kd)}  # every pod of every group
+    off = pod_disruption_budget(kd, evacuating=False)["spec"]
+    assert off == {"selector": on["selector"], "maxUnavailable": kd.spec.rollout.max_unavailable}
+    children = build_children(kd, OperatorDefaults(nodes=UnfitNodes(NodePolicy(enabled=False))))
+    (budget,) = [c for c in children if c["kind"] == "PodDisruptionBudget"]
+    assert budget["spec"] == off
