@@ -23,7 +23,12 @@ import aiohttp.web
 import kmock
 
 from kimi_operator.embedded.deletion import Collector, check_preconditions, propagation_policy
-from kimi_operator.embedded.disruption import is_ready, timestamp, with_allowed_condition
+from kimi_operator.embedded.disruption import (
+    disrupted,
+    is_ready,
+    timestamp,
+    with_allowed_condition,
+)
 from kimi_operator.embedded.errors import not_found, status_response
 from kimi_operator.embedded.scheduler import selects
 
@@ -34,12 +39,6 @@ MORE_THAN_ONE = (
     "support."
 )
 MAX_DISRUPTED_PODS = 2000  # upstream's MaxDisruptedPodSize
-DISRUPTION_TARGET = {
-    "type": "DisruptionTarget",
-    "status": "True",
-    "reason": "EvictionByEvictionAPI",
-    "message": "Eviction API: evicting",
-}
 SUCCESS = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
 
 
@@ -145,7 +144,8 @@ class Evictions:
         options = eviction.get("deleteOptions") or {}
         check_preconditions(options, pod, "Pod", "")
         policy = propagation_policy(request.url.query, options)
-        await self._write(pods, obj, {"status": _disrupted(pod)})
+        target = disrupted(pod, "EvictionByEvictionAPI", "Eviction API: evicting")
+        await self._write(pods, obj, {"status": target})
         await self.deletion.delete(key, obj, policy)
         return aiohttp.web.json_response(SUCCESS, status=201)
 
@@ -177,11 +177,3 @@ class Evictions:
         """A status write of the server's own, as a watch sees it."""
         obj.patch({**change, "metadata": {"resourceVersion": self.next_version()}})
         await self.announce(resource, "MODIFIED", obj.raw)
-
-
-def _disrupted(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The pod's status with the DisruptionTarget condition (podutil.UpdatePodCondition)."""
-    status = dict(pod.get("status") or {})
-    now = timestamp(datetime.datetime.now(datetime.UTC))
-    others = [c for c in status.get("conditions") or [] if c["type"] != "DisruptionTarget"]
-    return {**status, "conditions": [*others, {**DISRUPTION_TARGET, "lastTransitionTime": now}]}
