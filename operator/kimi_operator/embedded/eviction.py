@@ -103,10 +103,6 @@ def spent(budget: Mapping[str, Any], pod: str, now: datetime.datetime) -> dict[s
     return status
 
 
-def _bad_request(message: str) -> aiohttp.web.Response:
-    return status_response(400, "BadRequest", message, {})
-
-
 class Evictions:
     """Evictions in one store of objects (kmock's `objects`): its budgets read and written, its
     pods deleted through `deletion`."""
@@ -130,7 +126,8 @@ class Evictions:
             message = "the server does not allow this method on the requested resource"
             return status_response(405, "MethodNotAllowed", message, {})
         if (eviction.get("metadata") or {}).get("name") != request.name:
-            return _bad_request("name in URL does not match name in Eviction object")
+            message = "name in URL does not match name in Eviction object"
+            return status_response(400, "BadRequest", message, {})
         key = (pods, request.namespace, request.name)
         obj = self.objects[key] if key in self.objects else None  # noqa: SIM401 (no .get)
         if obj is None or obj.deleted:
