@@ -14,6 +14,7 @@ from kimi_operator.embedded.disruption import sync_budgets
 from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.kubelet import register_nodes, start_groups
 from kimi_operator.embedded.scheduler import fleet
+from kimi_operator.embedded.taints import evict_untolerated
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import LEADER_WORKER_SET, NODE, POD, POD_DISRUPTION_BUDGET
 
@@ -270,3 +271,23 @@ def _group(name: str, size: int) -> dict[str, Any]:
             "leaderWorkerTemplate": {"size": size, "leaderTemplate": pod, "workerTemplate": pod},
         },
     }
+
+
+def test_a_no_execute_taint_deletes_the_pods_that_do_not_tolerate_it(client: Client) -> None:
+    register_nodes(client, fleet(1)[:1])
+    held, tolerant, plain = _pod("held"), _pod("tolerant"), _pod("plain")
+    held["metadata"]["finalizers"] = ["example.com/hold"]  # to read what was written
+    taint = {"key": "nvidia.com/gpu-health", "value": "xid-79", "effect": "NoExecute"}
+    tolerant["spec"]["tolerations"] = [{"key": taint["key"], "operator": "Exists"}]
+    for pod in (held, tolerant, plain):
+        pod["spec"]["nodeName"] = "rack0-tray0"
+    _run(client, held, tolerant, plain)
+    assert evict_untolerated(client) == []
+    client.patch(NODE, "", "rack0-tray0", {"spec": {"taints": [taint]}})
+    assert evict_untolerated(client) == [f"{NS}/held", f"{NS}/plain"]
+    assert {p["metadata"]["name"] for p in client.list(POD, NS)} == {"held", "tolerant"}
+    terminating = client.get(POD, NS, "held")
+    assert terminating is not None
+    target = terminating["status"]["conditions"][-1]
+    assert (target["type"], target["reason"]) == ("DisruptionTarget", "DeletionByTaintManager")
+    assert evict_untolerated(client) == []  # terminating: not deleted twice

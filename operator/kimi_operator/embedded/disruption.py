@@ -40,6 +40,22 @@ def is_ready(pod: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def disrupted(pod: Mapping[str, Any], reason: str, message: str) -> dict[str, Any]:
+    """The pod's status with the DisruptionTarget condition that whoever deletes it for a
+    disruption adds first (podutil.UpdatePodCondition): the eviction subresource, the
+    taint-eviction controller."""
+    status = dict(pod.get("status") or {})
+    target = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": timestamp(datetime.datetime.now(datetime.UTC)),
+    }
+    others = [c for c in status.get("conditions") or [] if c["type"] != "DisruptionTarget"]
+    return {**status, "conditions": [*others, target]}
+
+
 def with_allowed_condition(
     status: dict[str, Any], now: datetime.datetime, message: str = ""
 ) -> dict[str, Any]:

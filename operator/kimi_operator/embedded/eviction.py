@@ -23,7 +23,12 @@ import aiohttp.web
 import kmock
 
 from kimi_operator.embedded.deletion import Collector, check_preconditions, propagation_policy
-from kimi_operator.embedded.disruption import is_ready, timestamp, with_allowed_condition
+from kimi_operator.embedded.disruption import (
+    disrupted,
+    is_ready,
+    timestamp,
+    with_allowed_condition,
+)
 from kimi_operator.embedded.errors import not_found, status_response
 from kimi_operator.embedded.scheduler import selects
 
@@ -34,12 +39,6 @@ MORE_THAN_ONE = (
     "support."
 )
 MAX_DISRUPTED_PODS = 2000  # upstream's MaxDisruptedPodSize
-DISRUPTION_TARGET = {
-    "type": "DisruptionTarget",
-    "status": "True",
-    "reason": "EvictionByEvictionAPI",
-    "message": "Eviction API: evicting",
-}
 SUCCESS = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
 
 
@@ -104,10 +103,6 @@ def spent(budget: Mapping[str, Any], pod: str, now: datetime.datetime) -> dict[s
     return status
 
 
-def _bad_request(message: str) -> aiohttp.web.Response:
-    return status_response(400, "BadRequest", message, {})
-
-
 class Evictions:
     """Evictions in one store of objects (kmock's `objects`): its budgets read and written, its
     pods deleted through `deletion`."""
@@ -131,7 +126,8 @@ class Evictions:
             message = "the server does not allow this method on the requested resource"
             return status_response(405, "MethodNotAllowed", message, {})
         if (eviction.get("metadata") or {}).get("name") != request.name:
-            return _bad_request("name in URL does not match name in Eviction object")
+            message = "name in URL does not match name in Eviction object"
+            return status_response(400, "BadRequest", message, {})
         key = (pods, request.namespace, request.name)
         obj = self.objects[key] if key in self.objects else None  # noqa: SIM401 (no .get)
         if obj is None or obj.deleted:
@@ -145,7 +141,8 @@ class Evictions:
         options = eviction.get("deleteOptions") or {}
         check_preconditions(options, pod, "Pod", "")
         policy = propagation_policy(request.url.query, options)
-        await self._write(pods, obj, {"status": _disrupted(pod)})
+        target = disrupted(pod, "EvictionByEvictionAPI", "Eviction API: evicting")
+        await self._write(pods, obj, {"status": target})
         await self.deletion.delete(key, obj, policy)
         return aiohttp.web.json_response(SUCCESS, status=201)
 
@@ -177,11 +174,3 @@ class Evictions:
         """A status write of the server's own, as a watch sees it."""
         obj.patch({**change, "metadata": {"resourceVersion": self.next_version()}})
         await self.announce(resource, "MODIFIED", obj.raw)
-
-
-def _disrupted(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The pod's status with the DisruptionTarget condition (podutil.UpdatePodCondition)."""
-    status = dict(pod.get("status") or {})
-    now = timestamp(datetime.datetime.now(datetime.UTC))
-    others = [c for c in status.get("conditions") or [] if c["type"] != "DisruptionTarget"]
-    return {**status, "conditions": [*others, {**DISRUPTION_TARGET, "lastTransitionTime": now}]}

@@ -7,10 +7,13 @@ operators' CRDs; nothing of kimi-operator's (`helm install` brings the CRD, the 
 the RBAC). Once the chart's operator Deployment exists, the sandbox runs the operator in-process
 as that Deployment's ServiceAccount with the arguments the chart rendered for it (there are no
 nodes to run its pod; embedded.demo.chart_operator), and the chart's admission webhook locally,
-its configuration pointed at it. It plays the controllers a GPU cluster has: the LeaderWorkerSet
-controller and kubelets bring the groups up, the DRA driver readies the ComputeDomains
-(embedded.kubelet). Hugging Face sources' weights Jobs are not run here (`make demo` runs them
-against a fake hub): use a `pvc` source, as most samples do.
+its configuration pointed at it. Its nodes are Node objects, RACKS GB300 NVL72 racks of 18 trays
+(embedded.scheduler.fleet), to cordon, taint and drain. It plays the controllers a GPU cluster
+has: the LeaderWorkerSet controller and kubelets bring the groups up, the DRA driver readies the
+ComputeDomains (embedded.kubelet), the disruption controller keeps the PodDisruptionBudgets'
+status (embedded.disruption) and the taint-eviction controller deletes the pods a `NoExecute`
+taint does not tolerate (embedded.taints). Hugging Face sources' weights Jobs are not run here
+(`make demo` runs them against a fake hub): use a `pvc` source, as most samples do.
 """
 
 import contextlib
@@ -21,9 +24,12 @@ from typing import TextIO
 
 from kimi_operator.embedded.chart import called_at
 from kimi_operator.embedded.demo import CHART_OPERATOR, admission_webhook, chart_operator
+from kimi_operator.embedded.disruption import sync_budgets
 from kimi_operator.embedded.harness import EmbeddedApiServer
-from kimi_operator.embedded.kubelet import mark_ready
+from kimi_operator.embedded.kubelet import mark_ready, register_nodes
 from kimi_operator.embedded.processes import write_kubeconfig
+from kimi_operator.embedded.scheduler import fleet
+from kimi_operator.embedded.taints import evict_untolerated
 from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import DEPLOYMENT, Resource
@@ -37,12 +43,14 @@ WEBHOOK_CONFIGURATION = Resource(
 )
 CHART_WEBHOOK = "app.kubernetes.io/component=admission-webhook"
 TICK_S = 0.2  # how often the sandbox looks for the chart and plays the controllers
+RACKS = 2
 
 
 class Sandbox:
     """What the sandbox does on each tick: follow the chart (start the operator when its
     Deployment appears, stop it when it goes), point the chart's webhook here, and play the
-    LeaderWorkerSet controller, the kubelets and the DRA driver."""
+    LeaderWorkerSet controller, the kubelets, the DRA driver, the disruption controller and the
+    taint-eviction controller."""
 
     def __init__(self, api: EmbeddedApiServer, webhook_url: str, out: TextIO) -> None:
         self.api = api
@@ -60,6 +68,11 @@ class Sandbox:
         self._point_webhooks_here()
         for marked in mark_ready(self.client):
             self._say(f"sandbox: {marked} up (no GPUs here: played)")
+        sync_budgets(self.client)
+        for pod in evict_untolerated(self.client):
+            self._say(
+                f"sandbox: pod {pod} deleted: its node has a NoExecute taint it does not tolerate"
+            )
 
     def _follow_chart(self) -> None:
         found = self.client.list(DEPLOYMENT, label_selector=CHART_OPERATOR)
@@ -104,13 +117,15 @@ def sandbox(kubeconfig: Path, out: TextIO) -> Iterator[Sandbox]:
         names = ", ".join(sorted(crd["spec"]["names"]["kind"] for crd in crds))
         print(
             f"kimi-operator sandbox: an empty cluster on {api.url} (the CRDs of {names}, as "
-            "their own operators install them; nothing of kimi-operator's)\n"
+            f"their own operators install them; nothing of kimi-operator's; {RACKS} GB300 NVL72 "
+            "racks of 18 nodes)\n"
             "Ctrl-C stops it. In another shell:\n"
             f"export KUBECONFIG={kubeconfig}",
             file=out,
             flush=True,
         )
         played = Sandbox(api, webhook_url, out)
+        register_nodes(played.client, fleet(RACKS))
         try:
             yield played
         finally:

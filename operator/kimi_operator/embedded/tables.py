@@ -1,7 +1,8 @@
 """`Table` answers (`Accept: application/json;as=Table;g=meta.k8s.io;v=v1`, what `kubectl get`
 asks for) as kube-apiserver makes them: a CRD's columns are its version's
 `additionalPrinterColumns` after `Name` (JSONPath cells, `date` columns as ages), a built-in
-kind's are `Name` and `Age` (a namespace's `Status` too)."""
+kind's are `Name` and `Age` (a namespace's `Status` too; a node's `Status`, `Roles` and `Version`
+as kube-apiserver's node printer makes them)."""
 
 import datetime
 import re
@@ -25,10 +26,44 @@ AGE_COLUMN = {
     "jsonPath": ".metadata.creationTimestamp",
     "date": True,
 }
-# The columns kube-apiserver adds for built-in kinds beside Name and Age.
+ROLE_PREFIX = "node-role.kubernetes.io/"
+
+
+def node_status(node: Mapping[str, Any]) -> str:
+    """printNode's STATUS: Ready or NotReady by the Ready condition (Unknown without one), then
+    SchedulingDisabled for a cordoned node."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = next((c["status"] for c in conditions if c.get("type") == "Ready"), None)
+    found = [] if ready is None else ["Ready" if ready == "True" else "NotReady"]
+    if (node.get("spec") or {}).get("unschedulable"):
+        found = [*(found or ["Unknown"]), "SchedulingDisabled"]
+    return ",".join(found or ["Unknown"])
+
+
+def node_roles(node: Mapping[str, Any]) -> str:
+    """printNode's ROLES: the node-role.kubernetes.io/<role> labels, or <none>."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    roles = sorted(key[len(ROLE_PREFIX) :] for key in labels if key.startswith(ROLE_PREFIX))
+    return ",".join(roles) or "<none>"
+
+
+# The columns of built-in kinds as kube-apiserver prints them, after Name (Age where it falls);
+# a column's `cell` computes what no JSONPath says.
 BUILT_IN_COLUMNS: Mapping[str, Sequence[Mapping[str, Any]]] = {
     "namespaces": (
         {"name": "Status", "type": "string", "priority": 0, "jsonPath": ".status.phase"},
+        AGE_COLUMN,
+    ),
+    "nodes": (
+        {"name": "Status", "type": "string", "priority": 0, "cell": node_status},
+        {"name": "Roles", "type": "string", "priority": 0, "cell": node_roles},
+        AGE_COLUMN,
+        {
+            "name": "Version",
+            "type": "string",
+            "priority": 0,
+            "jsonPath": ".status.nodeInfo.kubeletVersion",
+        },
     ),
 }
 _STEP = re.compile(r"\.([\w-]+)|\[(\d+|\*)\]|\[\?\(@\.([\w.-]+)\s*==\s*[\"']([^\"']*)[\"']\)\]")
@@ -109,8 +144,7 @@ def columns(
 ) -> list[dict[str, Any]]:
     """The columns of a table: a CRD version's printer columns (None for a built-in kind)."""
     if printer_columns is None:
-        extra = [dict(c) for c in BUILT_IN_COLUMNS.get(plural, ())]
-        return [dict(NAME_COLUMN), *extra, dict(AGE_COLUMN)]
+        return [dict(NAME_COLUMN), *(dict(c) for c in BUILT_IN_COLUMNS.get(plural, [AGE_COLUMN]))]
     found = [dict(NAME_COLUMN)]
     for column in printer_columns:
         found.append(
@@ -128,6 +162,8 @@ def columns(
 
 
 def _cell(obj: Mapping[str, Any], column: Mapping[str, Any], now: datetime.datetime) -> Any:
+    if "cell" in column:
+        return column["cell"](obj)
     if "jsonPath" not in column:
         return obj["metadata"]["name"]
     values = jsonpath(obj, column["jsonPath"])
@@ -184,7 +220,7 @@ def table(
             row["object"] = included
         rows.append(row)
     definitions = [
-        {key: value for key, value in column.items() if key not in {"jsonPath", "date"}}
+        {key: value for key, value in column.items() if key not in {"jsonPath", "date", "cell"}}
         for column in listed
     ]
     return {
