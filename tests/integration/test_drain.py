@@ -164,7 +164,7 @@ def serving(client: Client, port: int, groups: int = 2) -> None:
 
 
 def leader(client: Client) -> dict[str, Any]:
-    found = client.get(POD, NS, f"{LEAVING}-0-0")
+    found = client.get(POD, NS, f"{LEAVING}-0")
     assert found is not None
     return found
 
@@ -225,7 +225,7 @@ def test_a_scale_down_drains_the_group_before_it_deletes_it(
     pod = wait_for(lambda: out_of_routing(client), TIMEOUT_S, "the leaving leader unlabelled")
     # Out of the Service's endpoints and the InferencePool's selection; the group still there.
     assert not any(selects(s, pod) for s in selectors(client))
-    assert all(selects(s, client.get(POD, NS, f"{NAME}-g0-0-0") or {}) for s in selectors(client))
+    assert all(selects(s, client.get(POD, NS, f"{NAME}-g0-0") or {}) for s in selectors(client))
     group = client.get(LEADER_WORKER_SET, NS, LEAVING)
     assert group is not None
     assert DRAINING_ANNOTATION in group["metadata"]["annotations"]
@@ -256,7 +256,7 @@ def test_a_scale_down_drains_the_group_before_it_deletes_it(
     patched = [
         i
         for i, w in enumerate(api.writes())
-        if w.method == "PATCH" and "/pods/" in w.path and w.name == f"{LEAVING}-0-0"
+        if w.method == "PATCH" and "/pods/" in w.path and w.name == f"{LEAVING}-0"
     ]
     (deleted,) = deleted_at(api, "/leaderworkersets/", LEAVING)
     assert patched

@@ -17,7 +17,7 @@ from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import COMPUTE_DOMAIN, LEADER_WORKER_SET, NODE, POD
 
 
-def _now() -> str:
+def now_stamp() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -36,7 +36,7 @@ def group_ready_status(lws: Mapping[str, Any], *, ready: bool = True) -> dict[st
                 "status": "True" if ready else "False",
                 "reason": "AllGroupsReady" if ready else "GroupsNotReady",
                 "message": "All replicas are ready" if ready else "Replicas are starting",
-                "lastTransitionTime": _now(),
+                "lastTransitionTime": now_stamp(),
             }
         ],
     }
@@ -44,6 +44,37 @@ def group_ready_status(lws: Mapping[str, Any], *, ready: bool = True) -> dict[st
 
 def _never(_: Mapping[str, Any]) -> bool:
     return False
+
+
+def write_group_status(client: Client, lws: Mapping[str, Any], *, ready: bool) -> bool:
+    """Write the LeaderWorkerSet's status (group_ready_status) where it says otherwise for its
+    current generation; returns whether it was written."""
+    status = lws.get("status") or {}
+    wanted = group_ready_status(lws, ready=ready)
+    if (status.get("readyReplicas"), status.get("observedGeneration")) == (
+        wanted["readyReplicas"],
+        wanted["observedGeneration"],
+    ):
+        return False
+    meta = lws["metadata"]
+    change = {"status": wanted}
+    client.patch(LEADER_WORKER_SET, meta["namespace"], meta["name"], change, subresource="status")
+    return True
+
+
+def ready_domains(client: Client, namespace: str | None = None) -> list[str]:
+    """The DRA driver: every ComputeDomain (in `namespace`, or everywhere) not Ready made so;
+    returns `ComputeDomain namespace/name` of each."""
+    marked = []
+    for domain in client.list(COMPUTE_DOMAIN, namespace):
+        if (domain.get("status") or {}).get("status") != "Ready":
+            meta = domain["metadata"]
+            status = {"status": {"status": "Ready", "nodes": []}}
+            client.patch(
+                COMPUTE_DOMAIN, meta["namespace"], meta["name"], status, subresource="status"
+            )
+            marked.append(f"ComputeDomain {meta['namespace']}/{meta['name']}")
+    return marked
 
 
 def mark_ready(
@@ -58,31 +89,11 @@ def mark_ready(
     bad image, no capacity)."""
     marked = []
     for lws in client.list(LEADER_WORKER_SET, namespace):
-        status = lws.get("status") or {}
-        wanted = group_ready_status(lws, ready=not hold(lws))
-        if (status.get("readyReplicas"), status.get("observedGeneration")) != (
-            wanted["readyReplicas"],
-            wanted["observedGeneration"],
-        ):
+        ready = not hold(lws)
+        if write_group_status(client, lws, ready=ready) and ready:
             meta = lws["metadata"]
-            client.patch(
-                LEADER_WORKER_SET,
-                meta["namespace"],
-                meta["name"],
-                {"status": wanted},
-                subresource="status",
-            )
-            if wanted["readyReplicas"]:
-                marked.append(f"LeaderWorkerSet {meta['namespace']}/{meta['name']}")
-    for domain in client.list(COMPUTE_DOMAIN, namespace):
-        if (domain.get("status") or {}).get("status") != "Ready":
-            meta = domain["metadata"]
-            status = {"status": {"status": "Ready", "nodes": []}}
-            client.patch(
-                COMPUTE_DOMAIN, meta["namespace"], meta["name"], status, subresource="status"
-            )
-            marked.append(f"ComputeDomain {meta['namespace']}/{meta['name']}")
-    return marked
+            marked.append(f"LeaderWorkerSet {meta['namespace']}/{meta['name']}")
+    return marked + ready_domains(client, namespace)
 
 
 def register_nodes(client: Client, nodes: Sequence[Mapping[str, Any]]) -> None:
@@ -108,41 +119,57 @@ def cluster_scheduler(client: Client, rng: random.Random) -> Scheduler:
     return Scheduler(nodes, rng, bound)
 
 
+def create_pods(
+    client: Client,
+    scheduler: Scheduler,
+    lws: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Create the pods of the LeaderWorkerSet's group (with `metadata` added to each: labels,
+    owners), each bound by `scheduler` and Ready there, as its kubelet reports it, or left
+    Pending with kube-scheduler's message; returns the names of those left Pending."""
+    namespace = lws["metadata"]["namespace"]
+    extra = dict(metadata or {})
+    labels = extra.pop("labels", {})
+    pending = []
+    for pod in lws_pods(lws):
+        node = scheduler.schedule(pod)
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod.name, "namespace": namespace, "labels": pod.labels | labels}
+            | extra,
+            "spec": pod.spec | ({"nodeName": node["metadata"]["name"]} if node else {}),
+        }
+        client.create(POD, body)
+        at = now_stamp()
+        if node is None:
+            pending.append(pod.name)
+            message = scheduler.unschedulable_message(pod)
+            unschedulable = {"status": "False", "reason": "Unschedulable", "message": message}
+            conditions = [{"type": "PodScheduled", "lastTransitionTime": at} | unschedulable]
+            status = {"phase": "Pending", "conditions": conditions}
+        else:
+            kinds = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+            conditions = [{"type": t, "status": "True", "lastTransitionTime": at} for t in kinds]
+            status = {"phase": "Running", "conditions": conditions}
+        # A Pod's status is its own subresource (the scheduler and kubelet write it there).
+        client.patch(POD, namespace, pod.name, {"status": status}, subresource="status")
+    return pending
+
+
 def start_groups(client: Client, namespace: str, rng: random.Random) -> list[str]:
-    """Create the pods of every LeaderWorkerSet in `namespace` that has none yet, each bound by
-    the scheduler model on the cluster's nodes or left Pending with its message; mark a group
+    """Create the pods of every LeaderWorkerSet in `namespace` that has none yet (create_pods;
+    without owners, so they outlive their group as pods still terminating would); mark a group
     ready once all its pods are bound. Returns the names of the pods left Pending."""
     scheduler = cluster_scheduler(client, rng)
     pending = []
     existing = {p["metadata"]["name"] for p in client.list(POD, namespace)}
     for lws in client.list(LEADER_WORKER_SET, namespace):
-        pods = lws_pods(lws)
-        if any(pod.name in existing for pod in pods):
+        if any(pod.name in existing for pod in lws_pods(lws)):
             continue
-        bound = True
-        for pod in pods:
-            node = scheduler.schedule(pod)
-            scheduled = {"type": "PodScheduled", "status": "True"}
-            if node is None:
-                bound = False
-                pending.append(pod.name)
-                scheduled |= {
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": scheduler.unschedulable_message(pod),
-                }
-            body: dict[str, Any] = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": pod.name, "namespace": namespace, "labels": pod.labels},
-                "spec": pod.spec | ({"nodeName": node["metadata"]["name"]} if node else {}),
-            }
-            client.create(POD, body)
-            # A Pod's status is its own subresource (the scheduler and kubelet write it there).
-            status = {"phase": "Running" if node else "Pending", "conditions": [scheduled]}
-            client.patch(POD, namespace, pod.name, {"status": status}, subresource="status")
-        if bound:
-            ready = {"status": group_ready_status(lws)}
-            name = lws["metadata"]["name"]
-            client.patch(LEADER_WORKER_SET, namespace, name, ready, subresource="status")
+        left = create_pods(client, scheduler, lws)
+        pending += left
+        if not left:
+            write_group_status(client, lws, ready=True)
     return pending

@@ -9,14 +9,17 @@ as that Deployment's ServiceAccount with the arguments the chart rendered for it
 nodes to run its pod; embedded.demo.chart_operator), and the chart's admission webhook locally,
 its configuration pointed at it. Its nodes are Node objects, RACKS GB300 NVL72 racks of 18 trays
 (embedded.scheduler.fleet), to cordon, taint and drain. It plays the controllers a GPU cluster
-has: the LeaderWorkerSet controller and kubelets bring the groups up, the DRA driver readies the
-ComputeDomains (embedded.kubelet), the disruption controller keeps the PodDisruptionBudgets'
-status (embedded.disruption) and the taint-eviction controller deletes the pods a `NoExecute`
-taint does not tolerate (embedded.taints). Hugging Face sources' weights Jobs are not run here
-(`make demo` runs them against a fake hub): use a `pvc` source, as most samples do.
+has: the LeaderWorkerSet controller and kubelets bring the groups' pods up on the nodes the
+scheduler model picks and recreate a group that loses one (embedded.leaderworkerset), the DRA
+driver readies the ComputeDomains (embedded.kubelet), the disruption controller keeps the
+PodDisruptionBudgets' status (embedded.disruption) and the taint-eviction controller deletes the
+pods a `NoExecute` taint does not tolerate (embedded.taints). Hugging Face sources' weights Jobs
+are not run here (`make demo` runs them against a fake hub): use a `pvc` source, as most samples
+do.
 """
 
 import contextlib
+import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +29,8 @@ from kimi_operator.embedded.chart import called_at
 from kimi_operator.embedded.demo import CHART_OPERATOR, admission_webhook, chart_operator
 from kimi_operator.embedded.disruption import sync_budgets
 from kimi_operator.embedded.harness import EmbeddedApiServer
-from kimi_operator.embedded.kubelet import mark_ready, register_nodes
+from kimi_operator.embedded.kubelet import ready_domains, register_nodes
+from kimi_operator.embedded.leaderworkerset import play_groups
 from kimi_operator.embedded.processes import write_kubeconfig
 from kimi_operator.embedded.scheduler import fleet
 from kimi_operator.embedded.taints import evict_untolerated
@@ -59,6 +63,7 @@ class Sandbox:
         self.out = out
         self.operator: OperatorThread | None = None
         self._following: str | None = None  # the uid of the Deployment the operator runs as
+        self.rng = random.Random(0)  # the scheduler model's picks among feasible nodes
 
     def _say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
@@ -66,7 +71,9 @@ class Sandbox:
     def tick(self) -> None:
         self._follow_chart()
         self._point_webhooks_here()
-        for marked in mark_ready(self.client):
+        for line in play_groups(self.client, self.rng):
+            self._say(f"sandbox: {line}")
+        for marked in ready_domains(self.client):
             self._say(f"sandbox: {marked} up (no GPUs here: played)")
         sync_budgets(self.client)
         for pod in evict_untolerated(self.client):

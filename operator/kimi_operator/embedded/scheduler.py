@@ -186,7 +186,9 @@ def lws_pods(lws: Mapping[str, Any]) -> list[Pod]:
         spec = copy.deepcopy(source["spec"])
         if exclusive:
             _exclusive_terms(spec, key, exclusive)
-        pods.append(Pod(f"{name}-0-{index}", name, labels, spec))
+        # LWS's names: the leader is its StatefulSet's pod 0, the workers their own set's.
+        pod_name = f"{name}-0" if index == 0 else f"{name}-0-{index}"
+        pods.append(Pod(pod_name, name, labels, spec))
     return pods
 
 

@@ -1,0 +1,112 @@
+"""The sandbox's LeaderWorkerSet controller and kubelets (embedded.leaderworkerset) on the
+embedded API server: a group's pods named as LWS names them, owned by it, bound by the scheduler
+model and Ready; the group Ready once they all are; a group that loses a pod, or whose spec
+changes, recreated whole and placed again off cordoned nodes; a group at 0 replicas runs none."""
+
+import random
+from typing import Any
+
+from kimi_operator.embedded.disruption import is_ready
+from kimi_operator.embedded.kubelet import register_nodes
+from kimi_operator.embedded.leaderworkerset import play_groups
+from kimi_operator.embedded.scheduler import fleet
+from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.resources import LEADER_WORKER_SET, NODE, POD
+
+NS = "default"
+
+
+def _group(client: Client, size: int) -> dict[str, Any]:
+    pod = {
+        "metadata": {"labels": {"app": "g0"}},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 4}}}
+            ]
+        },
+    }
+    body = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "g0", "namespace": NS},
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {"size": size, "leaderTemplate": pod, "workerTemplate": pod},
+        },
+    }
+    return client.create(LEADER_WORKER_SET, body)
+
+
+def _pods(client: Client) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in client.list(POD, NS)}
+
+
+def _ready_replicas(client: Client) -> int:
+    lws = client.get(LEADER_WORKER_SET, NS, "g0")
+    assert lws is not None
+    return int((lws.get("status") or {}).get("readyReplicas", 0))
+
+
+def test_pods_bound_ready_and_owned(client: Client) -> None:
+    register_nodes(client, fleet(1)[:4])
+    lws = _group(client, size=3)
+    said = play_groups(client, random.Random(0))
+    pods = _pods(client)
+    assert sorted(pods) == ["g0-0", "g0-0-1", "g0-0-2"]
+    assert all(is_ready(p) and p["spec"]["nodeName"] for p in pods.values())
+    assert len({p["spec"]["nodeName"] for p in pods.values()}) == 3  # a tray each
+    (owner,) = pods["g0-0"]["metadata"]["ownerReferences"]
+    assert (owner["uid"], owner["controller"]) == (lws["metadata"]["uid"], True)
+    assert _ready_replicas(client) == 1
+    assert said[-1].startswith(f"LeaderWorkerSet {NS}/g0 up: its pods Ready on rack0-tray")
+    assert play_groups(client, random.Random(0)) == []  # nothing more to do
+
+
+def test_a_pod_gone_recreates_the_group_off_cordoned_nodes(client: Client) -> None:
+    register_nodes(client, fleet(1)[:4])
+    _group(client, size=2)
+    play_groups(client, random.Random(0))
+    before = _pods(client)
+    leader_node = before["g0-0"]["spec"]["nodeName"]
+    client.patch(NODE, "", leader_node, {"spec": {"unschedulable": True}})
+    client.delete(POD, NS, "g0-0-1")  # a worker evicted: the whole group goes
+
+    said = play_groups(client, random.Random(0))
+    assert said == [
+        f"LeaderWorkerSet {NS}/g0: a pod went or its spec changed: the group is recreated"
+    ]
+    assert _pods(client) == {}
+    assert _ready_replicas(client) == 0
+
+    play_groups(client, random.Random(0))
+    after = _pods(client)
+    assert sorted(after) == ["g0-0", "g0-0-1"]
+    assert leader_node not in {p["spec"]["nodeName"] for p in after.values()}
+    uids = {p["metadata"]["uid"] for p in after.values()}
+    assert not uids & {p["metadata"]["uid"] for p in before.values()}
+    assert _ready_replicas(client) == 1
+
+
+def test_a_new_spec_recreates_the_group_and_zero_replicas_run_none(client: Client) -> None:
+    register_nodes(client, fleet(1)[:4])
+    _group(client, size=2)
+    play_groups(client, random.Random(0))
+    first = {p["metadata"]["uid"] for p in _pods(client).values()}
+    client.patch(LEADER_WORKER_SET, NS, "g0", {"metadata": {"labels": {"x": "y"}}})
+    assert play_groups(client, random.Random(0)) == []  # the metadata is no new spec
+    image = {
+        "spec": {"leaderWorkerTemplate": {"workerTemplate": {"metadata": {"labels": {"v": "2"}}}}}
+    }
+    client.patch(LEADER_WORKER_SET, NS, "g0", image)
+    play_groups(client, random.Random(0))
+    play_groups(client, random.Random(0))
+    pods = _pods(client)
+    assert sorted(pods) == ["g0-0", "g0-0-1"]
+    assert not first & {p["metadata"]["uid"] for p in pods.values()}
+    assert pods["g0-0-1"]["metadata"]["labels"]["v"] == "2"
+    assert _ready_replicas(client) == 1
+
+    client.patch(LEADER_WORKER_SET, NS, "g0", {"spec": {"replicas": 0}})
+    play_groups(client, random.Random(0))
+    assert _pods(client) == {}
+    assert _ready_replicas(client) == 0
