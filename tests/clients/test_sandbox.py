@@ -6,8 +6,7 @@ import io
 import json
 import signal
 import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,37 +15,12 @@ from kimi_operator.embedded.chart import CHART
 from kimi_operator.embedded.clients import Kubectl
 from kimi_operator.embedded.processes import wait
 from tests.support.repo import ROOT
-from tests.support.tools import require_tool
 
 pytestmark = pytest.mark.heavy  # started first (tests/conftest.py)
 
 SAMPLE = ROOT / "crds" / "samples" / "k3-tp16-latency.yaml"
 NAME, NAMESPACE = "k3-tp16-latency", "inference"
 TIMEOUT = "--timeout=60s"
-
-
-@pytest.fixture
-def sandbox(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
-    """The sandbox's process and the kubeconfig it writes (once written)."""
-    require_tool("kubectl")
-    require_tool("helm")
-    kubeconfig = tmp_path / "sandbox.kubeconfig"
-    command = ["-m", "kimi_operator.cli", "demo", "--serve", "--kubeconfig", str(kubeconfig)]
-    process = subprocess.Popen(
-        [sys.executable, *command],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        wait(lambda: kubeconfig.exists() or process.poll() is not None, 60, "the kubeconfig")
-        assert process.poll() is None, process.communicate()[0]
-        yield process, kubeconfig
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
 
 
 def test_the_quickstart_on_the_sandbox(

@@ -62,6 +62,11 @@ class Kubectl:
             check=False,
         )
 
+    def watch(self, *args: str) -> "subprocess.Popen[str]":
+        """`kubectl args` left running (a `--watch`): its output read as it comes, until ended."""
+        command = [tool("kubectl"), *args]
+        return subprocess.Popen(command, env=self._env(), stdout=subprocess.PIPE, text=True)
+
     def _shown(self, binary: str, args: tuple[str, ...], *, check: bool) -> str:
         shown = " ".join(shlex.quote(a.replace(str(ROOT) + "/", "")) for a in args)
         print(f"\n$ {binary} {shown}", file=self.out)
