@@ -7,8 +7,13 @@ placement), made even with `maxSurge: 0`, and records on its LeaderWorkerSet whi
 stands in for (`EVACUATION_ANNOTATION`: the group, the node, why, since when), so that an
 operator restarted meanwhile carries on from the objects. Once the replacement serves (Ready, in
 routing), the group is drained (drain.py: out of routing, its requests finished or its grace
-passed), deleted, and made again by the plan on fit nodes; the replacement serves until the
-group serves again, then leaves as any surge group does (drained, deleted). A replacement that
+passed) and deleted. While the node it left is still unfit the replacement serves in its place
+and the group is not made again (`returning`): made at once it would take back its pods' names,
+and a `kubectl drain` of the node, which retries each refused eviction by the pod's name, would
+go on evicting the new group's pods on other nodes, refused for good by the
+PodDisruptionBudget. Once the node is fit again (uncordoned, untainted, its condition cleared,
+or gone) the plan makes the group on fit nodes, and the replacement serves until the group
+serves again, then leaves as any surge group does (drained, deleted). A replacement that
 cannot be placed (its pods Unschedulable) leaves the group serving and says so
 (`NoRoomForReplacement`), unless the node has a condition marked critical: then the group goes
 without one. While a rollout's surge group holds the role's slot, its evacuation waits.
@@ -53,6 +58,7 @@ class Evacuations:
     spares: dict[str, int] = field(default_factory=dict)  # role letter -> surge groups wanted
     marks: dict[str, str] = field(default_factory=dict)  # replacement -> its annotation's value
     leaving: dict[str, Record] = field(default_factory=dict)  # groups to drain, then delete
+    returning: set[str] = field(default_factory=set)  # gone, made again once their node is fit
     records: list[tuple[str, Record]] = field(default_factory=list)  # (replacement, record)
     progress: list[str] = field(default_factory=list)  # what Progressing says
     problems: list[Problem] = field(default_factory=list)  # Degraded: no room
@@ -144,7 +150,15 @@ def plan(
         out.spares[letter] = 1
         out.marks[surge] = record.text()
         out.records.append((surge, record))
-        _step(out, record, surge, live, surge_pods=by_group.get(surge), affected=mine)
+        _step(
+            out,
+            record,
+            surge,
+            live,
+            surge_pods=by_group.get(surge),
+            affected=mine,
+            node_unfit=record.node in unfit,
+        )
     return out
 
 
@@ -156,10 +170,20 @@ def _step(
     *,
     surge_pods: Sequence[Mapping[str, Any]] | None,
     affected: Mapping[str, tuple[str, Unfit]],
+    node_unfit: bool,
 ) -> None:
-    """Where one evacuation stands: what Progressing says, and whether its group leaves now."""
+    """Where one evacuation stands: what Progressing says, and whether its group leaves now (or
+    waits for its node to be fit before it is made again)."""
     group, where = record.group, f"{record.group} leaves node {record.node} ({record.reason})"
     replacement = live.get(surge)
+    # Gone (its pods may not be yet): made again once the node is fit.
+    if group not in live and node_unfit and replacement is not None and serving(replacement):
+        out.returning.add(group)
+        out.progress.append(
+            f"{where}: {surge} serves in its place; {group} is made again once node "
+            f"{record.node} is fit"
+        )
+        return
     if record.group not in affected:
         out.progress.append(f"{where}: made again on fit nodes; {surge} serves meanwhile")
         return
@@ -203,7 +227,8 @@ def evacuated(group: str, record: Record) -> tuple[str, str]:
     """The Normal Event of a group deleted to leave its node."""
     return (
         "Evacuated",
-        f"{group} drained and deleted ({record.detail}); it is made again on fit nodes",
+        f"{group} drained and deleted ({record.detail}); it is made again on fit nodes once "
+        f"node {record.node} is fit",
     )
 
 

@@ -118,6 +118,10 @@ class Trays:
         ]
         return str(leader["spec"]["nodeName"])
 
+    def pods_on(self, node: str) -> list[str]:
+        pods = self.client.list(POD, NS)
+        return [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == node]
+
     def nodes_of(self, group: str) -> set[str]:
         return {
             str(p["spec"].get("nodeName", ""))
@@ -164,18 +168,48 @@ def _taint(client: Client, node: str) -> None:
     client.patch(NODE, "", node, {"spec": {"taints": [taint]}})
 
 
-def _condition(kind: str) -> Callable[[Client, str], None]:
+def _uncordon(client: Client, node: str) -> None:
+    client.patch(NODE, "", node, {"spec": {"unschedulable": False}})
+
+
+def _untaint(client: Client, node: str) -> None:
+    client.patch(NODE, "", node, {"spec": {"taints": []}})
+
+
+def _condition(kind: str, status: str = "True") -> Callable[[Client, str], None]:
     def set_it(client: Client, node: str) -> None:
         found = client.get(NODE, "", node)
         assert found is not None
-        conditions = [*found["status"]["conditions"], {"type": kind, "status": "True"}]
+        others = [c for c in found["status"]["conditions"] if c["type"] != kind]
+        conditions = [*others, {"type": kind, "status": status}]
         client.patch(NODE, "", node, {"status": {"conditions": conditions}}, subresource="status")
 
     return set_it
 
 
-def _evacuated(client: Client, trays: Trays, node: str) -> None:
-    """The evacuation ended: one group again, on other nodes, the replacement gone."""
+def _evacuated(
+    client: Client, trays: Trays, node: str, make_fit: Callable[[Client, str], None]
+) -> None:
+    """The evacuation ended: the group gone from the node and not made again while the node is
+    unfit, the replacement serving in its place; once the node is fit, one group again, on
+    other nodes, the replacement gone."""
+    trays.until(
+        lambda: (
+            (
+                _group(client, G0) is None
+                and (g := _group(client, G1)) is not None
+                and serving(g)
+                and not trays.pods_on(node)
+                and "made again once node"
+                in condition(status_of(client, NS, NAME), "Progressing")["message"]
+            )
+            or None
+        ),
+        "the group gone from the node, its replacement serving in its place",
+    )
+    trays.step()
+    assert _group(client, G0) is None  # still: the node is unfit
+    make_fit(client, node)
     trays.until(
         lambda: (
             (
@@ -191,17 +225,18 @@ def _evacuated(client: Client, trays: Trays, node: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("make_unfit", "reason"),
+    ("make_unfit", "make_fit", "reason"),
     [
-        (_cordon, "Cordoned"),
-        (_taint, "Tainted"),
-        (_condition("GpuXidWatch"), "NodeCondition"),
+        (_cordon, _uncordon, "Cordoned"),
+        (_taint, _untaint, "Tainted"),
+        (_condition("GpuXidWatch"), _condition("GpuXidWatch", "False"), "NodeCondition"),
     ],
 )
 def test_an_unfit_node_is_left_replacement_first(
     client: Client,
     running: OperatorThread,
     make_unfit: Callable[[Client, str], None],
+    make_fit: Callable[[Client, str], None],
     reason: str,
 ) -> None:
     trays = Trays(client, fleet(2))
@@ -226,7 +261,7 @@ def test_an_unfit_node_is_left_replacement_first(
     assert (evacuation["name"], evacuation["node"], evacuation["reason"]) == (G0, node, reason)
     assert evacuation["replacement"] == G1
     assert condition(status, "Progressing")["reason"] == "Evacuating"
-    _evacuated(client, trays, node)
+    _evacuated(client, trays, node, make_fit)
     assert trays.fewest_serving == 1  # never fewer than one group serving
     assert len(trays.uids[G1]) == 1  # each made once, no more
     assert len(trays.uids[G0]) == 2
@@ -310,7 +345,7 @@ def test_an_operator_restarted_mid_evacuation_carries_on(
         resyncs(metrics_of(first), 2)
     trays.step()  # the replacement's pods start while no operator runs
     with _operator(api, token) as second:
-        _evacuated(client, trays, node)
+        _evacuated(client, trays, node, _uncordon)
         assert trays.fewest_serving == 1
         # The replacement made once (the one the first operator made), the group once more.
         assert trays.uids[G1] == {replacement["metadata"]["uid"]}
@@ -364,6 +399,6 @@ def test_a_plain_drain_waits_for_the_replacement_then_completes(
     wait_for(drained, TIMEOUT_S, what="the node drained")
     assert refused > 0  # the budget held the serving group's pods for a while
     assert trays.fewest_serving == 1  # and the deployment never went without a group serving
-    _evacuated(client, trays, node)
+    _evacuated(client, trays, node, _uncordon)
     final = status_of(client, NS, NAME)
     assert all(g.get("restarts", 0) == 0 for g in final["groups"])  # no failure recorded

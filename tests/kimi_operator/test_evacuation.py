@@ -164,6 +164,28 @@ def test_the_replacement_stays_until_the_group_serves_again_on_fit_nodes() -> No
     assert evacuation.plan(kd(), back, moved, CORDON, now=LATER).spares == {}
 
 
+def test_a_group_gone_is_made_again_only_once_its_node_is_fit() -> None:
+    """Made again at once it would take back its pods' names, and a `kubectl drain` of the node,
+    retrying each refused eviction by name, would evict the new group's pods for ever."""
+    gone = {name(1): group(1), name(2): group(2, record=record())}
+    moved = pods(1, "tray-5") + pods(2, "tray-9")
+    held = evacuation.plan(kd(), gone, moved, CORDON, now=LATER)
+    assert (held.spares, held.returning) == ({"g": 1}, {name(0)})
+    # Its pods not yet deleted after it (the garbage collector's turn): held all the same.
+    left = evacuation.plan(kd(), gone, pods(0, "tray-1") + moved, CORDON, now=LATER)
+    assert (left.returning, left.leaving) == ({name(0)}, {})
+    assert held.progress == [
+        f"{name(0)} leaves node tray-1 (Cordoned): {name(2)} serves in its place; {name(0)} is "
+        "made again once node tray-1 is fit"
+    ]
+    # The node fit again (uncordoned, or gone): made again, the replacement kept meanwhile.
+    fit = evacuation.plan(kd(), gone, moved, {"tray-3": Unfit(CORDONED, "")}, now=LATER)
+    assert (fit.spares, fit.returning) == ({"g": 1}, set())
+    # A replacement that does not serve (yet) holds nothing back.
+    starting = {**gone, name(2): group(2, ready=False, record=record())}
+    assert evacuation.plan(kd(), starting, moved, CORDON, now=LATER).returning == set()
+
+
 def test_terminating_pods_on_the_node_do_not_count() -> None:
     live = {name(0): group(0), name(1): group(1)}
     seen = pods(0, "tray-1", deletionTimestamp=START) + pods(1, "tray-5")

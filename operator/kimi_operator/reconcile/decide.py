@@ -436,9 +436,17 @@ def decide(
         older=older,
         evacuations=evacuations.spares,
     )
+    # A group evacuated is not made again while the node it left is unfit (evacuation.py).
+    write = [
+        c
+        for c in rolled.write
+        if not (
+            c["kind"] == LEADER_WORKER_SET.kind and c["metadata"]["name"] in evacuations.returning
+        )
+    ]
     created = {
         c["metadata"]["name"]: c
-        for c in rolled.write
+        for c in write
         if c["kind"] == LEADER_WORKER_SET.kind and c["metadata"]["name"] not in observed.groups
     }
     records = group_life.with_created(kd, old, records, created, now=now)
@@ -454,7 +462,7 @@ def decide(
         and image.image == defaults.serving_image
         and not group_life.stopped_before_written(records, live)
     )
-    write, held = rolled.write, rolled.held
+    held = rolled.held
     pruning = observed.prune and LEADER_WORKER_SET.kind not in plan.skip
     drains = _drains(observed, live, write, held, pruning, now=now, leaving=evacuations.leaving)
     steps, prefill_steps = _drain_held(kd, rolled.steps, rolled.prefill_steps, drains.hold)
