@@ -85,7 +85,7 @@ bench: $(STAMP) tools
 	$(BIN)/python benchmarks/placement.py
 	$(BIN)/python benchmarks/weights_download.py
 
-# Faults, SIGKILL restarts, hand edits, CRD removal, churn with a 30 s soak (tests/integration/reliability,
+# Faults, SIGKILL restarts, hand edits, CRD removal, node drains, churn with a 30 s soak (tests/integration/reliability,
 # marked `reliability`, which `make test` leaves out; a few minutes). The full figures:
 # python benchmarks/reliability.py [--soak-seconds 600].
 test-reliability: $(STAMP) tools

@@ -10,7 +10,8 @@ policy (Foreground, Orphan, Background), and two `--leader-elect` replicas whose
 (SIGSTOP) in a burst and woken after the standby converged, and the KimiDeployment watch gone
 silent while deployments are created (embedded/teardown.py); a prune's DELETE held by the API
 server while its group is made anew, and the default-image turn holder deleted mid-move
-(embedded/stale.py). Prints a table and writes benchmarks/results/reliability.json.
+(embedded/stale.py); nodes under groups cordoned and drained as `kubectl drain` does, then
+uncordoned (embedded/drains.py). Prints a table and writes benchmarks/results/reliability.json.
 
 Usage: python benchmarks/reliability.py [--kills 50] [--deployments 500] [--soak-seconds 600]
        python benchmarks/reliability.py --bounded   (a few minutes: fewer of everything)
@@ -28,6 +29,8 @@ from fuzz_inputs import run_fuzz
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.chart import NAMESPACE as RELEASE_NAMESPACE
 from kimi_operator.embedded.chart import operator_identity
+from kimi_operator.embedded.drains import run_drains
+from kimi_operator.embedded.drains import summary as drains_summary
 from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import OperatorProcess, metric_total
 from kimi_operator.embedded.reliability import (
@@ -110,6 +113,7 @@ def main() -> None:
             )
             stale = run_stale_delete(api, client, timeout_s=180)
             life = run_group_life(api, client, timeout_s=180)
+            drains = run_drains(client, api.url, timeout_s=180, seed=args.seed)
             churn = run_churn(
                 client,
                 deployments=args.deployments,
@@ -139,13 +143,18 @@ def main() -> None:
     fuzz = run_fuzz(args.fuzz_cases, args.seed)
 
     injected = Counter(faults.injected)
-    injected["crd-removed"] = len(hand.crds)
-    injected["hand-edit"] = len(hand.repaired)
-    injected["sigkill"] = restarts.restarts
-    injected["watch-silence"] = silent.silenced
+    injected.update(
+        {
+            "crd-removed": len(hand.crds),
+            "hand-edit": len(hand.repaired),
+            "sigkill": restarts.restarts,
+            "watch-silence": silent.silenced,
+        }
+    )
     converged = faults.converged + restarts.converged + churn.converged
     duplicates = faults.duplicates + restarts.duplicates + churn.duplicates + life.duplicates
-    orphans = faults.orphans + restarts.orphans + churn.orphans + life.orphans
+    duplicates += drains.duplicates
+    orphans = faults.orphans + restarts.orphans + churn.orphans + life.orphans + drains.orphans
     result |= {
         "faults_injected": dict(sorted(injected.items())),
         "deployments_converged": converged,
@@ -177,6 +186,7 @@ def main() -> None:
             "ready_and_stopped_while_stopped": life.while_stopped,
             "writes_to_the_serving_group_while_another_stopped": life.serving_written,
         },
+        "node_drains": drains_summary(drains),
         "turn_holder_deleted": {
             "next_moved_after_seconds": round(holder.moved_after_s, 1),
             "resync_interval_seconds": 5,
@@ -198,6 +208,10 @@ def main() -> None:
             "the other was stopped",
             f"{sum(life.failures['resumed'].values())} / {len(life.serving_written)}   "
             "(target 1, the crash / 0)",
+        ),
+        (
+            "node drains (target: no serving pod evicted, fewest serving = replicas)",
+            drains_summary(drains),
         ),
         ("CRDs removed and re-added: status said", ", ".join(hand.crds.values())),
         (

@@ -6,10 +6,7 @@ condition bring a replacement up first and never leave the deployment without a 
 no room for a replacement keeps a cordoned group serving and says so, a critical condition lets
 the group go without one; an operator restarted in the middle carries on, making nothing twice."""
 
-import json
 import random
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +14,7 @@ import pytest
 
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL
 from kimi_operator.embedded.disruption import sync_budgets
+from kimi_operator.embedded.drains import evict
 from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.kubelet import cluster_scheduler, group_ready_status, register_nodes
 from kimi_operator.embedded.processes import metric_total
@@ -355,19 +353,6 @@ def test_an_operator_restarted_mid_evacuation_carries_on(
     assert sorted(trays.uids) == [G0, G1]  # nothing else made
 
 
-def _evict(api: EmbeddedApiServer, pod: str) -> int:
-    """The HTTP status of an Eviction POSTed as `kubectl drain` does (no --disable-eviction)."""
-    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod}}
-    url = api.url + POD.item(NS, pod) + "/eviction"
-    headers = {"Content-Type": "application/json"}
-    request = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as error:
-        return error.code
-
-
 @pytest.mark.usefixtures("running")
 def test_a_plain_drain_waits_for_the_replacement_then_completes(
     api: EmbeddedApiServer, client: Client
@@ -386,7 +371,7 @@ def test_a_plain_drain_waits_for_the_replacement_then_completes(
         trays.step()
         on_node = [p for p in client.list(POD, NS) if p["spec"].get("nodeName") == node]
         for pod in on_node:
-            code = _evict(api, pod["metadata"]["name"])
+            code = evict(api.url, NS, pod["metadata"]["name"])
             assert code in (201, 429, 404), code
             labels = pod["metadata"]["labels"]
             group = _group(client, labels[LWS_NAME_LABEL])

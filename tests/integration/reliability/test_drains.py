@@ -1,0 +1,31 @@
+"""Nodes under the groups of three deployments cordoned and drained as `kubectl drain` does, one
+at a time and two at once, then uncordoned (embedded.drains.run_drains): every drain completes,
+no pod of a serving group is evicted, no deployment has fewer groups serving than it asks for
+(so never none) nor more than one surge group, no failure is recorded, and no duplicate or
+orphan is found."""
+
+from kimi_operator.embedded.drains import REPLICAS, run_drains, summary
+from kimi_operator.embedded.harness import EmbeddedApiServer
+from kimi_operator.k8s.client import Client
+from kimi_operator.runner import OperatorThread
+
+
+def test_drained_nodes_leave_every_deployment_serving_and_nothing_behind(
+    api: EmbeddedApiServer, client: Client, operator: OperatorThread
+) -> None:
+    report = run_drains(client, api.url, timeout_s=30)  # raises if a drain does not end
+    print(summary(report))
+    assert [[d.groups for d in round_] for round_ in report.rounds] == [
+        [["drain-a-g0"]],
+        [["drain-b-g0"], ["drain-c-g1"]],
+        [["drain-a-g0"]],
+    ]
+    assert sum(d.refused for d in report.drains) > 0  # the budgets held the serving groups
+    assert report.serving_evicted == []
+    # Make before break: never fewer groups serving than spec.replicas, so never none.
+    assert report.fewest_serving == REPLICAS
+    assert report.most_groups == {name: n + 1 for name, n in REPLICAS.items()}
+    assert report.failures == {f"{name}-g{i}": 0 for name, n in REPLICAS.items() for i in range(n)}
+    assert report.last_failures == []
+    assert (report.duplicates, report.orphans) == (0, 0)
+    assert operator.failure is None
