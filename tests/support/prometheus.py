@@ -257,6 +257,7 @@ def build_targets(vllm_config: Any) -> tuple[list[Target], int]:
         operator.duration.labels("resync").observe(0.2)
         operator.observe_request("patch", "KimiDeployment", 200)
         operator.group_failures.labels("Crashed").inc(1 if phase == "degraded" else 0)
+        operator.evacuations.labels("Cordoned").inc(1 if phase == "degraded" else 0)
         operator.set_conditions("uid-k3", {"conditions": [{"type": "Ready", "status": "True"}]})
         operator.set_conditions(
             "uid-k3-canary", {"conditions": [{"type": "Ready", "status": "False"}]}
