@@ -66,8 +66,11 @@ typecheck: $(STAMP)
 # On every CPU (pytest-xdist), a file's tests on one worker (its module fixtures built once), the
 # files marked `heavy` first (tests/conftest.py; xdist would otherwise start the most tests first).
 XDIST := -n auto --dist loadfile --no-loadscope-reorder
+# With bytecode for the repository's own modules (PYTHONDONTWRITEBYTECODE emptied): where it is set
+# (these machines) each worker and each Python process a test starts compiled them again, and
+# pytest rewrote every test module's asserts again in each worker (__pycache__ is git-ignored).
 unit: $(STAMP) tools
-	$(BIN)/pytest $(XDIST)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest $(XDIST)
 
 # The long fuzz runs: every example (`make test` draws a fifth of them; tests/support/fuzzing.py).
 test-fuzz: $(STAMP)
