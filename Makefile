@@ -54,9 +54,10 @@ demo:
 	@$(MAKE) --no-print-directory -j2 $(DEMO_STAMP) tools
 	@bash scripts/demo.sh $(BIN)/kimi-operator
 
-# mypy beside pytest, not before it: pytest leaves about a third of the CPUs' time idle (waits on
-# servers and the operator's resyncs), which mypy from a cold cache (a fresh clone's: 25-40 s of
-# one CPU) fills. Its one line (or its errors) lands among pytest's dots; either failing fails this.
+# mypy beside pytest, not before it: pytest keeps the two CPUs only 50-60% busy (it waits on
+# servers and the operator's resyncs), and mypy from a cold cache (a fresh clone's: about 26 s of
+# one CPU) fills some of that. Its one line (or its errors) lands among pytest's dots; either
+# failing fails `make test`.
 test: lint
 	@$(MAKE) --no-print-directory -j2 typecheck unit
 
