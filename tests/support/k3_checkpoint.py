@@ -59,6 +59,6 @@ def write_k3_checkpoint(folder: Path) -> str:
     model = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     model.pre_tokenizer = pre_tokenizers.Whitespace()
     model.add_special_tokens(list(SPECIAL_TOKENS))
-    fast = PreTrainedTokenizerFast(tokenizer_object=model, unk_token="[UNK]")  # type: ignore[no-untyped-call]  # transformers 5 leaves it untyped
+    fast = PreTrainedTokenizerFast(tokenizer_object=model, unk_token="[UNK]")
     fast.save_pretrained(folder)
     return path

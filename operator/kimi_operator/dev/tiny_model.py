@@ -36,7 +36,7 @@ def train_tokenizer(words: list[str], out: Path) -> int:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tokenizer.train_from_iterator(corpus, trainer)
-    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+    fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, bos_token="<|bos|>", eos_token="<|eos|>"
     )
     fast.chat_template = CHAT_TEMPLATE
@@ -75,7 +75,7 @@ def build_model(vocab_size: int, bos: int, eos: int, out: Path) -> int:
     )
     config.topk_method = "noaux_tc"
     config.scoring_func = "sigmoid"
-    model = DeepseekV3ForCausalLM(config).to(torch.bfloat16)  # type: ignore[no-untyped-call,arg-type]
+    model = DeepseekV3ForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(str(out))
     # vLLM reads these from config.json; transformers may not write what it does not model.
     saved = json.loads((out / "config.json").read_text())

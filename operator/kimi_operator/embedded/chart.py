@@ -16,6 +16,7 @@ import yaml
 
 from kimi_operator.embedded.clients import tool
 from kimi_operator.embedded.harness import EmbeddedApiServer
+from kimi_operator.embedded.upstream import SAFE_LOADER
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "kimi-operator"
@@ -48,9 +49,9 @@ def _render(values: str) -> str:
 
 @functools.lru_cache(maxsize=16)
 def _rendered(values: str) -> tuple[dict[str, Any], ...]:
-    """Parsed once per `values`: the chart's CRD alone takes a pure-Python YAML parser a while,
-    and every integration test's operator identity starts here."""
-    return tuple(doc for doc in yaml.safe_load_all(_render(values)) if doc)
+    """Parsed once per `values` (libyaml's parser: the chart's CRD is most of it), and every
+    integration test's operator identity starts here."""
+    return tuple(doc for doc in yaml.load_all(_render(values), Loader=SAFE_LOADER) if doc)
 
 
 def render(values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
