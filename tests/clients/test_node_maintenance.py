@@ -12,33 +12,15 @@ from kimi_operator.embedded.kubelet import register_nodes, start_groups
 from kimi_operator.embedded.scheduler import fleet
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import LEADER_WORKER_SET, POD, POD_DISRUPTION_BUDGET
+from tests.support.trays import NS, one_tray_group
 
-NS = "default"
 DRAIN = ("--ignore-daemonsets", "--delete-emptydir-data")
 VIOLATES = "Cannot evict pod as it would violate the pod's disruption budget."
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
 
 def _group(client: Client, name: str, size: int) -> dict[str, Any]:
-    """A LeaderWorkerSet of `size` one-tray pods (no placement rules)."""
-    pod = {
-        "metadata": {"labels": {"app": name}},
-        "spec": {
-            "containers": [
-                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 4}}}
-            ]
-        },
-    }
-    body = {
-        "apiVersion": "leaderworkerset.x-k8s.io/v1",
-        "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "replicas": 1,
-            "leaderWorkerTemplate": {"size": size, "leaderTemplate": pod, "workerTemplate": pod},
-        },
-    }
-    return client.create(LEADER_WORKER_SET, body)
+    return client.create(LEADER_WORKER_SET, one_tray_group(name, size))
 
 
 def _nodes_of(client: Client, group: str) -> set[str]:

@@ -17,8 +17,8 @@ from kimi_operator.embedded.scheduler import fleet
 from kimi_operator.embedded.taints import evict_untolerated
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import LEADER_WORKER_SET, NODE, POD, POD_DISRUPTION_BUDGET
+from tests.support.trays import NS, one_tray_group
 
-NS = "default"
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 SUCCESS = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
 VIOLATES = "Cannot evict pod as it would violate the pod's disruption budget."
@@ -235,7 +235,7 @@ def test_the_scheduler_model_reads_cordons_and_taints(client: Client) -> None:
     client.patch(NODE, "", "rack0-tray0", {"spec": {"unschedulable": True}})
     taint = {"key": "nvidia.com/gpu-health", "value": "xid", "effect": "NoSchedule"}
     client.patch(NODE, "", "rack0-tray1", {"spec": {"taints": [taint]}})
-    lws = _group("g0", size=4)
+    lws = one_tray_group("g0", size=4)
     client.create(LEADER_WORKER_SET, lws)
     pending = start_groups(client, NS, random.Random(0))
     assert pending == ["g0-0-2", "g0-0-3"]
@@ -250,27 +250,6 @@ def test_the_scheduler_model_reads_cordons_and_taints(client: Client) -> None:
         "available: 2 No preemption victims found for incoming pod, 2 Preemption is not helpful "
         "for scheduling."
     )
-
-
-def _group(name: str, size: int) -> dict[str, Any]:
-    """A LeaderWorkerSet of `size` one-tray pods (no placement rules)."""
-    pod = {
-        "metadata": {"labels": {"app": name}},
-        "spec": {
-            "containers": [
-                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 4}}}
-            ]
-        },
-    }
-    return {
-        "apiVersion": "leaderworkerset.x-k8s.io/v1",
-        "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "replicas": 1,
-            "leaderWorkerTemplate": {"size": size, "leaderTemplate": pod, "workerTemplate": pod},
-        },
-    }
 
 
 def test_a_no_execute_taint_deletes_the_pods_that_do_not_tolerate_it(client: Client) -> None:

@@ -12,29 +12,11 @@ from kimi_operator.embedded.leaderworkerset import play_groups
 from kimi_operator.embedded.scheduler import fleet
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import LEADER_WORKER_SET, NODE, POD
-
-NS = "default"
+from tests.support.trays import NS, one_tray_group
 
 
 def _group(client: Client, size: int) -> dict[str, Any]:
-    pod = {
-        "metadata": {"labels": {"app": "g0"}},
-        "spec": {
-            "containers": [
-                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 4}}}
-            ]
-        },
-    }
-    body = {
-        "apiVersion": "leaderworkerset.x-k8s.io/v1",
-        "kind": "LeaderWorkerSet",
-        "metadata": {"name": "g0", "namespace": NS},
-        "spec": {
-            "replicas": 1,
-            "leaderWorkerTemplate": {"size": size, "leaderTemplate": pod, "workerTemplate": pod},
-        },
-    }
-    return client.create(LEADER_WORKER_SET, body)
+    return client.create(LEADER_WORKER_SET, one_tray_group("g0", size))
 
 
 def _pods(client: Client) -> dict[str, dict[str, Any]]:
