@@ -11,6 +11,7 @@ from kimi_operator.embedded.disruption import sync_budgets
 from kimi_operator.embedded.kubelet import register_nodes, start_groups
 from kimi_operator.embedded.scheduler import fleet
 from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.merge import owner_reference
 from kimi_operator.k8s.resources import LEADER_WORKER_SET, POD, POD_DISRUPTION_BUDGET
 from tests.support.trays import NS, one_tray_group
 
@@ -56,13 +57,6 @@ def test_cordoned_and_tainted_nodes_get_no_new_pods(client: Client, kubectl: Kub
 
 def _serving(client: Client, name: str, node: str, owner: dict[str, Any]) -> None:
     """A Ready pod of `owner` (kubectl drain evicts only pods with a controller) on `node`."""
-    reference = {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": owner["metadata"]["name"],
-        "uid": owner["metadata"]["uid"],
-        "controller": True,
-    }
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -70,7 +64,7 @@ def _serving(client: Client, name: str, node: str, owner: dict[str, Any]) -> Non
             "name": name,
             "namespace": NS,
             "labels": {"app": "web"},
-            "ownerReferences": [reference],
+            "ownerReferences": [owner_reference(owner)],
         },
         "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
     }

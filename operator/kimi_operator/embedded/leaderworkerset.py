@@ -18,29 +18,12 @@ from kimi_operator.embedded.disruption import is_ready
 from kimi_operator.embedded.kubelet import cluster_scheduler, create_pods, write_group_status
 from kimi_operator.embedded.scheduler import lws_pods
 from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.merge import owned_by, owner_reference
 from kimi_operator.k8s.resources import LEADER_WORKER_SET, POD
 
 # Which revision of its LeaderWorkerSet's spec a pod was made from (LWS labels its pods with
 # a hash of the template; the generation serves here).
 REVISION_LABEL = "leaderworkerset.sigs.k8s.io/template-revision-hash"
-
-
-def _owner(lws: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": lws["apiVersion"],
-        "kind": lws["kind"],
-        "name": lws["metadata"]["name"],
-        "uid": lws["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def _owned_by(pod: Mapping[str, Any], uid: str) -> bool:
-    return any(
-        ref.get("controller") and ref.get("uid") == uid
-        for ref in pod["metadata"].get("ownerReferences") or []
-    )
 
 
 def _stale(lws: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
@@ -62,7 +45,7 @@ def play_groups(client: Client, rng: random.Random, namespace: str | None = None
     for lws in client.list(LEADER_WORKER_SET, namespace):
         meta = lws["metadata"]
         where = f"LeaderWorkerSet {meta['namespace']}/{meta['name']}"
-        mine = [p for p in pods if _owned_by(p, meta["uid"])]
+        mine = [p for p in pods if owned_by(p, meta["uid"])]
         if mine and _stale(lws, mine):
             going = [
                 p["metadata"]["name"] for p in mine if not p["metadata"].get("deletionTimestamp")
@@ -75,10 +58,10 @@ def play_groups(client: Client, rng: random.Random, namespace: str | None = None
         elif not mine and lws["spec"].get("replicas", 1):
             # A fresh model each time: the pods just deleted or made count as the API has them.
             revision = {REVISION_LABEL: str(meta.get("generation", 1))}
-            owned = {"labels": revision, "ownerReferences": [_owner(lws)]}
+            owned = {"labels": revision, "ownerReferences": [owner_reference(lws)]}
             pending = create_pods(client, cluster_scheduler(client, rng), lws, owned)
             said += [f"{where}: pod {name} Pending (no node fits it)" for name in pending]
-            mine = [p for p in client.list(POD, meta["namespace"]) if _owned_by(p, meta["uid"])]
+            mine = [p for p in client.list(POD, meta["namespace"]) if owned_by(p, meta["uid"])]
         ready = bool(mine) and not _stale(lws, mine) and all(is_ready(p) for p in mine)
         if write_group_status(client, lws, ready=ready) and ready:
             said.append(f"{where} up: its pods Ready on {_nodes(mine)} (no GPUs here: played)")
