@@ -12,6 +12,11 @@ phase's answers, as in a closed trace replay); every request carries its phase i
   one after the other: their TTFT is the prefill of P tokens;
 - `prefix:p{P}`: 1 + `REPEATS` requests one after the other whose first P - 16 tokens are the
   same: the first fills the prefix cache, the others' TTFT is a prefill after a hit;
+- `fresh:p{P}`: `REPEATS` token counts the sweep runs nowhere else (drawn from the run's seed,
+  between three quarters of P and P), each sent alone twice, one after the other: the first's
+  TTFT over the second's is what a step of a count the server has not run lately costs. vLLM's
+  CPU build makes a oneDNN matmul for each new count (1-9 ms more a step on the test server,
+  where nearly every turn of a replay is a new count); a GPU server's kernels take any count;
 - `streams:s{S}`, `REPEATS` times: S requests stream long answers (`2 x output_tokens`) while a
   probe with the shortest prompt arrives among them (sent when a 2-token request sent with the
   streams has its answer, so they are decoding): the probe's TTFT against a lone request's is
@@ -29,6 +34,7 @@ quarter and eighth; decode contexts the eighth and the half; streams 0 and every
 (room for the starter and the probe).
 """
 
+import random
 from dataclasses import dataclass
 from typing import Final
 
@@ -56,8 +62,19 @@ def decode_contexts(longest: int) -> list[int]:
     return sorted({max(longest // 8, 1), max(longest // 2, 1)})
 
 
+def fresh_lengths(longest_prompt: int, seed: int) -> dict[int, list[int]]:
+    """`REPEATS` token counts for each prompt length P, distinct, odd, between 3P/4 and P - 2:
+    with even prompt lengths (the default's powers of two) every other step of the sweep runs an
+    even count, so these are new to the server unless it ran them before the sweep."""
+    rng = random.Random(seed)
+    return {
+        prompt: rng.sample(range(prompt * 3 // 4 | 1, prompt - 1, 2), REPEATS)
+        for prompt in prompt_lengths(longest_prompt)
+    }
+
+
 def calibration_plan(
-    largest_batch: int, longest_prompt: int, output_tokens: int
+    largest_batch: int, longest_prompt: int, output_tokens: int, seed: int = 0
 ) -> list[PlannedRequest]:
     plan: list[PlannedRequest] = []
     previous: tuple[int, ...] = ()
@@ -92,6 +109,10 @@ def calibration_plan(
         shared = prompt - PREFIX_UNSHARED_TOKENS
         for _ in range(1 + REPEATS):  # the first fills the cache, the others hit it
             phase(f"prefix:p{prompt}", prompt, PREFILL_OUTPUT_TOKENS, 1, shared)
+    for prompt, counts in fresh_lengths(longest_prompt, seed).items():
+        for count in counts:
+            for _ in range(2):  # new to the server, then run before
+                phase(f"fresh:p{prompt}", count, PREFILL_OUTPUT_TOKENS, 1)
     context = decode_contexts(longest_prompt)[0]
     probe = prompt_lengths(longest_prompt)[0]
     for streams in [count for count in stream_counts(largest_batch) for _ in range(REPEATS)]:

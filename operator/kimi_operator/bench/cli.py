@@ -406,7 +406,7 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
         output = args.output_tokens or defaults.output_tokens
         limits = asyncio.run(server_limits(endpoint, metrics_url, args.model, api_key))
         prompt, concurrency = sized_to_server(args.prompt_tokens, args.concurrency, output, limits)
-        plan = calibration_plan(concurrency, prompt, output)
+        plan = calibration_plan(concurrency, prompt, output, args.seed)
         replay = "closed"  # each phase waits for the previous one's answers
     else:
         plan = fixed_plan(

@@ -18,6 +18,9 @@ path's. Streams: the TTFT of each `streams:s{S}` probe beyond what the
 fitted steps give it (half a step of the S streams to wait, then a step of theirs with its prefill)
 grows by `per_stream_s` a stream: what they add to its way in (the median of each stream count's
 probes). A sweep from before the repeats has one request a point: its median is that request.
+New token counts: each `fresh:p{P}` count's first TTFT (a prefill of a count the server had not
+run) over its second is what a new count costs; `new_shape_s` is their median (0 for a sweep
+without them). Taken as a difference it owes nothing to the prefill fit's error at that count.
 
 A sweep that read NixlConnector's metrics (a disaggregated deployment's decode leader) gives the
 KV hand-over's time: the mean transfer over the tokens a request handed over on average (its
@@ -55,6 +58,7 @@ from kimi_operator.plan.fit import fit, fit_without_stalls
 Key = TypeVar("Key", bound=Hashable)
 PHASE = re.compile(r"^(?:decode:b(?P<batch>\d+):c(?P<context>\d+)|(?P<kind>prefill|prefix):p\d+)$")
 PROBE = re.compile(r"^streams:s(?P<streams>\d+):probe$")
+FRESH = re.compile(r"^fresh:p\d+$")
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,20 @@ def per_stream_s(runs: Sequence[list[RequestRecord]], costs: StepCosts, draft_to
     return fit([(float(c),) for c in counts], [statistics.median(excess[c]) for c in counts])[1][0]
 
 
+def new_shape_s(runs: Sequence[list[RequestRecord]]) -> float:
+    """What a step of a token count the server had not run adds: the median, over the `fresh:`
+    counts, of the first request's TTFT over the second's (0 without them: an older calibration)."""
+    pairs: dict[tuple[int, str, int], list[float]] = {}
+    for run, records in enumerate(runs):
+        for record in records:
+            group = record.group or ""
+            if FRESH.match(group) and record.ttft_s is not None and timed(record):
+                key = (run, group, record.prompt_tokens or 0)
+                pairs.setdefault(key, []).append(record.ttft_s)
+    excess = [ttfts[0] - ttfts[1] for ttfts in pairs.values() if len(ttfts) == 2]
+    return max(statistics.median(excess), 0.0) if excess else 0.0
+
+
 def _decode_cost(points: list[DecodePoint]) -> DecodeCost:
     intercept, (per_sequence, per_context) = fit(
         [(p.batch - 1, p.context) for p in points], [p.step_s for p in points]
@@ -351,7 +369,11 @@ def from_runs(
         prefill=PrefillCost(intercept, per_token, per_cached, per_pair),
         fast=fast,
     )
-    costs = replace(costs, per_stream_s=per_stream_s(sweeps, costs, draft_tokens))
+    costs = replace(
+        costs,
+        per_stream_s=per_stream_s(sweeps, costs, draft_tokens),
+        new_shape_s=new_shape_s(sweeps),
+    )
     if served.enable_chunked_prefill is False:
         notes.append(
             f"{name}: the server does not chunk prefills; the model does (within "

@@ -20,6 +20,14 @@ rides along with other requests' decode steps: that part delays its arrival at t
 API server streams their tokens with the same CPUs it takes a new request in with (on the CPU
 server, the time outside the engine's own timestamps grew from 14-25 ms a request at 2 sessions to
 23-36 ms at 6; docs/planning.md).
+
+`StepCosts.new_shape_s` is what a step costs more when its token count is not among the last
+`SHAPES_KEPT` counts the group ran: vLLM's CPU build makes a oneDNN matmul primitive for each
+token count it meets and keeps the last 32 of each weight shape (`create_onednn_mm(weight, 32)`
+in vllm/model_executor/layers/utils.py; csrc/cpu/dnnl_helper.cpp keys them by M). On the test
+server a prefill of a new count took 1-9 ms longer than the same count again, and nearly every
+turn of a replay is a new count where a calibration's repeats are not. A GPU server's kernels take
+any count: 0 there.
 """
 
 from dataclasses import dataclass
@@ -29,6 +37,8 @@ from typing import Final
 # runs it only when it has no prompt rows and its tokens, batch x (1 + draft tokens), are at most
 # 64 (the largest prepared batch); every other step runs the ordinary forward.
 FAST_PATH_MAX_TOKENS: Final = 64
+# Token counts a group keeps ready (`new_shape_s`): vLLM's CPU build keeps 32 a weight shape.
+SHAPES_KEPT: Final = 32
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,7 @@ class StepCosts:
     prefill: PrefillCost
     fast: DecodeCost | None = None  # None: no fast path (decode backend `auto`)
     per_stream_s: float = 0.0  # added to a request's way in by each request already running
+    new_shape_s: float = 0.0  # added to a step of a token count not run lately (module docstring)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,10 @@ tokens), then admits waiting requests while fewer than `max_num_seqs` run and bu
 each starting its prompt after the tokens the prefix cache holds (whole blocks, never the last
 prompt token). A request's first token comes at the end of the step that computes its last
 prompt token; each decode step then adds 1 + the mean accepted drafts (fractions carry over).
-The prefix cache keeps every group's longest computed shared prefix (no eviction).
+The prefix cache keeps every group's longest computed shared prefix (no eviction). A step
+whose token count (prompt tokens and decoding rows) is not among the last `SHAPES_KEPT` the group
+ran costs `new_shape_s` more (costs.py) when it computes prompt tokens; a decode step's count
+is its batch, which a group that has served has run before.
 
 A decode group of a disaggregated deployment also takes requests whose prompt a prefill group
 computed: their KV arrives whole (the group then holds it, as its prefix cache does), their first
@@ -15,12 +18,18 @@ yields the first token, without drafts; each row after that yields 1 + the accep
 """
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Literal
 
 from kimi_operator.bench.profiles import PlannedRequest
-from kimi_operator.plan.costs import StepCosts, attention_pairs, on_fast_path, step_seconds
+from kimi_operator.plan.costs import (
+    SHAPES_KEPT,
+    StepCosts,
+    attention_pairs,
+    on_fast_path,
+    step_seconds,
+)
 
 Role = Literal["both", "prefill", "decode"]  # disaggregated groups do one part only
 # vLLM's prefix cache keeps whole blocks; a server that does not report its block size is taken
@@ -85,6 +94,7 @@ class Engine:
     arriving: int = 0  # routed here, still on their way in
     decode_steps: int = 0
     fast_steps: int = 0
+    shapes: OrderedDict[int, None] = field(default_factory=OrderedDict)  # token counts, LRU
 
     @property
     def load(self) -> int:
@@ -101,6 +111,15 @@ class Engine:
         if request.group is not None and self.spec.prefix_caching:
             shared = min(computed, request.shared_prefix_tokens)
             self.cached[request.group] = max(self.cached.get(request.group, 0), shared)
+
+    def _new_shape(self, tokens: int) -> bool:
+        """Whether a step of `tokens` is a count not among the last `SHAPES_KEPT` run."""
+        new = tokens not in self.shapes
+        self.shapes[tokens] = None
+        self.shapes.move_to_end(tokens)
+        if len(self.shapes) > SHAPES_KEPT:
+            self.shapes.popitem(last=False)
+        return new
 
     def schedule(self) -> Step | None:
         """The next step's work, or None when there is none."""
@@ -139,6 +158,7 @@ class Engine:
         prompt = sum(tokens for _, tokens in prefill)
         pairs = sum(attention_pairs(live.prefilled, tokens) for live, tokens in prefill)
         context = sum(live.prefilled + math.floor(live.emitted) for live in decode)
+        new_shape = self._new_shape(prompt + len(decode) * per_decode) and prompt > 0
         return Step(
             prefill=prefill,
             decode=decode,
@@ -150,7 +170,8 @@ class Engine:
                 batch=len(decode),
                 context=context,
                 draft_tokens=spec.draft_tokens,
-            ),
+            )
+            + spec.costs.new_shape_s * new_shape,
             fast=on_fast_path(spec.costs, prompt, len(decode), spec.draft_tokens),
         )
 

@@ -4,7 +4,12 @@ import re
 
 import pytest
 
-from kimi_operator.bench.calibration import batch_sizes, calibration_plan, prompt_lengths
+from kimi_operator.bench.calibration import (
+    batch_sizes,
+    calibration_plan,
+    fresh_lengths,
+    prompt_lengths,
+)
 from kimi_operator.bench.results import (
     Profile,
     RequestRecord,
@@ -34,20 +39,22 @@ def test_the_sweep_runs_in_phases_each_after_the_last() -> None:
     # Decode: contexts 128 and 512, batches 1, 2, 4, 8: 2 x 15 requests.
     assert groups[:3] == ["decode:b1:c128", "decode:b2:c128", "decode:b2:c128"]
     assert groups.count("decode:b8:c512") == 8
-    # Each lone prefill three times, each prefix a fill and three hits: 30 + 4 x 3 + 4 x 4 = 58.
+    # Each lone prefill three times, each prefix a fill and three hits, three fresh counts a
+    # length twice each: 30 + 4 x 3 + 4 x 4 + 4 x 6 = 82.
     assert groups.count("prefill:p256") == 3
     assert groups.count("prefix:p256") == 4
-    # Streams 0, 2 and 6, each three times (after 58 requests): the streams and a starter wait for
+    assert groups.count("fresh:p256") == 6
+    # Streams 0, 2 and 6, each three times (after 82 requests): the streams and a starter wait for
     # the phase before, a probe for the starter only.
-    assert len(plan) == 58 + 3 * (2 + 4 + 8)
+    assert len(plan) == 82 + 3 * (2 + 4 + 8)
     assert groups.count("streams:s2:probe") == 3
-    s2 = plan[64:68]  # after the three phases of no streams (a starter and a probe each)
+    s2 = plan[88:92]  # after the three phases of no streams (a starter and a probe each)
     assert [r.group for r in s2] == ["streams:s2"] * 2 + ["streams:s2:starter", "streams:s2:probe"]
-    assert [r.after for r in s2] == [(62, 63)] * 3 + [(66,)]
+    assert [r.after for r in s2] == [(86, 87)] * 3 + [(90,)]
     assert (s2[0].output_tokens, s2[2].output_tokens, s2[3].prompt_tokens) == (64, 2, 128)
-    assert plan[68].after == (64, 65, 66, 67)
-    assert plan[68].group == "streams:s2"
-    for request, previous in zip(plan[1:58], plan, strict=False):
+    assert plan[92].after == (88, 89, 90, 91)
+    assert plan[92].group == "streams:s2"
+    for request, previous in zip(plan[1:82], plan, strict=False):
         if request.group != previous.group or str(request.group).startswith("prefix"):
             assert previous.index in request.after  # a phase waits for the one before
     hit = [r for r in plan if r.group == "prefix:p256"][1]
@@ -266,6 +273,40 @@ def test_probes_among_streams_give_the_way_in_per_stream() -> None:
     assert fitted(run_of(records)).costs.per_stream_s == pytest.approx(0.004)
     # A calibration from before the probes: nothing to fit, no term.
     assert fitted(run_of(sweep())).costs.per_stream_s == 0.0
+
+
+def test_the_sweep_sends_token_counts_it_runs_nowhere_else() -> None:
+    plan = calibration_plan(largest_batch=8, longest_prompt=1024, output_tokens=32, seed=7)
+    fresh = [r for r in plan if str(r.group).startswith("fresh:")]
+    others = {r.prompt_tokens for r in plan if r not in fresh}
+    lengths = (128, 256, 512, 1024)
+    assert [r.group for r in fresh] == [f"fresh:p{p}" for p in lengths for _ in range(6)]
+    counts = [r.prompt_tokens for r in fresh]
+    assert counts[::2] == counts[1::2]  # each count twice in a row: new, then run before
+    assert len(set(counts)) == 12
+    assert not set(counts) & others
+    for request in fresh:
+        longest = int(str(request.group).removeprefix("fresh:p"))
+        assert longest * 3 // 4 <= request.prompt_tokens < longest
+        assert request.prompt_tokens % 2
+        assert request.after == (request.index - 1,)  # alone: after the one before
+    # Another seed, other counts: a second sweep on the same server meets counts new to it.
+    assert fresh_lengths(1024, 8) != fresh_lengths(1024, 7)
+
+
+def test_each_fresh_counts_first_over_its_second_is_what_a_new_step_shape_costs() -> None:
+    """Pairs 4 ms apart (one 30 ms, a stall the median leaves out; one whose second was lost),
+    whatever their distance from the prefill fit (0.050 + 0.0001 a token): 0.004; without
+    them, nothing."""
+    records = sweep()
+    pairs = [(901, 0.004, 0.0), (777, 0.030, 0.010), (641, 0.009, 0.005), (555, 0.003, -0.001)]
+    for prompt, first, second in pairs:
+        for off in (first, second):
+            ttft = 0.050 + 0.0001 * prompt + off
+            records.append(record(len(records), "fresh:p1024", prompt, ttft, gaps=[], tokens=1))
+    records.append(record(len(records), "fresh:p1024", 451, 0.5, gaps=[], tokens=1))
+    assert fitted(run_of(records)).costs.new_shape_s == pytest.approx(0.004)
+    assert fitted(run_of(sweep())).costs.new_shape_s == 0.0
 
 
 def test_a_run_of_another_profile_is_refused() -> None:

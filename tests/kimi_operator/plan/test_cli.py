@@ -245,13 +245,14 @@ def test_a_calibration_run_against_a_server_plans(
     assert results["summary"]["tasks"] is None
     groups = [r["group"] for r in results["requests"]]
     # Batches 1 and 2 at contexts 8 and 32, prompts 32 and 64 alone (three times) and as a fill
-    # and three hits, and three probes each after a starter with no streams (a batch of 2 leaves
-    # no room for any).
+    # and three hits, three counts under each sent twice, and three probes each after a starter
+    # with no streams (a batch of 2 leaves no room for any).
     assert groups == [
         "decode:b1:c8", "decode:b2:c8", "decode:b2:c8",
         "decode:b1:c32", "decode:b2:c32", "decode:b2:c32",
         *["prefill:p32"] * 3, *["prefill:p64"] * 3,
         *["prefix:p32"] * 4, *["prefix:p64"] * 4,
+        *["fresh:p32"] * 6, *["fresh:p64"] * 6,
         *["streams:s0:starter", "streams:s0:probe"] * 3,
     ]  # fmt: skip
     assert app.state.requests == len(groups)

@@ -86,6 +86,25 @@ def test_each_running_request_lengthens_a_new_ones_way_in() -> None:
     assert second.token_times[0] - second.sent_s == pytest.approx(0.11806)
 
 
+def test_a_step_of_a_token_count_not_run_lately_costs_more() -> None:
+    """vLLM's CPU build makes a matmul for each token count it meets and keeps the last 32."""
+    costs = StepCosts(ordinary=ORDINARY, prefill=PREFILL, new_shape_s=0.005)
+    spec = EngineSpec(costs, max_num_seqs=8)
+    # One after the other, each answered before the next arrives: 100 tokens (new), 100 again
+    # (kept), 33 other counts, then 100 (pushed out by them: new again).
+    counts = [100, 100, *range(200, 233), 100]
+    plan = [request(i, prompt=n, output=1, start=float(i)) for i, n in enumerate(counts)]
+    outcome = run(plan, spec)
+    ttfts = [live.token_times[0] - live.sent_s for live in outcome.lives]
+    # Alone: 0.010 way in + 0.020 + 0.001 a token, and 0.005 when the count is new.
+    assert ttfts[:2] == pytest.approx([0.135, 0.130])
+    assert ttfts[2:-1] == pytest.approx([0.035 + 0.001 * n for n in range(200, 233)])
+    assert ttfts[-1] == pytest.approx(0.135)
+    # A decode step's count is its batch, run before by any group that has served: never new.
+    (live,) = run([request(0, prompt=100, output=3)], spec).lives
+    assert live.token_times == pytest.approx([0.135, 0.15601, 0.17703])
+
+
 def drafted(count: int) -> Outcome:
     plan = [request(i, prompt=10, output=15) for i in range(count)]
     spec = EngineSpec(LATENCY, max_num_seqs=16, draft_tokens=7, acceptance=6.0)
