@@ -40,7 +40,11 @@ from kimi_operator.embedded.reliability import (
     run_group_life,
     run_restarts,
 )
-from kimi_operator.embedded.stale import run_holder_deleted, run_stale_delete
+from kimi_operator.embedded.stale import (
+    MOVERS_NAMESPACE,
+    run_holder_deleted,
+    run_stale_delete,
+)
 from kimi_operator.embedded.teardown import (
     DeletionReport,
     run_deletions,
@@ -135,7 +139,9 @@ def main() -> None:
         holder = run_holder_deleted(
             client,
             lambda image: OperatorProcess(
-                api.url, [*args_, f"--serving-image={image}"], token=operator_identity(api)
+                api.url,
+                [*args_, f"--serving-image={image}", f"--namespace={MOVERS_NAMESPACE}"],
+                token=operator_identity(api),
             ),
             timeout_s=180,
         )

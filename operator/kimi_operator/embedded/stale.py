@@ -31,8 +31,12 @@ from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET
 STALE = "stale-delete"
 HELD_S = 3.0  # how long the API server holds the prune's DELETE (queueing, a slow etcd)
 MOVERS = ("mover-a", "mover-b")
+# Their own namespace, and an operator watching only it: the turn is operator-wide, and another
+# scenario's deployments (never Ready without kubelets) would take it and keep it.
+MOVERS_NAMESPACE = "image-gate"
 OLD_IMAGE, NEW_IMAGE = "registry/vllm-kimi:0.33.0", "registry/vllm-kimi:0.33.1"
-# An operator running with the given default serving image, stopped at the end of the block.
+# An operator watching MOVERS_NAMESPACE with the given default serving image, stopped at the end
+# of the block.
 Start = Callable[[str], AbstractContextManager[Any]]
 
 
@@ -103,7 +107,7 @@ class HolderDeletedReport:
 
 def _images(client: Client, name: str) -> tuple[str, str]:
     """(image, pendingImage) as the deployment's status says: pending, it waits for its turn."""
-    found = client.get(KIMI_DEPLOYMENT, NAMESPACE, name) or {}
+    found = client.get(KIMI_DEPLOYMENT, MOVERS_NAMESPACE, name) or {}
     status = found.get("status") or {}
     return str(status.get("image", "")), str(status.get("pendingImage", ""))
 
@@ -112,7 +116,7 @@ def run_holder_deleted(client: Client, start: Start, *, timeout_s: float) -> Hol
     """Two deployments on OLD_IMAGE; the operator upgraded to NEW_IMAGE: one takes the turn and
     rolls (its new group never gets ready here, so it keeps the turn), the other waits. The
     holder is deleted: the waiter must move without an operator restart."""
-    create_all(client, [deployment(name) for name in MOVERS])
+    create_all(client, [deployment(name, MOVERS_NAMESPACE) for name in MOVERS])
     with start(OLD_IMAGE):
         wait(
             lambda: all(_images(client, n)[0] == OLD_IMAGE for n in MOVERS),
@@ -129,7 +133,7 @@ def run_holder_deleted(client: Client, start: Start, *, timeout_s: float) -> Hol
         )
         holder = next(name for name in MOVERS if name != waiter)
         deleted = time.monotonic()
-        client.delete(KIMI_DEPLOYMENT, NAMESPACE, holder)
+        client.delete(KIMI_DEPLOYMENT, MOVERS_NAMESPACE, holder)
         wait(
             lambda: _images(client, waiter) == (NEW_IMAGE, ""),
             timeout_s,
@@ -137,5 +141,5 @@ def run_holder_deleted(client: Client, start: Start, *, timeout_s: float) -> Hol
             not_yet=(ApiError,),
         )
         moved_after_s = time.monotonic() - deleted
-        delete_all(client, [waiter])
+        client.delete(KIMI_DEPLOYMENT, MOVERS_NAMESPACE, waiter)
     return HolderDeletedReport(holder=holder, waiter=waiter, moved_after_s=moved_after_s)
