@@ -7,11 +7,16 @@ calibration measured, as docs/planning.md tells a user to (a 1,024-token calibra
 prompts half as long as a 2,048-token one), at two calibration prompt ranges (the default, which
 the server's 4,096-token context sizes to 2,048, and 1,024). Every replay: task completion
 p50/p90 within 20%, TTFT p50 within 25%, and the plan's simulated prefix-cache hit rate the
-server's own. No pooling, no retry: each figure is one run's.
+server's own. No pooling: each figure is one calibration's and one replay's. Retaken once, said
+in pytest's warnings, and only for a cause outside the plan: a replay or a calibration the host
+slowed (`SLOWED`).
 """
 
+import itertools
 import json
 import random
+import statistics
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,6 +30,14 @@ from tests.vllm.conftest import Served, engine_apart
 # on a machine whose speed moves ~15% from second to second (docs/planning.md); task completion,
 # half of it think time, keeps 20%.
 BOUNDS = {"task completion p50": 0.20, "task completion p90": 0.20, "TTFT p50": 0.25}
+# The host's own speed moves (docs/planning.md, "What is left"): on the 2-CPU VM a fixed loop ran
+# 1.5-1.7x slower in some 5-second windows, on both CPUs. A replay whose tokens came SLOWED x
+# further apart than the plan's (the calibration's own decode steps) ran in such a window: it says
+# nothing of the plan and is replayed once, with a trace of its own; tokens SLOWED x closer: the
+# calibration ran in one (decode steps 10 ms where 5-6 ms is usual) and is taken once more. Over
+# 53 replays that passed the ratio was 0.84-1.34; a replay that failed on a slowed host had 1.67,
+# the replays of a slowed calibration 0.57-0.85. A plan whose decode steps are wrong fails again.
+SLOWED = 1.4
 # Prompt tokens found in the cache over those looked up: vLLM counts whole blocks, and so does
 # the plan, in the server's own block size; this much apart is a token or two.
 HIT_RATE_ABS = 0.005
@@ -81,6 +94,13 @@ def cli(*argv: str) -> None:
     assert main(list(argv)) == 0
 
 
+def token_gap(results: Path) -> float:
+    """The median gap between a run's chunks, every request's: its decode step, mostly."""
+    requests = json.loads(results.read_text())["requests"]
+    times: list[list[float]] = [r["chunk_times_s"] for r in requests]
+    return statistics.median(b - a for chunks in times for a, b in itertools.pairwise(chunks))
+
+
 def figures(results: Path) -> tuple[dict[str, float], float | None]:
     summary = json.loads(results.read_text())["summary"]
     return {
@@ -90,40 +110,87 @@ def figures(results: Path) -> tuple[dict[str, float], float | None]:
     }, summary["server_metrics"]["prefix_cache_hit_rate"]
 
 
+class Compared(NamedTuple):
+    label: str
+    predicted: dict[str, float]
+    measured: dict[str, float]
+    hit_rates: tuple[float | None, float | None]  # simulated, the server's
+    slowed: float  # the replay's gaps between tokens over the plan's
+
+
+def replayed(
+    endpoint: list[str], calibration: Path, where: Path, label: str, prompt_tokens: int | None
+) -> Compared:
+    """Plan one unseen trace of `label`'s shape from `calibration` and replay it; replayed once
+    more, with a trace of its own, when the host slowed the replay (`SLOWED`)."""
+    seed, index = prompt_tokens or 1, list(SHAPES).index(label)
+    for attempt in range(2):
+        trace, plan, replay = (
+            where / f"{what}-{index}-{attempt}" for what in ("trace", "plan", "run")
+        )
+        trace.write_text(
+            unseen_trace(
+                f"{where.parent.name}-{where.name}-{index}-{attempt}",
+                seed + index + 10 * attempt,
+                SHAPES[label],
+                prompt_tokens or DEFAULT_RANGE,
+            )
+        )
+        cli("plan", "--trace", str(trace), "--calibration", str(calibration),
+            "--gpu-hour-price", "1", "--output", str(plan))  # fmt: skip
+        cli("bench", *endpoint, "--profile", "agentic", "--trace", str(trace),
+            "--output", str(replay))  # fmt: skip
+        slowed = token_gap(replay / "results.json") / token_gap(
+            plan / "as-measured" / "results.json"
+        )
+        if slowed <= SLOWED or attempt:
+            break
+        warnings.warn(  # in pytest's summary, passed or not
+            f"prompt range {prompt_tokens or 'default'}, {label}: tokens {slowed:.2f}x as far "
+            "apart as the calibration's steps give: the host slowed the replay; replayed once more",
+            stacklevel=1,
+        )
+    predicted, simulated_hits = figures(plan / "as-measured" / "results.json")
+    measured, server_hits = figures(replay / "results.json")
+    return Compared(label, predicted, measured, (simulated_hits, server_hits), slowed)
+
+
 @pytest.mark.parametrize("prompt_tokens", [None, 1024])
 def test_one_calibration_predicts_unseen_replays(
     served: Served, tmp_path: Path, prompt_tokens: int | None
 ) -> None:
     endpoint = ["--endpoint", f"{served.root}/v1", "--gpus", "1", "--no-progress"]
     sizes = ["--prompt-tokens", str(prompt_tokens)] if prompt_tokens else []
-    calibration = tmp_path / "cal"
     seed = prompt_tokens or 1  # prompts of its own: the server's cache holds none of them
-    misses: list[str] = []
     with engine_apart(served.server):  # the engine as a GPU: a CPU of its own (conftest.py)
-        cli("bench", *endpoint, "--profile", "calibration", *sizes, "--seed", str(seed),
-            "--output", str(calibration))  # fmt: skip
-        for index, (label, shape) in enumerate(SHAPES.items()):
-            trace, plan, replay = (
-                tmp_path / f"{what}-{index}" for what in ("trace", "plan", "run")
-            )
-            name = f"{tmp_path.name}-{index}"
-            trace.write_text(
-                unseen_trace(name, seed + index, shape, prompt_tokens or DEFAULT_RANGE)
-            )
-            cli("plan", "--trace", str(trace), "--calibration", str(calibration),
-                "--gpu-hour-price", "1", "--output", str(plan))  # fmt: skip
-            cli("bench", *endpoint, "--profile", "agentic", "--trace", str(trace),
-                "--output", str(replay))  # fmt: skip
-            predicted, simulated_hits = figures(plan / "as-measured" / "results.json")
-            measured, server_hits = figures(replay / "results.json")
-            print(f"prompt range {prompt_tokens or 'default'}, {label} (predicted, measured):",
-                  {key: (predicted[key], measured[key]) for key in BOUNDS},
-                  "prefix-cache hit rate", (simulated_hits, server_hits))  # fmt: skip
-            misses += [
-                f"{label}: {key}: predicted {predicted[key]:.3f}, measured {measured[key]:.3f}"
-                for key, bound in BOUNDS.items()
-                if predicted[key] != pytest.approx(measured[key], rel=bound)
+        for attempt in range(2):
+            calibration = tmp_path / f"cal-{attempt}" / "cal"
+            cli("bench", *endpoint, "--profile", "calibration", *sizes,
+                "--seed", str(seed + 100 * attempt), "--output", str(calibration))  # fmt: skip
+            compared = [
+                replayed(endpoint, calibration, calibration.parent, label, prompt_tokens)
+                for label in SHAPES
             ]
-            if simulated_hits != pytest.approx(server_hits, abs=HIT_RATE_ABS):
-                misses.append(f"{label}: hit rate simulated {simulated_hits}, server {server_hits}")
+            slowest = min(c.slowed for c in compared)
+            if slowest >= 1 / SLOWED or attempt:
+                break
+            warnings.warn(  # in pytest's summary, passed or not
+                f"prompt range {prompt_tokens or 'default'}: tokens {slowest:.2f}x as far apart "
+                "as the calibration's steps give: the host slowed the calibration; calibrated "
+                "once more",
+                stacklevel=1,
+            )
+    misses: list[str] = []
+    for c in compared:
+        print(f"prompt range {prompt_tokens or 'default'}, {c.label} (predicted, measured):",
+              {key: (c.predicted[key], c.measured[key]) for key in BOUNDS},
+              "prefix-cache hit rate", c.hit_rates, f"token gaps {c.slowed:.2f}x")  # fmt: skip
+        misses += [
+            f"{c.label}: {key}: predicted {c.predicted[key]:.3f}, measured {c.measured[key]:.3f}"
+            for key, bound in BOUNDS.items()
+            if c.predicted[key] != pytest.approx(c.measured[key], rel=bound)
+        ]
+        simulated, server = c.hit_rates
+        if simulated != pytest.approx(server, abs=HIT_RATE_ABS):
+            misses.append(f"{c.label}: hit rate simulated {simulated}, server {server}")
     assert not misses, misses
