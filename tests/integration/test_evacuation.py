@@ -1,7 +1,7 @@
 """Evacuation on the embedded API server (docs/maintenance.md): the operator, as the chart's
-ServiceAccount, watches Node objects made through the API; a stand-in for LeaderWorkerSet's
-controller, the garbage collector and the kubelets binds each group's pods with the scheduler
-model (which honours cordons and taints) and marks the group Ready. A cordon, a taint and a node
+ServiceAccount, watches Node objects made through the API; the sandbox's stand-in for
+LeaderWorkerSet's controller and the kubelets (embedded.leaderworkerset) binds each group's pods
+with the scheduler model (which honours cordons and taints) and marks the group Ready. A cordon, a taint and a node
 condition bring a replacement up first and never leave the deployment without a serving group;
 no room for a replacement keeps a cordoned group serving and says so, a critical condition lets
 the group go without one; an operator restarted in the middle carries on, making nothing twice."""
@@ -16,13 +16,14 @@ from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL
 from kimi_operator.embedded.disruption import sync_budgets
 from kimi_operator.embedded.drains import evict
 from kimi_operator.embedded.harness import EmbeddedApiServer
-from kimi_operator.embedded.kubelet import cluster_scheduler, group_ready_status, register_nodes
+from kimi_operator.embedded.kubelet import ready_domains, register_nodes
+from kimi_operator.embedded.leaderworkerset import play_groups
 from kimi_operator.embedded.processes import metric_total
-from kimi_operator.embedded.scheduler import LWS_NAME_LABEL, fleet, lws_pods
+from kimi_operator.embedded.scheduler import LWS_NAME_LABEL, fleet
 from kimi_operator.evacuation import EVACUATION_ANNOTATION
 from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.merge import owned_by
 from kimi_operator.k8s.resources import (
-    COMPUTE_DOMAIN,
     EVENT,
     LEADER_WORKER_SET,
     NODE,
@@ -33,16 +34,16 @@ from kimi_operator.runner import OperatorThread, RunConfig
 from tests.integration.conftest import RESYNC_S, metrics_of, resyncs
 from tests.support.cluster import NAME, NS, condition, create, sample, status_of, wait_for
 
-UID_LABEL = "test.kimi-operator.io/lws-uid"  # which LeaderWorkerSet made the pod
 TIMEOUT_S = 60.0
 G0, G1 = f"{NAME}-g0", f"{NAME}-g1"
 
 
 class Trays:
-    """LeaderWorkerSet's controller, the garbage collector and the kubelets, one `step` at a
-    time: pods of a group gone (or made anew) deleted; each group without pods gets them, bound
-    by the scheduler model or left Pending; a group whose pods are all bound is Ready. Records
-    every group's uids and the fewest groups serving seen after any step."""
+    """The cluster's controllers over NS, one `step` at a time: LeaderWorkerSet's controller and
+    the kubelets (embedded.leaderworkerset: pods bound by the scheduler model, which honours
+    cordons and taints), the ComputeDomain driver and the disruption controller; the embedded
+    API server's garbage collector deletes a group's pods with it. Records every group's uids
+    and the fewest groups serving seen after any step."""
 
     def __init__(self, client: Client, nodes: list[dict[str, Any]]) -> None:
         self.client, self.rng = client, random.Random(7)
@@ -51,54 +52,15 @@ class Trays:
         self.fewest_serving: int | None = None
 
     def step(self) -> None:
-        client = self.client
-        groups = {g["metadata"]["name"]: g for g in client.list(LEADER_WORKER_SET, NS)}
-        for name, group in groups.items():
-            self.uids.setdefault(name, set()).add(group["metadata"]["uid"])
-        pods = client.list(POD, NS)
-        for pod in pods:
-            labels = pod["metadata"]["labels"]
-            owner = groups.get(labels.get(LWS_NAME_LABEL, ""))
-            if owner is None or owner["metadata"]["uid"] != labels.get(UID_LABEL):
-                client.delete(POD, NS, pod["metadata"]["name"])
-        scheduler = cluster_scheduler(client, self.rng)
-        having = {p["metadata"]["labels"].get(LWS_NAME_LABEL) for p in client.list(POD, NS)}
-        for name, group in groups.items():
-            if name not in having and group["spec"].get("replicas", 1):
-                self._start(scheduler, group)
-        for domain in client.list(COMPUTE_DOMAIN, NS):
-            if (domain.get("status") or {}).get("status") != "Ready":
-                ready = {"status": {"status": "Ready", "nodes": []}}
-                client.patch(
-                    COMPUTE_DOMAIN, NS, domain["metadata"]["name"], ready, subresource="status"
-                )
-        sync_budgets(client)  # the disruption controller
-        now = [g for g in client.list(LEADER_WORKER_SET, NS) if serving(g)]
+        play_groups(self.client, self.rng, NS)
+        ready_domains(self.client, NS)
+        sync_budgets(self.client)  # the disruption controller
+        groups = self.client.list(LEADER_WORKER_SET, NS)
+        for group in groups:
+            self.uids.setdefault(group["metadata"]["name"], set()).add(group["metadata"]["uid"])
+        now = [g for g in groups if serving(g)]
         if self.fewest_serving is None or len(now) < self.fewest_serving:
             self.fewest_serving = len(now)
-
-    def _start(self, scheduler: Any, group: dict[str, Any]) -> None:
-        bound = True
-        for pod in lws_pods(group):
-            node = scheduler.schedule(pod)
-            labels = pod.labels | {UID_LABEL: group["metadata"]["uid"]}
-            spec = pod.spec | ({"nodeName": node["metadata"]["name"]} if node else {})
-            body = {"apiVersion": "v1", "kind": "Pod", "spec": spec}
-            body["metadata"] = {"name": pod.name, "namespace": NS, "labels": labels}
-            self.client.create(POD, body)
-            if node is None:
-                bound = False
-                message = scheduler.unschedulable_message(pod)
-                scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
-                status = {"phase": "Pending", "conditions": [scheduled | {"message": message}]}
-            else:
-                ready = [{"type": t, "status": "True"} for t in ("PodScheduled", "Ready")]
-                status = {"phase": "Running", "conditions": ready}
-            self.client.patch(POD, NS, pod.name, {"status": status}, subresource="status")
-        if bound:
-            ready_status = {"status": group_ready_status(group)}
-            name = group["metadata"]["name"]
-            self.client.patch(LEADER_WORKER_SET, NS, name, ready_status, subresource="status")
 
     def until(self, probe: Callable[[], Any], what: str) -> Any:
         def stepped() -> Any:
@@ -377,7 +339,7 @@ def test_a_plain_drain_waits_for_the_replacement_then_completes(
             group = _group(client, labels[LWS_NAME_LABEL])
             if code == 429:
                 refused += 1
-            elif group is not None and group["metadata"]["uid"] == labels[UID_LABEL]:
+            elif group is not None and owned_by(pod, group["metadata"]["uid"]):
                 assert not serving(group), "a pod of a serving group was evicted"
         return not on_node or None
 
