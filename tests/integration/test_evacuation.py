@@ -1,10 +1,11 @@
 """Evacuation on the embedded API server (docs/maintenance.md): the operator, as the chart's
 ServiceAccount, watches Node objects made through the API; the sandbox's stand-in for
 LeaderWorkerSet's controller and the kubelets (embedded.leaderworkerset) binds each group's pods
-with the scheduler model (which honours cordons and taints) and marks the group Ready. A cordon, a taint and a node
-condition bring a replacement up first and never leave the deployment without a serving group;
-no room for a replacement keeps a cordoned group serving and says so, a critical condition lets
-the group go without one; an operator restarted in the middle carries on, making nothing twice."""
+with the scheduler model (which honours cordons and taints) and marks the group Ready. A cordon,
+a taint and a node condition bring a replacement up first and never leave the deployment without
+a serving group; no room for a replacement keeps a cordoned group serving and says so, a critical
+condition lets the group go without one; an operator restarted in the middle carries on, making
+nothing twice."""
 
 import random
 from collections.abc import Callable, Iterator
