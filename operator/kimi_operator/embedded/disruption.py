@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from kimi_operator.embedded.kubelet import write_status
 from kimi_operator.embedded.scheduler import LWS_NAME_LABEL, selects
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import LEADER_WORKER_SET, POD, POD_DISRUPTION_BUDGET
@@ -189,9 +190,8 @@ def sync_budgets(client: Client, now: datetime.datetime | None = None) -> list[s
             now_disrupted = status.get("disruptedPods")
             gone = dict.fromkeys(old.get("disruptedPods") or {})
             disrupted = {**gone, **now_disrupted} if now_disrupted else None
-            change = {"status": {**status, "disruptedPods": disrupted}}
-            client.patch(
-                POD_DISRUPTION_BUDGET, meta["namespace"], meta["name"], change, subresource="status"
-            )
-            written.append(f"{meta['namespace']}/{meta['name']}")
+            change = {**status, "disruptedPods": disrupted}
+            name = meta["name"]
+            if write_status(client, POD_DISRUPTION_BUDGET, meta["namespace"], name, change):
+                written.append(f"{meta['namespace']}/{name}")
     return written

@@ -10,11 +10,13 @@ cluster's Node objects, Pending where no node is left, as kube-scheduler leaves 
 import datetime
 import random
 from collections.abc import Callable, Mapping, Sequence
+from http import HTTPStatus
 from typing import Any
 
 from kimi_operator.embedded.scheduler import Pod, Scheduler, lws_pods
 from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.resources import COMPUTE_DOMAIN, LEADER_WORKER_SET, NODE, POD
+from kimi_operator.k8s.errors import ApiError
+from kimi_operator.k8s.resources import COMPUTE_DOMAIN, LEADER_WORKER_SET, NODE, POD, Resource
 
 
 def now_stamp() -> str:
@@ -57,8 +59,21 @@ def write_group_status(client: Client, lws: Mapping[str, Any], *, ready: bool) -
     ):
         return False
     meta = lws["metadata"]
-    change = {"status": wanted}
-    client.patch(LEADER_WORKER_SET, meta["namespace"], meta["name"], change, subresource="status")
+    return write_status(client, LEADER_WORKER_SET, meta["namespace"], meta["name"], wanted)
+
+
+def write_status(
+    client: Client, resource: Resource, namespace: str, name: str, status: Mapping[str, Any]
+) -> bool:
+    """Merge `status` into the object's status subresource; False when the object is gone (the
+    garbage collector took it with its owner since it was read): NotFound, to a controller,
+    says there is nothing left to do, not that something failed."""
+    try:
+        client.patch(resource, namespace, name, {"status": dict(status)}, subresource="status")
+    except ApiError as error:
+        if error.code != HTTPStatus.NOT_FOUND:
+            raise
+        return False
     return True
 
 
@@ -69,11 +84,9 @@ def ready_domains(client: Client, namespace: str | None = None) -> list[str]:
     for domain in client.list(COMPUTE_DOMAIN, namespace):
         if (domain.get("status") or {}).get("status") != "Ready":
             meta = domain["metadata"]
-            status = {"status": {"status": "Ready", "nodes": []}}
-            client.patch(
-                COMPUTE_DOMAIN, meta["namespace"], meta["name"], status, subresource="status"
-            )
-            marked.append(f"ComputeDomain {meta['namespace']}/{meta['name']}")
+            ready = {"status": "Ready", "nodes": []}
+            if write_status(client, COMPUTE_DOMAIN, meta["namespace"], meta["name"], ready):
+                marked.append(f"ComputeDomain {meta['namespace']}/{meta['name']}")
     return marked
 
 
@@ -154,7 +167,7 @@ def create_pods(
             conditions = [{"type": t, "status": "True", "lastTransitionTime": at} for t in kinds]
             status = {"phase": "Running", "conditions": conditions}
         # A Pod's status is its own subresource (the scheduler and kubelet write it there).
-        client.patch(POD, namespace, pod.name, {"status": status}, subresource="status")
+        write_status(client, POD, namespace, pod.name, status)
     return pending
 
 

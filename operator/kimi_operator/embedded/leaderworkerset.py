@@ -5,8 +5,10 @@ bound by the scheduler model (embedded.scheduler: cordoned and tainted nodes avo
 there, as a kubelet reports a pod it runs; the LeaderWorkerSet's status Ready once every pod of
 its group is. A group that loses a pod (evicted, deleted) or whose template changed is recreated
 whole, LWS's RecreateGroupOnPodRestart: its other pods deleted, then the group made anew and
-placed again. Not modelled: a Pending pod is not retried (kube-scheduler would bind it once room
-appears; here the group stays as placed), nor the StatefulSets between a LeaderWorkerSet and its
+placed again. A group being deleted is left alone, and one the garbage collector takes in the
+middle of a pass ends that pass's work on it (NotFound is no error to a controller). Not
+modelled: a Pending pod is not retried (kube-scheduler would bind it once room appears; here the
+group stays as placed), nor the StatefulSets between a LeaderWorkerSet and its
 pods, nor the pods' containers.
 """
 
@@ -44,6 +46,8 @@ def play_groups(client: Client, rng: random.Random, namespace: str | None = None
     pods = client.list(POD, namespace)
     for lws in client.list(LEADER_WORKER_SET, namespace):
         meta = lws["metadata"]
+        if meta.get("deletionTimestamp"):
+            continue  # left to its deletion, as Kubernetes' controllers leave an object going
         where = f"LeaderWorkerSet {meta['namespace']}/{meta['name']}"
         mine = [p for p in pods if owned_by(p, meta["uid"])]
         if mine and _stale(lws, mine):
