@@ -186,39 +186,37 @@ def _prefill_calibration(
     )
 
 
+def as_measured(calibration: "Calibration") -> "Configuration":
+    """The deployment a calibration measured, as it runs: the server's own settings where it
+    reported them, else the defaults (plan's first configuration, `as-measured`)."""
+    from kimi_operator.plan.configs import Configuration  # noqa: PLC0415
+
+    served = {
+        "max_num_batched_tokens": calibration.max_num_batched_tokens,
+        "prefix_caching": calibration.prefix_caching,
+    }
+    return Configuration.model_validate(
+        {
+            "name": AS_MEASURED,
+            "gpus": calibration.gpus or 1,
+            "backend": "latency_specialized"
+            if calibration.backend == "latency_specialized"
+            else "auto",
+            "draft_tokens": calibration.draft_tokens,
+            "max_num_seqs": calibration.max_num_seqs,
+            "calibration": calibration.name,
+        }
+        | {key: value for key, value in served.items() if value is not None}
+    )
+
+
 def _configurations(
     args: argparse.Namespace, measured: "list[Calibration]"
 ) -> "list[Configuration]":
     from kimi_operator.plan import PlanError  # noqa: PLC0415
-    from kimi_operator.plan.configs import (  # noqa: PLC0415
-        Configuration,
-        load_configurations,
-        what_ifs,
-    )
+    from kimi_operator.plan.configs import load_configurations, what_ifs  # noqa: PLC0415
 
-    configurations: list[Configuration] = []
-    if measured:
-        first = measured[0]
-        # The server as it runs: its own settings where it reported them, else the defaults.
-        served = {
-            "max_num_batched_tokens": first.max_num_batched_tokens,
-            "prefix_caching": first.prefix_caching,
-        }
-        configurations.append(
-            Configuration.model_validate(
-                {
-                    "name": AS_MEASURED,
-                    "gpus": first.gpus or 1,
-                    "backend": "latency_specialized"
-                    if first.backend == "latency_specialized"
-                    else "auto",
-                    "draft_tokens": first.draft_tokens,
-                    "max_num_seqs": first.max_num_seqs,
-                    "calibration": first.name,
-                }
-                | {key: value for key, value in served.items() if value is not None}
-            )
-        )
+    configurations = [as_measured(measured[0])] if measured else []
     for path in args.config:
         configurations += load_configurations(path)
     if measured and not args.config:
