@@ -4,15 +4,22 @@ model and Ready; the group Ready once they all are; a group that loses a pod, or
 changes, recreated whole and placed again off cordoned nodes; a group at 0 replicas runs none; a
 group or budget deleted under a pass, or being deleted, stops no one."""
 
+import io
 import random
+import threading
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from kimi_operator.embedded.disruption import is_ready, sync_budgets
 from kimi_operator.embedded.kubelet import register_nodes
 from kimi_operator.embedded.leaderworkerset import play_groups
 from kimi_operator.embedded.processes import wait
+from kimi_operator.embedded.sandbox import Sandbox, serve
 from kimi_operator.embedded.scheduler import fleet
 from kimi_operator.k8s.client import Client
+from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import (
     LEADER_WORKER_SET,
     NODE,
@@ -166,3 +173,27 @@ def test_a_budget_deleted_under_a_pass_ends_it_quietly(client: Client) -> None:
 
     assert sync_budgets(racing) == []
     assert client.get(POD_DISRUPTION_BUDGET, NS, "g0") is None
+
+
+def test_a_failed_pass_is_said_and_the_sandbox_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever a pass meets from the API server (a 404 raced past, a timeout under load), the
+    sandbox says it and plays the next tick: its API server stays up for kubectl."""
+    stop, passes = threading.Event(), []
+
+    def tick(played: Sandbox) -> None:
+        passes.append(played)
+        if len(passes) == 1:
+            raise ApiError('patch Pod .../g0-0/status: HTTP 404: pods "g0-0" not found', code=404)
+        stop.set()
+
+    monkeypatch.setattr(Sandbox, "tick", tick)
+    out = io.StringIO()
+    serve(tmp_path / "sandbox.kubeconfig", out, stop)
+
+    assert len(passes) == 2
+    assert (
+        'sandbox: a pass failed (patch Pod .../g0-0/status: HTTP 404: pods "g0-0" not found); '
+        "trying again\n"
+    ) in out.getvalue()

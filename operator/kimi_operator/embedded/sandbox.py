@@ -36,6 +36,7 @@ from kimi_operator.embedded.scheduler import fleet
 from kimi_operator.embedded.taints import evict_untolerated
 from kimi_operator.embedded.upstream import child_crds
 from kimi_operator.k8s.client import Client, load_configuration
+from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import DEPLOYMENT, Resource
 from kimi_operator.runner import OperatorThread
 
@@ -141,7 +142,12 @@ def sandbox(kubeconfig: Path, out: TextIO) -> Iterator[Sandbox]:
 
 
 def serve(kubeconfig: Path, out: TextIO, stop: threading.Event) -> None:
-    """Run the sandbox until `stop` is set."""
+    """Run the sandbox until `stop` is set. A pass the API server failed (an object gone under
+    it, a timeout) is said and tried again on the next tick, as a controller requeues: it does
+    not stop the cluster."""
     with sandbox(kubeconfig, out) as played:
         while not stop.wait(TICK_S):
-            played.tick()
+            try:
+                played.tick()
+            except ApiError as error:
+                print(f"sandbox: a pass failed ({error}); trying again", file=out, flush=True)
