@@ -60,4 +60,7 @@ def sandbox(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     finally:
         if process.poll() is None:
             process.kill()
-            process.communicate()
+        if process.stdout is not None and not process.stdout.closed:
+            # Unread: a test failed first. What the sandbox said (a traceback, if it stopped)
+            # goes to the test's captured output, which pytest shows with the failure.
+            print(process.communicate()[0])
