@@ -28,7 +28,13 @@ if str(ROOT) not in sys.path:  # run as a script: tests/ holds the test's traces
     sys.path.insert(0, str(ROOT))
 
 from tests.vllm.conftest import Served, engine_apart, raise_priority, timed_requests  # noqa: E402
-from tests.vllm.test_plan import DEFAULT_RANGE, SHAPES, figures, token_gap, unseen_trace  # noqa: E402
+from tests.vllm.test_plan import (  # noqa: E402
+    DEFAULT_RANGE,
+    SHAPES,
+    figures,
+    plan_and_replay,
+    unseen_trace,
+)
 
 from kimi_operator.bench.report import load_results  # noqa: E402
 from kimi_operator.bench.results import TraceInfo  # noqa: E402
@@ -36,7 +42,7 @@ from kimi_operator.bench.traces import load_trace, plan_trace, trace_digest  # n
 from kimi_operator.cli import main as cli  # noqa: E402
 from kimi_operator.dev.cpu_vllm import CpuServer, missing  # noqa: E402
 from kimi_operator.embedded.processes import free_port  # noqa: E402
-from kimi_operator.plan.calibration import from_runs  # noqa: E402
+from kimi_operator.plan.calibration import Calibration, from_runs  # noqa: E402
 from kimi_operator.plan.cli import as_measured  # noqa: E402
 from kimi_operator.plan.predict import Workload, predict  # noqa: E402
 
@@ -60,10 +66,14 @@ def scaled(costs: Costs, factor: float) -> Costs:
     return replace(costs, **changed)
 
 
-def speed_moves(calibration: Path, trace: Path) -> dict[float, float]:
+def calibrated(run: Path) -> Calibration:
+    """The step costs `plan --calibration RUN` fits from a calibration run."""
+    return from_runs([(str(run), load_results(str(run)))], run.name, None)
+
+
+def speed_moves(measured: Calibration, trace: Path) -> dict[float, float]:
     """The plan's TTFT p50 of `trace` (as-measured, closed) with every step cost and way in of
-    `calibration` scaled by 1 and each of SPEEDS: the simulator alone, no server."""
-    measured = from_runs([(str(calibration), load_results(str(calibration)))], "cal", None)
+    `measured` scaled by 1 and each of SPEEDS: the simulator alone, no server."""
     entries = load_trace(str(trace))
     workload = Workload(
         plan=plan_trace(entries, None),
@@ -92,6 +102,7 @@ def one_round(
     if cli(["bench", *endpoint, "--profile", "calibration", *sizes, "--seed", str(seed),
             "--output", str(calibration)]) != 0:  # fmt: skip
         raise SystemExit(f"plan_prediction: the calibration at {where} failed")
+    fitted = calibrated(calibration)
     rows = []
     for index, (label, shape) in enumerate(SHAPES.items()):
         trace, plan, replay = (
@@ -101,19 +112,11 @@ def one_round(
         )
         name = f"{where.name}-{index}"
         trace.write_text(unseen_trace(name, seed + index, shape, prompt_range or DEFAULT_RANGE))
-        for argv in (
-            ["plan", "--trace", str(trace), "--calibration", str(calibration),
-             "--gpu-hour-price", "1", "--output", str(plan)],
-            ["bench", *endpoint, "--profile", "agentic", "--trace", str(trace),
-             "--output", str(replay)],
-        ):  # fmt: skip
-            if cli(argv) != 0:
-                raise SystemExit(f"plan_prediction: {argv[0]} of {trace} failed")
+        pace = plan_and_replay(endpoint, calibration, trace, plan, replay)
         predicted, _ = figures(plan / "as-measured" / "results.json")
         measured, _ = figures(replay / "results.json")
-        moves = speed_moves(calibration, trace)
+        moves = speed_moves(fitted, trace)
         error = {key: predicted[key] / measured[key] - 1 for key in KEYS}
-        pace = token_gap(replay / "results.json") / token_gap(plan / "as-measured" / "results.json")
         rows.append(
             {
                 "range": prompt_range or "default",

@@ -47,7 +47,7 @@ def test_a_lone_requests_ttft_moves_with_the_speed_from_where_plan_puts_it(
     capsys.readouterr()
     planned = json.loads((tmp_path / "plan" / "as-measured" / "results.json").read_text())
 
-    moves = SCRIPT.speed_moves(calibration, trace)
+    moves = SCRIPT.speed_moves(SCRIPT.calibrated(calibration), trace)
 
     assert moves[1.0] == pytest.approx(planned["summary"]["ttft_s"]["p50"])
     # Alone, its TTFT is its way in and its prefill step, nothing else: all of it scales.

@@ -104,6 +104,18 @@ def token_gap(results: Path) -> float:
     return statistics.median(b - a for chunks in times for a, b in itertools.pairwise(chunks))
 
 
+def plan_and_replay(
+    endpoint: list[str], calibration: Path, trace: Path, plan: Path, replay: Path
+) -> float:
+    """`plan` of `trace` from `calibration`, then `trace` replayed on the server into `replay`;
+    returns the replay's gaps between tokens over the plan's (its pace: `SLOWED`)."""
+    cli("plan", "--trace", str(trace), "--calibration", str(calibration),
+        "--gpu-hour-price", "1", "--output", str(plan))  # fmt: skip
+    cli("bench", *endpoint, "--profile", "agentic", "--trace", str(trace),
+        "--output", str(replay))  # fmt: skip
+    return token_gap(replay / "results.json") / token_gap(plan / "as-measured" / "results.json")
+
+
 def figures(results: Path) -> tuple[dict[str, float], float | None]:
     summary = json.loads(results.read_text())["summary"]
     return {
@@ -139,13 +151,7 @@ def replayed(
                 prompt_tokens or DEFAULT_RANGE,
             )
         )
-        cli("plan", "--trace", str(trace), "--calibration", str(calibration),
-            "--gpu-hour-price", "1", "--output", str(plan))  # fmt: skip
-        cli("bench", *endpoint, "--profile", "agentic", "--trace", str(trace),
-            "--output", str(replay))  # fmt: skip
-        slowed = token_gap(replay / "results.json") / token_gap(
-            plan / "as-measured" / "results.json"
-        )
+        slowed = plan_and_replay(endpoint, calibration, trace, plan, replay)
         if slowed <= SLOWED or attempt:
             break
         warnings.warn(  # in pytest's summary, passed or not
