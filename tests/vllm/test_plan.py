@@ -36,7 +36,9 @@ TTFT_BOUNDED = {"agents"}  # the other shapes' TTFT is printed (module docstring
 # 1.5-1.7x slower in some 5-second windows, on both CPUs. A replay whose tokens came SLOWED x
 # further apart than the plan's (the calibration's own decode steps) ran in such a window: it says
 # nothing of the plan and is replayed once, with a trace of its own; tokens SLOWED x closer: the
-# calibration ran in one (decode steps 10 ms where 5-6 ms is usual) and is taken once more. Over
+# calibration ran in one (decode steps 10 ms where 5-6 ms is usual) and is taken once more, as it
+# is when every replay, retaken, still came SLOWED x further apart (a clean-clone run: all six
+# 1.53-1.65x; the host stayed slower than at the calibration, for minutes). Over
 # 51 replays of runs that passed the ratio was 0.84-1.34; in a run a slowed host failed, 1.67 (the
 # replay that failed) and 1.48 (the next); the replays of a slowed calibration 0.57-0.85. A plan
 # whose decode steps are wrong fails again.
@@ -180,13 +182,17 @@ def test_one_calibration_predicts_unseen_replays(
                 replayed(endpoint, calibration, calibration.parent, label, prompt_tokens)
                 for label in SHAPES
             ]
-            slowest = min(c.slowed for c in compared)
-            if slowest >= 1 / SLOWED or attempt:
+            least = min(c.slowed for c in compared)
+            if 1 / SLOWED <= least <= SLOWED or attempt:
                 break
+            why = (
+                "the host slowed the calibration"
+                if least < 1 / SLOWED
+                else "every replay, retaken, slower: the host has stayed slower since it"
+            )
             warnings.warn(  # in pytest's summary, passed or not
-                f"prompt range {prompt_tokens or 'default'}: tokens {slowest:.2f}x as far apart "
-                "as the calibration's steps give: the host slowed the calibration; calibrated "
-                "once more",
+                f"prompt range {prompt_tokens or 'default'}: tokens at least {least:.2f}x as far "
+                f"apart as the calibration's steps give: {why}; calibrated once more",
                 stacklevel=1,
             )
     misses: list[str] = []
