@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kimi_operator.api.spec import TracingSpec
     from kimi_operator.builders import OperatorDefaults
     from kimi_operator.builders.nodes import NodePolicy
 
@@ -184,6 +185,7 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
             help=f"{what} (default %(default)s)",
         )
     add_evacuation_arguments(run)
+    add_tracing_arguments(run)
     run.add_argument("--verbose", action="store_true", help="debug logging")
 
 
@@ -222,6 +224,61 @@ def add_evacuation_arguments(run: argparse.ArgumentParser) -> None:
             help=f"comma-separated {what} that make a node unfit; empty: none (default "
             f"{','.join(default)})",
         )
+
+
+def add_tracing_arguments(run: argparse.ArgumentParser) -> None:
+    """The tracing of deployments that leave spec.observability.tracing out (chart value tracing;
+    docs/observability.md#traces): OTLP over gRPC, which every component can export."""
+    from kimi_operator.api.spec import TracingSpec  # noqa: PLC0415
+
+    fields = TracingSpec.model_fields
+    run.add_argument(
+        "--tracing-endpoint",
+        default="",
+        metavar="URL",
+        help="the OTLP gRPC collector, an http:// URL (e.g. http://otel-collector:4317); empty: "
+        "no traces (default: empty)",
+    )
+    run.add_argument(
+        "--tracing-sampling-ratio",
+        type=float,
+        default=fields["sampling_ratio"].default,
+        metavar="RATIO",
+        help="share of requests traced where the caller sent no sampling decision, 0 to 1 "
+        "(default %(default)s)",
+    )
+    run.add_argument(
+        "--tracing-detailed-traces",
+        action="store_true",
+        help="vLLM's detailed model and worker traces (needs --tracing-endpoint)",
+    )
+
+
+def tracing_default(args: argparse.Namespace) -> "TracingSpec | None":
+    """The --tracing-* flags, checked as a deployment's spec.observability.tracing is (None
+    without an endpoint); ValueError naming the flag and what it allows."""
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    from kimi_operator.api.rules import TRACING_RULES, failed_rules  # noqa: PLC0415
+    from kimi_operator.api.spec import TracingSpec  # noqa: PLC0415
+
+    flags = {
+        "endpoint": ("--tracing-endpoint", args.tracing_endpoint),
+        "samplingRatio": ("--tracing-sampling-ratio", args.tracing_sampling_ratio),
+        "detailedTraces": ("--tracing-detailed-traces", args.tracing_detailed_traces),
+    }
+    try:
+        tracing = TracingSpec.model_validate({key: value for key, (_, value) in flags.items()})
+    except ValidationError as error:
+        first = error.errors()[0]
+        flag, value = flags[str(first["loc"][0])]
+        raise ValueError(f"{flag} {value!r}: {first['msg']}") from None
+    spec = {"observability": {"tracing": tracing.model_dump()}}
+    for violation in failed_rules(spec, TRACING_RULES):
+        rule = violation.rule
+        flag, _ = flags[rule.field]
+        raise ValueError(f"{flag} {violation.got!r}: {rule.problem} (allowed: {rule.allowed})")
+    return tracing if tracing.endpoint else None
 
 
 def names_of(what: str) -> "Callable[[str], tuple[str, ...]]":
@@ -267,6 +324,7 @@ def operator_defaults(args: argparse.Namespace) -> "OperatorDefaults":
         keda_authentication=args.keda_authentication,
         epp_image=args.epp_image,
         routing_sidecar_image=args.routing_sidecar_image,
+        tracing=tracing_default(args),
         nodes=UnfitNodes(node_policy(args)),
     )
 

@@ -237,6 +237,11 @@ FORBIDDEN_FLAG_GROUPS: tuple[ForbiddenFlags, ...] = (
         "how weights are read and how long a leaving group drains are spec.serving.loadFormat, "
         "safetensorsLoadStrategy and drainSeconds",
     ),
+    ForbiddenFlags(
+        _options("otlp_traces_endpoint", "collect_detailed_traces"),
+        "tracing is spec.observability.tracing (or the operator's default), rendered into every "
+        "component with its sampling and service names",
+    ),
 )
 
 

@@ -127,3 +127,26 @@ DISAGGREGATION_ENV: Final = (
         str(NIXL_SIDE_CHANNEL_PORT),
     ),
 )
+
+# What tracing renders on the serving pods where it is on (builders/tracing.py): the OpenTelemetry
+# SDK's variables and the downward-API values its resource attributes are made of.
+TRACING_ENV: Final = tuple(
+    OwnedEnv(
+        name,
+        "",
+        "the operator sets it from spec.observability.tracing, or the operator's default, "
+        "where tracing is on (docs/observability.md#traces)",
+        "",
+        "",
+    )
+    for name in (
+        "OTEL_SERVICE_NAME",
+        "OTEL_TRACES_SAMPLER",
+        "OTEL_TRACES_SAMPLER_ARG",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "KIMI_POD_NAME",
+        "KIMI_NODE_NAME",
+        "KIMI_TP_GROUP",
+    )
+)

@@ -21,7 +21,7 @@ from kimi_operator.api.engine_args import (
     KnownOptions,
 )
 from kimi_operator.api.host_memory import host_memory_warnings
-from kimi_operator.api.owned_env import DISAGGREGATION_ENV, OWNED_ENV, OwnedEnv
+from kimi_operator.api.owned_env import DISAGGREGATION_ENV, OWNED_ENV, TRACING_ENV, OwnedEnv
 from kimi_operator.api.pod_rules import POD_RULES
 from kimi_operator.api.rule import Json, Rule, Violation
 from kimi_operator.api.vllm_flags import VLLM_VERSION
@@ -415,9 +415,47 @@ DISAGGREGATION_RULES: tuple[Rule, ...] = (
         _engine_arg_rule(group, PREFILL_ENGINE_ARGS)
         for group in (KV_TRANSFER_FLAGS, SHARED_ROLE_FLAGS)
     ),
-    *(_owned_env_rule(owned, ("prefill", "env")) for owned in (*OWNED_ENV, *DISAGGREGATION_ENV)),
+    *(
+        _owned_env_rule(owned, ("prefill", "env"))
+        for owned in (*OWNED_ENV, *DISAGGREGATION_ENV, *TRACING_ENV)
+    ),
     *_env_list_rules(("prefill", "env")),
 )
+
+TRACING = ("observability", "tracing")
+
+# The tracing object's own rules: a deployment's (the CRD's) and the operator-wide default's
+# (run_args.py checks the chart's value with them).
+TRACING_RULES: tuple[Rule, ...] = (
+    Rule(
+        scope=TRACING,
+        reads=(("detailedTraces",), ("endpoint",)),
+        field="detailedTraces",
+        cel="!self.detailedTraces || self.endpoint != ''",
+        check=lambda t: not t["detailedTraces"] or t["endpoint"] != "",
+        problem="detailed traces are spans, and without an endpoint no span is exported",
+        allowed="false; or true with an endpoint",
+        got=lambda t: t["detailedTraces"],
+    ),
+    # vllm/tracing/otel.py (get_span_exporter) builds its gRPC exporter with insecure=True.
+    Rule(
+        scope=TRACING,
+        reads=(("protocol",), ("endpoint",)),
+        field="endpoint",
+        cel="self.protocol != 'grpc' || !self.endpoint.startsWith('https://')",
+        check=lambda t: t["protocol"] != "grpc" or not t["endpoint"].startswith("https://"),
+        problem=f"vLLM {VLLM_VERSION} exports OTLP over gRPC in plain text only (no TLS), "
+        "and would send to this endpoint without it",
+        allowed="an http:// endpoint with protocol grpc; https:// with protocol http/protobuf",
+        got=lambda t: t["endpoint"],
+    ),
+)
+
+
+def _tracing_over_http(spec: Mapping[str, Json]) -> bool:
+    tracing = spec["observability"].get("tracing")
+    return bool(tracing and tracing["endpoint"] and tracing["protocol"] != "grpc")
+
 
 RULES: tuple[Rule, ...] = (
     # Both enums' values divide each other, so every group fills whole nodes; what can still go
@@ -514,7 +552,7 @@ RULES: tuple[Rule, ...] = (
         allowed="no speculative, or no such variable",
         got=lambda s: _env_names(s["env"], (AUX_STREAM_ENV,)),
     ),
-    *(_owned_env_rule(owned) for owned in OWNED_ENV),
+    *(_owned_env_rule(owned) for owned in (*OWNED_ENV, *TRACING_ENV)),
     *_env_list_rules(("env",)),
     Rule(
         scope=("scheduling",),
@@ -669,6 +707,21 @@ RULES: tuple[Rule, ...] = (
         problem="with maxSurge 0 as well, no group could ever be updated",
         allowed="1 or more, or 0 with rollout.maxSurge 1",
         got=lambda r: r["maxUnavailable"],
+    ),
+    *TRACING_RULES,
+    # llm-d-router v0.10.0's InitTracing (pkg/common/observability/tracing/telemetry.go) exports
+    # with otlptracegrpc alone.
+    Rule(
+        scope=(),
+        reads=(("observability", "tracing"), ("routing", "mode")),
+        field="observability.tracing.protocol",
+        cel="!has(self.observability.tracing) || self.observability.tracing.endpoint == '' || "
+        "self.observability.tracing.protocol == 'grpc' || self.routing.mode == 'Service'",
+        check=lambda s: not _tracing_over_http(s) or s["routing"]["mode"] == "Service",
+        problem="llm-d-router v0.10.0's endpoint picker and P/D sidecar, which routing.mode "
+        "InferencePool deploys, export OTLP over gRPC only",
+        allowed="grpc; or http/protobuf with routing.mode Service",
+        got=lambda s: s["observability"]["tracing"]["protocol"],
     ),
     *POD_RULES,
     *_engine_args_rules(ENGINE_ARGS),

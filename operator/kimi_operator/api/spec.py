@@ -273,6 +273,50 @@ class MonitoringSpec(ApiModel):
     )
 
 
+# An OTLP collector's URL, or nothing: http(s), a host name or IPv4 address, a port, a path.
+OTLP_URL_OR_EMPTY = (
+    r"^(https?://[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[-A-Za-z0-9._~%/]*)?)?$"
+)
+
+
+class TracingSpec(ApiModel):
+    """OpenTelemetry traces of every request through the endpoint picker, the P/D sidecar and
+    vLLM, sent to an OTLP collector (docs/observability.md#traces)."""
+
+    endpoint: Annotated[str, Field(max_length=512, pattern=OTLP_URL_OR_EMPTY)] = Field(
+        "",
+        description="The OTLP collector's URL, e.g. `http://otel-collector.observability:4317` "
+        "(gRPC, plain text: vLLM 0.33.0 exports gRPC without TLS) or "
+        "`https://tempo.example/v1/traces` (protocol http/protobuf: the whole URL); empty: no "
+        "traces (which also turns the operator's default off).",
+    )
+    protocol: Literal["grpc", "http/protobuf"] = Field(
+        "grpc",
+        description="OTLP transport of vLLM's exporter; the endpoint picker and the P/D sidecar "
+        "(llm-d-router v0.10.0) export over gRPC only, so http/protobuf is for routing.mode "
+        "Service.",
+    )
+    sampling_ratio: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.1,
+        description="Share of requests traced (0 to 1) where the caller sent no sampling "
+        "decision; parent-based: a request whose `traceparent` says sampled (or not) keeps "
+        "that decision in every component.",
+    )
+    detailed_traces: bool = Field(
+        False,
+        description="vLLM's detailed model and worker traces (--collect-detailed-traces=all); "
+        "needs an endpoint. Costly where vLLM reads it (docs/observability.md#traces).",
+    )
+
+
+class ObservabilitySpec(ApiModel):
+    tracing: TracingSpec | None = Field(
+        None,
+        description="OpenTelemetry tracing of every component; omitted: the operator's default "
+        "(chart value tracing), which is off unless configured.",
+    )
+
+
 class AutoscalingTarget(ApiModel):
     """What the autoscaler keeps in bounds: exactly one of these (a rule in rules.py)."""
 
@@ -584,6 +628,11 @@ class KimiDeploymentSpec(ApiModel):
         default_factory=MonitoringSpec,
         json_schema_extra=nested_default(),
         description="Prometheus scraping.",
+    )
+    observability: ObservabilitySpec = Field(
+        default_factory=ObservabilitySpec,
+        json_schema_extra=nested_default(),
+        description="OpenTelemetry traces (Prometheus scraping is spec.monitoring).",
     )
     rollout: RolloutSpec = Field(
         default_factory=RolloutSpec,

@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.spec import KimiDeployment, TracingSpec
 from kimi_operator.api.status import WeightsStatus
 from kimi_operator.builders.autoscaling import (
     DEFAULT_PROMETHEUS_URL,
@@ -21,6 +21,7 @@ from kimi_operator.builders.images import DefaultImageGate
 from kimi_operator.builders.nodes import UnfitNodes
 from kimi_operator.builders.routing import DEFAULT_EPP_IMAGE, routing_children
 from kimi_operator.builders.serving import pod_disruption_budget, pod_monitor, service
+from kimi_operator.builders.tracing import effective
 from kimi_operator.builders.weights import (
     cache_claim,
     cache_name,
@@ -80,6 +81,10 @@ class OperatorDefaults:
     # With spec.routing.mode InferencePool: whether the cluster serves the InferencePool API
     # (else no pool and no endpoint picker: the Service alone, Degraded says why).
     inference_pool_available: bool = True
+    # Tracing of deployments that leave spec.observability.tracing out (chart value tracing); None
+    # for none. Not an input of the groups' templates (upgrades.py): a change reaches a group
+    # when it is written for another reason.
+    tracing: TracingSpec | None = None
     # Operator-wide: whose turn it is to move to serving_image (shared by copies of this object).
     image_gate: DefaultImageGate = field(default_factory=DefaultImageGate, compare=False)
     # Operator-wide: the nodes TP groups must leave, kept from the Node watch (builders/nodes.py).
@@ -163,7 +168,7 @@ def build_children(
         children += _groups(kd, defaults, spares, caches)
     children += [service(kd), pod_disruption_budget(kd, evacuating=defaults.nodes.policy.enabled)]
     if defaults.inference_pool_available:
-        children += routing_children(kd, defaults.epp_image)
+        children += routing_children(kd, defaults.epp_image, effective(kd, defaults.tracing))
     if spec.monitoring.pod_monitor:
         children.append(pod_monitor(kd))
     if spec.autoscaling is not None:
@@ -205,6 +210,7 @@ def group_workload(
         caches=caches,
         serving=serving,
         sidecar_image=defaults.routing_sidecar_image,
+        tracing=effective(kd, defaults.tracing),
     )
 
 

@@ -13,7 +13,8 @@ import json
 from typing import Any, Literal
 
 from kimi_operator.api.owned_env import DISAGGREGATION_ENV, NIXL_SIDE_CHANNEL_PORT
-from kimi_operator.api.spec import KimiDeployment, KimiDeploymentSpec
+from kimi_operator.api.spec import KimiDeployment, KimiDeploymentSpec, TracingSpec
+from kimi_operator.builders.tracing import llm_d_flag, sidecar_env
 
 # A group's part in serving: both stages (no spec.prefill), or one of them.
 Serving = Literal["aggregated", "prefill", "decode"]
@@ -99,14 +100,21 @@ def sidecar_args(http_port: int) -> list[str]:
     ]
 
 
-def routing_sidecar(image: str, http_port: int, security: dict[str, Any]) -> dict[str, Any]:
-    """A native sidecar (an init container that keeps running): up before vLLM, down after it."""
-    return {
+def routing_sidecar(
+    kd: KimiDeployment,
+    image: str,
+    http_port: int,
+    security: dict[str, Any],
+    tracing: TracingSpec | None,
+) -> dict[str, Any]:
+    """A native sidecar (an init container that keeps running): up before vLLM, down after it.
+    With tracing it exports its `llm_d.pd_proxy.*` spans (off by default: no flag without it)."""
+    sidecar: dict[str, Any] = {
         "name": SIDECAR_NAME,
         "image": image,
         "command": ["/app/pd-sidecar"],  # the image's entrypoint (llm-d's Dockerfile.sidecar)
         "restartPolicy": "Always",
-        "args": sidecar_args(http_port),
+        "args": sidecar_args(http_port) + ([llm_d_flag(tracing)] if tracing else []),
         "ports": [{"name": "sidecar", "containerPort": http_port, "protocol": "TCP"}],
         "resources": {
             "requests": {"cpu": "1", "memory": "1Gi"},
@@ -114,6 +122,9 @@ def routing_sidecar(image: str, http_port: int, security: dict[str, Any]) -> dic
         },
         "securityContext": dict(security),
     }
+    if tracing is not None:
+        sidecar["env"] = sidecar_env(kd, tracing)
+    return sidecar
 
 
 def _plugin(kind: str, **parameters: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from kimi_operator.api.constants import ENGINE_READY_MARGIN_S, METRICS_PORT
 from kimi_operator.api.host_memory import PodMemory, pod_memory, quantity_text
 from kimi_operator.api.owned_env import FAST_PATH_ENV, owned
-from kimi_operator.api.spec import KimiDeployment, ServingSpec, WeightSource
+from kimi_operator.api.spec import KimiDeployment, ServingSpec, TracingSpec, WeightSource
 from kimi_operator.builders.disaggregation import (
     ROLE_LABEL,
     Serving,
@@ -23,6 +23,7 @@ from kimi_operator.builders.lifecycle import (
     termination_grace_s,
 )
 from kimi_operator.builders.meta import ROUTABLE, labels
+from kimi_operator.builders.tracing import vllm_env
 from kimi_operator.builders.vllm_args import (
     DRAFT_DIR,
     HTTP_PORT,
@@ -99,7 +100,11 @@ def engine_ready_timeout_s(serving: ServingSpec) -> int:
 
 
 def _env(
-    kd: KimiDeployment, with_domain: bool, serving: Serving, cache_env: list[dict[str, Any]]
+    kd: KimiDeployment,
+    with_domain: bool,
+    serving: Serving,
+    cache_env: list[dict[str, Any]],
+    tracing: TracingSpec | None,
 ) -> list[dict[str, Any]]:
     """The operator's variables (api/owned_env.py), then the user's for the role: an
     operator-owned name the user also lists (with a value the rules accept as the same) is
@@ -110,7 +115,7 @@ def _env(
         "value": str(engine_ready_timeout_s(kd.spec.serving)),
     }
     env = [*_fast_path_env(with_domain), *_set("KIMI_METRICS_PORT"), ready, *cache_env]
-    env += handover_env(serving)
+    env += handover_env(serving) + vllm_env(kd, tracing, serving)
     rendered = {e["name"] for e in env}
     return env + [e for e in role_env(kd, serving) if e["name"] not in rendered]
 
@@ -186,10 +191,11 @@ def pod_template(
     caches: Mapping[str, str],
     serving: Serving,
     sidecar_image: str,
+    tracing: TracingSpec | None,
 ) -> dict[str, Any]:
     """`caches`: the weights cache claim of each Hugging Face source, by role (model, draft).
     `serving`: the group's part with spec.prefill (disaggregation.py), whose decode leaders run
-    `sidecar_image`."""
+    `sidecar_image`. `tracing`: the one the deployment runs with (builders/tracing.py)."""
     spec = kd.spec
     volumes, mounts = _volumes(kd, caches)
     compile_cache = cache_volume(kd, cache_key(kd, image, caches, serving))
@@ -199,14 +205,16 @@ def pod_template(
         mounts.append(compile_cache[1])
         cache_env = compile_cache[2]
     resources = _resources(kd)
-    args = (leader_args if role == "leader" else worker_args)(spec, no_custom_all_reduce, serving)
+    args = (leader_args if role == "leader" else worker_args)(
+        spec, no_custom_all_reduce, serving, tracing
+    )
     ports = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
     container: dict[str, Any] = {
         "name": "vllm",
         "image": image,
         "command": ["vllm", "serve"],
         "args": args,
-        "env": _env(kd, channel_claim is not None, serving, cache_env),
+        "env": _env(kd, channel_claim is not None, serving, cache_env, tracing),
         "ports": ports,
         "resources": resources,
         "volumeMounts": mounts,
@@ -241,7 +249,7 @@ def pod_template(
     checks = preflight(kd, image, copy.deepcopy(resources), expect_imex=channel_claim is not None)
     init = [checks]
     if role == "leader" and serving == "decode":
-        init.append(routing_sidecar(sidecar_image, HTTP_PORT, CONTAINER_SECURITY))
+        init.append(routing_sidecar(kd, sidecar_image, HTTP_PORT, CONTAINER_SECURITY, tracing))
     pod = {"initContainers": init, **pod}
     scheduling = spec.scheduling
     if scheduling.node_selector:

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from kimi_operator.api.spec import GatewayRef, KimiDeployment
+from kimi_operator.api.spec import GatewayRef, KimiDeployment, TracingSpec
 from kimi_operator.builders.disaggregation import picker_plugins, scheduling_profiles
 from kimi_operator.builders.meta import (
     LWS_WORKER_INDEX_LABEL,
@@ -20,6 +20,7 @@ from kimi_operator.builders.meta import (
     selector_labels,
 )
 from kimi_operator.builders.serving import service_url
+from kimi_operator.builders.tracing import epp_env, llm_d_flag
 from kimi_operator.builders.vllm_args import HTTP_PORT, KV_EVENTS_PORT
 
 DEFAULT_EPP_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
@@ -64,8 +65,11 @@ def epp_image(kd: KimiDeployment, default: str) -> str:
     return kd.spec.routing.endpoint_picker.image or default
 
 
-def routing_children(kd: KimiDeployment, epp_default_image: str) -> list[dict[str, Any]]:
-    """The pool, the EPP's objects and the route; none in mode Service."""
+def routing_children(
+    kd: KimiDeployment, epp_default_image: str, tracing: TracingSpec | None
+) -> list[dict[str, Any]]:
+    """The pool, the EPP's objects and the route; none in mode Service. `tracing`: the one the
+    deployment runs with (builders/tracing.py)."""
     if kd.spec.routing.mode != "InferencePool":
         return []
     children = [
@@ -74,7 +78,7 @@ def routing_children(kd: KimiDeployment, epp_default_image: str) -> list[dict[st
         epp_role(kd),
         epp_role_binding(kd),
         epp_config_map(kd),
-        epp_deployment(kd, epp_image(kd, epp_default_image)),
+        epp_deployment(kd, epp_image(kd, epp_default_image), tracing),
         epp_service(kd),
     ]
     if kd.spec.routing.gateway_ref is not None:
@@ -191,7 +195,7 @@ def epp_config_map(kd: KimiDeployment) -> dict[str, Any]:
     }
 
 
-def epp_args(kd: KimiDeployment) -> list[str]:
+def epp_args(kd: KimiDeployment, tracing: TracingSpec | None) -> list[str]:
     return [
         "--pool-name",
         pool_name(kd),
@@ -207,9 +211,10 @@ def epp_args(kd: KimiDeployment) -> list[str]:
         str(HEALTH_PORT),
         "--metrics-port",
         str(EPP_METRICS_PORT),
-        # No OpenTelemetry collector is configured, and the metrics endpoint's authentication
-        # would need cluster-scoped TokenReview rights that a namespaced Role cannot grant.
-        "--tracing=false",
+        # On by default in the picker: off unless the deployment traces. The metrics endpoint's
+        # authentication would need cluster-scoped TokenReview rights that a namespaced Role
+        # cannot grant.
+        llm_d_flag(tracing),
         "--metrics-endpoint-auth=false",
     ]
 
@@ -222,13 +227,13 @@ def _grpc_probe(service: str, period_s: int) -> dict[str, Any]:
     return {"grpc": {"port": HEALTH_PORT, "service": service}, "periodSeconds": period_s}
 
 
-def epp_deployment(kd: KimiDeployment, image: str) -> dict[str, Any]:
+def epp_deployment(kd: KimiDeployment, image: str, tracing: TracingSpec | None) -> dict[str, Any]:
     pod_labels = epp_pod_labels(kd)
     container = {
         "name": "epp",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "args": epp_args(kd),
+        "args": epp_args(kd, tracing),
         "ports": [
             {"name": "grpc", "containerPort": EXT_PROC_PORT, "protocol": "TCP"},
             {"name": "grpc-health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
@@ -237,6 +242,7 @@ def epp_deployment(kd: KimiDeployment, image: str) -> dict[str, Any]:
         "env": [
             {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            *epp_env(kd, tracing),
         ],
         # llm-d-router's defaults: the prefix index lives in memory; CPU left to burst.
         "resources": {

@@ -3,7 +3,7 @@
 import json
 
 from kimi_operator.api.host_memory import offloading_size_gib
-from kimi_operator.api.spec import KimiDeploymentSpec, ServingSpec
+from kimi_operator.api.spec import KimiDeploymentSpec, ServingSpec, TracingSpec
 from kimi_operator.api.vllm_parse import destinations
 from kimi_operator.builders.disaggregation import (
     DECODE_VLLM_PORT,
@@ -12,6 +12,7 @@ from kimi_operator.builders.disaggregation import (
     role_engine_args,
 )
 from kimi_operator.builders.lifecycle import drain_flags, load_flags
+from kimi_operator.builders.tracing import vllm_flags
 
 HTTP_PORT = 8000
 # The leaders' ZMQ publisher of KV cache events (vLLM's default endpoint; llm-d-router's default
@@ -142,11 +143,16 @@ def http_port(serving: Serving) -> int:
 
 
 def leader_args(
-    spec: KimiDeploymentSpec, no_custom_all_reduce: bool = False, serving: Serving = "aggregated"
+    spec: KimiDeploymentSpec,
+    no_custom_all_reduce: bool = False,
+    serving: Serving = "aggregated",
+    tracing: TracingSpec | None = None,
 ) -> list[str]:
+    """`tracing`: the one the deployment runs with (builders/tracing.py, `effective`)."""
     args = [
         *engine_flags(spec, serving),
         *_workarounds(spec, no_custom_all_reduce),
+        *vllm_flags(tracing),
         "--port",
         str(http_port(serving)),
     ]
@@ -164,11 +170,15 @@ def leader_args(
 
 
 def worker_args(
-    spec: KimiDeploymentSpec, no_custom_all_reduce: bool = False, serving: Serving = "aggregated"
+    spec: KimiDeploymentSpec,
+    no_custom_all_reduce: bool = False,
+    serving: Serving = "aggregated",
+    tracing: TracingSpec | None = None,
 ) -> list[str]:
     return [
         *engine_flags(spec, serving),
         *_workarounds(spec, no_custom_all_reduce),
+        *vllm_flags(tracing),
         "--nnodes", str(spec.nodes_per_group),
         "--node-rank", "$(LWS_WORKER_INDEX)",
         "--master-addr", "$(LWS_LEADER_ADDRESS)",

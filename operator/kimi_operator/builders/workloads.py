@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 from typing import Any
 
-from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.spec import KimiDeployment, TracingSpec
 from kimi_operator.builders.disaggregation import Serving
 from kimi_operator.builders.meta import group_name, metadata
 from kimi_operator.builders.placement import GROUP_LABEL, group_affinity, group_annotations
@@ -39,6 +39,7 @@ def leader_worker_set(
     caches: Mapping[str, str],
     serving: Serving,
     sidecar_image: str,
+    tracing: TracingSpec | None,
 ) -> dict[str, Any]:
     name = group_name(kd, group, serving)
     channel = channel_claim_name(kd, group, serving) if with_domain else None
@@ -53,6 +54,7 @@ def leader_worker_set(
             caches=caches,
             serving=serving,
             sidecar_image=sidecar_image,
+            tracing=tracing,
         )
         built["metadata"]["labels"][GROUP_LABEL] = name
         affinity = group_affinity(kd, name)
