@@ -44,6 +44,13 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "prometheusAdapter": {"enabled": True},
         }
     },
+    "tracing": {
+        "tracing": {
+            "endpoint": "http://otel-collector.observability:4317",
+            "samplingRatio": 0.25,
+            "detailedTraces": True,
+        }
+    },
     # OpenShift's Thanos querier: the ServiceAccount's token and the service CA, KEDA's
     # credentials from a ClusterTriggerAuthentication; and a Secret mounted for whatever else.
     "secured-prometheus": {
@@ -361,6 +368,20 @@ def test_prometheus_credentials_reach_the_operator(
     assert (defaults.prometheus_bearer_token_file, defaults.keda_authentication) == ("", "")
 
 
+def test_the_tracing_default_reaches_the_operator(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """What a deployment without spec.observability.tracing inherits (docs/observability.md)."""
+    configured = operator_defaults(_parsed(rendered["tracing"])).tracing
+    assert configured is not None
+    assert (
+        configured.model_dump(by_alias=True)
+        == {"protocol": "grpc"} | VALUE_SETS["tracing"]["tracing"]
+    )
+    assert operator_defaults(_parsed(rendered["defaults"])).tracing is None
+    assert not [a for a in _container(rendered["defaults"])["args"] if "tracing" in a]
+
+
 # --- values: schema and documentation --------------------------------------------------------
 
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
@@ -426,6 +447,8 @@ BAD_VALUES = [
     ({"evacuation": {"conditions": ["GPU Xid"]}}, "at '/evacuation/conditions/0'"),
     ({"evacuation": {"conditions": ["Ready"]}}, "at '/evacuation/conditions/0'"),
     ({"evacuation": {"criticalConditions": ["nvidia.com/"]}}, "/evacuation/criticalConditions/0"),
+    ({"tracing": {"samplingRatio": 1.5}}, "at '/tracing/samplingRatio': maximum"),
+    ({"tracing": {"endpoint": "https://otel:4317"}}, "at '/tracing/endpoint'"),
 ]
 
 

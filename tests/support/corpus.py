@@ -14,6 +14,9 @@ OFFLOAD = {"perGPU": "32Gi"}
 EXPANDABLE = {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}
 POOL = {"spec.routing.mode": "InferencePool"}
 PREFILL_AUTOSCALING = {"maxReplicas": 3, "target": {"waitingRequestsPerGroup": 4}}
+COLLECTOR = "http://otel-collector.observability:4317"
+HTTPS_COLLECTOR = "https://tempo.example.com/v1/traces"
+TRACING = {"endpoint": COLLECTOR, "samplingRatio": 0.25, "detailedTraces": True}
 
 
 def prefill(**fields: Any) -> dict[str, Any]:
@@ -29,6 +32,20 @@ def prefill_args(*args: str) -> dict[str, Any]:
     return prefill(engineArgs=list(args))
 
 
+# The variables the operator renders where tracing is on, refused in spec.env also while it is
+# off (builders/tracing.py).
+TRACING_VARIABLES = frozenset(
+    {
+        "OTEL_SERVICE_NAME",
+        "OTEL_TRACES_SAMPLER",
+        "OTEL_TRACES_SAMPLER_ARG",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "KIMI_POD_NAME",
+        "KIMI_NODE_NAME",
+        "KIMI_TP_GROUP",
+    }
+)
 # The compile caches' variables, written out as the issue and vLLM 0.33.0's readers name them
 # (the operator owns them: builders/lifecycle.py).
 CACHE_VARIABLES = frozenset(
@@ -1040,6 +1057,65 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     ("service-external-name", {"spec.service": {"type": "ExternalName"}}, False),
     ("monitoring-off", {"spec.monitoring": {"podMonitor": False}}, True),
     ("monitoring-interval-bad", {"spec.monitoring": {"interval": "15 seconds"}}, False),
+    # spec.observability.tracing (docs/observability.md#traces).
+    ("tracing-grpc", {"spec.observability.tracing": {"endpoint": COLLECTOR}}, True),
+    (
+        "tracing-detailed-sampled",
+        {"spec.observability.tracing": TRACING},
+        True,
+    ),
+    ("tracing-off", {"spec.observability.tracing": {"endpoint": ""}}, True),
+    ("tracing-pool", POOL | {"spec.observability.tracing": TRACING}, True),
+    (
+        "tracing-http-service",
+        {"spec.observability.tracing": {"endpoint": HTTPS_COLLECTOR, "protocol": "http/protobuf"}},
+        True,
+    ),
+    (
+        "tracing-http-pool",
+        POOL
+        | {
+            "spec.observability.tracing": {"endpoint": HTTPS_COLLECTOR, "protocol": "http/protobuf"}
+        },
+        False,
+    ),
+    (
+        "tracing-http-pool-no-endpoint",
+        POOL | {"spec.observability.tracing": {"protocol": "http/protobuf"}},
+        True,
+    ),
+    ("tracing-grpc-tls", {"spec.observability.tracing": {"endpoint": HTTPS_COLLECTOR}}, False),
+    (
+        "tracing-detailed-no-endpoint",
+        {"spec.observability.tracing": {"detailedTraces": True}},
+        False,
+    ),
+    ("tracing-ratio-above-1", {"spec.observability.tracing": {"samplingRatio": 1.5}}, False),
+    ("tracing-ratio-negative", {"spec.observability.tracing": {"samplingRatio": -0.1}}, False),
+    ("tracing-ratio-string", {"spec.observability.tracing": {"samplingRatio": "0.5"}}, False),
+    ("tracing-ratio-1", {"spec.observability.tracing": {"samplingRatio": 1}}, True),
+    (
+        "tracing-endpoint-no-scheme",
+        {"spec.observability.tracing": {"endpoint": "otel:4317"}},
+        False,
+    ),
+    (
+        "tracing-endpoint-other-scheme",
+        {"spec.observability.tracing": {"endpoint": "grpc://otel:4317"}},
+        False,
+    ),
+    (
+        "tracing-endpoint-space",
+        {"spec.observability.tracing": {"endpoint": "http://otel :4317"}},
+        False,
+    ),
+    ("tracing-protocol-unknown", {"spec.observability.tracing": {"protocol": "http/json"}}, False),
+    ("tracing-args", {"spec.engineArgs": ["--otlp-traces-endpoint", COLLECTOR]}, False),
+    ("tracing-args-detailed", {"spec.engineArgs": ["--collect-detailed-traces=all"]}, False),
+    *(
+        (f"env-{name.lower()}", {"spec.env": [{"name": name, "value": "mine"}]}, False)
+        for name in sorted(TRACING_VARIABLES)
+    ),
     ("image", {"spec.image": "registry.example/vllm-kimi@sha256:" + "a" * 64}, True),
     ("name-uppercase", {"metadata.name": "K3"}, False),
     ("name-too-long", {"metadata.name": "k" * 41}, False),

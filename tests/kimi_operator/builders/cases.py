@@ -5,7 +5,7 @@ from typing import Any
 
 import yaml
 
-from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.spec import KimiDeployment, TracingSpec
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
 from tests.support.repo import ROOT
@@ -30,6 +30,12 @@ HF = {
         "revision": "v1",
         "tokenSecretRef": {"name": "hf", "key": "token"},
     }
+}
+
+TRACING = {
+    "endpoint": "http://otel-collector.observability:4317",
+    "samplingRatio": 0.25,
+    "detailedTraces": True,
 }
 
 # name -> (document, operator defaults)
@@ -132,6 +138,22 @@ CASES: dict[str, tuple[dict[str, Any], OperatorDefaults]] = {
             prefill={"replicas": 1, "decider": "UncachedTokens", "uncachedTokens": 512},
         ),
         OperatorDefaults(),
+    ),
+    # spec.observability.tracing on both roles of spec.prefill: vLLM, the picker and the sidecar
+    # export to one collector (docs/observability.md#traces).
+    "disaggregated-traced": (
+        _edited(
+            "k3-tp16-routed.yaml",
+            replicas=1,
+            prefill={"replicas": 1},
+            observability={"tracing": TRACING},
+        ),
+        OperatorDefaults(),
+    ),
+    # The chart's tracing default, inherited by a deployment that says nothing of tracing.
+    "routed-traced-by-default": (
+        _sample("k3-tp16-routed.yaml"),
+        OperatorDefaults(tracing=TracingSpec.model_validate({"endpoint": TRACING["endpoint"]})),
     ),
 }
 
