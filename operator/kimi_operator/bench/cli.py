@@ -47,6 +47,26 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be 0 to 1: {text}")
+    return value
+
+
+def _trace_url(text: str) -> str:
+    from kimi_operator.bench.traceparent import TRACE_ID_PLACEHOLDER  # noqa: PLC0415
+
+    if not text.startswith(("http://", "https://")) or TRACE_ID_PLACEHOLDER not in text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected an http(s) URL with {TRACE_ID_PLACEHOLDER} where the trace id goes"
+        )
+    return text
+
+
 # Options a run passes on to the in-cluster Job unchanged: (flag, dest).
 PASSED_TO_JOB = (
     ("--endpoint", "endpoint"),
@@ -65,6 +85,8 @@ PASSED_TO_JOB = (
     ("--timeout", "timeout"),
     ("--metrics-url", "metrics_url"),
     ("--replay", "replay"),
+    ("--traceparent-sampling", "traceparent_sampling"),
+    ("--trace-url", "trace_url"),
 )
 
 
@@ -132,6 +154,21 @@ def add_bench_parser(sub: Any) -> None:
         help="a TP group leader's /metrics (repeat for each group, e.g. "
         "http://NAME-gN-0.NAME-gN.NAMESPACE:8000/metrics in the cluster): the prefix-cache hit "
         "rate per group and over all of them",
+    )
+    bench.add_argument(
+        "--traceparent-sampling",
+        type=_ratio,
+        default=1.0,
+        metavar="RATIO",
+        help="every measured request carries a W3C traceparent of its own; this share of them "
+        "(0 to 1) says sampled, which the deployment's tracing follows (default 1)",
+    )
+    bench.add_argument(
+        "--trace-url",
+        type=_trace_url,
+        metavar="TEMPLATE",
+        help="the trace UI's page of a trace, {trace_id} where the id goes (e.g. "
+        "'https://grafana.example/explore?...{trace_id}'): the report links the slowest turns",
     )
     bench.add_argument("--output", metavar="DIR", help="where results.json, report.md, plots go")
     bench.add_argument("--force", action="store_true", help="overwrite results in --output")
@@ -436,6 +473,8 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
         group_metrics_urls=tuple(args.group_metrics_url),
         replay=replay,
         tasks_cut=tasks_cut,
+        trace_sampling=args.traceparent_sampling,
+        trace_url=args.trace_url,
     )
 
 

@@ -21,6 +21,7 @@ from aiohttp.client_proto import ResponseHandler
 from kimi_operator.bench.profiles import PlannedRequest
 from kimi_operator.bench.results import Api, RequestRecord, TokenCounts
 from kimi_operator.bench.stats import decode_rate
+from kimi_operator.bench.traceparent import TraceParent
 
 
 class _StampedProtocol(ResponseHandler):
@@ -122,6 +123,7 @@ class Outcome:
     error: str | None = None
     tool_calls: set[int] = field(default_factory=set)  # indexes of the structured calls streamed
     text: list[str] = field(default_factory=list)  # answer text, kept for tool-using requests
+    trace: TraceParent | None = None  # the traceparent it was sent with
 
 
 def _carries_text(choices: list[dict[str, Any]]) -> bool:
@@ -234,11 +236,15 @@ async def stream_request(
     payload: bytes,
     progress: Progress,
     tools: bool = False,
+    *,
+    trace: TraceParent | None = None,
 ) -> Outcome:
     """Send one streaming request; never raises: failures end up in `Outcome.error`. `tools`: the
-    request offers tools, so its tool calls are counted."""
+    request offers tools, so its tool calls are counted. `trace`: its W3C trace context."""
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-    outcome = Outcome(sent=perf_counter())
+    if trace is not None:
+        headers["traceparent"] = trace.header
+    outcome = Outcome(sent=perf_counter(), trace=trace)
     stream = _Stream(outcome, progress, tools)
     try:
         async with session.post(url, data=payload, headers=headers) as response:
@@ -295,4 +301,6 @@ def to_record(plan: PlannedRequest, outcome: Outcome, run_start: float) -> Reque
         error=outcome.error,
         tool_calls=len(outcome.tool_calls) if plan.tools else None,
         tool_markup=TOOL_MARKUP in "".join(outcome.text),
+        trace_id=outcome.trace.trace_id if outcome.trace else None,
+        trace_sampled=outcome.trace.sampled if outcome.trace else None,
     )

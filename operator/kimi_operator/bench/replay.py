@@ -14,6 +14,7 @@ import aiohttp
 from kimi_operator.bench.client import Progress, stream_request, to_record
 from kimi_operator.bench.profiles import PlannedRequest
 from kimi_operator.bench.results import RequestRecord
+from kimi_operator.bench.traceparent import new_traceparent
 
 
 async def run_plan(
@@ -25,8 +26,10 @@ async def run_plan(
     concurrency: int | None,
     progress: Progress,
     closed: bool = False,
+    trace_sampling: float | None = None,
 ) -> tuple[list[RequestRecord], float]:
-    """Send the planned requests, at most `concurrency` in flight.
+    """Send the planned requests, at most `concurrency` in flight; with `trace_sampling`, each
+    with a traceparent of its own, that share of them sampled.
 
     Returns the records of the requests sent (in plan order; a record's `scheduled_start_s` is
     when it became due) and the run's duration: first send to last completion. Plan indexes are
@@ -53,11 +56,12 @@ async def run_plan(
         if delay > 0:
             await asyncio.sleep(delay)
         tools = bool(request.tools)
+        trace = None if trace_sampling is None else new_traceparent(trace_sampling)
         if limit is None:
-            outcome = await stream_request(session, url, payload, progress, tools)
+            outcome = await stream_request(session, url, payload, progress, tools, trace=trace)
         else:
             async with limit:
-                outcome = await stream_request(session, url, payload, progress, tools)
+                outcome = await stream_request(session, url, payload, progress, tools, trace=trace)
         record = to_record(dataclasses.replace(request, start_s=due), outcome, run_start)
         answered[request.index].set_result(outcome.finished if record.error is None else None)
         progress.done += 1

@@ -5,10 +5,12 @@ import statistics
 from pathlib import Path
 
 from kimi_operator.bench import BenchError
-from kimi_operator.bench.results import Distribution, Results, ServerMetrics
+from kimi_operator.bench.results import Distribution, RequestRecord, Results, ServerMetrics
 from kimi_operator.bench.stats import chunk_gaps, token_itls
+from kimi_operator.bench.traceparent import trace_link
 
 RESULTS, REPORT = "results.json", "report.md"
+SLOWEST_TURNS = 10  # the report's list of the turns that took longest, with their traces
 ITL_PLOT, RATE_PLOT = "itl_cdf.png", "decode_rate.png"
 # Printed when matplotlib is missing: the run's results are written all the same.
 PLOTS_SKIPPED = (
@@ -159,6 +161,39 @@ def task_rows(results: Results) -> list[list[str]]:
     return rows
 
 
+def slowest_turns(results: Results) -> list[RequestRecord]:
+    """The answered requests that took longest end to end, slowest first."""
+    answered = [r for r in results.requests if r.e2e_s is not None]
+    return sorted(answered, key=lambda r: -(r.e2e_s or 0))[:SLOWEST_TURNS]
+
+
+def _trace_cell(record: RequestRecord, template: str | None) -> str:
+    if record.trace_id is None:
+        return "-"
+    if not record.trace_sampled:
+        return f"`{record.trace_id}` (not sampled)"
+    if template is None:
+        return f"`{record.trace_id}`"
+    return f"[`{record.trace_id}`]({trace_link(template, record.trace_id)})"
+
+
+def slowest_rows(results: Results) -> list[list[str]]:
+    """Request, group, TTFT and end-to-end ms, output tokens, trace; none without traces."""
+    if not any(r.trace_id for r in results.requests):
+        return []
+    return [
+        [
+            str(r.index),
+            r.group or "-",
+            ms(r.ttft_s),
+            ms(r.e2e_s),
+            str(r.output_tokens),
+            _trace_cell(r, results.config.trace_url),
+        ]
+        for r in slowest_turns(results)
+    ]
+
+
 def text_table(rows: list[list[str]], header: list[str] | None = None) -> str:
     """Aligned columns: the first left-aligned, the others right-aligned."""
     table = [header, *rows] if header else rows
@@ -241,6 +276,19 @@ def report_markdown(results: Results, plots: bool) -> str:
             "first send to the last token of its last request. One failed request fails its task.",
             "",
             markdown_table(tasks, ["", ""]),
+        ]
+    if slowest := slowest_rows(results):
+        out += [
+            "",
+            "## Slowest turns",
+            "",
+            "The answered requests that took longest, each with the W3C trace id it was sent with: "
+            "a sampled one is a trace in the deployment's collector (spec.observability.tracing), "
+            "from the endpoint picker through the P/D sidecar to vLLM's `llm_request` span.",
+            "",
+            markdown_table(
+                slowest, ["request", "group", "TTFT ms", "end to end ms", "tokens", "trace"]
+            ),
         ]
     if s.warnings:
         out += ["", "## Warnings", "", *[f"- {w}" for w in s.warnings]]

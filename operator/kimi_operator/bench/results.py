@@ -60,6 +60,13 @@ class RunConfig(Model):
     started_at: str
     tool_version: str
     replay: Replay | None = Field(default=None, description="How a trace was replayed.")
+    trace_sampling: float | None = Field(
+        default=None,
+        description="Share of the requests whose traceparent said sampled; None: none sent.",
+    )
+    trace_url: str | None = Field(
+        default=None, description="The trace UI's page of a trace, `{trace_id}` in it."
+    )
 
 
 class RequestRecord(Model):
@@ -93,6 +100,14 @@ class RequestRecord(Model):
         default=False,
         description="The answer's text holds Kimi K3's tool-call markup: the server parsed no "
         "call out of it (no --tool-call-parser kimi_k3).",
+    )
+    trace_id: str | None = Field(
+        default=None,
+        description="The W3C trace id of the traceparent it was sent with: its trace in the "
+        "deployment's collector (spec.observability.tracing) when sampled.",
+    )
+    trace_sampled: bool | None = Field(
+        default=None, description="Whether that traceparent asked for the request to be traced."
     )
 
 

@@ -70,6 +70,8 @@ class RunOptions:
     replay: Replay | None = None  # trace replays only
     group_metrics_urls: tuple[str, ...] = ()  # each TP group's leader: its prefix cache
     tasks_cut: int = 0  # tasks that --requests left incomplete
+    trace_sampling: float | None = None  # share of traceparents sampled; None: none sent
+    trace_url: str | None = None  # the trace UI's page of a trace, `{trace_id}` in it
 
 
 def tool_version() -> str:
@@ -210,6 +212,7 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
                 concurrency=options.concurrency,
                 progress=progress,
                 closed=options.replay == "closed",
+                trace_sampling=options.trace_sampling,
             )
         finally:
             if ticker is not None:
@@ -253,6 +256,8 @@ async def run(options: RunOptions, progress_out: TextIO | None) -> Results:
         started_at=started_at,
         tool_version=tool_version(),
         replay=options.replay,
+        trace_sampling=options.trace_sampling,
+        trace_url=options.trace_url,
     )
     summary = summarize(
         records=records,

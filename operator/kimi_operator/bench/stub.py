@@ -90,6 +90,7 @@ class _State:
     gaps: int = 0  # chunk gaps of those streams
     bodies: list[dict[str, Any]] = field(default_factory=list)
     sends: dict[str, list[float]] = field(default_factory=dict)
+    traceparents: dict[str, str | None] = field(default_factory=dict)  # request id -> its header
     prefix_queries: int = 0  # prompt words looked up in the prefix cache
     prefix_hits: int = 0  # of those, found there
     external_queries: int = 0  # words looked up in the CPU tier (after the GPU cache's hits)
@@ -247,6 +248,7 @@ class StubApp:
         usage = s.usage and bool(options.get("include_usage"))
         continuous = usage and s.continuous_usage and bool(options.get("continuous_usage_stats"))
         request_id = f"cmpl-{number}"
+        state.traceparents[request_id] = request.headers.get("traceparent")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         sends = state.sends.setdefault(request_id, []) if s.record_sends else None
