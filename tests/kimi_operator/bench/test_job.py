@@ -78,6 +78,8 @@ def test_job_against_a_deployment(cli: Cli) -> None:
         "3.5",
         "--timeout",
         "600.0",
+        "--traceparent-sampling",
+        "1.0",
         "--output",
         "/results/kimi-bench-k3-long-context",
         "--force",
