@@ -247,8 +247,7 @@ class StubApp:
         options = body.get("stream_options") or {}
         usage = s.usage and bool(options.get("include_usage"))
         continuous = usage and s.continuous_usage and bool(options.get("continuous_usage_stats"))
-        request_id = f"cmpl-{number}"
-        state.traceparents[request_id] = request.headers.get("traceparent")
+        state.traceparents[request_id := f"cmpl-{number}"] = request.headers.get("traceparent")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         sends = state.sends.setdefault(request_id, []) if s.record_sends else None
