@@ -201,8 +201,7 @@ def test_a_decode_leader_behind_the_sidecar_waits_its_whole_grace() -> None:
     holds through their remote prefill, and a decode group read 0 was deleted with requests in
     the sidecar. llm-d-router v0.10.0's sidecar exposes no count of its own: unknown, unread."""
     decode = pod(0, "false")
-    image = "ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.10.0"
-    sidecar = routing_sidecar(kd(), image, 8000, {}, None)
+    sidecar = routing_sidecar("ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.10.0", 8000, {})
     decode["spec"]["initContainers"] = [sidecar]
     assert drain.behind_sidecar(decode)
     assert drain.metrics_url(decode) is None  # not read: vLLM's 0 would not mean drained

@@ -13,8 +13,7 @@ import json
 from typing import Any, Literal
 
 from kimi_operator.api.owned_env import DISAGGREGATION_ENV, NIXL_SIDE_CHANNEL_PORT
-from kimi_operator.api.spec import KimiDeployment, KimiDeploymentSpec, TracingSpec
-from kimi_operator.builders.tracing import llm_d_flag, sidecar_env
+from kimi_operator.api.spec import KimiDeployment, KimiDeploymentSpec
 
 # A group's part in serving: both stages (no spec.prefill), or one of them.
 Serving = Literal["aggregated", "prefill", "decode"]
@@ -100,21 +99,14 @@ def sidecar_args(http_port: int) -> list[str]:
     ]
 
 
-def routing_sidecar(
-    kd: KimiDeployment,
-    image: str,
-    http_port: int,
-    security: dict[str, Any],
-    tracing: TracingSpec | None,
-) -> dict[str, Any]:
-    """A native sidecar (an init container that keeps running): up before vLLM, down after it.
-    With tracing it exports its `llm_d.pd_proxy.*` spans (off by default: no flag without it)."""
-    sidecar: dict[str, Any] = {
+def routing_sidecar(image: str, http_port: int, security: dict[str, Any]) -> dict[str, Any]:
+    """A native sidecar (an init container that keeps running): up before vLLM, down after it."""
+    return {
         "name": SIDECAR_NAME,
         "image": image,
         "command": ["/app/pd-sidecar"],  # the image's entrypoint (llm-d's Dockerfile.sidecar)
         "restartPolicy": "Always",
-        "args": sidecar_args(http_port) + ([llm_d_flag(tracing)] if tracing else []),
+        "args": sidecar_args(http_port),
         "ports": [{"name": "sidecar", "containerPort": http_port, "protocol": "TCP"}],
         "resources": {
             "requests": {"cpu": "1", "memory": "1Gi"},
@@ -122,9 +114,6 @@ def routing_sidecar(
         },
         "securityContext": dict(security),
     }
-    if tracing is not None:
-        sidecar["env"] = sidecar_env(kd, tracing)
-    return sidecar
 
 
 def _plugin(kind: str, **parameters: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from kimi_operator.builders.lifecycle import (
     termination_grace_s,
 )
 from kimi_operator.builders.meta import ROUTABLE, labels
-from kimi_operator.builders.tracing import vllm_env
+from kimi_operator.builders.tracing import traced_sidecar, vllm_env
 from kimi_operator.builders.vllm_args import (
     DRAFT_DIR,
     HTTP_PORT,
@@ -249,7 +249,8 @@ def pod_template(
     checks = preflight(kd, image, copy.deepcopy(resources), expect_imex=channel_claim is not None)
     init = [checks]
     if role == "leader" and serving == "decode":
-        init.append(routing_sidecar(kd, sidecar_image, HTTP_PORT, CONTAINER_SECURITY, tracing))
+        sidecar = routing_sidecar(sidecar_image, HTTP_PORT, CONTAINER_SECURITY)
+        init.append(traced_sidecar(sidecar, kd, tracing))
     pod = {"initContainers": init, **pod}
     scheduling = spec.scheduling
     if scheduling.node_selector:

@@ -8,13 +8,11 @@ name and the resource attributes from the environment; every component samples p
 caller's `traceparent` decides for the whole request.
 """
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from kimi_operator.api.spec import KimiDeployment, TracingSpec
+from kimi_operator.builders.disaggregation import Serving
 from kimi_operator.builders.placement import GROUP_LABEL
-
-if TYPE_CHECKING:  # disaggregation renders the P/D sidecar with this module
-    from kimi_operator.builders.disaggregation import Serving
 
 SAMPLER = "parentbased_traceidratio"
 # What a span's service.name says served it, after the deployment's name.
@@ -32,7 +30,7 @@ def service_name(kd: KimiDeployment, component: Component) -> str:
     return f"{kd.metadata.name}-{component}"
 
 
-def serving_component(serving: "Serving") -> Component:
+def serving_component(serving: Serving) -> Component:
     """The groups of spec.replicas are the decode groups, aggregated or not."""
     return "prefill" if serving == "prefill" else "decode"
 
@@ -87,7 +85,7 @@ def _group() -> dict[str, Any]:
 
 
 def vllm_env(
-    kd: KimiDeployment, tracing: TracingSpec | None, serving: "Serving"
+    kd: KimiDeployment, tracing: TracingSpec | None, serving: Serving
 ) -> list[dict[str, Any]]:
     """A serving pod's, with vLLM's transport."""
     if tracing is None:
@@ -117,7 +115,13 @@ def epp_env(kd: KimiDeployment, tracing: TracingSpec | None) -> list[dict[str, A
     return [*_env(kd, tracing, "epp", {"kimi.role": "epp"}), *_llm_d_exporter(tracing)]
 
 
-def sidecar_env(kd: KimiDeployment, tracing: TracingSpec) -> list[dict[str, Any]]:
-    """The P/D sidecar's, beside its decode group's vLLM."""
+def traced_sidecar(
+    sidecar: dict[str, Any], kd: KimiDeployment, tracing: TracingSpec | None
+) -> dict[str, Any]:
+    """The P/D sidecar (disaggregation.py) exporting its `llm_d.pd_proxy.*` spans; off by
+    default, so without tracing it is left as it is."""
+    if tracing is None:
+        return sidecar
     attributes = {"kimi.group": "$(KIMI_TP_GROUP)", "kimi.role": "sidecar"}
-    return [*_env(kd, tracing, "sidecar", attributes, _group()), *_llm_d_exporter(tracing)]
+    env = [*_env(kd, tracing, "sidecar", attributes, _group()), *_llm_d_exporter(tracing)]
+    return sidecar | {"args": [*sidecar["args"], llm_d_flag(tracing)], "env": env}
