@@ -10,6 +10,9 @@ Run inside the image, after the kimi-kernels wheel is installed (`python3 check_
   tokenspeed_mla's `__init__` swallows its own ImportError, so importing it proves little.
 - The kimi-kernels wheel with its requirements met and every entry point loadable, and the V2
   model runner not switched off.
+- vLLM's OpenTelemetry backend (vllm/tracing/otel.py: the SDK and both OTLP exporters), without
+  which a deployment with spec.observability.tracing exports nothing and says nothing: vLLM
+  0.33.0's own check (`is_tracing_available`) is always true, and its tracer quietly stays unset.
 Prints one line per problem and exits 1, or one summary line and exits 0.
 """
 
@@ -20,6 +23,7 @@ from importlib import metadata
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
+from vllm.tracing import otel
 
 from kimi_kernels.preflight import imports
 
@@ -113,6 +117,15 @@ def check_entry_points(distribution: str) -> list[str]:
     return problems
 
 
+def check_tracing(available: Callable[[], bool], error: str | None) -> list[str]:
+    """`available`, `error`: vllm/tracing/otel.py's is_otel_available and the traceback of its
+    failed import."""
+    if available():
+        return []
+    last = (error or "").strip().splitlines()[-1:] or ["no reason given"]
+    return [f"vLLM cannot export traces (spec.observability.tracing): {last[0]}"]
+
+
 def check_environment(environ: dict[str, str]) -> list[str]:
     value = environ.get(V2_RUNNER)
     if value != "1":
@@ -129,6 +142,7 @@ def problems(environ: dict[str, str]) -> list[str]:
         *check_fast_path(),
         *check_requirements(KERNELS, metadata.version),
         *check_entry_points(KERNELS),
+        *check_tracing(otel.is_otel_available, otel.otel_import_error_traceback),
         *check_environment(environ),
     ]
     return list(dict.fromkeys(found))  # a cause found by two checks is said once

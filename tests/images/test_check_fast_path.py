@@ -163,6 +163,15 @@ def test_v1_runner_is_refused(value: str | None) -> None:
     assert check.check_environment({"VLLM_USE_V2_MODEL_RUNNER": "1"}) == []
 
 
+def test_tracing_needs_vllms_opentelemetry_backend() -> None:
+    """vllm.tracing's own verdict: available, or the last line of the import that failed."""
+    error = "Traceback (most recent call last):\n  ...\nImportError: no grpc\n"
+    assert check.check_tracing(lambda: False, error) == [
+        "vLLM cannot export traces (spec.observability.tracing): ImportError: no grpc"
+    ]
+    assert check.check_tracing(lambda: True, None) == []
+
+
 def test_main_reports_each_problem_and_fails(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -190,3 +199,8 @@ def test_the_whole_check_in_this_venv() -> None:
     assert any(p.startswith("flashinfer-python needs ") for p in found)
     assert not [p for p in found if "kimi-kernels" in p or "entry point" in p]
     assert not any("VLLM_USE_V2_MODEL_RUNNER" in p for p in found)
+    # vLLM's OpenTelemetry backend: this venv has the API alone, not the SDK and its exporters.
+    assert (
+        "vLLM cannot export traces (spec.observability.tracing): ModuleNotFoundError: No module "
+        "named 'opentelemetry.exporter'"
+    ) in found
