@@ -22,7 +22,8 @@ Component = Literal["decode", "prefill", "epp", "sidecar"]
 def effective(kd: KimiDeployment, default: TracingSpec | None) -> TracingSpec | None:
     """The tracing a deployment runs with: its own, else the operator's; None when off (no
     endpoint: an empty one in the spec turns the operator's default off)."""
-    chosen = kd.spec.observability.tracing or default
+    own = kd.spec.observability.tracing
+    chosen = default if own is None else own
     return chosen if chosen is not None and chosen.endpoint else None
 
 
