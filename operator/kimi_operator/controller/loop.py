@@ -152,6 +152,12 @@ class Controller:
         if self.defaults.nodes.observe(event_type, node):
             self.resync()
 
+    def nodes_listed(self) -> None:
+        """The Node watch listed every node: what is unfit is known from now on, and every
+        deployment is looked at again with it (group_set.py: unknown begins no evacuation)."""
+        self.defaults.nodes.listed()
+        self.resync()
+
     def resync(self) -> None:
         """Every known deployment again: restores children edited or deleted by hand, prunes
         what a crash or a lost event left. One with a retry pending is left to it."""
