@@ -170,10 +170,9 @@ def _role(
             out.marks.pop(name, None)
             out.news.append(("EvacuationCancelled", f"{record.group} is on fit nodes: {name} goes"))
     standing_in = {r.group: n for n, r in role.replacing.items()}
-    base = sorted(
-        (n for n in mine if n not in role.replacing),
-        key=lambda n: (n in on_unfit and n not in standing_in, _index(n)),
-    )
+    base = sorted((n for n in mine if n not in role.replacing), key=_index)
+    if len(base) > replicas:  # a scale-down: a group on an unfit node goes first
+        base.sort(key=lambda n: n in on_unfit and n not in standing_in)
     members, extras = base[:replicas], base[replicas:]
     fresh = _fresh(kd.metadata.name, letter, [*mine, *(r.group for r in records.values())])
     # Evacuations begun now: the members on unfit nodes, a critical node first, within budget.
