@@ -66,9 +66,16 @@ def test_a_critical_condition_wins_over_a_cordon() -> None:
     assert "GpuNvlinkWatch" in found.detail
 
 
+def test_without_a_policy_nothing_is_unfit_from_the_start() -> None:
+    assert UnfitNodes(NodePolicy(enabled=False)).now() == {}
+
+
 def test_the_watch_says_only_what_changed() -> None:
     nodes = UnfitNodes()
     assert not nodes.observe(None, node())  # listed, fit: nothing to do
+    assert nodes.now() is None  # not known until the whole list is in (group_set.py)
+    nodes.listed()
+    assert nodes.now() == {}
     assert nodes.observe("MODIFIED", node(cordoned=True))
     assert not nodes.observe("MODIFIED", node(cordoned=True))  # a heartbeat: the same
     assert nodes.now() == {"tray-1": Unfit(CORDONED, "")}
