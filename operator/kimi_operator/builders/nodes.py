@@ -114,10 +114,12 @@ class UnfitNodes:
         # Until the Node watch has listed, which nodes are unfit is not known (no policy: none).
         self._listed = not self.policy.enabled
 
-    def listed(self) -> None:
-        """The Node watch handed on its whole list: from now on what is unfit is known."""
+    def listed(self) -> bool:
+        """The Node watch handed on its whole list: from now on what is unfit is known; whether
+        it was not known before (a relist after 410 Gone changes nothing)."""
         with self._lock:
-            self._listed = True
+            first, self._listed = not self._listed, True
+        return first
 
     def observe(self, event_type: str | None, node: Mapping[str, Any]) -> bool:
         """A Node watch event (None: listed); whether what is unfit changed."""

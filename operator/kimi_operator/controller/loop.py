@@ -154,9 +154,10 @@ class Controller:
 
     def nodes_listed(self) -> None:
         """The Node watch listed every node: what is unfit is known from now on, and every
-        deployment is looked at again with it (group_set.py: unknown begins no evacuation)."""
-        self.defaults.nodes.listed()
-        self.resync()
+        deployment is looked at again with it, the first time (group_set.py: unknown begins
+        no evacuation)."""
+        if self.defaults.nodes.listed():
+            self.resync()
 
     def resync(self) -> None:
         """Every known deployment again: restores children edited or deleted by hand, prunes
