@@ -315,7 +315,7 @@ class Controller:
                 self.queue.retry(uid, retry_delay(error, self.queue.failures(uid)))
 
     def _drop(self, uid: str) -> None:
-        self.defaults.image_gate.release(uid)  # a turn it held goes to the next deployment
+        self.defaults.image_gate.forget(uid)  # a turn it held goes to the next deployment
         with self._guard:
             self.deployments.pop(uid, None)
         self.queue.remove(uid)
