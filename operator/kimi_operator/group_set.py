@@ -163,16 +163,21 @@ def _role(
         over = name not in role.replacing and seen.unfit is not None
         out.marks[name] = None if over and record.node not in (seen.unfit or {}) else record.text()
     on_unfit = seen.found or {}
-    # Its group known back on fit nodes before the replacement serves: the evacuation is over.
+    # Its group known back on fit nodes before the replacement serves: the evacuation is over,
+    # and the replacement goes (pruned: it is no member).
+    cancelled = set()
     for name, record in list(role.replacing.items()):
         if seen.found is not None and record.group not in on_unfit and not serving(mine[name]):
             del role.replacing[name]
             out.marks.pop(name, None)
+            cancelled.add(name)
             out.news.append(("EvacuationCancelled", f"{record.group} is on fit nodes: {name} goes"))
     standing_in = {r.group: n for n, r in role.replacing.items()}
-    base = sorted((n for n in mine if n not in role.replacing), key=_index)
-    if len(base) > replicas:  # a scale-down: a group on an unfit node goes first
-        base.sort(key=lambda n: n in on_unfit and n not in standing_in)
+    base = sorted((n for n in mine if n not in role.replacing and n not in cancelled), key=_index)
+    if len(base) > replicas:  # a scale-down: a group not serving goes first, then one on an
+        base.sort(  # unfit node (it would cost a replacement), then the highest index
+            key=lambda n: (not serving(mine[n]), n in on_unfit and n not in standing_in)
+        )
     members, extras = base[:replicas], base[replicas:]
     fresh = _fresh(kd.metadata.name, letter, [*mine, *(r.group for r in records.values())])
     # Evacuations begun now: the members on unfit nodes, a critical node first, within budget.

@@ -208,3 +208,19 @@ def test_a_record_that_cannot_be_read_is_none() -> None:
     broken = group(2)
     broken["metadata"]["annotations"] = {EVACUATION_ANNOTATION: json.dumps({"group": 1})}
     assert recorded(broken) is None
+
+
+def test_a_replacement_cancelled_goes_and_takes_no_serving_groups_place() -> None:
+    """Found by the model check: g1 back on fit nodes (recreated) cancelled its replacement g3,
+    which then counted as a member, and the scale-down order pruned g2, the one group serving."""
+    live = [group(1, ready=False), group(2), group(3, ready=False, record=record_of(1))]
+    seen = pods(1, "tray-0") + pods(2, "tray-6") + pods(3, "", unschedulable=True)
+    found = plan(live, seen, {"tray-6": Unfit(CORDONED, "")}, now=LATER)
+    role = found.roles["g"]
+    assert role.positions[:2] == [name(1), name(2)]
+    assert name(3) not in [*role.positions, *role.replacing]  # pruned
+    assert {r.group for r in role.replacing.values()} == {name(2)}  # g2 on a cordoned node
+
+
+def record_of(index: int) -> Record:
+    return Record(name(index), "tray-3", CORDONED, "node tray-3 is cordoned", False, START)
