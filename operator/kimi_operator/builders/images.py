@@ -85,7 +85,8 @@ class DefaultImageGate:
                 self._holder = (uid, label)
 
     def forget(self, uid: str) -> None:
-        """`uid` is gone: its turn goes to the next deployment, and it never takes one again."""
+        """`uid` is gone or being deleted: its turn goes to the next deployment, and it never
+        takes one again."""
         with self._lock:
             self._gone.add(uid)
             if self._holder is not None and self._holder[0] == uid:

@@ -122,6 +122,8 @@ class Controller:
         if event_type == "DELETED":
             self.deleted(uid)
             return
+        if meta.get("deletionTimestamp"):  # it never moves again: nor takes the turn back
+            self.defaults.image_gate.forget(uid)
         why = trigger(event_type, obj)
         with self._guard:
             self._known[uid] = (meta["namespace"], meta["name"])
