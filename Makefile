@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: setup tools demo test lint typecheck unit crd bench images test-images test-reliability \
-	test-fuzz vllm-cpu serve-cpu test-vllm test-plan-prediction clean
+	test-fuzz test-model vllm-cpu serve-cpu test-vllm test-plan-prediction clean
 
 setup: $(STAMP)
 
@@ -85,6 +85,13 @@ unit: $(STAMP) tools
 test-fuzz: $(STAMP)
 	KIMI_FUZZ=full $(BIN)/pytest $(XDIST) tests/fuzz \
 		tests/kimi_operator/api/test_one_verdict.py
+
+# The group set's model check at length (tests/kimi_operator/test_group_model.py): a thousand
+# random interleavings of rack drains, restarts, edits, scaling and failures (`make test` runs
+# fifteen, the same each time); hypothesis prints the steps of any failure.
+test-model: $(STAMP)
+	KIMI_MODEL_CHECK=long $(BIN)/pytest -p no:cacheprovider --hypothesis-show-statistics \
+		tests/kimi_operator/test_group_model.py
 
 crd: $(STAMP)
 	$(BIN)/kimi-operator crd > crds/kimi-operator.io_kimideployments.yaml

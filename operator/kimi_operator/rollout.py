@@ -6,8 +6,9 @@ rolls that role only). A group is *updated* when it carries
 the template the spec asks for now (what the operator last applied to it is that template, and a
 hand edit has not changed it since), *ready* when its LeaderWorkerSet reports its group Ready for
 its current generation. An outdated group is rewritten only while enough groups stay ready:
-`replicas - maxUnavailable`, counting a surge group (index `replicas`) made first with the new
-template. A change that leaves the template alone rewrites no group. docs/rollout.md explains.
+`replicas - maxUnavailable`, counting a surge group (the position after the members': the
+group set, group_set.py, says which group is where) made first with the new template. A change
+that leaves the template alone rewrites no group. docs/rollout.md explains.
 """
 
 import calendar
@@ -56,6 +57,7 @@ class Steps:
     rolling: bool  # some group still to update, or updated and not yet ready
     stalled: tuple[int, ...]  # updated groups not ready within the progress deadline
     requeue_after_s: float | None  # when the first group in progress reaches its deadline
+    names: tuple[str, ...] = ()  # the group at each position (rollout.decide)
 
 
 def plan(
@@ -65,17 +67,15 @@ def plan(
     *,
     now: float | None,
     was_rolling: bool,
-    evacuating: bool = False,
 ) -> Steps:
-    """`groups`: the groups that exist, by index. `was_rolling`: the last status said a rollout
-    was under way (so that the last group's deadline still counts once none is outdated).
-    `evacuating`: the surge slot holds an evacuation's replacement (evacuation.py), no sign of a
-    rollout."""
+    """`groups`: the groups that exist, by position (group_set.py: the members, then the
+    extras). `was_rolling`: the last status said a rollout was under way (so that the last
+    group's deadline still counts once none is outdated)."""
     wanted = range(replicas)
     spare_range = range(replicas, replicas + strategy.max_surge)
     outdated = [i for i in wanted if i in groups and not groups[i].updated]
     all_ready = all(i in groups and groups[i].updated and groups[i].ready for i in wanted)
-    had_spare = not evacuating and any(i in groups for i in spare_range)
+    had_spare = any(i in groups for i in spare_range)
     rolling = replicas > 0 and (bool(outdated) or (not all_ready and (was_rolling or had_spare)))
     spares = strategy.max_surge if rolling else 0
     serving = [*wanted, *range(replicas, replicas + spares)]
@@ -211,54 +211,56 @@ def decide(
     children: Sequence[Mapping[str, Any]],
     live: Mapping[str, Mapping[str, Any]],
     *,
+    positions: Mapping[str, Sequence[str]],
+    replacing: Collection[str] = (),
+    leaving: Collection[str] = (),
     now: str,
     was_rolling: bool,
     older: Collection[str] = (),
-    evacuations: Mapping[str, int] | None = None,
 ) -> Decision:
     """`children`: the deployment's children as the operator writes them (with owner and
-    applied-spec annotation), surge groups included; `live`: its LeaderWorkerSets by name;
-    `older`: groups on an older template (upgrades.py): counted as updated, left as they are;
-    `evacuations`: the surge groups each role's evacuations keep (evacuation.py), by role
-    letter."""
-    evacuations = evacuations or {}
-    spec, name = kd.spec, kd.metadata.name
+    applied-spec annotation); `live`: its LeaderWorkerSets by name; `positions`: each role's
+    groups in position order (group_set.py: members, extras, fresh names), of which the rollout
+    keeps `replicas` and its surge; `replacing`: evacuations' replacements not yet serving
+    (written with the current template, outside the budget: they serve nothing); `leaving`:
+    evacuated groups draining (left as they are); `older`: groups on an older template
+    (upgrades.py): counted as updated, left as they are."""
+    spec = kd.spec
     strategy = Strategy(
         spec.rollout.max_unavailable,
         spec.rollout.max_surge,
         float(spec.rollout.progress_deadline_seconds),
     )
-    # Each role has its own surge group (`-g<replicas>`, `-p<prefill.replicas>`), kept only
-    # while that role rolls.
     roles = {"g": spec.replicas}
     if spec.prefill is not None:
         roles["p"] = spec.prefill.replicas
-    steps = {
-        letter: plan(
-            replicas,
-            _observed(name, letter, children, live, older),
-            strategy,
-            now=epoch(now),
-            was_rolling=was_rolling,
-            evacuating=letter in evacuations,
-        )
-        for letter, replicas in roles.items()
-    }
+    by_name = {c["metadata"]["name"]: c for c in children if c["kind"] == LWS_KIND}
+    steps, kept, hold = {}, set(replacing) | set(leaving), set(leaving)
+    for letter, replicas in roles.items():
+        names = list(positions.get(letter, ()))
+        groups = {
+            i: _observed(live[name], by_name[name], name in older)
+            for i, name in enumerate(names)
+            if name in live and name in by_name
+        }
+        step = plan(replicas, groups, strategy, now=epoch(now), was_rolling=was_rolling)
+        steps[letter] = dataclasses.replace(step, names=tuple(names))
+        kept |= set(names[: replicas + step.spares])
+        hold |= {names[i] for i in step.hold}
     write, held = [], []
     for child in children:
-        found = group_of(name, child["metadata"]["name"])
+        name = child["metadata"]["name"]
+        found = group_of(kd.metadata.name, name)
         if child["kind"] not in GROUP_KINDS or found is None or found[0] not in steps:
             write.append(dict(child))
-            continue
-        letter, index = found
-        if index >= roles[letter] + max(steps[letter].spares, evacuations.get(letter, 0)):
-            continue  # a surge group no longer needed: pruned
-        if child["kind"] != LWS_KIND:
+        elif name not in kept:
+            continue  # an extra no longer needed, or a fresh name not taken: pruned
+        elif child["kind"] != LWS_KIND:
             write.append(dict(child))
-        elif index in steps[letter].hold or child["metadata"]["name"] in older:
-            held.append(dict(live[child["metadata"]["name"]]))
+        elif name in hold or name in older:
+            held.append(dict(live[name]))
         else:
-            write.append(_stamped(child, live.get(child["metadata"]["name"]), now))
+            write.append(_stamped(child, live.get(name), now))
     decode, prefill = steps["g"], steps.get("p")
     if prefill is not None:
         requeues = [s.requeue_after_s for s in (decode, prefill) if s.requeue_after_s is not None]
@@ -270,22 +272,10 @@ def decide(
     return Decision(write, held, decode, prefill)
 
 
-def _observed(
-    deployment: str,
-    letter: str,
-    children: Sequence[Mapping[str, Any]],
-    live: Mapping[str, Mapping[str, Any]],
-    older: Collection[str],
-) -> dict[int, Group]:
-    """The existing groups of one role (`letter`: g or p), by index; those `older` updated."""
-    groups = {}
-    for child in children:
-        name = child["metadata"]["name"]
-        found = group_of(deployment, name)
-        if child["kind"] == LWS_KIND and found is not None and found[0] == letter and name in live:
-            group = observe(live[name], child)
-            groups[found[1]] = dataclasses.replace(group, updated=True) if name in older else group
-    return groups
+def _observed(live: Mapping[str, Any], desired: Mapping[str, Any], older: bool) -> Group:
+    """A group as the rollout sees it; one `older` counted as updated."""
+    group = observe(live, desired)
+    return dataclasses.replace(group, updated=True) if older else group
 
 
 def _stamped(child: Mapping[str, Any], live: Mapping[str, Any] | None, now: str) -> dict[str, Any]:

@@ -123,7 +123,11 @@ def watches(loop: Controller, namespaces: Sequence[str]) -> list[Watch]:
         for resource in (LEADER_WORKER_SET, COMPUTE_DOMAIN, JOB, PERSISTENT_VOLUME_CLAIM)
         for namespace in where
     ]
-    nodes = [Watch(loop.client, NODE, None, loop.node_changed, with_items=True)]
+    nodes = [
+        Watch(
+            loop.client, NODE, None, loop.node_changed, with_items=True, on_listed=loop.nodes_listed
+        )
+    ]
     return deployments + children + (nodes if loop.defaults.nodes.policy.enabled else [])
 
 

@@ -149,11 +149,16 @@ def _condition(kind: str, status: str = "True") -> Callable[[Client, str], None]
 
 
 def _evacuated(
-    client: Client, trays: Trays, node: str, make_fit: Callable[[Client, str], None]
+    client: Client,
+    trays: Trays,
+    node: str,
+    make_fit: Callable[[Client, str], None],
+    metrics: Callable[[], str],
 ) -> None:
-    """The evacuation ended: the group gone from the node and not made again while the node is
-    unfit, the replacement serving in its place; once the node is fit, one group again, on
-    other nodes, the replacement gone."""
+    """The evacuation ended: the group gone from the node, its replacement serving in its place,
+    the evacuation still in the status while the node is unfit; once the node is fit, nothing
+    restarts and nothing is made: the replacement is a member like any other, its record
+    removed."""
     trays.until(
         lambda: (
             (
@@ -161,8 +166,6 @@ def _evacuated(
                 and (g := _group(client, G1)) is not None
                 and serving(g)
                 and not trays.pods_on(node)
-                and "made again once node"
-                in condition(status_of(client, NS, NAME), "Progressing")["message"]
             )
             or None
         ),
@@ -170,19 +173,21 @@ def _evacuated(
     )
     trays.step()
     assert _group(client, G0) is None  # still: the node is unfit
+    (kept,) = status_of(client, NS, NAME)["evacuations"]
+    assert (kept["name"], kept["replacement"]) == (G0, G1)
     make_fit(client, node)
-    trays.until(
-        lambda: (
-            (
-                _group(client, G1) is None
-                and (g := _group(client, G0)) is not None
-                and serving(g)
-                and node not in trays.nodes_of(G0)
-            )
-            or None
-        ),
-        "the group back on fit nodes and its replacement gone",
-    )
+
+    def settled() -> dict[str, Any] | None:
+        group = _group(client, G1)
+        marked = group is None or EVACUATION_ANNOTATION in group["metadata"]["annotations"]
+        return None if marked or "evacuations" in status_of(client, NS, NAME) else group
+
+    replacement = trays.until(settled, "the replacement's record removed once the node is fit")
+    resyncs(metrics, 2)
+    trays.step()
+    assert _group(client, G0) is None  # not made again
+    assert trays.uids[G1] == {replacement["metadata"]["uid"]}
+    assert serving(replacement)
 
 
 @pytest.mark.parametrize(
@@ -222,10 +227,10 @@ def test_an_unfit_node_is_left_replacement_first(
     assert (evacuation["name"], evacuation["node"], evacuation["reason"]) == (G0, node, reason)
     assert evacuation["replacement"] == G1
     assert condition(status, "Progressing")["reason"] == "Evacuating"
-    _evacuated(client, trays, node, make_fit)
+    _evacuated(client, trays, node, make_fit, metrics_of(running))
     assert trays.fewest_serving == 1  # never fewer than one group serving
     assert len(trays.uids[G1]) == 1  # each made once, no more
-    assert len(trays.uids[G0]) == 2
+    assert len(trays.uids[G0]) == 1  # one start in all: the replacement's
     final = wait_for(
         lambda: None if "evacuations" in (s := status_of(client, NS, NAME)) else s,
         TIMEOUT_S,
@@ -306,34 +311,26 @@ def test_an_operator_restarted_mid_evacuation_carries_on(
         resyncs(metrics_of(first), 2)
     trays.step()  # the replacement's pods start while no operator runs
     with _operator(api, token) as second:
-        _evacuated(client, trays, node, _uncordon)
+        _evacuated(client, trays, node, _uncordon, metrics_of(second))
         assert trays.fewest_serving == 1
-        # The replacement made once (the one the first operator made), the group once more.
+        # The replacement made once (the one the first operator made), the group never again.
         assert trays.uids[G1] == {replacement["metadata"]["uid"]}
-        assert len(trays.uids[G0]) == 2
+        assert len(trays.uids[G0]) == 1
         metrics = metrics_of(second)()
         assert metric_total(metrics, "kimi_operator_evacuations_total", reason="Cordoned") == 0
     assert sorted(trays.uids) == [G0, G1]  # nothing else made
 
 
-@pytest.mark.usefixtures("running")
-def test_a_plain_drain_waits_for_the_replacement_then_completes(
-    api: EmbeddedApiServer, client: Client
-) -> None:
-    """`kubectl drain`: cordon, then evict every pod of the node, retrying each refused one,
-    until none is left. The PodDisruptionBudget refuses the serving group's pods (429) until the
-    operator has replaced the group and deleted it; then the node is empty."""
-    trays = Trays(client, fleet(2))
-    _serving(trays, client)
-    node = trays.leader_node(G0)
-    _cordon(client, node)
+def _drain(api: EmbeddedApiServer, client: Client, trays: Trays, nodes: set[str]) -> int:
+    """`kubectl drain` of `nodes` (cordoned): evict every pod on them, retrying each refused
+    one, until none is left; no pod of a serving group is evicted. The evictions refused."""
     refused = 0
 
     def drained() -> bool | None:
         nonlocal refused
         trays.step()
-        on_node = [p for p in client.list(POD, NS) if p["spec"].get("nodeName") == node]
-        for pod in on_node:
+        on_nodes = [p for p in client.list(POD, NS) if p["spec"].get("nodeName") in nodes]
+        for pod in on_nodes:
             code = evict(api.url, NS, pod["metadata"]["name"])
             assert code in (201, 429, 404), code
             labels = pod["metadata"]["labels"]
@@ -342,11 +339,66 @@ def test_a_plain_drain_waits_for_the_replacement_then_completes(
                 refused += 1
             elif group is not None and owned_by(pod, group["metadata"]["uid"]):
                 assert not serving(group), "a pod of a serving group was evicted"
-        return not on_node or None
+        return not on_nodes or None
 
-    wait_for(drained, TIMEOUT_S, what="the node drained")
+    wait_for(drained, TIMEOUT_S, what=f"nodes {sorted(nodes)} drained")
+    return refused
+
+
+def test_a_plain_drain_waits_for_the_replacement_then_completes(
+    api: EmbeddedApiServer, client: Client, running: OperatorThread
+) -> None:
+    """`kubectl drain`: cordon, then evict every pod of the node, retrying each refused one,
+    until none is left. The PodDisruptionBudget refuses the serving group's pods (429) until the
+    operator has replaced the group and deleted it; then the node is empty."""
+    trays = Trays(client, fleet(2))
+    _serving(trays, client)
+    node = trays.leader_node(G0)
+    _cordon(client, node)
+    refused = _drain(api, client, trays, {node})
     assert refused > 0  # the budget held the serving group's pods for a while
     assert trays.fewest_serving == 1  # and the deployment never went without a group serving
-    _evacuated(client, trays, node, _uncordon)
+    _evacuated(client, trays, node, _uncordon, metrics_of(running))
+    final = status_of(client, NS, NAME)
+    assert all(g.get("restarts", 0) == 0 for g in final["groups"])  # no failure recorded
+
+
+def test_a_rack_drained_at_once_replaces_every_group_once(
+    api: EmbeddedApiServer, client: Client, token: str
+) -> None:
+    """#56: one `kubectl drain` of both leaders' nodes of a two-group deployment (cordoned
+    together, as a rack's maintenance does), the operator restarted in the middle: the drain
+    completes, two groups serve throughout, each group is replaced once (two starts in all), no
+    failure is recorded, and nothing restarts once the nodes are uncordoned."""
+    trays = Trays(client, fleet(3))
+    with _operator(api, token) as first:
+        doc = sample()
+        doc["spec"]["replicas"] = 2
+        create(client, doc)
+        trays.until(lambda: status_of(client, NS, NAME).get("readyReplicas") == 2 or None, "Ready")
+        trays.fewest_serving = None
+        nodes = {trays.leader_node(G0), trays.leader_node(G1)}
+        for node in nodes:
+            _cordon(client, node)
+        trays.until(lambda: status_of(client, NS, NAME).get("evacuations") or None, "begun")
+        resyncs(metrics_of(first), 1)
+    with _operator(api, token) as second:
+        refused = _drain(api, client, trays, nodes)
+        assert refused > 0
+        made = set(trays.uids) - {G0, G1}
+        assert len(made) == 2, made  # one start per evacuated group
+        assert trays.fewest_serving == 2
+        for node in nodes:
+            _uncordon(client, node)
+        wait_for(
+            lambda: "evacuations" not in status_of(client, NS, NAME) or None,
+            TIMEOUT_S,
+            what="the evacuations over",
+        )
+        resyncs(metrics_of(second), 2)
+        trays.step()
+    groups = {g["metadata"]["name"]: g for g in client.list(LEADER_WORKER_SET, NS)}
+    assert set(groups) == made
+    assert all(serving(g) and trays.uids[n] == {g["metadata"]["uid"]} for n, g in groups.items())
     final = status_of(client, NS, NAME)
     assert all(g.get("restarts", 0) == 0 for g in final["groups"])  # no failure recorded

@@ -10,6 +10,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from kimi_operator.api.validation import check_document
+from kimi_operator.builders.serving import pod_disruption_budget
 from kimi_operator.embedded.disruption import sync_budgets
 from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.kubelet import register_nodes, start_groups
@@ -17,6 +19,7 @@ from kimi_operator.embedded.scheduler import fleet
 from kimi_operator.embedded.taints import evict_untolerated
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import LEADER_WORKER_SET, NODE, POD, POD_DISRUPTION_BUDGET
+from tests.support.cluster import sample
 from tests.support.trays import NS, one_tray_group
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -181,6 +184,34 @@ def test_unready_and_pending_pods_are_evicted_as_upstream_says(
     )
     sync_budgets(client, T0)
     assert _evict(api, "sick") == (201, SUCCESS)
+
+
+def test_the_operators_budget_keeps_a_leader_whose_probe_missed_once(
+    api: EmbeddedApiServer, client: Client
+) -> None:
+    """#56: with evacuation on, the deployment's budget refuses to evict a serving group's
+    leader whose readiness probe failed once while kubectl drain retries (it serves again a
+    second later); only once every pod is healthy may a pod not Ready go."""
+    budget = pod_disruption_budget(_deployment(), evacuating=True)
+    budget["metadata"] = {"name": "web", "namespace": NS}
+    budget["spec"]["selector"] = {"matchLabels": {"app": "web"}}
+    client.create(POD_DISRUPTION_BUDGET, budget)
+    _run(client, _pod("g0-leader", ready=False), _pod("g0-worker"), _pod("g1-leader"))
+    sync_budgets(client, T0)
+    assert _evict(api, "g0-leader")[0] == 429
+    assert client.get(POD, NS, "g0-leader") is not None
+    # As the budget was before (#56's finding): the flap let the drain take the group.
+    client.patch(
+        POD_DISRUPTION_BUDGET, NS, "web", {"spec": {"unhealthyPodEvictionPolicy": "AlwaysAllow"}}
+    )
+    sync_budgets(client, T0)
+    assert _evict(api, "g0-leader") == (201, SUCCESS)
+
+
+def _deployment() -> Any:
+    report = check_document(sample())
+    assert report.deployment is not None
+    return report.deployment
 
 
 def test_two_budgets_over_a_pod_are_a_500(api: EmbeddedApiServer, client: Client) -> None:

@@ -244,10 +244,11 @@ class KimiDeploymentStatus(StatusModel):
         description="Each TP group's start-up time, failures and whether the restart budget "
         "stopped it.",
     )
-    evacuations: Annotated[list[Evacuation], Field(max_length=2)] | None = Field(
+    evacuations: Annotated[list[Evacuation], Field(max_length=128)] | None = Field(
         None,
-        description="The TP groups being evacuated from unfit nodes (one per role at a time), "
-        "each with its node, why and its replacement; Progressing says how far each is.",
+        description="The TP groups evacuated from unfit nodes, each with its node, why and its "
+        "replacement: while under way, and done while that node is not known fit (its name is "
+        "not used again meanwhile); Progressing says how far each is.",
     )
     autoscaler: str = Field(
         "",

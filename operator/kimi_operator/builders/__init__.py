@@ -1,7 +1,7 @@
 """Pure builders: a validated KimiDeployment in, the manifests of its children out."""
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ from kimi_operator.builders.disaggregation import (
     serving_roles,
 )
 from kimi_operator.builders.images import DefaultImageGate
+from kimi_operator.builders.meta import GROUP_LETTERS
 from kimi_operator.builders.nodes import UnfitNodes
 from kimi_operator.builders.routing import DEFAULT_EPP_IMAGE, routing_children
 from kimi_operator.builders.serving import pod_disruption_budget, pod_monitor, service
@@ -150,9 +151,11 @@ def build_children(
     spares: int = 0,
     *,
     weights: Resolved | None = None,
+    indices: Mapping[str, Sequence[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """The children the deployment controls. `spares`: surge groups to build beyond each role's
-    replicas (a rollout's, see rollout.py). `weights`: how its Hugging Face sources were
+    replicas (a rollout's, see rollout.py); `indices`: instead, the groups to build of each role
+    (by letter: group_set.py names them). `weights`: how its Hugging Face sources were
     resolved (None: `preview_weights`); one not resolved yet gets a resolve Job, and no group is
     built until all are (the pods mount their cache claims)."""
     spec = kd.spec
@@ -165,7 +168,7 @@ def build_children(
     ]
     if not children:
         caches = {role: w.claim_name for role, w in weights.items()}
-        children += _groups(kd, defaults, spares, caches)
+        children += _groups(kd, defaults, spares, caches, indices or {})
     children += [service(kd), pod_disruption_budget(kd, evacuating=defaults.nodes.policy.enabled)]
     if defaults.inference_pool_available:
         children += routing_children(kd, defaults.epp_image, effective(kd, defaults.tracing))
@@ -181,12 +184,18 @@ def build_children(
 
 
 def _groups(
-    kd: KimiDeployment, defaults: OperatorDefaults, spares: int, caches: Mapping[str, str]
+    kd: KimiDeployment,
+    defaults: OperatorDefaults,
+    spares: int,
+    caches: Mapping[str, str],
+    indices: Mapping[str, Sequence[int]],
 ) -> list[dict[str, Any]]:
     with_domain = uses_compute_domain(kd, defaults)
     children: list[dict[str, Any]] = []
     for serving in serving_roles(kd.spec):
-        for group in range(_group_count(kd, serving, spares)):
+        letter = GROUP_LETTERS[serving]
+        wanted = indices.get(letter, range(_group_count(kd, serving, spares)))
+        for group in wanted:
             if with_domain:
                 children.append(compute_domain(kd, group, serving))
             children.append(group_workload(kd, defaults, group, serving, caches))

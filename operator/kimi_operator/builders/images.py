@@ -44,6 +44,9 @@ class DefaultImageGate:
     # The namespaces the operator serves (the controller says: Controller.__init__); empty: all.
     _scope: tuple[str, ...] = ()
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Deployments gone (the controller dropped them): a reconcile of one still in flight when it
+    # went must not take the turn back, or it would hold it for ever.
+    _gone: set[str] = field(default_factory=set)
 
     def serve(self, namespaces: Sequence[str]) -> None:
         """The namespaces whose deployments may hold the turn (empty: every namespace)."""
@@ -62,6 +65,8 @@ class DefaultImageGate:
         of each, or of None: all namespaces): after a restart the turn is wherever a status says
         a move is under way, in whatever namespace, reconciled yet or not."""
         with self._lock:
+            if uid in self._gone:
+                return ""  # nothing it writes lands any more
             if self._holder is not None and self._holder[0] != uid:
                 return self._holder[1]
             for ns in self._scope or (None,):
@@ -76,8 +81,16 @@ class DefaultImageGate:
     def hold(self, uid: str, label: str) -> None:
         """`uid` is moving (its status says so, e.g. after a restart): the turn is its."""
         with self._lock:
-            if self._holder is None:
+            if self._holder is None and uid not in self._gone:
                 self._holder = (uid, label)
+
+    def forget(self, uid: str) -> None:
+        """`uid` is gone or being deleted: its turn goes to the next deployment, and it never
+        takes one again."""
+        with self._lock:
+            self._gone.add(uid)
+            if self._holder is not None and self._holder[0] == uid:
+                self._holder = None
 
     def release(self, uid: str) -> None:
         """`uid` is done moving, or no longer follows the default, or is being deleted or gone

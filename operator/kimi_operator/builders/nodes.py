@@ -111,6 +111,15 @@ class UnfitNodes:
         self.policy = policy or NodePolicy()
         self._unfit: dict[str, Unfit] = {}
         self._lock = threading.Lock()
+        # Until the Node watch has listed, which nodes are unfit is not known (no policy: none).
+        self._listed = not self.policy.enabled
+
+    def listed(self) -> bool:
+        """The Node watch handed on its whole list: from now on what is unfit is known; whether
+        it was not known before (a relist after 410 Gone changes nothing)."""
+        with self._lock:
+            first, self._listed = not self._listed, True
+        return first
 
     def observe(self, event_type: str | None, node: Mapping[str, Any]) -> bool:
         """A Node watch event (None: listed); whether what is unfit changed."""
@@ -124,7 +133,8 @@ class UnfitNodes:
                 self._unfit[name] = found
         return before != found
 
-    def now(self) -> dict[str, Unfit]:
-        """A copy: one reconcile decides from one view."""
+    def now(self) -> dict[str, Unfit] | None:
+        """A copy: one reconcile decides from one view; None before the Node watch has listed
+        (unknown is not fit: group_set.py)."""
         with self._lock:
-            return dict(self._unfit)
+            return dict(self._unfit) if self._listed else None

@@ -86,13 +86,16 @@ def pod_disruption_budget(kd: KimiDeployment, *, evacuating: bool = True) -> dic
     while the operator evacuates groups from unfit nodes (`evacuating`: docs/maintenance.md) no
     pod of a serving group may be evicted: `maxUnavailable: 0` over every pod of the deployment
     makes a plain `kubectl drain` wait (retrying) until the operator has replaced the group and
-    deleted it; its pods then terminate and the drain completes. A pod not Ready (a group
-    starting or broken, serving nothing) may go at once (`unhealthyPodEvictionPolicy:
-    AlwaysAllow`). Without evacuation, as many pods as `rollout.maxUnavailable` allows groups
-    down: evicted pods' groups hold the budget until they are back."""
+    deleted it; its pods then terminate and the drain completes. A pod not Ready goes only while
+    every other pod is healthy (`unhealthyPodEvictionPolicy: IfHealthyBudget`): a busy
+    leader's readiness probe missing once (1 s) during kubectl's hour of retries does not let
+    the drain take a serving group before its replacement serves (`AlwaysAllow` would). The
+    operator moves a group that is not Ready itself (group_set.py). Without evacuation, as many
+    pods as `rollout.maxUnavailable` allows groups down: evicted pods' groups hold the budget
+    until they are back."""
     spec: dict[str, Any] = {"selector": {"matchLabels": selector_labels(kd)}}
     if evacuating:
-        spec |= {"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+        spec |= {"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "IfHealthyBudget"}
     else:
         spec["maxUnavailable"] = kd.spec.rollout.max_unavailable
     return {

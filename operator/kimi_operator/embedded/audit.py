@@ -1,22 +1,25 @@
 """What the cluster should hold against what it holds, for the reliability tests and benchmark.
 
 Each valid KimiDeployment should have exactly the children a reconcile plans for it (kind, name,
-one controller ownerReference to it); no child may exist twice over (a group beyond
-spec.replicas, an object owned by two deployments) and none may outlive its owner (checked after
+one controller ownerReference to it; its groups whichever `replicas` names it has, as a group's
+name is an identity); no child may exist twice over (a group beyond spec.replicas, an object
+owned by two deployments) and none may outlive its owner (checked after
 the embedded server's garbage collection has run). A shared weights cache (claim, download Job)
 may not outlive the last deployment using it, unless its claim is retained.
 """
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import MANAGER
 from kimi_operator.builders.weights import RETAIN_ANNOTATION
 from kimi_operator.caches import CACHE_SELECTOR
+from kimi_operator.group_set import roles
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     CACHE_RESOURCES,
@@ -26,6 +29,7 @@ from kimi_operator.k8s.resources import (
 )
 from kimi_operator.prefill_scaling import recorded_prefill
 from kimi_operator.reconcile import UPSTREAM, plan_children
+from kimi_operator.rollout import LWS_KIND, group_of
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 
@@ -56,6 +60,23 @@ class Audit:
 def _label(obj: Mapping[str, Any]) -> str:
     meta = obj["metadata"]
     return f"{obj['kind']} {meta.get('namespace')}/{meta['name']}"
+
+
+def _group_indices(
+    kd: KimiDeployment, children: Iterable[Mapping[str, Any]]
+) -> dict[str, list[int]]:
+    """The groups a deployment has, by role, where it has as many as it wants: a group's name is
+    an identity, not a position (group_set.py), so any `replicas` of them are the plan's."""
+    found: dict[str, list[int]] = defaultdict(list)
+    for child in children:
+        at = group_of(kd.metadata.name, child["metadata"]["name"])
+        if child["kind"] == LWS_KIND and at is not None:
+            found[at[0]].append(at[1])
+    return {
+        letter: sorted(found[letter])
+        for letter, replicas in roles(kd).items()
+        if len(found[letter]) == replicas
+    }
 
 
 def audit(client: Client, defaults: OperatorDefaults | None = None) -> Audit:
@@ -105,8 +126,11 @@ def audit(client: Client, defaults: OperatorDefaults | None = None) -> Audit:
         result.deployments += 1
         # The prefill groups the autoscaler last wanted, not spec.prefill.replicas (its start).
         wanted = recorded_prefill(report.deployment, kd.get("status") or {})
-        planned = {_label(c) for c in plan_children(wanted, defaults, served).children}
         have = by_owner.get(uid, {})
+        indices = _group_indices(wanted, have.values())
+        planned = {
+            _label(c) for c in plan_children(wanted, defaults, served, indices=indices).children
+        }
         missing = sorted(planned - set(have))
         extra = sorted(set(have) - planned)
         result.missing += missing

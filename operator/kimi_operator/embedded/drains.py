@@ -191,8 +191,9 @@ def run_drains(
     """Three deployments (REPLICAS) Ready on `racks` racks of Node objects; then three rounds of
     drains, each followed by its uncordons and the evacuations' end: the leader's node of
     drain-a's only group; a worker's node of drain-b-g0 and the leader's node of drain-c-g1 at
-    once; the leader's node of drain-a-g0 again, the group made again on other nodes (its pods
-    under the same names). Then the failures recorded, and the deployments deleted."""
+    once; the leader's node of drain-a-g1, the first round's replacement (a member since, and
+    evacuated as any: its replacement takes drain-a-g0's name again, free once that node was
+    uncordoned). Then the failures recorded, and the deployments deleted."""
     report, began = DrainReport(), time.monotonic()
     cluster = Cluster(client, report, seed)
     register_nodes(client, fleet(racks))
@@ -206,7 +207,7 @@ def run_drains(
             cluster.nodes_of("drain-b-g0", leader=False)[0],
             *cluster.nodes_of("drain-c-g1", leader=True),
         ],
-        lambda: cluster.nodes_of("drain-a-g0", leader=True),
+        lambda: cluster.nodes_of("drain-a-g1", leader=True),  # the first round's replacement
     ]
     for nodes in rounds:
         report.rounds.append(drain(cluster, url, nodes(), timeout_s, report))

@@ -106,6 +106,7 @@ class Watch:
         retry_s: float = RETRY_S,
         not_served_retry_s: float = NOT_SERVED_RETRY_S,
         relist_s: float = RELIST_S,
+        on_listed: Callable[[], None] | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -116,6 +117,7 @@ class Watch:
         self.retry_s = retry_s
         self.not_served_retry_s = not_served_retry_s
         self.relist_s = relist_s
+        self.on_listed = on_listed  # called once each whole list has been handed on
         self._expired = 0  # 410s in a row (the relist's backoff)
         # What the watch knows is there (listed, or seen in an event), by namespace and name: the
         # metadata a DELETED event needs, for those a listing after a 410 no longer has.
@@ -193,6 +195,8 @@ class Watch:
             self.on_event(event_type, item)
         for last in gone.values():  # deleted while the watch was too far behind
             self.on_event("DELETED", last)
+        if self.on_listed is not None:
+            self.on_listed()
         return listing.version
 
     def _remember(self, obj: Mapping[str, Any]) -> tuple[str, str]:

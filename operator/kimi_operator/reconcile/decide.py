@@ -14,6 +14,7 @@ from kimi_operator import (
     drain,
     evacuation,
     group_life,
+    group_set,
     prefill_scaling,
     rollout,
     routing,
@@ -28,12 +29,12 @@ from kimi_operator.builders import (
     build_caches,
     build_children,
     needs_compute_domain,
-    serving_image,
 )
 from kimi_operator.builders.autoscaling import target_metric
 from kimi_operator.builders.images import ImageChoice, choose
 from kimi_operator.builders.nodes import Unfit
 from kimi_operator.builders.weights import hf_sources
+from kimi_operator.group_set import GroupSet
 from kimi_operator.k8s.errors import KubernetesError
 from kimi_operator.k8s.merge import Write, owned_by, with_owner
 from kimi_operator.k8s.resources import (
@@ -105,8 +106,9 @@ class Observed:
     error: KubernetesError | None = None  # a read failed: nothing is written
     # The prefill groups' load from Prometheus (None: no spec.prefill.autoscaling, or not read).
     prefill_load: prefill_scaling.Load | None = None
-    # The nodes groups must leave, by name (builders/nodes.py), as the Node watch knew them.
-    unfit: dict[str, Unfit] = field(default_factory=dict)
+    # The nodes groups must leave, by name (builders/nodes.py), as the Node watch knew them;
+    # None: it has not listed yet (not known).
+    unfit: dict[str, Unfit] | None = field(default_factory=dict)
 
     @property
     def uid(self) -> str:
@@ -162,8 +164,8 @@ class Decision:
     awaiting: list[str] = field(default_factory=list)
     # The groups left on an older template, with the hash of the current one (upgrades.py).
     older: dict[str, str] = field(default_factory=dict)
-    # The groups leaving unfit nodes (evacuation.py).
-    evacuations: evacuation.Evacuations = field(default_factory=evacuation.Evacuations)
+    # The groups of each role and the evacuations (group_set.py).
+    group_set: GroupSet = field(default_factory=GroupSet)
 
     @property
     def await_poll_s(self) -> float | None:
@@ -266,9 +268,11 @@ def plan_children(
     *,
     weights: Resolved | None = None,
     weights_ready: bool = True,
+    indices: Mapping[str, Sequence[int]] | None = None,
 ) -> Plan:
     """What a reconcile applies: also what a check of the cluster expects (embedded.audit).
-    `spares`: surge groups a rollout may keep (rollout.decide drops those it does not).
+    `spares`: surge groups a rollout may keep (rollout.decide drops those it does not);
+    `indices`: instead, the groups of each role to build (group_set.py).
     `weights`: how the Hugging Face sources were resolved (builders.build_children); until
     `weights_ready`, groups and domains are neither created nor pruned (a running group keeps
     serving the commit it has while a new one downloads)."""
@@ -279,7 +283,7 @@ def plan_children(
         inference_pool_available=served.get(INFERENCE_POOL, False),
     )
     skip, blockers, degradations = _gaps(kd, served, weights_ready)
-    built = build_children(kd, defaults, spares, weights=weights)
+    built = build_children(kd, defaults, spares, weights=weights, indices=indices)
     children = [c for c in built if c["kind"] not in skip]
     return Plan(defaults, children, skip, blockers, degradations)
 
@@ -289,17 +293,18 @@ def _planned(
     defaults: OperatorDefaults,
     served: Mapping[Resource, bool],
     weights: caches.Weights,
-    evacuating: int = 0,
+    indices: Mapping[str, Sequence[int]] | None = None,
 ) -> Plan:
-    """The plan with the rollout's spare groups (or the evacuations', `evacuating`) and the
-    weights as found."""
+    """The plan with the rollout's spare groups (or the group set's, `indices`) and the weights
+    as found."""
     return plan_children(
         kd,
         defaults,
         served,
-        spares=max(kd.spec.rollout.max_surge, evacuating),
+        spares=kd.spec.rollout.max_surge,
         weights=weights.resolved,
         weights_ready=weights.ready,
+        indices=indices,
     )
 
 
@@ -410,19 +415,18 @@ def decide(
     plan = _planned(kd, defaults, observed.served, weights)
     skip_groups = _groups_skipped(observed, plan.skip)
     live = {} if skip_groups else observed.groups
-    evacuations = evacuation.plan(kd, live, observed.pods, observed.unfit, now=now)
-    spares = max(evacuations.spares.values(), default=0)
+    records = group_life.records(kd, old, observed.groups, observed.pods, now=now)
+    groups = group_set.plan(kd, live, observed.pods, observed.unfit, now=now, lives=records)
+    indices = {letter: groups.indices(letter, kd.spec.rollout.max_surge) for letter in groups.roles}
     image = _image(observed, defaults, live, lambda: observed.turn)
-    if image.image != serving_image(kd, defaults) or spares > kd.spec.rollout.max_surge:
-        chosen = dataclasses.replace(defaults, serving_image=image.image)
-        plan = _planned(kd, chosen, observed.served, weights, spares)
+    chosen = dataclasses.replace(defaults, serving_image=image.image)
+    plan = _planned(kd, chosen, observed.served, weights, indices)
     children = [with_owner(c, body) for c in plan.children]
     claims = {role: w.claim_name for role, w in weights.resolved.items()}
     inputs = upgrades.current(kd, plan.defaults, claims)
-    records = group_life.records(kd, old, observed.groups, observed.pods, now=now)
     halted = group_life.stopped(records)
     # Braked before the rollout looks: a stopped group's template is what it has, at 0 replicas.
-    braked = evacuation.marked(group_life.braked(children, halted), evacuations.marks)
+    braked = evacuation.marked(group_life.braked(children, halted), groups.marks)
     stamped = upgrades.stamped(braked, live, inputs)
     older = upgrades.older(kd, body, plan.defaults, inputs, children=braked, live=live)
     # A stopped group has no pod left to restart: the current template is free to take.
@@ -431,19 +435,14 @@ def decide(
         kd,
         stamped,
         live,
+        positions={letter: role.positions for letter, role in groups.roles.items()},
+        replacing={name for role in groups.roles.values() for name in role.replacing},
+        leaving=set(groups.leaving),
         now=now,
         was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
         older=older,
-        evacuations=evacuations.spares,
     )
-    # A group evacuated is not made again while the node it left is unfit (evacuation.py).
-    write = [
-        c
-        for c in rolled.write
-        if not (
-            c["kind"] == LEADER_WORKER_SET.kind and c["metadata"]["name"] in evacuations.returning
-        )
-    ]
+    write = rolled.write
     created = {
         c["metadata"]["name"]: c
         for c in write
@@ -454,7 +453,7 @@ def decide(
     brake = group_life.stopped_problem(kd, records)
     if brake is not None:
         plan.degradations.append(brake)
-    plan.degradations += evacuations.problems
+    plan.degradations += groups.problems
     # A group stopped before its template was written waits for a person, not for the image:
     # the turn goes to the next deployment meanwhile.
     following = (
@@ -464,11 +463,11 @@ def decide(
     )
     held = rolled.held
     pruning = observed.prune and LEADER_WORKER_SET.kind not in plan.skip
-    drains = _drains(observed, live, write, held, pruning, now=now, leaving=evacuations.leaving)
+    drains = _drains(observed, live, write, held, pruning, now=now, leaving=groups.leaving)
     steps, prefill_steps = _drain_held(kd, rolled.steps, rolled.prefill_steps, drains.hold)
-    # Evacuated once drained: deleted (as read), made again by a later reconcile's plan.
-    evacuated = sorted(drains.go & set(evacuations.leaving))
-    evacuations.news += [evacuation.evacuated(n, evacuations.leaving[n]) for n in evacuated]
+    # Evacuated once drained: deleted (as read); its replacement serves in its place.
+    evacuated = sorted(drains.go & set(groups.leaving))
+    groups.news += [group_set.replaced(*groups.leaving[n]) for n in evacuated]
     decision = Decision(
         plan,
         weights,
@@ -487,7 +486,7 @@ def decide(
         groups=records,
         drains=drains,
         older=older,
-        evacuations=evacuations,
+        group_set=groups,
     )
     if observed.prune:
         staying = {name for name in live if name not in drains.go} - {

@@ -192,9 +192,9 @@ def _prunable(client: Client, seen: Observed, defaults: OperatorDefaults, *, now
 def _may_drain(seen: Observed) -> bool:
     """Whether a group drains, or may start to (drain.py needs its leader pods): one is marked
     draining; the spec is new or a rollout under way (a group may be rewritten); or, when
-    pruning, one is beyond what the spec wants (a scale-down's, a surge group's); or a group's
-    template predates the routable label. A drain that begins without its pods read (a new
-    default image) is marked, and its pods read next time."""
+    pruning, a role has more groups than the spec wants (a scale-down's, a surge group's, an
+    evacuation's); or a group's template predates the routable label. A drain that begins
+    without its pods read (a new default image) is marked, and its pods read next time."""
     generation = seen.body.get("metadata", {}).get("generation")
     if any(drain.unlabelled(g) for g in seen.groups.values()):
         return True  # their leaders are labelled before the Service selects the label
@@ -207,13 +207,14 @@ def _may_drain(seen: Observed) -> bool:
     replicas = {"g": kd.spec.replicas, "p": 0}
     if kd.spec.prefill is not None:
         replicas["p"] = kd.spec.prefill.replicas
+    present = {"g": 0, "p": 0}
     for name, group in seen.groups.items():
         found = rollout.group_of(kd.metadata.name, name)
         if rollout.draining_since(group) is not None:
             return True
-        if seen.prune and found is not None and found[1] >= replicas[found[0]]:
-            return True
-    return False
+        if found is not None:
+            present[found[0]] += 1
+    return seen.prune and any(present[letter] > replicas[letter] for letter in present)
 
 
 def _domains(seen: Observed, defaults: OperatorDefaults) -> bool:

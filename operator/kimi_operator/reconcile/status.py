@@ -11,8 +11,8 @@ from typing import Any
 from kimi_operator import (
     caches,
     drain,
-    evacuation,
     group_life,
+    group_set,
     prefill_scaling,
     rollout,
     routing,
@@ -30,7 +30,7 @@ from kimi_operator.builders import (
     vllm_version,
 )
 from kimi_operator.builders.images import ImageChoice
-from kimi_operator.builders.meta import group_name, leader_selector
+from kimi_operator.builders.meta import leader_selector
 from kimi_operator.builders.serving import endpoint
 from kimi_operator.controller.retry import retry_delay, temporary
 from kimi_operator.k8s.errors import ApiError, KubernetesError, OwnerTerminating
@@ -139,7 +139,7 @@ def outcome(
         weights=weights.condition(),
         routing=_routing_ready(observed, applied, error, served),
         draining=drain.message(kd, decision.drains.draining),
-        evacuating="; ".join(decision.evacuations.progress),
+        evacuating="; ".join(decision.group_set.progress),
         older_template=upgrades.message(kd, decision.older),
     )
     conditions = cond.valid_conditions(seen)
@@ -168,7 +168,7 @@ def outcome(
             autoscaler=plan.autoscaler,
         ),
         groups=None if error else decision.groups,
-        evacuations=None if error else evacuation.status(decision.evacuations),
+        evacuations=None if error else group_set.status(decision.group_set),
     )
     events = cond.newly_bad(old, status)
     startups, counted = group_life.news(old, status.get("groups") or [])
@@ -183,10 +183,10 @@ def outcome(
         requeue_after_s=_requeue_after(steps if not error else None, weights, decision),
         startups=[(s, s / (spec.serving.startup_timeout_minutes * 60)) for s in startups],
         failures=counted,
-        evacuations=[] if error else decision.evacuations.started,
+        evacuations=[] if error else decision.group_set.started,
         notices=[]
         if error
-        else [Problem(*news) for news in [*decision.evacuations.news, *decision.drains.news]],
+        else [Problem(*news) for news in [*decision.group_set.news, *decision.drains.news]],
         prune_later=bool(decision.awaiting) and error is None,
     )
 
@@ -260,7 +260,7 @@ def _stalled(observed: Observed, steps: Steps | None, prefill: Steps | None) -> 
     stalled = [(s, role) for s, role in by_role if s is not None and s.stalled]
     if not stalled:
         return ""
-    names = ", ".join(group_name(kd, i, role) for s, role in stalled for i in s.stalled)
+    names = ", ".join(s.names[i] for s, _ in stalled for i in s.stalled)
     held = sum(len(s.hold) for s, _ in stalled)
     deadline = kd.spec.rollout.progress_deadline_seconds
     return (

@@ -73,6 +73,19 @@ def test_the_turn_is_one_deployment_at_a_time() -> None:
     assert gate.claim("b", "inference/b", NEW, lambda _: stored) == ""
 
 
+def test_a_deployment_gone_never_takes_the_turn_back() -> None:
+    """A race once (seen as a flaky test_default_image): the holder's reconcile in flight when
+    the deployment was deleted took the turn back after the controller released it, and held
+    it for ever (nothing reconciles a deployment gone)."""
+    gate = DefaultImageGate()
+    stored: list[dict[str, Any]] = []
+    assert gate.claim("a", "inference/a", NEW, lambda _: stored) == ""
+    gate.forget("a")
+    gate.hold("a", "inference/a")  # its last reconcile, in flight, acting
+    assert gate.claim("a", "inference/a", NEW, lambda _: stored) == ""
+    assert gate.claim("b", "inference/b", NEW, lambda _: stored) == ""
+
+
 def test_after_a_restart_the_turn_is_where_a_status_says_a_move_is() -> None:
     stored = [
         kd("a", "a", NEW, "RollingOut"),

@@ -66,9 +66,17 @@ def test_a_critical_condition_wins_over_a_cordon() -> None:
     assert "GpuNvlinkWatch" in found.detail
 
 
+def test_without_a_policy_nothing_is_unfit_from_the_start() -> None:
+    assert UnfitNodes(NodePolicy(enabled=False)).now() == {}
+
+
 def test_the_watch_says_only_what_changed() -> None:
     nodes = UnfitNodes()
     assert not nodes.observe(None, node())  # listed, fit: nothing to do
+    assert nodes.now() is None  # not known until the whole list is in (group_set.py)
+    assert nodes.listed()
+    assert nodes.now() == {}
+    assert not nodes.listed()  # a relist: known already
     assert nodes.observe("MODIFIED", node(cordoned=True))
     assert not nodes.observe("MODIFIED", node(cordoned=True))  # a heartbeat: the same
     assert nodes.now() == {"tray-1": Unfit(CORDONED, "")}
@@ -98,14 +106,15 @@ def test_good_names_pass() -> None:
 
 def test_the_disruption_budget_lets_no_serving_pod_go_while_groups_are_evacuated() -> None:
     """A group is 2-4 pods and losing one loses it: with evacuation no Ready pod of the
-    deployment may be evicted (a drain waits for the operator), pods not Ready may; without,
+    deployment may be evicted (a drain waits for the operator), pods not Ready only while the
+    others are all healthy (IfHealthyBudget: a probe missed once keeps its group); without,
     rollout.maxUnavailable pods as before."""
     report = check_document(sample("k3-tp16-latency"))
     assert report.deployment is not None
     kd = report.deployment
     on = pod_disruption_budget(kd)["spec"]
     assert on["maxUnavailable"] == 0
-    assert on["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert on["unhealthyPodEvictionPolicy"] == "IfHealthyBudget"
     assert on["selector"] == {"matchLabels": selector_labels(kd)}  # every pod of every group
     off = pod_disruption_budget(kd, evacuating=False)["spec"]
     assert off == {"selector": on["selector"], "maxUnavailable": kd.spec.rollout.max_unavailable}
