@@ -38,7 +38,7 @@ from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.nodes import Unfit
 from kimi_operator.evacuation import NO_ROOM, Record, affected, recorded
-from kimi_operator.rollout import draining_since, epoch, group_of, rolled_at, serving
+from kimi_operator.rollout import draining_since, epoch, group_of, roles, rolled_at, serving
 
 NOT_SERVING = "ReplacementNotServing"
 
@@ -77,11 +77,6 @@ class GroupSet:
     def leaving(self) -> dict[str, tuple[str, Record]]:
         return {name: r for role in self.roles.values() for name, r in role.leaving.items()}
 
-    @property
-    def fixed(self) -> set[str]:
-        """The groups outside the positions: replacements starting, groups leaving."""
-        return {n for role in self.roles.values() for n in (*role.replacing, *role.leaving)}
-
     def indices(self, letter: str, surge: int) -> list[int]:
         """The indices of the role's groups to build: its positions up to `replicas + surge`,
         its replacements and the groups leaving."""
@@ -92,14 +87,6 @@ class GroupSet:
 
 def _index(name: str) -> int:
     return int(name.rsplit("-", 1)[1][1:])
-
-
-def roles(kd: KimiDeployment) -> dict[str, int]:
-    """Each role's letter and replicas."""
-    out = {"g": kd.spec.replicas}
-    if kd.spec.prefill is not None:
-        out["p"] = kd.spec.prefill.replicas
-    return out
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,14 @@ def serving(group: Mapping[str, Any]) -> bool:
     return group_ready(group) and draining_since(group) is None
 
 
+def roles(kd: KimiDeployment) -> dict[str, int]:
+    """Each role's letter (`g`: spec.replicas', `p`: spec.prefill's) and its replicas."""
+    out = {"g": kd.spec.replicas}
+    if kd.spec.prefill is not None:
+        out["p"] = kd.spec.prefill.replicas
+    return out
+
+
 def group_of(deployment: str, name: str) -> tuple[str, int] | None:
     """(`g` or `p`, `i`) of a child named `<deployment>-g<i>` or `<deployment>-p<i>`, None for
     any other name."""
@@ -231,12 +239,9 @@ def decide(
         spec.rollout.max_surge,
         float(spec.rollout.progress_deadline_seconds),
     )
-    roles = {"g": spec.replicas}
-    if spec.prefill is not None:
-        roles["p"] = spec.prefill.replicas
     by_name = {c["metadata"]["name"]: c for c in children if c["kind"] == LWS_KIND}
     steps, kept, hold = {}, set(replacing) | set(leaving), set(leaving)
-    for letter, replicas in roles.items():
+    for letter, replicas in roles(kd).items():
         names = list(positions.get(letter, ()))
         groups = {
             i: _observed(live[name], by_name[name], name in older)

@@ -239,17 +239,19 @@ def _scale_down_to_one(
     url: str, kimi: str, children: Callable[[Resource], list[dict[str, Any]]]
 ) -> None:
     """Down to one group, and its status written: no status write left in flight to undo the
-    scenario's next status patch. The group leaving is Ready with a leader pod (whose vLLM does
+    scenario's next status patch. Both groups Ready (a scale-down takes a group not serving
+    first: group_set.py), the one leaving, the higher index, with a leader pod (whose vLLM does
     not answer): it drains first, its leader taken out of routing (a pod patched), for the
     deployment's drainSeconds (1 s)."""
-    group = LEADER_WORKER_SET.item(NAMESPACE, "k3-g1")
-    _send(
-        url,
-        "PATCH",
-        group + "/status",
-        {"status": group_ready_status(_send(url, "GET", group))},
-        merge=True,
-    )
+    for name in ("k3-g0", "k3-g1"):
+        group = LEADER_WORKER_SET.item(NAMESPACE, name)
+        _send(
+            url,
+            "PATCH",
+            group + "/status",
+            {"status": group_ready_status(_send(url, "GET", group))},
+            merge=True,
+        )
     labels = {
         "app.kubernetes.io/name": APP_NAME,
         "app.kubernetes.io/instance": "k3",

@@ -4,7 +4,8 @@ deployment never has fewer than one ready group, a replacement group is Ready on
 before the old group's pods go, and no failure is recorded. What happened is read from kubectl
 watches, every change in the order the sandbox made it, not from samples now and then. Without
 evacuation (the chart's `evacuation.enabled=false`) the same checks fail: the drain evicts the
-leader of the only group."""
+leader of the only group. And #56's: one drain of both groups' nodes of a two-group deployment
+completes, each group replaced once, nothing restarted after uncordon."""
 
 import io
 import json
@@ -106,13 +107,14 @@ def make_before_break(
     return problems
 
 
-def _deploy(kubectl: Kubectl, tmp_path: Path, *values: str) -> tuple[str, ...]:
+def _deploy(kubectl: Kubectl, tmp_path: Path, *values: str, replicas: int = 1) -> tuple[str, ...]:
     kubectl.helm(
         "install", "kimi-operator", str(CHART), "-n", "kimi-system", "--create-namespace", *values
     )
     kubectl.run("create", "namespace", NAMESPACE)
     doc = yaml.safe_load(SAMPLE.read_text())
     doc["spec"]["serving"] = {"drainSeconds": 0}  # no vLLM to ask: its requests end at once
+    doc["spec"]["replicas"] = replicas
     manifest = tmp_path / "kimi.yaml"
     manifest.write_text(yaml.safe_dump(doc))
     kubectl.run("apply", "-f", str(manifest))
@@ -179,6 +181,49 @@ def test_a_drain_replaces_the_group_first_on_the_sandbox(
         (replacement, 0, None)
     ]
     assert kubectl.run("get", *kd, "-o", "jsonpath={.status.stoppedGroups}") == "0"
+
+
+def test_one_drain_of_both_groups_nodes_completes_on_the_sandbox(
+    sandbox: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    """#56's done-when with the real kubectl: one `kubectl drain` naming both leaders' nodes of a
+    two-group deployment (kubectl cordons them all first, as a rack's maintenance does)
+    completes; the deployment never has fewer than two ready groups once both were, no failure
+    is recorded, exactly two new groups are made, and nothing restarts after uncordon. Before
+    the group set, the second group was never evacuated and kubectl gave up after its
+    timeout."""
+    _, kubeconfig = sandbox
+    kubectl = Kubectl(kubeconfig, io.StringIO(), tmp_path / "home")
+    kd = _deploy(kubectl, tmp_path, replicas=2)
+    old = [f"{NAME}-g0", f"{NAME}-g1"]
+    nodes = [
+        kubectl.run("get", "pod", f"{g}-0", "-n", NAMESPACE, "-o", "jsonpath={.spec.nodeName}")
+        for g in old
+    ]
+    deployment = Watch(kubectl, "kimi", NAME)
+    wait(deployment.started, 30, "the watch")
+    drained = kubectl.run("drain", *nodes, *DRAIN)
+    assert all(f"node/{n} drained" in drained.splitlines() for n in nodes), drained
+    ready = [int(e["object"]["status"].get("readyReplicas", 0)) for e in deployment.events()]
+    assert min(ready) >= 2, ready
+
+    def groups() -> dict[str, str]:
+        found = kubectl.run("get", "lws", "-n", NAMESPACE, "-o", "json")
+        return {g["metadata"]["name"]: g["metadata"]["uid"] for g in json.loads(found)["items"]}
+
+    after = groups()
+    assert len(after) == 2, after  # one start per group
+    assert not set(after) & set(old), after
+    kubectl.run("uncordon", *nodes)
+    wait(
+        lambda: not kubectl.run("get", *kd, "-o", "jsonpath={.status.evacuations}"),
+        60,
+        "the evacuations' end",
+    )
+    kubectl.run("wait", "--for=jsonpath={.status.readyReplicas}=2", *kd, TIMEOUT)
+    assert groups() == after  # nothing made again, nothing restarted
+    records = json.loads(kubectl.run("get", *kd, "-o", "jsonpath={.status.groups}"))
+    assert [(g["restarts"], g.get("lastFailure")) for g in records] == [(0, None)] * 2
 
 
 def test_without_evacuation_the_drain_takes_the_only_group(

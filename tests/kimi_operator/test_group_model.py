@@ -221,6 +221,7 @@ class Fleet(RuleBasedStateMachine):
         before = {n for n, g in self.groups.items() if serving(g)}
         for write in decision.drains.writes:
             if write.resource.kind == "LeaderWorkerSet" and write.name in self.groups:
+                assert write.body is not None
                 annotations = self.groups[write.name]["metadata"].setdefault("annotations", {})
                 for key, value in write.body["metadata"]["annotations"].items():
                     if value is None:
@@ -236,6 +237,7 @@ class Fleet(RuleBasedStateMachine):
                 self.crash(write.name)
         after = {n for n, g in self.groups.items() if serving(g)}
         leaving = set(decision.group_set.leaving) & before
+        assert decision.steps is not None
         self.check_budget(before, after, leaving=leaving, rolling=decision.steps.rolling)
         live = [copy.deepcopy(g) for g in self.groups.values()]
         self.status = outcome(seen, decision, Applied(live=live), None, now=self.now()).status

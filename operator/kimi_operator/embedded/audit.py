@@ -19,7 +19,6 @@ from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import MANAGER
 from kimi_operator.builders.weights import RETAIN_ANNOTATION
 from kimi_operator.caches import CACHE_SELECTOR
-from kimi_operator.group_set import roles
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import (
     CACHE_RESOURCES,
@@ -29,7 +28,7 @@ from kimi_operator.k8s.resources import (
 )
 from kimi_operator.prefill_scaling import recorded_prefill
 from kimi_operator.reconcile import UPSTREAM, plan_children
-from kimi_operator.rollout import LWS_KIND, group_of
+from kimi_operator.rollout import LWS_KIND, group_of, roles
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 
