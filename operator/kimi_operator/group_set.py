@@ -93,17 +93,12 @@ def _index(name: str) -> int:
 class _Seen:
     """What one reconcile knows of the groups' pods and nodes."""
 
-    pods: Sequence[Mapping[str, Any]] | None  # the deployment's; None: not read
     unfit: Mapping[str, Unfit] | None  # the nodes to leave; None: the Node watch has not listed
+    # The groups on unfit nodes (the node, why); None: not known (pods unread or nodes unlisted).
+    found: Mapping[str, tuple[str, Unfit]] | None
+    by_group: Mapping[str, Sequence[Mapping[str, Any]]] | None  # the pods; None: not read
     lives: Mapping[str, Mapping[str, Any]]  # status.groups by name (group_life.py)
     now: str
-
-    @property
-    def found(self) -> Mapping[str, tuple[str, Unfit]] | None:
-        """The groups on unfit nodes (the node, why); None: not known."""
-        if self.pods is None or self.unfit is None:
-            return None
-        return affected(self.pods, self.unfit) if self.unfit else {}
 
 
 def plan(
@@ -118,7 +113,16 @@ def plan(
     """The group set of the live groups (LeaderWorkerSets by name). `pods`: the deployment's
     (None: not read); `unfit`: the nodes to leave (None: the Node watch has not listed);
     `lives`: status.groups as group_life advanced them (why a replacement does not serve)."""
-    seen = _Seen(pods, unfit, {str(r.get("name")): r for r in lives}, now)
+    found = None
+    if pods is not None and unfit is not None:
+        found = affected(pods, unfit) if unfit else {}
+    seen = _Seen(
+        unfit,
+        found,
+        None if pods is None else group_life.by_group(pods),
+        {str(r.get("name")): r for r in lives},
+        now,
+    )
     out = GroupSet()
     for letter, replicas in roles(kd).items():
         mine = {
@@ -239,7 +243,7 @@ def _step(
     if replacement is not None and serving(replacement):
         out.progress.append(f"{where}: {name} serves in its place; {group} drains, then goes")
         return True
-    pods = None if seen.pods is None else group_life.by_group(seen.pods).get(name, [])
+    pods = None if seen.by_group is None else seen.by_group.get(name, [])
     waiting = "" if pods is None else cond.unschedulable(pods)
     if waiting:
         then = (

@@ -412,8 +412,8 @@ def decide(
         weights, shared, cache_writes = found_weights(observed, defaults, now=now)
     else:
         weights, shared, cache_writes = weights_of(observed, defaults, now=now, refused=refused)
-    plan = _planned(kd, defaults, observed.served, weights)
-    skip_groups = _groups_skipped(observed, plan.skip)
+    skip, _, _ = _gaps(kd, observed.served, weights.ready)
+    skip_groups = _groups_skipped(observed, skip)
     live = {} if skip_groups else observed.groups
     records = group_life.records(kd, old, observed.groups, observed.pods, now=now)
     groups = group_set.plan(kd, live, observed.pods, observed.unfit, now=now, lives=records)
