@@ -202,6 +202,7 @@ def test_one_calibration_predicts_unseen_replays(
               "prefix-cache hit rate", c.hit_rates, f"token gaps {c.slowed:.2f}x")  # fmt: skip
         misses += [
             f"{c.label}: {key}: predicted {c.predicted[key]:.3f}, measured {c.measured[key]:.3f}"
+            f" (token gaps {c.slowed:.2f}x the plan's)"
             for key, bound in BOUNDS.items()
             if (key != "TTFT p50" or c.label in TTFT_BOUNDED)
             and c.predicted[key] != pytest.approx(c.measured[key], rel=bound)
