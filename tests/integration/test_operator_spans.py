@@ -107,9 +107,8 @@ def test_a_reconcile_is_a_trace_and_a_rollout_held_back_says_on_what(
     assert _step(spans, first, "status")["kimi.status.written"] is True
 
     def held(root: Span) -> bool:
-        return root["attributes"]["kimi.generation"] == 2 and (
-            _step(spans, root, "status")["kimi.progressing.reason"] == "RollingOut"
-        )
+        reason = _step(spans, root, "status")["kimi.progressing.reason"]
+        return bool(root["attributes"]["kimi.generation"] == 2 and reason == "RollingOut")
 
     waiting = [r for r in roots if held(r)]
     assert waiting, "no reconcile of generation 2 saw the rollout held back"
