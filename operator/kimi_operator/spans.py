@@ -1,13 +1,14 @@
 """The operator's own reconciles as OpenTelemetry spans (docs/observability.md, "The operator's
 own spans"), so that "why did the rollout wait" has a trace as a slow turn has.
 
-Off unless `kimi-operator run --traces-endpoint` (or the standard OTEL_EXPORTER_OTLP_* variables)
-asks: then no `Tracing` is made, nothing imports OpenTelemetry, and `root` and `span` hand out one
-shared no-op, so a reconcile costs and does what it did without them. On, the controller opens a
-reconcile's root span with its tracer, which the steps below it (reconcile/: observe, decide, act)
-find in a context variable: each controller traces with its own, two operators in one process
-(the tests) never share one, and nothing global is set (OpenTelemetry's global tracer provider is
-left alone). Spans leave in batches, from the SDK's thread, over OTLP/HTTP (protobuf).
+Off unless `kimi-operator run --operator-traces-endpoint` (or OTEL_EXPORTER_OTLP_*, its default)
+asks for them. Off, no `Tracing` is made, nothing imports OpenTelemetry, and `root`, `span` and
+`current` hand out one shared no-op, so a reconcile costs and does what it did without them. On,
+the controller opens a reconcile's root span with its tracer, which the steps below it
+(reconcile/: observe, decide, act) find in a context variable: each controller traces with its
+own, two operators in one process (the tests) never share one, and nothing global is set
+(OpenTelemetry's global tracer provider is left alone). Spans leave in batches, from the SDK's
+thread, over OTLP/HTTP (protobuf).
 """
 
 from collections.abc import Iterator, Mapping, Sequence

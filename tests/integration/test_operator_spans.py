@@ -108,7 +108,7 @@ def test_a_reconcile_is_a_trace_and_a_rollout_held_back_says_on_what(
 
     def held(root: Span) -> bool:
         reason = _step(spans, root, "status")["kimi.progressing.reason"]
-        return bool(root["attributes"]["kimi.generation"] == 2 and reason == "RollingOut")
+        return bool(root["attributes"].get("kimi.generation") == 2 and reason == "RollingOut")
 
     waiting = [r for r in roots if held(r)]
     assert waiting, "no reconcile of generation 2 saw the rollout held back"
