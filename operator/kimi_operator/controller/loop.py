@@ -215,7 +215,7 @@ class Controller:
             try:
                 outcome = self._reconcile_object(uid, state, obj, resync=reason == "resync")
             except KubernetesError as error:  # reading the object, or writing its status
-                traced.set_attributes(attributes.error(error))
+                traced.set_attributes({"kimi.reconcile.result": "error", **attributes.error(error)})
                 self._failed(uid, state, error)
                 return
             if outcome is None:
