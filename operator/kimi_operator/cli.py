@@ -240,6 +240,7 @@ def cmd_run(args: argparse.Namespace, _: TextIO, err: TextIO) -> int:
         health=args.health_address or None,
         metrics=args.metrics_address or None,
         leader_election=lease,
+        traces_endpoint=args.operator_traces_endpoint,
     )
     try:
         run_operator(config)

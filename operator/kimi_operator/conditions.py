@@ -286,6 +286,7 @@ def render(
     counts: tuple[int, int] | None = None,
     prefill_counts: tuple[int, int] | None = None,
     endpoint: str | None = None,
+    trace_url: str | None = None,
     rollout: Mapping[str, Any] | None = None,
     weights: Sequence[Mapping[str, Any]] | None = None,
     scale: ScaleStatus | None = None,
@@ -293,10 +294,10 @@ def render(
     evacuations: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The status object: transition times kept for conditions whose status did not change;
-    replica counts, endpoint, scale fields, the `rollout` fields (updatedReplicas, image,
-    imageSource, pendingImage, olderTemplateGroups), the resolved `weights`, the `groups`'
-    records (group_life.py) and the `evacuations` (evacuation.py) kept from `old` when not
-    given."""
+    replica counts, endpoint, the trace UI's link, scale fields, the `rollout` fields
+    (updatedReplicas, image, imageSource, pendingImage, olderTemplateGroups), the resolved
+    `weights`, the `groups`' records (group_life.py) and the `evacuations` (evacuation.py) kept
+    from `old` when not given."""
     previous = {c.get("type"): c for c in old.get("conditions", [])}
     entries = []
     for kind in CONDITION_TYPES:
@@ -333,6 +334,7 @@ def render(
             "prefillReplicas": prefill_replicas,
             "prefillReadyReplicas": prefill_ready,
             "endpoint": endpoint if endpoint is not None else old.get("endpoint", ""),
+            "traceUrl": trace_url if trace_url is not None else old.get("traceUrl", ""),
             "weights": list(weights if weights is not None else old.get("weights", [])),
             "selector": scale.selector if scale else old.get("selector", ""),
             "gpus": scale.gpus if scale else old.get("gpus", 0),

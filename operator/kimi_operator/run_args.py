@@ -184,6 +184,17 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
             metavar="SECONDS",
             help=f"{what} (default %(default)s)",
         )
+    run.add_argument(
+        "--operator-traces-endpoint",
+        type=traces_endpoint,
+        default=os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or signal_url(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")),
+        metavar="URL",
+        help="send the operator's own reconciles as spans over OTLP/HTTP to this URL, whole "
+        "(e.g. http://otel-collector.observability:4318/v1/traces); empty: off (env "
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces; "
+        "default: off)",
+    )
     add_evacuation_arguments(run)
     add_tracing_arguments(run)
     run.add_argument("--verbose", action="store_true", help="debug logging")
@@ -252,6 +263,15 @@ def add_tracing_arguments(run: argparse.ArgumentParser) -> None:
         action="store_true",
         help="vLLM's detailed model and worker traces (needs --tracing-endpoint)",
     )
+    run.add_argument(
+        "--tracing-ui-url",
+        default="",
+        metavar="TEMPLATE",
+        help="the trace UI's page of a trace, {trace_id} where the id goes (e.g. "
+        "https://jaeger.example/trace/{trace_id}): the deployments' status.traceUrl, which "
+        "`kimi-operator bench --deployment` links the slowest turns with (needs "
+        "--tracing-endpoint; default: none)",
+    )
 
 
 def tracing_default(args: argparse.Namespace) -> "TracingSpec | None":
@@ -266,6 +286,7 @@ def tracing_default(args: argparse.Namespace) -> "TracingSpec | None":
         "endpoint": ("--tracing-endpoint", args.tracing_endpoint),
         "samplingRatio": ("--tracing-sampling-ratio", args.tracing_sampling_ratio),
         "detailedTraces": ("--tracing-detailed-traces", args.tracing_detailed_traces),
+        "uiUrl": ("--tracing-ui-url", args.tracing_ui_url),
     }
     try:
         tracing = TracingSpec.model_validate({key: value for key, (_, value) in flags.items()})
@@ -279,6 +300,24 @@ def tracing_default(args: argparse.Namespace) -> "TracingSpec | None":
         flag, _ = flags[rule.field]
         raise ValueError(f"{flag} {violation.got!r}: {rule.problem} (allowed: {rule.allowed})")
     return tracing if tracing.endpoint else None
+
+
+def signal_url(base: str) -> str:
+    """OTEL_EXPORTER_OTLP_ENDPOINT's traces URL, as OpenTelemetry's exporters make it: the base
+    with `v1/traces` appended ("" stays "")."""
+    return f"{base.rstrip('/')}/v1/traces" if base else ""
+
+
+def traces_endpoint(value: str) -> str:
+    """An http(s):// URL, or "" (off)."""
+    from kimi_operator.api.spec import OTLP_URL_OR_EMPTY  # noqa: PLC0415
+
+    if not re.fullmatch(OTLP_URL_OR_EMPTY, value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected an http(s)://host[:port][/path] URL, e.g. "
+            "http://otel-collector.observability:4318/v1/traces"
+        )
+    return value
 
 
 def names_of(what: str) -> "Callable[[str], tuple[str, ...]]":

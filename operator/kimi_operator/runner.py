@@ -35,6 +35,7 @@ from kimi_operator.k8s.resources import (
     PERSISTENT_VOLUME_CLAIM,
 )
 from kimi_operator.k8s.watch import Watch, refreshing
+from kimi_operator.spans import Tracing
 
 # How long a replica that lost the Lease waits for its threads before the process ends anyway.
 LOST_STEP_DOWN_S = 5.0
@@ -68,6 +69,9 @@ class RunConfig:
     # With several replicas: the Lease they elect a leader on. None: this replica reconciles
     # alone, from the start.
     leader_election: LeaseConfig | None = None
+    # The OTLP/HTTP URL (`.../v1/traces`) that receives the operator's reconciles as spans
+    # (kimi_operator/spans.py); "": none, and OpenTelemetry is never imported.
+    traces_endpoint: str = ""
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -99,6 +103,7 @@ def controller(config: RunConfig) -> Controller:
         resync_interval_s=config.resync_interval_s,
         relist_interval_s=config.relist_interval_s,
         namespaces=config.namespaces,
+        tracing=Tracing(config.traces_endpoint) if config.traces_endpoint else None,
     )
 
 
@@ -213,6 +218,8 @@ class Operator:
                 server.shutdown()
                 server.server_close()
             loop.client.close()
+            if loop.tracing is not None:  # the spans still queued
+                loop.tracing.shutdown()
         if lost:
             raise LeadershipLost("the leader Lease was lost; stopping so as not to reconcile twice")
 

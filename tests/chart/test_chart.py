@@ -24,6 +24,7 @@ CRD_SOURCE = ROOT / "crds" / "kimi-operator.io_kimideployments.yaml"
 CRD_COPY = CHART / "files" / "kimi-operator.io_kimideployments.yaml"
 DIGEST = "sha256:" + "ab" * 32
 SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+OPERATOR_TRACES = "http://otel-collector.observability:4318/v1/traces"
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "namespaced": {"watchNamespaces": ["inference", "research"]},
@@ -49,7 +50,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "endpoint": "http://otel-collector.observability:4317",
             "samplingRatio": 0.25,
             "detailedTraces": True,
-        }
+            # A Grafana Explore link: YAML's and helm's special characters in one argument.
+            "uiUrl": 'https://grafana.example/explore?left={"queries":[{"query":"{trace_id}"}]}#x',
+        },
+        "operator": {"tracesEndpoint": OPERATOR_TRACES},
     },
     # OpenShift's Thanos querier: the ServiceAccount's token and the service CA, KEDA's
     # credentials from a ClusterTriggerAuthentication; and a Secret mounted for whatever else.
@@ -379,7 +383,15 @@ def test_the_tracing_default_reaches_the_operator(
         == {"protocol": "grpc"} | VALUE_SETS["tracing"]["tracing"]
     )
     assert operator_defaults(_parsed(rendered["defaults"])).tracing is None
-    assert not [a for a in _container(rendered["defaults"])["args"] if "tracing" in a]
+    assert not [a for a in _container(rendered["defaults"])["args"] if "trac" in a]
+
+
+def test_the_operators_own_spans_are_off_unless_asked(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """operator.tracesEndpoint: the operator's reconciles as spans (docs/observability.md)."""
+    assert _parsed(rendered["tracing"]).operator_traces_endpoint == OPERATOR_TRACES
+    assert _parsed(rendered["defaults"]).operator_traces_endpoint == ""
 
 
 # --- values: schema and documentation --------------------------------------------------------
@@ -449,6 +461,8 @@ BAD_VALUES = [
     ({"evacuation": {"criticalConditions": ["nvidia.com/"]}}, "/evacuation/criticalConditions/0"),
     ({"tracing": {"samplingRatio": 1.5}}, "at '/tracing/samplingRatio': maximum"),
     ({"tracing": {"endpoint": "https://otel:4317"}}, "at '/tracing/endpoint'"),
+    ({"tracing": {"uiUrl": "https://jaeger.example/trace/"}}, "at '/tracing/uiUrl'"),
+    ({"operator": {"tracesEndpoint": "otel:4318"}}, "at '/operator/tracesEndpoint'"),
 ]
 
 

@@ -168,13 +168,18 @@ def test_validate_a_sample(built: tuple[Buildah, str]) -> None:
 
 def test_runtime_dependencies_only(built: tuple[Buildah, str]) -> None:
     """What `run` imports is there, and loads no second HTTP stack (aiohttp is installed, as a
-    requirement of the kubernetes package's asyncio client, never imported); what only
-    development, the demo, the bench's plots or the serving image need is not, nor pip."""
+    requirement of the kubernetes package's asyncio client, never imported) nor OpenTelemetry
+    until the chart's operator.tracesEndpoint asks for the operator's spans, which the image can
+    then export; what only development, the demo, the bench's plots or the serving image need is
+    not, nor pip."""
     buildah, container = built
     imports = (
         "import sys, kubernetes, prometheus_client, kimi_operator.runner; "
         "assert 'aiohttp' not in sys.modules, 'a second HTTP stack'; "
-        "assert 'kopf' not in sys.modules, 'the webhook is another command'"
+        "assert 'kopf' not in sys.modules, 'the webhook is another command'; "
+        "assert 'opentelemetry' not in sys.modules, 'spans are off unless asked'; "
+        "from kimi_operator.spans import Tracing; "
+        "Tracing('http://127.0.0.1:4318/v1/traces').shutdown()"
     )
     assert buildah.run(container, "python3", "-c", imports).returncode == 0
     absent = (

@@ -131,7 +131,16 @@ def test_operator_wheel_declares_no_vllm_plugin(operator_wheel: zipfile.ZipFile)
 def test_operator_wheel_needs_only_what_run_needs(operator_wheel: zipfile.ZipFile) -> None:
     requirements = _requirements(operator_wheel)
     runtime = _needed(requirements)
-    assert runtime == {"pydantic", "pyyaml", "kubernetes", "urllib3", "prometheus-client", "kopf"}
+    assert runtime == {
+        "pydantic",
+        "pyyaml",
+        "kubernetes",
+        "urllib3",
+        "prometheus-client",
+        "kopf",
+        "opentelemetry-sdk",  # the operator's own spans (kimi_operator/spans.py)
+        "opentelemetry-exporter-otlp-proto-http",
+    }
     assert _needed(requirements, "bench") - runtime == {"aiohttp", "matplotlib"}
     assert _needed(requirements, "plan") - runtime == {"aiconfigurator-core"}
     assert {"kmock", "cel-python"} <= _needed(requirements, "demo") - runtime

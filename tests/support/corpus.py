@@ -16,6 +16,7 @@ POOL = {"spec.routing.mode": "InferencePool"}
 PREFILL_AUTOSCALING = {"maxReplicas": 3, "target": {"waitingRequestsPerGroup": 4}}
 COLLECTOR = "http://otel-collector.observability:4317"
 HTTPS_COLLECTOR = "https://tempo.example.com/v1/traces"
+JAEGER_UI = "https://jaeger.example/trace/{trace_id}"
 TRACING = {"endpoint": COLLECTOR, "samplingRatio": 0.25, "detailedTraces": True}
 
 
@@ -1097,6 +1098,22 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     (
         "tracing-endpoint-no-scheme",
         {"spec.observability.tracing": {"endpoint": "otel:4317"}},
+        False,
+    ),
+    (
+        "tracing-ui-url",
+        {"spec.observability.tracing": {"endpoint": COLLECTOR, "uiUrl": JAEGER_UI}},
+        True,
+    ),
+    ("tracing-ui-url-no-endpoint", {"spec.observability.tracing": {"uiUrl": JAEGER_UI}}, False),
+    (
+        "tracing-ui-url-no-placeholder",
+        {"spec.observability.tracing": {"endpoint": COLLECTOR, "uiUrl": "https://jaeger/trace/"}},
+        False,
+    ),
+    (
+        "tracing-ui-url-not-http",
+        {"spec.observability.tracing": {"endpoint": COLLECTOR, "uiUrl": "jaeger/{trace_id}"}},
         False,
     ),
     (

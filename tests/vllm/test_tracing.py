@@ -5,26 +5,22 @@ other, has an `llm_request` span in its trace with the tokens bench counted and 
 what bench measured (the server's clock starts later and stops sooner)."""
 
 import json
-import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kimi_operator.api.owned_env import TRACING_ENV
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.cli import main
-from kimi_operator.dev.cpu_vllm import PYTHON, CpuServer
+from kimi_operator.dev.cpu_vllm import CpuServer
 from kimi_operator.embedded.processes import free_port
 from tests.kimi_operator.builders.cases import CASES, deployment
+from tests.support.otlp_receiver import Receiver, Span
 from tests.support.pods import expand
 from tests.vllm.conftest import require_cpu_vllm
 
-RECEIVER = Path(__file__).with_name("otlp_receiver.py")
 NAME = "k3-tp16-latency"  # the sample's deployment
 TRACING_NAMES = frozenset(e.name for e in TRACING_ENV)
 # The pod's fields as the kubelet would fill them (the downward API).
@@ -38,33 +34,15 @@ SPANS_TIMEOUT_S = 30.0
 CLIENT_SLACK_S = 0.05  # the client's clock starts before the server's and stops after it
 
 
-@dataclass
-class Receiver:
-    port: int
-    spans: list[dict[str, Any]] = field(default_factory=list)
-
-    def requests(self) -> list[dict[str, Any]]:
-        return [s for s in list(self.spans) if s["name"] == "llm_request"]
+def _requests(spans: list[Span]) -> list[Span]:
+    return [s for s in spans if s["name"] == "llm_request"]
 
 
 @pytest.fixture(scope="module")
 def receiver() -> Iterator[Receiver]:
     require_cpu_vllm()
-    process = subprocess.Popen([str(PYTHON), str(RECEIVER)], stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    try:
-        received = Receiver(int(process.stdout.readline().split()[1]))
-
-        def read() -> None:
-            assert process.stdout is not None
-            for line in process.stdout:
-                received.spans.append(json.loads(line))
-
-        threading.Thread(target=read, daemon=True).start()
+    with Receiver() as received:
         yield received
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def _rendered(endpoint: str) -> tuple[list[str], dict[str, str]]:
@@ -93,7 +71,7 @@ def _rendered(endpoint: str) -> tuple[list[str], dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def traced(receiver: Receiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuServer]:
-    args, env = _rendered(f"http://127.0.0.1:{receiver.port}/v1/traces")
+    args, env = _rendered(receiver.url)
     log_path = tmp_path_factory.mktemp("vllm-traced") / "server.log"
     with log_path.open("wb") as log:
         server = CpuServer(
@@ -114,13 +92,11 @@ def traced(receiver: Receiver, tmp_path_factory: pytest.TempPathFactory) -> Iter
             server.stop()
 
 
-def _spans_of(receiver: Receiver, expected: int) -> list[dict[str, Any]]:
+def _spans_of(receiver: Receiver, expected: int) -> list[Span]:
     """The llm_request spans once `expected` have come and a quiet second followed."""
-    deadline = time.monotonic() + SPANS_TIMEOUT_S
-    while len(receiver.requests()) < expected and time.monotonic() < deadline:
-        time.sleep(0.1)
+    receiver.wait_for(lambda spans: len(_requests(spans)) >= expected, SPANS_TIMEOUT_S)
     time.sleep(SETTLE_S)
-    return receiver.requests()
+    return _requests(receiver.received())
 
 
 def test_sampled_requests_and_only_those_have_vllms_span_with_what_bench_measured(
@@ -141,7 +117,7 @@ def test_sampled_requests_and_only_those_have_vllms_span_with_what_bench_measure
     # Parent-based: the sampled traceparents' requests, each once; nothing else (the rendered
     # ratio 0 leaves every root span, vLLM's start-up ones included, unsampled).
     assert sorted(s["trace_id"] for s in spans) == sorted(sampled)
-    assert {s["trace_id"] for s in receiver.spans} == set(sampled)
+    assert {s["trace_id"] for s in receiver.received()} == set(sampled)
     for span in spans:
         record, attributes = sampled[span["trace_id"]], span["attributes"]
         assert attributes["gen_ai.usage.completion_tokens"] == record["output_tokens"]

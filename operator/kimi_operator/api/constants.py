@@ -66,3 +66,8 @@ MAX_DEPTH: Final = 32
 # Values (mapping entries, list items, scalars) counted with YAML aliases expanded: a spec with
 # every list at its maxItems has about 2,000; alias bombs expand to billions.
 MAX_VALUES: Final = 100_000
+
+# Where the trace id goes in a trace UI's link (spec.observability.tracing.uiUrl, `bench
+# --trace-url`), and what such a link looks like: an http(s) URL with the placeholder, no blank.
+TRACE_ID_PLACEHOLDER: Final = "{trace_id}"
+TRACE_UI_URL: Final = r"^https?://\S*\{trace_id\}\S*$"

@@ -10,7 +10,11 @@ import re
 from collections.abc import Mapping, Sequence
 
 from kimi_operator.api import vllm_parse
-from kimi_operator.api.constants import FAST_PATH_MAX_DECODE_TOKENS
+from kimi_operator.api.constants import (
+    FAST_PATH_MAX_DECODE_TOKENS,
+    TRACE_ID_PLACEHOLDER,
+    TRACE_UI_URL,
+)
 from kimi_operator.api.engine_args import (
     ENGINE_ARG_REFUSALS,
     KNOWN_OPTIONS,
@@ -436,6 +440,28 @@ TRACING_RULES: tuple[Rule, ...] = (
         problem="detailed traces are spans, and without an endpoint no span is exported",
         allowed="false; or true with an endpoint",
         got=lambda t: t["detailedTraces"],
+    ),
+    Rule(
+        scope=TRACING,
+        reads=(("uiUrl",),),
+        field="uiUrl",
+        cel=f"self.uiUrl == '' || self.uiUrl.matches('{_cel_string(TRACE_UI_URL)}')",
+        check=lambda t: t["uiUrl"] == "" or re.match(TRACE_UI_URL, t["uiUrl"]) is not None,
+        problem=f"a link to a trace needs an http(s) URL with {TRACE_ID_PLACEHOLDER} where the "
+        "trace id goes",
+        allowed=f'"", or e.g. https://jaeger.example/trace/{TRACE_ID_PLACEHOLDER}',
+        got=lambda t: t["uiUrl"],
+    ),
+    Rule(
+        scope=TRACING,
+        reads=(("uiUrl",), ("endpoint",)),
+        field="uiUrl",
+        cel="self.uiUrl == '' || self.endpoint != ''",
+        check=lambda t: t["uiUrl"] == "" or t["endpoint"] != "",
+        problem="it links to the traces the endpoint receives, and without an endpoint none is "
+        "exported",
+        allowed='""; or a link with an endpoint',
+        got=lambda t: t["uiUrl"],
     ),
     # vllm/tracing/otel.py (get_span_exporter) builds its gRPC exporter with insecure=True.
     Rule(

@@ -307,6 +307,14 @@ class TracingSpec(ApiModel):
         description="vLLM's detailed model and worker traces (--collect-detailed-traces=all); "
         "needs an endpoint. Costly where vLLM reads it (docs/observability.md#traces).",
     )
+    ui_url: str = Field(
+        "",
+        max_length=1024,
+        description="The trace UI's page of a trace, `{trace_id}` where the id goes, e.g. "
+        "`https://jaeger.example/trace/{trace_id}` or a Grafana Explore link; needs an "
+        "endpoint. Reported as status.traceUrl, where `kimi-operator bench --deployment` finds "
+        "it to link the slowest turns; empty: none.",
+    )
 
 
 class ObservabilitySpec(ApiModel):

@@ -226,6 +226,14 @@ class KimiDeploymentStatus(StatusModel):
         max_length=1024,
         description="In-cluster URL of the OpenAI-compatible API, once a group is ready.",
     )
+    trace_url: str = Field(
+        "",
+        max_length=1024,
+        description="The trace UI's page of a trace, `{trace_id}` where the id goes: "
+        "spec.observability.tracing.uiUrl, or the operator's default's for a deployment that "
+        "inherits its tracing; `kimi-operator bench --deployment` links the slowest turns with "
+        "it. Empty: none.",
+    )
     weights: list[WeightsStatus] = Field(
         default_factory=list,
         max_length=2,

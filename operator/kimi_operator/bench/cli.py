@@ -58,9 +58,12 @@ def _ratio(text: str) -> float:
 
 
 def _trace_url(text: str) -> str:
-    from kimi_operator.bench.traceparent import TRACE_ID_PLACEHOLDER  # noqa: PLC0415
+    """The rule of spec.observability.tracing.uiUrl, which a deployment gives in its place."""
+    import re  # noqa: PLC0415
 
-    if not text.startswith(("http://", "https://")) or TRACE_ID_PLACEHOLDER not in text:
+    from kimi_operator.api.constants import TRACE_ID_PLACEHOLDER, TRACE_UI_URL  # noqa: PLC0415
+
+    if not re.match(TRACE_UI_URL, text):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected an http(s) URL with {TRACE_ID_PLACEHOLDER} where the trace id goes"
         )
@@ -168,7 +171,8 @@ def add_bench_parser(sub: Any) -> None:
         type=_trace_url,
         metavar="TEMPLATE",
         help="the trace UI's page of a trace, {trace_id} where the id goes (e.g. "
-        "'https://grafana.example/explore?...{trace_id}'): the report links the slowest turns",
+        "'https://grafana.example/explore?...{trace_id}'): the report links the slowest turns "
+        "(default: the --deployment's status.traceUrl, from spec.observability.tracing.uiUrl)",
     )
     bench.add_argument("--output", metavar="DIR", help="where results.json, report.md, plots go")
     bench.add_argument("--force", action="store_true", help="overwrite results in --output")
@@ -474,7 +478,7 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
         replay=replay,
         tasks_cut=tasks_cut,
         trace_sampling=args.traceparent_sampling,
-        trace_url=args.trace_url,
+        trace_url=args.trace_url or (target.trace_url if target else None),
     )
 
 

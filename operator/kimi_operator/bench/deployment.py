@@ -26,6 +26,7 @@ class Target:
     gpus: int | None  # GPUs behind the endpoint: gpus per group x replicas
     decode_backend: str | None
     replicas: int
+    trace_url: str | None = None  # the trace UI's link (status.traceUrl, `{trace_id}` in it)
 
 
 def parse_reference(reference: str) -> tuple[str, str]:
@@ -100,4 +101,5 @@ def resolve(reference: str) -> Target:
         else None,
         decode_backend=(spec.get("decode") or {}).get("backend"),
         replicas=replicas if isinstance(replicas, int) else 1,
+        trace_url=status.get("traceUrl") or None,
     )

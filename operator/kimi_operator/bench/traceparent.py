@@ -10,8 +10,9 @@ The share is decided from the trace id as OpenTelemetry's TraceIdRatioBased samp
 import secrets
 from dataclasses import dataclass
 
+from kimi_operator.api.constants import TRACE_ID_PLACEHOLDER
+
 VERSION = "00"  # the W3C Trace Context version this writes
-TRACE_ID_PLACEHOLDER = "{trace_id}"
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ from kimi_operator.k8s.errors import ApiError, KubernetesError, NotLeading, Owne
 from kimi_operator.k8s.events import post_warning
 from kimi_operator.k8s.merge import removals
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
-from kimi_operator.reconcile import Outcome, reconcile, terminating
+from kimi_operator.reconcile import Outcome, attributes, reconcile, terminating
+from kimi_operator.spans import Tracing, current, root, span
 
 log = logging.getLogger("kimi_operator")
 # Reasons that come with the watched object: a late or repeated one is skipped.
@@ -96,7 +97,9 @@ class Controller:
         namespaces: Sequence[str] = (),
         clock: Clock = time.monotonic,
         reconcile_fn: Reconcile = reconcile,
+        tracing: Tracing | None = None,
     ) -> None:
+        """`tracing`: each reconcile a trace (kimi_operator/spans.py); None: none."""
         self.client, self.defaults, self.metrics = client, defaults, metrics
         self.workers, self.resync_interval_s = workers, resync_interval_s
         self.relist_interval_s, self.namespaces = relist_interval_s, namespaces
@@ -104,6 +107,7 @@ class Controller:
         self.queue = WorkQueue(clock)
         self.deployments: dict[str, Deployment] = {}
         self._reconcile = reconcile_fn
+        self.tracing = tracing
         self._guard = threading.Lock()
         self._known: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name), not deleted
         self._objects: dict[str, Mapping[str, Any]] = {}  # uid -> watched object to reconcile
@@ -202,13 +206,22 @@ class Controller:
                 return  # a repeated or late event for a generation already acted on
             obj = None
         started = time.monotonic()
-        try:
-            outcome = self._reconcile_object(uid, state, obj, resync=reason == "resync")
-        except KubernetesError as error:  # reading the object, or writing its status
-            self._failed(uid, state, error)
-            return
-        if outcome is None:
-            return
+        named = {
+            "k8s.namespace.name": state.namespace,
+            "kimi.deployment": state.name,
+            "kimi.reconcile.trigger": reason,
+        }
+        with root(self.tracing, "reconcile", named) as traced:
+            try:
+                outcome = self._reconcile_object(uid, state, obj, resync=reason == "resync")
+            except KubernetesError as error:  # reading the object, or writing its status
+                traced.set_attributes({"kimi.reconcile.result": "error", **attributes.error(error)})
+                self._failed(uid, state, error)
+                return
+            if outcome is None:
+                traced.set_attribute("kimi.reconcile.result", "gone")
+                return
+            traced.set_attributes(attributes.outcome(outcome))
         self.metrics.reconciles.labels(reason, outcome.result).inc()
         self.metrics.duration.labels(reason).observe(time.monotonic() - started)
         if outcome.error is not None:
@@ -232,6 +245,9 @@ class Controller:
         generation = obj["metadata"].get("generation")
         # Pruning lists every child kind: only when it can find something (docs/architecture.md).
         prune = resync or state.failed or state.pruned != generation
+        current().set_attributes(
+            {"kimi.generation": generation or 0, "kimi.reconcile.prune": prune}
+        )
         outcome = self._reconcile(
             obj,
             self.client,
@@ -241,8 +257,11 @@ class Controller:
             failures=self.queue.failures(uid),
             prune=prune,
         )
-        if outcome.status != old:
-            self._write_status(state, obj, outcome.status)
+        with span("status") as step:
+            written = outcome.status != old
+            if written:
+                self._write_status(state, obj, outcome.status)
+            step.set_attributes(attributes.status(outcome.status, changed=written))
         state.acted = generation
         if prune and outcome.error is None:
             # A child kept for what still needs it: the next reconcile prunes again.

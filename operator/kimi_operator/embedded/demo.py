@@ -246,6 +246,7 @@ def chart_operator(api: EmbeddedApiServer, deployment: Mapping[str, Any]) -> Run
         defaults=operator_defaults(args),
         resync_interval_s=RESYNC_S,
         workers=args.workers,
+        traces_endpoint=args.operator_traces_endpoint,
     )
 
 

@@ -4,9 +4,10 @@
 The controller (controller/loop.py) calls `reconcile` and writes the status it returns. Every read
 is made first (observe.py), the plan is a pure function of them (decide.py: the children to apply
 and to prune, the caches, the rollout's and the image gate's turns), the writes follow in its order
-(act.py), and the status is a pure function of the three (status.py). A terminating or invalid
-deployment gets its status only. `k8s`'s errors end a reconcile; the controller decides whether to
-retry.
+(act.py), and the status is a pure function of the three (status.py). When the operator traces,
+each step is a span under the controller's reconcile span (kimi_operator/spans.py). A terminating
+or invalid deployment gets its status only. `k8s`'s errors end a reconcile; the controller decides
+whether to retry.
 """
 
 from collections.abc import Mapping
@@ -18,11 +19,20 @@ from kimi_operator.api.problem import INVALID, Problem
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.k8s.client import Client
+from kimi_operator.reconcile import attributes
 from kimi_operator.reconcile.act import Acted, act, act_caches
-from kimi_operator.reconcile.decide import UPSTREAM, decide, plan_children, stopped
+from kimi_operator.reconcile.decide import (
+    UPSTREAM,
+    Decision,
+    Observed,
+    decide,
+    plan_children,
+    stopped,
+)
 from kimi_operator.reconcile.observe import observe
 from kimi_operator.reconcile.status import Outcome, outcome, scaled_outcome
 from kimi_operator.reconcile.status import terminating as terminating_outcome
+from kimi_operator.spans import span
 
 __all__ = ["UPSTREAM", "Outcome", "plan_children", "reconcile", "terminating"]
 
@@ -70,15 +80,17 @@ def reconcile(
         if spec_changed and not events:  # still invalid after an edit: say it again
             events = [Problem(INVALID, "; ".join(p.message for p in problems))]
         return Outcome(status, events, result="invalid")
-    observed = observe(
-        client,
-        body,
-        report.deployment,
-        defaults,
-        warnings=report.warnings,
-        prune=prune,
-        now=now,
-    )
+    with span("observe") as step:
+        observed = observe(
+            client,
+            body,
+            report.deployment,
+            defaults,
+            warnings=report.warnings,
+            prune=prune,
+            now=now,
+        )
+        step.set_attributes(attributes.observed(observed))
     # The prefill autoscaler's count stands in for spec.prefill.replicas from here on.
     scaled = prefill_scaling.evaluate(
         observed.kd, observed.old, observed.prefill_load, now=now, url=defaults.prometheus_url
@@ -87,11 +99,13 @@ def reconcile(
     if observed.error is not None:  # a read failed: nothing is written
         decision, acted = stopped(observed, defaults), Acted(error=observed.error)
     else:
-        decision = decide(observed, defaults, now=now)
-        acted = act_caches(client, decision)
-        if acted.refused is not None:  # a quota refused a cache: plan again, without the weights
-            decision = decide(observed, defaults, now=now, refused=acted.refused)
-        acted = act(client, body, decision, defaults, acted, likely_missing=observed.first)
+        decision = _decide(observed, defaults, now=now)
+        with span("act") as step:
+            acted = act_caches(client, decision)
+            if acted.refused is not None:  # a quota refused a cache: plan again, without them
+                decision = _decide(observed, defaults, now=now, refused=acted.refused)
+            acted = act(client, body, decision, defaults, acted, likely_missing=observed.first)
+            step.set_attributes(attributes.acted(acted))
         if acted.early:  # a cache's write failed: the weights are as the status recorded them
             decision = stopped(observed, defaults)
     if scaled.problem is not None:
@@ -106,3 +120,13 @@ def reconcile(
         spec_changed=spec_changed,
     )
     return scaled_outcome(result, scaled)
+
+
+def _decide(
+    observed: Observed, defaults: OperatorDefaults, *, now: str, refused: Problem | None = None
+) -> Decision:
+    """`decide` in its span (a second one, inside `act`'s, when a quota refused a cache)."""
+    with span("decide", {"kimi.decide.refused": refused.reason} if refused else None) as step:
+        decision = decide(observed, defaults, now=now, refused=refused)
+        step.set_attributes(attributes.decided(decision))
+    return decision

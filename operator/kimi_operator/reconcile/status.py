@@ -32,6 +32,7 @@ from kimi_operator.builders import (
 from kimi_operator.builders.images import ImageChoice
 from kimi_operator.builders.meta import leader_selector
 from kimi_operator.builders.serving import endpoint
+from kimi_operator.builders.tracing import effective
 from kimi_operator.controller.retry import retry_delay, temporary
 from kimi_operator.k8s.errors import ApiError, KubernetesError, OwnerTerminating
 from kimi_operator.k8s.merge import Applied
@@ -143,6 +144,7 @@ def outcome(
         older_template=upgrades.message(kd, decision.older),
     )
     conditions = cond.valid_conditions(seen)
+    tracing = effective(kd, defaults.tracing)  # its trace UI's link: bench's, from the status
     if retrying is not None:  # counts and endpoint as last observed too
         conditions = cond.retrying_conditions(old, conditions, retrying)
     status = cond.render(
@@ -153,6 +155,7 @@ def outcome(
         counts=None if retrying else (len(groups), ready),
         prefill_counts=None if retrying else (len(prefill), prefill_ready),
         endpoint=None if retrying else (seen.endpoint if ready else ""),
+        trace_url=tracing.ui_url if tracing else "",
         # After a failed apply, what the groups run is as last observed.
         rollout=None if error or not (image and steps) else _rollout(image, steps, decision.older),
         # Kept as they were after an error without a resolution: the caches were maybe not

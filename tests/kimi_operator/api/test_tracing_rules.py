@@ -9,7 +9,7 @@ from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
 from kimi_operator.embedded.admission import CustomResource
 from kimi_operator.run_args import operator_defaults, parse_run_arguments
-from tests.support.corpus import COLLECTOR, HTTPS_COLLECTOR, POOL
+from tests.support.corpus import COLLECTOR, HTTPS_COLLECTOR, JAEGER_UI, POOL
 from tests.support.specs import edited
 
 API_SERVER = CustomResource.of(crd(), "kimi-operator.io/v1alpha1")
@@ -42,6 +42,24 @@ def _refusals(edits: dict[str, Any]) -> tuple[list[str], list[str]]:
             POOL | _tracing(endpoint=HTTPS_COLLECTOR, protocol="http/protobuf"),
             "spec.observability.tracing.protocol",
             "allowed: grpc; or http/protobuf with routing.mode Service",
+        ),
+        (
+            _tracing(uiUrl=JAEGER_UI),
+            "spec.observability.tracing.uiUrl",
+            "without an endpoint none is exported",
+        ),
+        *(
+            (
+                _tracing(endpoint=COLLECTOR, uiUrl=url),
+                "spec.observability.tracing.uiUrl",
+                "needs an http(s) URL with {trace_id} where the trace id goes",
+            )
+            for url in (
+                "https://jaeger.example/trace/",  # no placeholder
+                "ftp://jaeger.example/trace/{trace_id}",
+                "jaeger.example/trace/{trace_id}",
+                "https://jaeger.example/trace/{trace_id} x",
+            )
         ),
     ],
 )
@@ -88,6 +106,7 @@ def test_accepted_tracing() -> None:
     http = _tracing(endpoint=HTTPS_COLLECTOR, protocol="http/protobuf")
     assert _refusals(http) == ([], [])
     assert _refusals(POOL | _tracing(endpoint=COLLECTOR, samplingRatio=1)) == ([], [])
+    assert _refusals(_tracing(endpoint=COLLECTOR, uiUrl=JAEGER_UI)) == ([], [])
 
 
 @pytest.mark.parametrize(
@@ -96,6 +115,14 @@ def test_accepted_tracing() -> None:
         (["--tracing-detailed-traces"], "--tracing-detailed-traces True: detailed traces"),
         (["--tracing-endpoint", "https://otel:4317"], "--tracing-endpoint 'https://otel:4317':"),
         (["--tracing-endpoint", "otel:4317"], "--tracing-endpoint 'otel:4317': String should"),
+        (
+            ["--tracing-ui-url", JAEGER_UI],
+            f"--tracing-ui-url '{JAEGER_UI}': it links to the traces",
+        ),
+        (
+            ["--tracing-endpoint", COLLECTOR, "--tracing-ui-url", "https://jaeger.example/"],
+            "--tracing-ui-url 'https://jaeger.example/': a link to a trace needs",
+        ),
         (
             ["--tracing-endpoint", COLLECTOR, "--tracing-sampling-ratio", "1.5"],
             "--tracing-sampling-ratio 1.5: Input should be less than or equal to 1",

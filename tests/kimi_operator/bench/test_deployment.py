@@ -317,3 +317,37 @@ def test_in_a_pod_the_service_account_is_used(
     assert run.code == 0, run.err
     assert [a and a.lower() for a in fake.auth] == ["bearer pod-token"]  # the scheme is any case
     assert results(out)["config"]["endpoint"] == url
+
+
+JAEGER = "https://jaeger.example/trace/{trace_id}"
+TEMPO = "https://tempo.example/t/{trace_id}"
+
+
+@pytest.mark.parametrize(
+    ("extra", "wanted"),
+    [((), JAEGER), (("--trace-url", TEMPO), TEMPO)],
+    ids=["the deployment's", "the flag's first"],
+)
+def test_the_slowest_turns_link_to_the_deployments_trace_ui(
+    cli: Cli,
+    api: Cluster,
+    stub: Callable[..., tuple[str, object]],
+    tmp_path: Path,
+    *,
+    extra: tuple[str, ...],
+    wanted: str,
+) -> None:
+    """status.traceUrl (spec.observability.tracing.uiUrl, or the operator's default) links the
+    report's slowest turns when --trace-url does not say otherwise."""
+    url, _ = stub(ttft_s=0.001, step_s=0.001)
+    body = deployment(url)
+    body["status"]["traceUrl"] = JAEGER
+    api.put(body)
+    out = tmp_path / "out"
+    run = cli(*bench_k3(out, *extra))
+    assert run.code == 0, run.err
+    data = results(out)
+    assert data["config"]["trace_url"] == wanted
+    (request,) = data["requests"]
+    link = wanted.replace("{trace_id}", request["trace_id"])
+    assert f"[`{request['trace_id']}`]({link})" in (out / "report.md").read_text()

@@ -11,6 +11,7 @@ import pytest
 
 from kimi_operator import caches, drain
 from kimi_operator.api.problem import Problem
+from kimi_operator.api.spec import TracingSpec
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, ROUTABLE_LABEL
@@ -25,6 +26,7 @@ from kimi_operator.reconcile.status import Outcome, outcome
 from kimi_operator.rollout import DRAINING_ANNOTATION, ROLLED_AT_ANNOTATION
 from kimi_operator.upgrades import INPUTS_ANNOTATION
 from tests.support.cluster import condition, sample
+from tests.support.corpus import COLLECTOR, JAEGER_UI
 
 NOW = "2026-12-01T12:00:00Z"
 UID = "uid-1"
@@ -610,3 +612,29 @@ def test_a_group_stopped_while_a_rollout_is_stalled_is_still_braked() -> None:
     assert decision.steps.stalled == (0,)
     written = {c["metadata"]["name"]: c for c in decision.apply if c["kind"] == "LeaderWorkerSet"}
     assert written[f"{NAME}-g1"]["spec"]["replicas"] == 0
+
+
+TEMPO_UI = "https://tempo.example/trace/{trace_id}"
+INHERITED = TracingSpec.model_validate({"endpoint": COLLECTOR, "uiUrl": TEMPO_UI})
+
+
+@pytest.mark.parametrize(
+    ("own", "default", "wanted"),
+    [
+        ({"endpoint": COLLECTOR, "uiUrl": JAEGER_UI}, INHERITED, JAEGER_UI),
+        ({"endpoint": COLLECTOR}, INHERITED, ""),  # its own tracing, without a link
+        (None, INHERITED, TEMPO_UI),
+        ({"endpoint": ""}, INHERITED, ""),  # the operator's default turned off
+        (None, None, ""),
+    ],
+)
+def test_status_trace_url_is_the_trace_ui_of_the_tracing_it_runs_with(
+    own: dict[str, Any] | None, default: TracingSpec | None, wanted: str
+) -> None:
+    """What `bench --deployment` links the slowest turns with (bench/deployment.py)."""
+    doc = body(**({"observability": {"tracing": own}} if own is not None else {}))
+    defaults = OperatorDefaults(tracing=default)
+    seen = observed(doc, first=True)
+    decision = decide(seen, defaults, now=NOW)
+    status = outcome(seen, decision, Applied(live=decision.apply), None, now=NOW).status
+    assert status["traceUrl"] == wanted
