@@ -199,8 +199,9 @@ def test_the_whole_check_in_this_venv() -> None:
     assert any(p.startswith("flashinfer-python needs ") for p in found)
     assert not [p for p in found if "kimi-kernels" in p or "entry point" in p]
     assert not any("VLLM_USE_V2_MODEL_RUNNER" in p for p in found)
-    # vLLM's OpenTelemetry backend: this venv has the API alone, not the SDK and its exporters.
+    # vLLM's OpenTelemetry backend: this venv has the SDK and the OTLP/HTTP exporter (the
+    # operator's own spans), not the gRPC exporter vllm/tracing/otel.py imports.
     assert (
         "vLLM cannot export traces (spec.observability.tracing): ModuleNotFoundError: No module "
-        "named 'opentelemetry.exporter'"
+        "named 'opentelemetry.exporter.otlp.proto.grpc'"
     ) in found
