@@ -19,7 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_operator.api.problem import Problem
-from kimi_operator.api.spec import KimiDeployment, PrefillAutoscalingSpec
+from kimi_operator.api.spec import (
+    KimiDeployment,
+    PrefillAutoscalingSpec,
+    PrefillAutoscalingTarget,
+)
 from kimi_operator.api.status import PrefillAutoscalerStatus, Recommendation
 from kimi_operator.observability.rules import (
     PREFILL_SERVING_GROUPS,
@@ -60,8 +64,16 @@ class Scaled:
 
 
 def autoscaling(kd: KimiDeployment) -> PrefillAutoscalingSpec | None:
+    """spec.prefill.autoscaling with a target; None without one (none at all, or `slo`: the
+    SLO scaler's, slo_scaling.py)."""
     prefill = kd.spec.prefill
-    return prefill.autoscaling if prefill is not None else None
+    scaling = prefill.autoscaling if prefill is not None else None
+    return scaling if scaling is not None and scaling.target is not None else None
+
+
+def _target(scaling: PrefillAutoscalingSpec) -> PrefillAutoscalingTarget:
+    assert scaling.target is not None  # `autoscaling` gives only those with one
+    return scaling.target
 
 
 def queries(kd: KimiDeployment) -> dict[str, str]:
@@ -71,7 +83,7 @@ def queries(kd: KimiDeployment) -> dict[str, str]:
     if scaling is None:
         return {}
     where = f'{{namespace="{kd.metadata.namespace}", deployment="{kd.metadata.name}"}}'
-    if scaling.target.waiting_requests_per_group is not None:
+    if _target(scaling).waiting_requests_per_group is not None:
         return {VALUE: f"sum({PREFILL_WAITING_REQUESTS}{where})"}
     return {
         VALUE: f"max({PREFILL_TTFT_P90}{where})",
@@ -104,10 +116,10 @@ def needed(scaling: PrefillAutoscalingSpec, values: Mapping[str, float | None]) 
     """Prefill groups the load needs, unrounded; None when Prometheus has no value. A NaN TTFT
     (no request in the window) is no load."""
     value = values.get(VALUE)
-    waiting = scaling.target.waiting_requests_per_group
+    waiting = _target(scaling).waiting_requests_per_group
     if waiting is not None:
         return None if value is None else (_finite(value) or 0.0) / waiting
-    serving, ttft = values.get(SERVING), scaling.target.ttft_seconds_p90
+    serving, ttft = values.get(SERVING), _target(scaling).ttft_seconds_p90
     if serving is None or ttft is None:
         return None
     return serving * (_finite(value) or 0.0) / ttft
@@ -156,14 +168,14 @@ def _with_replicas(kd: KimiDeployment, replicas: int) -> KimiDeployment:
 
 def _described(scaling: PrefillAutoscalingSpec, values: Mapping[str, float | None]) -> str:
     value = _finite(values.get(VALUE))
-    waiting = scaling.target.waiting_requests_per_group
+    waiting = _target(scaling).waiting_requests_per_group
     if waiting is not None:
         return f"{value or 0:g} requests waiting in the prefill groups (target {waiting} per group)"
     serving = values.get(SERVING) or 0
     ttft = "none (no request)" if value is None else f"{value:.3g} s"
     return (
         f"prefill TTFT p90 {ttft} over {serving:g} serving prefill groups "
-        f"(target {scaling.target.ttft_seconds_p90:g} s)"
+        f"(target {_target(scaling).ttft_seconds_p90:g} s)"
     )
 
 

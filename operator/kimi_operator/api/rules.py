@@ -30,6 +30,8 @@ AUX_STREAM_ENV = "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM"
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3")
 AUTOSCALING_TARGETS = ("decodeRateFloor", "waitingRequestsPerGroup", "kvCacheUsagePercent")
 PREFILL_AUTOSCALING_TARGETS = ("waitingRequestsPerGroup", "ttftSecondsP90")
+SLO_OBJECTIVES = ("ttftSeconds", "decodeTokensPerSecondPerUser", "taskCompletionSeconds")
+PREFILL_SLO_OBJECTIVES = ("ttftSeconds", "taskCompletionSeconds")  # prefill groups do not decode
 
 
 def _one_source(source: Mapping[str, Json]) -> bool:
@@ -263,9 +265,9 @@ def _threshold_fits_decider(prefill: Mapping[str, Json]) -> bool:
 
 
 def _autoscaling_rules(
-    scope: tuple[str, ...], targets: tuple[str, ...], zero: str
+    scope: tuple[str, ...], targets: tuple[str, ...], objectives: tuple[str, ...], zero: str
 ) -> tuple[Rule, ...]:
-    """An autoscaler's bounds and its one target: spec.autoscaling's and
+    """An autoscaler's bounds and its one target, or its objectives: spec.autoscaling's and
     spec.prefill.autoscaling's alike (`zero`: how else the role's groups are stopped)."""
 
     def chosen(target: Mapping[str, Json]) -> list[str]:
@@ -295,13 +297,36 @@ def _autoscaling_rules(
         ),
         Rule(
             scope=scope,
+            reads=(("target",), ("slo",)),
+            field="",
+            cel="has(self.target) != has(self.slo)",
+            check=lambda a: ("target" in a) != ("slo" in a),
+            problem="exactly one of target (a threshold an HPA or KEDA scales on) and slo (the "
+            "objectives the operator sizes the groups for) must be set",
+            allowed="target or slo",
+            got=lambda a: sorted(k for k in ("target", "slo") if k in a),
+        ),
+        Rule(
+            scope=scope,
             reads=(("target",),),
             field="target",
-            cel=" + ".join(f"(has(self.target.{t}) ? 1 : 0)" for t in targets) + " == 1",
-            check=lambda a: len(chosen(a["target"])) == 1,
+            cel="!has(self.target) || "
+            + " + ".join(f"(has(self.target.{t}) ? 1 : 0)" for t in targets)
+            + " == 1",
+            check=lambda a: "target" not in a or len(chosen(a["target"])) == 1,
             problem="exactly one target must be set",
             allowed=", ".join(targets),
-            got=lambda a: chosen(a["target"]),
+            got=lambda a: chosen(a.get("target", {})),
+        ),
+        Rule(
+            scope=(*scope, "slo"),
+            reads=tuple((o,) for o in objectives),
+            field="",
+            cel=" || ".join(f"has(self.{o})" for o in objectives),
+            check=lambda slo: any(o in slo for o in objectives),
+            problem="at least one objective must be set",
+            allowed=", ".join(objectives),
+            got=sorted,
         ),
     )
 
@@ -319,7 +344,20 @@ DISAGGREGATION_RULES: tuple[Rule, ...] = (
     *_autoscaling_rules(
         ("prefill", "autoscaling"),
         PREFILL_AUTOSCALING_TARGETS,
+        PREFILL_SLO_OBJECTIVES,
         "without spec.prefill the groups are aggregated",
+    ),
+    # Prefill groups move the time to first token, not the rate a request decodes at.
+    Rule(
+        scope=("prefill", "autoscaling", "slo"),
+        reads=(("decodeTokensPerSecondPerUser",),),
+        field="decodeTokensPerSecondPerUser",
+        cel="!has(self.decodeTokensPerSecondPerUser)",
+        check=lambda slo: "decodeTokensPerSecondPerUser" not in slo,
+        problem="prefill groups do not decode: their count moves the time to first token and "
+        "the tasks' completion, not the decode rate (spec.autoscaling.slo holds it up)",
+        allowed=", ".join(PREFILL_SLO_OBJECTIVES),
+        got=lambda slo: slo["decodeTokensPerSecondPerUser"],
     ),
     # The operator's prefill autoscaler starts from spec.prefill.replicas.
     Rule(
@@ -569,6 +607,7 @@ RULES: tuple[Rule, ...] = (
     *_autoscaling_rules(
         ("autoscaling",),
         AUTOSCALING_TARGETS,
+        SLO_OBJECTIVES,
         "spec.replicas 0 without autoscaling stops every group",
     ),
     # The CPU tier keeps prefixes: vLLM's SimpleCPUOffloadConnector turns itself off without

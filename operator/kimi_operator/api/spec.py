@@ -333,9 +333,46 @@ class AutoscalingTarget(ApiModel):
     )
 
 
+SloPercentile = Annotated[Literal[50, 90, 99], BeforeValidator(_exact_int)]
+
+
+class SloSpec(ApiModel):
+    """Service-level objectives in the user's terms, instead of a threshold: the operator sizes
+    the role's TP groups to meet them ahead of the load, from the planner's model of the
+    deployment (docs/scaling.md). At least one objective (a rule in rules.py)."""
+
+    ttft_seconds: Annotated[float, Field(ge=0.05, le=600)] | None = Field(
+        None,
+        description="Time to first token, queueing included, that ttftPercentile percent of "
+        "requests get at most.",
+    )
+    ttft_percentile: SloPercentile = Field(
+        90, description="The percentile of requests ttftSeconds holds for: 50, 90 or 99."
+    )
+    decode_tokens_per_second_per_user: Annotated[float, Field(ge=1, le=10_000)] | None = Field(
+        None,
+        description="Decode rate (tokens/s of one request, prefill excluded) that "
+        "decodePercentile percent of requests get at least (the decode groups only).",
+    )
+    decode_percentile: SloPercentile = Field(
+        90,
+        description="The percentile of requests decodeTokensPerSecondPerUser holds for: 50, 90 "
+        "or 99 (90: the 10th-percentile request decodes at least this fast).",
+    )
+    task_completion_seconds: Annotated[float, Field(ge=1, le=86_400)] | None = Field(
+        None,
+        description="Time an agent task (all of its turns) takes at most for "
+        "taskCompletionPercentile percent of tasks.",
+    )
+    task_completion_percentile: SloPercentile = Field(
+        90, description="The percentile of tasks taskCompletionSeconds holds for: 50, 90 or 99."
+    )
+
+
 class ScalingBounds(ApiModel):
     """How far and how fast an autoscaler moves a role's TP groups: spec.autoscaling's (the decode
-    groups') and spec.prefill.autoscaling's alike (docs/scaling.md)."""
+    groups') and spec.prefill.autoscaling's alike (docs/scaling.md); and, instead of a target,
+    the objectives the operator sizes them for (`slo`)."""
 
     min_replicas: Annotated[int, Field(ge=0, le=64)] = Field(
         1,
@@ -351,10 +388,18 @@ class ScalingBounds(ApiModel):
         c.SCALE_UP_PERIOD_S,
         description="One group is added at most once per this many seconds.",
     )
+    slo: SloSpec | None = Field(
+        None,
+        description="Objectives to meet instead of a target: the operator is then the one "
+        "writer of the role's count, from the load forecast over the groups' start-up time "
+        "and the planner's model (no HPA or ScaledObject).",
+    )
 
 
 class AutoscalingSpec(ScalingBounds):
-    target: AutoscalingTarget = Field(description="The metric to scale on: exactly one target.")
+    target: AutoscalingTarget | None = Field(
+        None, description="The metric to scale on: exactly one target; or slo instead."
+    )
 
 
 class PrefillAutoscalingTarget(ApiModel):
@@ -375,8 +420,8 @@ class PrefillAutoscalingSpec(ScalingBounds):
     """The operator scales the prefill groups itself (the scale subresource is the decode
     groups'): spec.prefill.replicas is the count it starts from."""
 
-    target: PrefillAutoscalingTarget = Field(
-        description="The metric to scale on: exactly one target."
+    target: PrefillAutoscalingTarget | None = Field(
+        None, description="The metric to scale on: exactly one target; or slo instead."
     )
 
 

@@ -30,7 +30,7 @@ from kimi_operator.builders import (
     build_children,
     needs_compute_domain,
 )
-from kimi_operator.builders.autoscaling import target_metric
+from kimi_operator.builders.autoscaling import target_metric, threshold
 from kimi_operator.builders.images import ImageChoice, choose
 from kimi_operator.builders.nodes import Unfit
 from kimi_operator.builders.weights import hf_sources
@@ -185,10 +185,11 @@ def _missing(resource: Resource) -> Problem:
 
 
 def external_metric(kd: KimiDeployment) -> Resource | None:
-    """The external metric an HPA of `kd` reads (None without spec.autoscaling)."""
-    if kd.spec.autoscaling is None:
+    """The external metric an HPA of `kd` reads (None without spec.autoscaling.target)."""
+    target = threshold(kd)
+    if target is None:
         return None
-    metric, _ = target_metric(kd.spec.autoscaling.target)
+    metric, _ = target_metric(target)
     return Resource(EXTERNAL_METRICS, "v1beta1", metric.external, "ExternalMetric")
 
 
