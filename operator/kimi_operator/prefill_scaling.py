@@ -138,7 +138,7 @@ def _bounded(scaling: PrefillAutoscalingSpec, count: int) -> int:
     return max(scaling.min_replicas, min(scaling.max_replicas, count))
 
 
-def _window(
+def recommendation_window(
     kept: list[tuple[str, int]], at: str, replicas: int, now: float, seconds: int
 ) -> list[tuple[str, int]]:
     """The recommendations that held within the last `seconds`, each higher than every later one
@@ -233,7 +233,7 @@ def evaluate(
         kept = [(r.at, r.replicas) for r in prior.recommendations]
         if not old.get("prefillAutoscaler"):  # a new autoscaler: no scale-down for one window
             kept = [(now, current)]  # (after the start's count is replaced)
-        window = _window(kept, now, rec, t, scaling.scale_down_stabilization_seconds)
+        window = recommendation_window(kept, now, rec, t, scaling.scale_down_stabilization_seconds)
         state.recommendations = [Recommendation(at=a, replicas=r) for a, r in window]
         since = epoch(prior.last_scale_time) if prior.last_scale_time else None
         free = since is None or t - since >= scaling.scale_up_period_seconds

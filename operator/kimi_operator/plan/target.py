@@ -1,7 +1,8 @@
 """`--target METRIC=SECONDS`: the fewest serving groups whose modelled METRIC is at most SECONDS.
 
-More groups never slow a request down in the model, so the search doubles the groups until the
-target is met and then bisects. Disaggregated configurations scale their decode groups.
+More groups never slow a request down in the model, so the search (`fewest`, which the SLO
+autoscaler's capacity model shares) doubles the groups until the target is met and then bisects.
+Disaggregated configurations scale their decode groups.
 """
 
 import re
@@ -52,19 +53,14 @@ def parse_target(text: str) -> Target:
     return Target(found["metric"], found["key"], seconds)
 
 
-def fewest_groups(
-    config: Configuration, target: Target, predict: Callable[[Configuration], Results]
-) -> int | None:
-    """The fewest groups (1..MAX_GROUPS) meeting the target, or None when even the most miss."""
-
-    def meets(groups: int) -> bool:
-        return target.met(predict(config.model_copy(update={"replicas": groups})))
-
+def fewest(meets: Callable[[int], bool], most: int) -> int | None:
+    """The fewest groups (1..`most`) that `meets`, or None when even `most` do not. More groups
+    never slow a request down in the model: double until met, then bisect."""
     high = 1
     while not meets(high):
-        if high == MAX_GROUPS:
+        if high >= most:
             return None
-        high = min(high * 2, MAX_GROUPS)
+        high = min(high * 2, most)
     low = high // 2  # misses (or 0)
     while high - low > 1:
         middle = (low + high) // 2
@@ -73,3 +69,13 @@ def fewest_groups(
         else:
             low = middle
     return high
+
+
+def fewest_groups(
+    config: Configuration, target: Target, predict: Callable[[Configuration], Results]
+) -> int | None:
+    """The fewest groups (1..MAX_GROUPS) meeting the target, or None when even the most miss."""
+    return fewest(
+        lambda groups: target.met(predict(config.model_copy(update={"replicas": groups}))),
+        MAX_GROUPS,
+    )

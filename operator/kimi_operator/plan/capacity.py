@@ -1,0 +1,197 @@
+"""What a load needs of one role: the planner's step model and simulator on a stationary agent load.
+
+The SLO autoscaler (slo_scaling.py) asks, every reconcile, how a role of a deployment would serve
+a load (a request rate, mean prompt and output lengths, a prefix-cache hit rate) on `groups`
+groups. It answers with the code `kimi-operator plan` runs (engine.py's step model, simulate.py,
+predict.topology on the deployment's calibration) on a workload synthesized from the load:
+
+- **One group's share.** Routing keeps a session on the group that served its first turn and
+  places new sessions on the least loaded group, so each of `groups` groups serves about
+  1/`groups` of the sessions: one group is simulated at rate/`groups` (a disaggregated role's one
+  group beside one group of the other role). The cost of an answer does not grow with the load
+  or the count, and a uneven split that least-loaded placement evens out is not modelled.
+- **Sessions that return.** `SESSIONS_MODELLED` sessions at most send the window's requests in
+  turn, each sharing its prefix with the session's earlier turns so that the prompt tokens the
+  prefix cache holds are the hit rate measured (the model keeps every prefix: sessions beyond a
+  few change only how many cold prefills the window starts with). Arrivals are Poisson and the
+  lengths spread uniformly over ±`SPREAD` of their means, from a fixed seed: the same load gets
+  the same answer.
+- **A window, warm.** `WINDOW_REQUESTS` requests; the first `WARM_UP` of them (the sessions'
+  first, cold turns, and an empty queue) fill the group and are not counted.
+
+The answer is cached by the load rounded to `ROUNDING` (a 30 s poll's reading wanders; the
+rounding is well inside the model's own error), so a steady load costs one simulation per count.
+Task completion is not predicted: the load Prometheus holds (vLLM's per-request series) does not
+say which requests form a task, so neither the reading nor this workload has tasks.
+"""
+
+import math
+import random
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from kimi_operator.bench.profiles import PlannedRequest
+from kimi_operator.bench.stats import decode_rate, percentile
+from kimi_operator.plan.calibration import Calibration
+from kimi_operator.plan.configs import Configuration, Disaggregated
+from kimi_operator.plan.predict import topology
+from kimi_operator.plan.simulate import simulate
+from kimi_operator.plan.target import fewest
+
+Role = Literal["decode", "prefill"]
+PERCENTILES: Final = (50, 90, 99)
+WINDOW_REQUESTS: Final = 160
+WARM_UP: Final = 0.25  # of the window's requests, not counted
+SESSIONS_MODELLED: Final = 8
+DEFAULT_SESSIONS: Final = 4  # a group's sessions when the reading does not say
+SPREAD: Final = 0.5  # lengths uniform over mean x [1 - SPREAD, 1 + SPREAD]
+ROUNDING: Final = 0.05  # the load's rate and lengths rounded to steps of 5% (geometric)
+SEED: Final = 0
+CACHE_SIZE: Final = 4096
+
+
+@dataclass(frozen=True)
+class Load:
+    """The load a role serves (a reading's, or the forecast's), summed over its groups."""
+
+    request_rate_per_s: float
+    prompt_tokens: float  # mean per request
+    output_tokens: float  # mean per request
+    prefix_hit_rate: float  # of prompt tokens, 0..1, as vLLM counts it (hits / queries)
+    sessions: float | None = None  # agent sessions active at once; None: unknown
+
+    def rounded(self) -> "Load":
+        """The load on the cache's grid: rate and lengths to `ROUNDING` steps, the hit rate to
+        hundredths, sessions to whole ones."""
+
+        def grid(value: float) -> float:
+            if value <= 0:
+                return 0.0
+            step = math.log1p(ROUNDING)
+            return round(math.exp(round(math.log(value) / step) * step), 6)
+
+        return Load(
+            request_rate_per_s=grid(self.request_rate_per_s),
+            prompt_tokens=max(1.0, round(grid(self.prompt_tokens))),
+            output_tokens=max(2.0, round(grid(self.output_tokens))),
+            prefix_hit_rate=round(min(max(self.prefix_hit_rate, 0.0), 0.99), 2),
+            sessions=None if self.sessions is None else float(max(1, round(self.sessions))),
+        )
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """The model's figures for a load on a count of groups. `ttft_s[q]`: the q-th percentile of
+    TTFT; `decode_tok_s[q]`: the decode rate (tokens/s per user, prefill excluded) that q% of
+    requests get at least, i.e. the (100 - q)-th percentile (bench's p10 for q = 90)."""
+
+    groups: int
+    ttft_s: dict[int, float]
+    decode_tok_s: dict[int, float]
+
+
+def workload(load: Load, groups: int) -> list[PlannedRequest]:
+    """One group's share of the load: open arrivals of returning sessions' turns (docstring)."""
+    rng = random.Random(SEED)
+    rate = load.request_rate_per_s / groups
+    sessions = min(
+        SESSIONS_MODELLED,
+        max(1, round(load.sessions / groups)) if load.sessions is not None else DEFAULT_SESSIONS,
+    )
+    prompt = max(2, round(load.prompt_tokens))
+    shared = min(prompt - 1, round(load.prefix_hit_rate * prompt))
+    plan: list[PlannedRequest] = []
+    start = 0.0
+    for index in range(WINDOW_REQUESTS):
+        session = f"session-{index % sessions}"
+        fresh = max(1, round((prompt - shared) * rng.uniform(1 - SPREAD, 1 + SPREAD)))
+        output = max(2, round(load.output_tokens * rng.uniform(1 - SPREAD, 1 + SPREAD)))
+        plan.append(
+            PlannedRequest(
+                index=index,
+                start_s=start,
+                prompt_tokens=shared + fresh,
+                output_tokens=output,
+                group=session,
+                shared_prefix_tokens=shared,
+                task=session,
+            )
+        )
+        start += rng.expovariate(rate) if rate > 0 else 0.0
+    return plan
+
+
+def unit(config: Configuration) -> Configuration:
+    """One group of each of the configuration's roles: what one group's share runs on."""
+    split = config.disaggregated
+    return config.model_copy(
+        update={
+            "replicas": 1,
+            "disaggregated": Disaggregated(
+                prefill_replicas=1,
+                decider=split.decider,
+                uncached_tokens=split.uncached_tokens,
+                kv_transfer_s=split.kv_transfer_s,
+            )
+            if split is not None
+            else None,
+        }
+    )
+
+
+def _simulated(
+    config: Configuration, calibration: Calibration, load: Load, groups: int
+) -> Predicted:
+    lives = simulate(workload(load, groups), topology(unit(config), calibration), False).lives
+    counted = lives[round(WARM_UP * len(lives)) :]
+    ttfts = sorted(live.token_times[0] - live.sent_s for live in counted)
+    rates = sorted(
+        rate
+        for live in counted
+        if (
+            rate := decode_rate(
+                [t - live.sent_s for t in live.token_times],
+                live.token_counts,
+                live.request.output_tokens,
+            )
+        )
+    )
+    return Predicted(
+        groups=groups,
+        ttft_s={q: percentile(ttfts, q) for q in PERCENTILES},
+        decode_tok_s={q: percentile(rates, 100 - q) if rates else math.inf for q in PERCENTILES},
+    )
+
+
+_cache: OrderedDict[tuple[str, str, Load, int], Predicted] = OrderedDict()
+
+
+def predicted(
+    config: Configuration, calibration: Calibration, load: Load, groups: int
+) -> Predicted:
+    """The model's figures for `load` (rounded, `Load.rounded`) on `groups` groups of the role
+    scaled: the load is divided by `groups`, whichever role's count it is; a disaggregated
+    configuration's share runs on one prefill group feeding one decode group)."""
+    rounded = load.rounded()
+    key = (config.model_dump_json(), repr((calibration.name, calibration.costs)), rounded, groups)
+    if key in _cache:
+        _cache.move_to_end(key)
+        return _cache[key]
+    answer = _simulated(config, calibration, rounded, groups)
+    _cache[key] = answer
+    if len(_cache) > CACHE_SIZE:
+        _cache.popitem(last=False)
+    return answer
+
+
+def fewest_meeting(
+    config: Configuration,
+    calibration: Calibration,
+    load: Load,
+    meets: Callable[[Predicted], bool],
+    most: int,
+) -> int | None:
+    """The fewest groups (1..`most`) whose prediction `meets`; None when even `most` miss."""
+    return fewest(lambda groups: meets(predicted(config, calibration, load, groups)), most)
