@@ -40,7 +40,7 @@ PREFILL_TTFT_P90 = f"kimi:prefill_time_to_first_token_seconds:p90_{WINDOW}"
 # (requests finished per second, mean prompt and output tokens per request, the prefix-cache hit
 # ratio, requests waiting and running) and what it got (TTFT and per-user decode rate at the
 # percentiles an objective may name: SLO_QUANTILES). The groups serving count as for SERVING_GROUPS.
-BY_ROLE = "namespace, deployment, role"
+BY_ROLE = f"{BY}, role"
 ROLE_SERVING_GROUPS = "kimi_role:serving_groups:count"
 ROLE_REQUESTS = f"kimi_role:requests:rate_{WINDOW}"
 ROLE_PROMPT_TOKENS = f"kimi_role:request_prompt_tokens:mean_{WINDOW}"
