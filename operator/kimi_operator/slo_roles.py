@@ -38,10 +38,9 @@ from kimi_operator.plan.capacity import Role
 from kimi_operator.plan.configs import deployment_configuration
 from kimi_operator.prefill_scaling import Load
 from kimi_operator.rollout import group_of
-from kimi_operator.slo_scaling import UNAVAILABLE, Reading, Scaler, Slo
+from kimi_operator.slo_scaling import UNAVAILABLE, Reading, Scaler, Slo, refusal
 from kimi_operator.slo_scaling import evaluate as size
 
-ROLES: Final[tuple[Role, ...]] = ("decode", "prefill")
 AUTOSCALER: Final = "kimi-operator/slo"  # status.autoscaler with spec.autoscaling.slo
 SHARED: Final = "SloCountShared"  # Degraded's reason while another autoscaler targets the count
 # A group's start-up time before any was measured: a cold GB300 start of Kimi K3.
@@ -62,11 +61,7 @@ _LETTER = {"decode": "g", "prefill": "p"}  # the role's group names: <name>-g<i>
 
 def bounds(kd: KimiDeployment, role: Role) -> ScalingBounds | None:
     """The role's autoscaling when it has an slo (spec.autoscaling's or spec.prefill's)."""
-    if role == "decode":
-        scaling: ScalingBounds | None = kd.spec.autoscaling
-    else:
-        scaling = kd.spec.prefill.autoscaling if kd.spec.prefill is not None else None
-    return scaling if scaling is not None and scaling.slo is not None else None
+    return kd.spec.slo_scaled.get(role)
 
 
 def _slo(scaling: ScalingBounds) -> SloSpec:
@@ -75,7 +70,7 @@ def _slo(scaling: ScalingBounds) -> SloSpec:
 
 
 def roles(kd: KimiDeployment) -> list[Role]:
-    return [role for role in ROLES if bounds(kd, role) is not None]
+    return list(kd.spec.slo_scaled)
 
 
 def queries(kd: KimiDeployment, role: Role) -> dict[str, str]:
@@ -270,6 +265,17 @@ def _unavailable(kd: KimiDeployment, role: Role, load: Load, url: str, count: in
         f"no answer from Prometheus {url} for the {role} groups' load ({why}): keeping "
         f"{count} {role} groups",
     )
+
+
+def refusals(kd: KimiDeployment) -> list[Problem]:
+    """The objectives no count of groups meets on the deployment's shape, each saying what the
+    shape can meet (the admission webhook's and `kimi-operator validate`'s verdict)."""
+    found = []
+    for role in kd.spec.slo_scaled:
+        sized = scaler(kd, role)
+        path = "spec.autoscaling.slo" if role == "decode" else "spec.prefill.autoscaling.slo"
+        found.append(refusal(sized.config, sized.calibration, sized.slo, path))
+    return [problem for problem in found if problem is not None]
 
 
 def recorded(kd: KimiDeployment, status: Mapping[str, Any]) -> KimiDeployment:

@@ -5,13 +5,16 @@ slo_scaling's (tests/kimi_operator/test_slo_scaling.py); a virtual clock, no clu
 from typing import Any
 
 import pytest
+import yaml
 
 from kimi_operator import slo_roles
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import KimiDeploymentStatus
+from kimi_operator.cli import EXIT_INVALID
 from kimi_operator.prefill_scaling import Load
 from kimi_operator.reconcile.status import Outcome, slo_outcome
 from kimi_operator.slo_scaling import UNAVAILABLE
+from tests.fuzz.harness import run_cli
 from tests.support.corpus import POOL, SLO
 from tests.support.specs import edited
 
@@ -90,8 +93,9 @@ def test_the_prefill_role_sets_the_prefill_count() -> None:
     pd = disaggregated()
     load = Load({**BUSY, slo_roles.DECODE: None})
     scaled = slo_roles.evaluate(pd, {}, {"prefill": load}, now=NOW, url=URL)
-    assert scaled.status is not None and set(scaled.status) == {"prefill"}
-    assert pd.spec.prefill is not None and scaled.kd.spec.prefill is not None
+    assert scaled.status is not None
+    assert set(scaled.status) == {"prefill"}
+    assert scaled.kd.spec.prefill is not None
     assert scaled.kd.spec.prefill.replicas == scaled.status["prefill"]["desiredReplicas"]
     assert scaled.kd.spec.replicas == pd.spec.replicas
     assert slo_outcome(Outcome({"autoscaler": ""}), scaled).status["autoscaler"] == ""
@@ -177,3 +181,20 @@ def test_the_forecast_looks_ahead_by_the_roles_last_start(
 ) -> None:
     status = {"groups": [{"name": n, "startedAt": at, "startupSeconds": s} for n, at, s in groups]}
     assert slo_roles.startup_seconds(deployment(), status, "decode") == seconds
+
+
+def test_objectives_no_count_can_meet_are_refused_saying_what_can_be() -> None:
+    """The admission webhook's and validate's verdict: a 50 ms TTFT on 16K-token agent turns
+    is beyond any number of TP16 groups; 2 s and 40 tok/s per user are not."""
+    assert slo_roles.refusals(deployment()) == []
+    hopeless = deployment(**{"spec.autoscaling.slo": {"ttftSeconds": 0.05}})
+    (problem,) = slo_roles.refusals(hopeless)
+    assert problem.path == "spec.autoscaling.slo"
+    assert problem.message.startswith(
+        "spec.autoscaling.slo: TTFT p90 <= 0.05 s cannot be met on 16 GPUs a group"
+    )
+    assert "gets TTFT p90" in problem.message  # what the shape meets at best
+    doc = edited({"spec.autoscaling": {"maxReplicas": 4, "slo": {"ttftSeconds": 0.05}}})
+    code, out, _ = run_cli(["validate", "-"], yaml.safe_dump(doc).encode())
+    assert code == EXIT_INVALID
+    assert out.startswith(f"<stdin>: {problem.message}")

@@ -711,6 +711,17 @@ class KimiDeploymentSpec(ApiModel):
     def nodes_per_group(self) -> int:
         return self.gpus // self.gpus_per_node
 
+    @property
+    def slo_scaled(self) -> dict[Literal["decode", "prefill"], ScalingBounds]:
+        """The roles whose count the operator's SLO scaler sets, with their autoscaling (one
+        with an slo): decode (spec.autoscaling), prefill (spec.prefill.autoscaling)."""
+        prefill = self.prefill.autoscaling if self.prefill is not None else None
+        roles: dict[Literal["decode", "prefill"], ScalingBounds | None] = {
+            "decode": self.autoscaling,
+            "prefill": prefill,
+        }
+        return {r: s for r, s in roles.items() if s is not None and s.slo is not None}
+
 
 class ObjectMeta(BaseModel):
     """The part of metadata the API server lets CRD validation see (name), plus namespace."""
