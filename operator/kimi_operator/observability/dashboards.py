@@ -22,9 +22,19 @@ from kimi_operator.observability.rules import (
     PREFILL_SERVING_GROUPS,
     PREFILL_TTFT_P90,
     PREFILL_WAITING_REQUESTS,
+    ROLE_OUTPUT_TOKENS,
+    ROLE_PREFIX_HITS,
+    ROLE_PROMPT_TOKENS,
+    ROLE_REQUESTS,
+    ROLE_RUNNING,
+    ROLE_SERVING_GROUPS,
+    ROLE_WAITING,
     SERVING_GROUPS,
+    SLO_PERCENTILES,
     WAITING_REQUESTS,
     WINDOW,
+    role_decode_rate,
+    role_ttft,
 )
 
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -289,6 +299,7 @@ def decode_dashboard() -> dashboard.Dashboard:
             [(_rule(f"kimi:prefix_cache_hit_ratio:ratio_{WINDOW}"), "{{deployment}}")],
         ),
         *_handover_panels(grid),
+        *_slo_load_panels(grid),
         _series(
             grid,
             "CPU KV tier: hit rate",
@@ -393,6 +404,57 @@ def _handover_panels(grid: _Grid) -> list[Builder[Panel]]:
                 ),
             ],
             "NixlConnector's own metrics on the decode groups (vLLM 0.33.0).",
+        ),
+    ]
+
+
+def _slo_load_panels(grid: _Grid) -> list[Builder[Panel]]:
+    """What the SLO scaler reads of each role (spec.autoscaling.slo, spec.prefill.autoscaling.slo:
+    docs/scaling.md): the load, and what its requests got at the objectives' percentiles."""
+    role = "{{deployment}} {{role}}"
+    return [
+        _series(
+            grid,
+            "SLO scaler: requests by role",
+            "none",
+            [
+                (_rule(ROLE_REQUESTS), f"{role} finished/s"),
+                (_rule(ROLE_WAITING), f"{role} waiting"),
+                (_rule(ROLE_RUNNING), f"{role} running"),
+                (_rule(ROLE_SERVING_GROUPS), f"{role} serving groups"),
+            ],
+            "The load the SLO scaler forecasts from; the role is empty without spec.prefill.",
+        ),
+        _series(
+            grid,
+            "SLO scaler: request lengths by role",
+            "none",
+            [
+                (_rule(ROLE_PROMPT_TOKENS), f"{role} prompt tokens"),
+                (_rule(ROLE_OUTPUT_TOKENS), f"{role} output tokens"),
+            ],
+            "Mean tokens per finished request.",
+        ),
+        _series(
+            grid,
+            "SLO scaler: prefix-cache hit ratio by role",
+            "percentunit",
+            [(_rule(ROLE_PREFIX_HITS), role)],
+            "Prompt tokens the groups did not compute: what sessions returning save.",
+        ),
+        _series(
+            grid,
+            "SLO scaler: TTFT by role",
+            "s",
+            [(_rule(role_ttft(p)), f"{role} p{p}") for p in SLO_PERCENTILES],
+            "Measured, at the percentiles an objective may name (ttftPercentile).",
+        ),
+        _series(
+            grid,
+            "SLO scaler: decode tok/s per user by role",
+            "none",
+            [(_rule(role_decode_rate(p)), f"{role} {p}% get at least") for p in SLO_PERCENTILES],
+            "Measured, at the percentiles an objective may name (decodePercentile).",
         ),
     ]
 
@@ -538,6 +600,7 @@ def operator_dashboard() -> dashboard.Dashboard:
                 )
             ],
         ),
+        *_slo_scaler_panels(grid),
         _series(
             grid,
             "API server requests by status",
@@ -553,6 +616,50 @@ def operator_dashboard() -> dashboard.Dashboard:
     for panel in panels:
         board = board.with_panel(panel)
     return board
+
+
+def _slo_scaler_panels(grid: _Grid) -> list[Builder[Panel]]:
+    """What the SLO scaler decided, per deployment and role (status.sloAutoscaler)."""
+    role = "{{namespace}}/{{deployment}} {{role}}"
+    return [
+        _series(
+            grid,
+            "SLO scaler: groups wanted",
+            "none",
+            [("kimi_operator_slo_desired_groups", role)],
+            "The count the operator renders for each role with an slo (docs/scaling.md).",
+        ),
+        _series(
+            grid,
+            "SLO scaler: request rate now and forecast",
+            "reqps",
+            [
+                ("kimi_operator_slo_load_requests_per_second", f"{role} now"),
+                ("kimi_operator_slo_forecast_requests_per_second", f"{role} forecast"),
+            ],
+            "The forecast looks one group start-up time ahead.",
+        ),
+        _series(
+            grid,
+            "SLO scaler: predicted at the count wanted",
+            "none",
+            [
+                ("kimi_operator_slo_predicted_ttft_seconds", f"{role} TTFT (s)"),
+                ("kimi_operator_slo_predicted_decode_tokens_per_second", f"{role} decode tok/s"),
+            ],
+            "The model's figures (corrected) at the objectives' percentiles.",
+        ),
+        _series(
+            grid,
+            "SLO scaler: the model's recent error",
+            "percentunit",
+            [
+                ("kimi_operator_slo_model_ttft_error", f"{role} TTFT"),
+                ("kimi_operator_slo_model_decode_error", f"{role} decode rate"),
+            ],
+            "Measured / predicted - 1 on the groups serving, at each answer.",
+        ),
+    ]
 
 
 def dashboards() -> dict[str, dict[str, Any]]:
