@@ -127,13 +127,7 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
             | {
                 "minReplicas": 2,
                 "scaleUpPeriodSeconds": 900,
-                "slo": SLO
-                | {
-                    "ttftPercentile": 99,
-                    "decodePercentile": 50,
-                    "taskCompletionSeconds": 600,
-                    "taskCompletionPercentile": 50,
-                },
+                "slo": SLO | {"ttftPercentile": 99, "decodePercentile": 50},
             }
         },
         True,
@@ -277,9 +271,9 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
         True,
     ),
     (
-        "prefill-autoscaling-slo-task",
-        prefill(autoscaling={"maxReplicas": 3, "slo": {"taskCompletionSeconds": 300}}),
-        True,
+        "autoscaling-slo-task-completion",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": {"taskCompletionSeconds": 300}}},
+        False,
     ),
     (
         "prefill-autoscaling-slo-decode",

@@ -30,8 +30,8 @@ AUX_STREAM_ENV = "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM"
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3")
 AUTOSCALING_TARGETS = ("decodeRateFloor", "waitingRequestsPerGroup", "kvCacheUsagePercent")
 PREFILL_AUTOSCALING_TARGETS = ("waitingRequestsPerGroup", "ttftSecondsP90")
-SLO_OBJECTIVES = ("ttftSeconds", "decodeTokensPerSecondPerUser", "taskCompletionSeconds")
-PREFILL_SLO_OBJECTIVES = ("ttftSeconds", "taskCompletionSeconds")  # prefill groups do not decode
+SLO_OBJECTIVES = ("ttftSeconds", "decodeTokensPerSecondPerUser")
+PREFILL_SLO_OBJECTIVES = ("ttftSeconds",)  # prefill groups do not decode
 
 
 def _one_source(source: Mapping[str, Json]) -> bool:
@@ -354,8 +354,8 @@ DISAGGREGATION_RULES: tuple[Rule, ...] = (
         field="decodeTokensPerSecondPerUser",
         cel="!has(self.decodeTokensPerSecondPerUser)",
         check=lambda slo: "decodeTokensPerSecondPerUser" not in slo,
-        problem="prefill groups do not decode: their count moves the time to first token and "
-        "the tasks' completion, not the decode rate (spec.autoscaling.slo holds it up)",
+        problem="prefill groups do not decode: their count moves the time to first token, not "
+        "the decode rate (spec.autoscaling.slo holds it up)",
         allowed=", ".join(PREFILL_SLO_OBJECTIVES),
         got=lambda slo: slo["decodeTokensPerSecondPerUser"],
     ),

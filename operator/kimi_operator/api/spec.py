@@ -339,7 +339,9 @@ SloPercentile = Annotated[Literal[50, 90, 99], BeforeValidator(_exact_int)]
 class SloSpec(ApiModel):
     """Service-level objectives in the user's terms, instead of a threshold: the operator sizes
     the role's TP groups to meet them ahead of the load, from the planner's model of the
-    deployment (docs/scaling.md). At least one objective (a rule in rules.py)."""
+    deployment (docs/scaling.md). At least one objective (a rule in rules.py). No task
+    completion: vLLM's series do not say which requests form an agent task, so the operator
+    could neither measure nor correct it (`kimi-operator plan` predicts it, offline)."""
 
     ttft_seconds: Annotated[float, Field(ge=0.05, le=600)] | None = Field(
         None,
@@ -358,14 +360,6 @@ class SloSpec(ApiModel):
         90,
         description="The percentile of requests decodeTokensPerSecondPerUser holds for: 50, 90 "
         "or 99 (90: the 10th-percentile request decodes at least this fast).",
-    )
-    task_completion_seconds: Annotated[float, Field(ge=1, le=86_400)] | None = Field(
-        None,
-        description="Time an agent task (all of its turns) takes at most for "
-        "taskCompletionPercentile percent of tasks.",
-    )
-    task_completion_percentile: SloPercentile = Field(
-        90, description="The percentile of tasks taskCompletionSeconds holds for: 50, 90 or 99."
     )
 
 

@@ -110,7 +110,7 @@ SPECS = st.fixed_dictionaries(
                             "ttftPercentile",
                             "decodeTokensPerSecondPerUser",
                             "decodePercentile",
-                            "taskCompletionSeconds",
+                            "taskCompletionSeconds",  # not a field: refused
                         ]
                     ),
                     st.sampled_from([0, 2, 40, 50, 75, 90, 0.5]),
