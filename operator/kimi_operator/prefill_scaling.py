@@ -160,7 +160,8 @@ def recommendation_window(
     return [*reversed(higher), current]
 
 
-def _with_replicas(kd: KimiDeployment, replicas: int) -> KimiDeployment:
+def with_prefill_replicas(kd: KimiDeployment, replicas: int) -> KimiDeployment:
+    """`kd` rendering `replicas` prefill groups (spec.prefill.replicas, never written back)."""
     assert kd.spec.prefill is not None
     prefill = kd.spec.prefill.model_copy(update={"replicas": replicas})
     return kd.model_copy(update={"spec": kd.spec.model_copy(update={"prefill": prefill})})
@@ -248,7 +249,7 @@ def evaluate(
     state.desired_replicas = current
     status = PrefillAutoscalerStatus.model_validate(state.model_dump())
     return Scaled(
-        _with_replicas(kd, current),
+        with_prefill_replicas(kd, current),
         status.model_dump(exclude_none=True),
         notices,
         problem,

@@ -36,7 +36,7 @@ from kimi_operator.plan.builtin import builtin_calibration
 from kimi_operator.plan.calibration import Calibration
 from kimi_operator.plan.capacity import Role
 from kimi_operator.plan.configs import deployment_configuration
-from kimi_operator.prefill_scaling import Load
+from kimi_operator.prefill_scaling import Load, with_prefill_replicas
 from kimi_operator.rollout import group_of
 from kimi_operator.slo_scaling import UNAVAILABLE, Reading, Scaler, Slo, refusal
 from kimi_operator.slo_scaling import evaluate as size
@@ -186,13 +186,9 @@ class SloScaled:
 
 
 def _with_count(kd: KimiDeployment, role: Role, count: int) -> KimiDeployment:
-    if role == "decode":
-        spec = kd.spec.model_copy(update={"replicas": count})
-    else:
-        assert kd.spec.prefill is not None
-        prefill = kd.spec.prefill.model_copy(update={"replicas": count})
-        spec = kd.spec.model_copy(update={"prefill": prefill})
-    return kd.model_copy(update={"spec": spec})
+    if role == "prefill":
+        return with_prefill_replicas(kd, count)
+    return kd.model_copy(update={"spec": kd.spec.model_copy(update={"replicas": count})})
 
 
 def _count(kd: KimiDeployment, role: Role, memory: Mapping[str, Any] | None) -> int:
