@@ -60,7 +60,7 @@ from typing import Any, Final, Literal
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import ScalingBounds
 from kimi_operator.plan.calibration import Calibration
-from kimi_operator.plan.capacity import Load, Role, predicted
+from kimi_operator.plan.capacity import ALONE_RATE_PER_S, Load, Role, predicted
 from kimi_operator.plan.configs import Configuration
 from kimi_operator.plan.target import fewest
 from kimi_operator.prefill_scaling import recommendation_window
@@ -83,7 +83,6 @@ WINDOW_S: Final = 300.0  # the recording rules' window
 LONE_PROMPT_TOKENS: Final = 16384
 LONE_HIT_RATE: Final = 0.9
 LONE_OUTPUT_TOKENS: Final = 256
-LONE_RATE_PER_S: Final = 0.001  # one request every 1000 s: alone
 
 
 @dataclass(frozen=True)
@@ -404,7 +403,7 @@ def evaluate(
 
 def attainable(scaler: Scaler) -> Figures:
     """The best the role's shape does: one lone agent turn at a time (`LONE_*`) on one group."""
-    lone = Load(LONE_RATE_PER_S, LONE_PROMPT_TOKENS, LONE_OUTPUT_TOKENS, LONE_HIT_RATE)
+    lone = Load(ALONE_RATE_PER_S, LONE_PROMPT_TOKENS, LONE_OUTPUT_TOKENS, LONE_HIT_RATE)
     return scaler.figures(lone, 1)
 
 

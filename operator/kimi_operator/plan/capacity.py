@@ -50,6 +50,7 @@ SPREAD: Final = 0.5  # lengths uniform over mean x [1 - SPREAD, 1 + SPREAD]
 RATE_ROUNDING: Final = 0.05  # a share's rate, to steps of 5% (geometric)
 LENGTH_ROUNDING: Final = 0.1  # its mean lengths, to steps of 10%
 SEED: Final = 0
+ALONE_RATE_PER_S: Final = 0.001  # no load: requests 1000 s apart, each alone
 CACHE_SIZE: Final = 4096
 
 
@@ -125,7 +126,7 @@ def workload(share: Load) -> list[PlannedRequest]:
                 task=session,
             )
         )
-        start += rng.expovariate(rate) if rate > 0 else 0.0
+        start += rng.expovariate(max(rate, ALONE_RATE_PER_S))
     return plan
 
 
