@@ -180,7 +180,7 @@ def _described(scaling: PrefillAutoscalingSpec, values: Mapping[str, float | Non
     )
 
 
-def _step(current: int, rec: int, highest: int, free: bool) -> tuple[int, str]:
+def step_towards(current: int, rec: int, highest: int, free: bool) -> tuple[int, str]:
     """One group towards the recommendation `rec`, when the period since the last change is
     over (`free`) and, for a removal, the `highest` recommendation in the window is lower too;
     else the count, and why it is kept."""
@@ -238,7 +238,7 @@ def evaluate(
         state.recommendations = [Recommendation(at=a, replicas=r) for a, r in window]
         since = epoch(prior.last_scale_time) if prior.last_scale_time else None
         free = since is None or t - since >= scaling.scale_up_period_seconds
-        current, held = _step(current, rec, window[0][1], free)
+        current, held = step_towards(current, rec, window[0][1], free)
         state.message = f"{message}; {current} kept: {held}" if held else message
     notices = []
     if current != before:

@@ -6,7 +6,8 @@ and calls `evaluate`, pure and deterministic (the clock is `now`), which returns
 wanted and the new `status.autoscaler` memory of that role (`Scaled`, as prefill_scaling's):
 
 1. **Forecast.** Holt's linear trend over the readings (level and trend, kept in status) gives
-   the request rate at now + the measured start-up time (a group asked for now serves then); the
+   the request rate at now + the measured start-up time (a group asked for now serves then) + half
+   the readings' 5-minute window (a 5-minute mean tells of the load 2.5 minutes ago); the
    rate read now is its floor, so a burst is answered at once (the fast path) and a falling
    forecast never asks for less than the load already here. Lengths, hit rate and sessions are
    the reading's (Prometheus's 5-minute windows already smooth them).
@@ -53,14 +54,15 @@ Task completion is not a target here: vLLM's series do not say which requests fo
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import ScalingBounds
 from kimi_operator.plan.calibration import Calibration
-from kimi_operator.plan.capacity import Load, Predicted, Role, fewest_meeting, predicted
+from kimi_operator.plan.capacity import ALONE_RATE_PER_S, Load, Role, predicted
 from kimi_operator.plan.configs import Configuration
+from kimi_operator.plan.target import fewest
 from kimi_operator.prefill_scaling import recommendation_window
 from kimi_operator.rollout import epoch
 
@@ -70,8 +72,10 @@ UNREACHABLE: Final = "SloUnreachable"  # Degraded's reason while even maxReplica
 SCALED: Final = "SloScaled"  # the Normal Event of each change of the count
 ALPHA: Final = 0.3  # Holt's level weight per reading
 BETA: Final = 0.1  # Holt's trend weight per reading
-CORRECTION_WEIGHT: Final = 0.2  # of each reading's error in the running correction
-CORRECTION_BOUND: Final = 2.0  # the correction stays within [1/2, 2]
+GAMMA: Final = 0.1  # the forecast's mean error's weight per reading
+DEVIATIONS: Final = 2.0  # mean errors of margin on the forecast
+CORRECTION_WEIGHT: Final = 0.2  # of each reading's ratio in the running `slower` (geometric)
+CORRECTION_BOUND: Final = 2.0  # `slower` stays within [1/2, 2]
 MIN_REQUESTS: Final = 30  # a reading whose 5-minute window has fewer corrects nothing
 WINDOW_S: Final = 300.0  # the recording rules' window
 # A lone agent turn, for what a shape can meet at best (`attainable`): its length, cached share
@@ -79,7 +83,6 @@ WINDOW_S: Final = 300.0  # the recording rules' window
 LONE_PROMPT_TOKENS: Final = 16384
 LONE_HIT_RATE: Final = 0.9
 LONE_OUTPUT_TOKENS: Final = 256
-LONE_RATE_PER_S: Final = 0.001  # one request every 1000 s: alone
 
 
 @dataclass(frozen=True)
@@ -92,11 +95,19 @@ class Slo:
     decode_tokens_per_s: float | None = None
     decode_percentile: Percentile = 90
 
-    def met(self, figures: Predicted, correction: "Correction") -> bool:
-        ttft, decode = correction.applied(self, figures)
-        return (self.ttft_seconds is None or ttft <= self.ttft_seconds) and (
-            self.decode_tokens_per_s is None or decode >= self.decode_tokens_per_s
+    def met(self, figures: "Figures") -> bool:
+        return (self.ttft_seconds is None or figures.ttft_s <= self.ttft_seconds) and (
+            self.decode_tokens_per_s is None or figures.decode_tok_s >= self.decode_tokens_per_s
         )
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The model's TTFT and decode rate at the SLO's percentiles on `groups` groups, corrected."""
+
+    groups: int
+    ttft_s: float
+    decode_tok_s: float
 
 
 @dataclass(frozen=True)
@@ -117,20 +128,17 @@ class Reading:
 
 @dataclass(frozen=True)
 class Correction:
-    """Measured over predicted, smoothed: TTFT's and the decode rate's; and the last reading's
-    error (measured / predicted - 1), what status reports as the model's recent error."""
+    """How much slower the groups run than their calibration says (`slower`; 1: as calibrated),
+    and the last reading's errors (measured / predicted - 1), the model's recent error.
 
-    ttft: float = 1.0
-    decode: float = 1.0
+    One factor for every step: a group whose steps all take k times as long serves a rate r as
+    the model's group serves k x r, with every time k times as long (scale the clock). So it
+    moves the knee where a group stops keeping up, which a factor on the predicted latencies,
+    tiny below the knee and huge past it, would not."""
+
+    slower: float = 1.0
     ttft_error: float | None = None
     decode_error: float | None = None
-
-    def applied(self, slo: Slo, figures: Predicted) -> tuple[float, float]:
-        """The corrected TTFT and decode rate at the SLO's percentiles."""
-        return (
-            figures.ttft_s[slo.ttft_percentile] * self.ttft,
-            figures.decode_tok_s[slo.decode_percentile] * self.decode,
-        )
 
 
 @dataclass(frozen=True)
@@ -145,8 +153,17 @@ class Scaler:
     slo: Slo
     bounds: ScalingBounds
 
-    def predicted(self, load: Load, groups: int) -> Predicted:
-        return predicted(self.config, self.calibration, load, groups)
+    def figures(self, load: Load, groups: int, slower: float = 1.0) -> Figures:
+        """The model's figures for `load` on `groups`, on groups `slower` times as slow."""
+        rate = load.request_rate_per_s * slower
+        model = predicted(
+            self.config, self.calibration, replace(load, request_rate_per_s=rate), groups
+        )
+        return Figures(
+            groups,
+            model.ttft_s[self.slo.ttft_percentile] * slower,
+            model.decode_tok_s[self.slo.decode_percentile] / slower,
+        )
 
 
 @dataclass(frozen=True)
@@ -164,53 +181,85 @@ def _bounded(bounds: ScalingBounds, count: int) -> int:
     return max(bounds.min_replicas, min(bounds.max_replicas, count))
 
 
-def _holt(old: Mapping[str, Any], rate: float, t: float) -> tuple[float, float]:
-    """Holt's level and trend (requests/s, and per s) after the rate read at `t` (irregular
-    intervals: the trend carries the level over the time since the last reading)."""
-    since = epoch(str(old.get("at", ""))) if old else None
-    if since is None or since >= t:
-        return rate, 0.0
-    level, trend = float(old["level"]), float(old["trend"])
-    dt = t - since
-    new_level = ALPHA * rate + (1 - ALPHA) * (level + trend * dt)
-    return new_level, BETA * (new_level - level) / dt + (1 - BETA) * trend
+@dataclass(frozen=True)
+class Holt:
+    """Holt's linear trend on the request rate (level in requests/s, trend in requests/s per s)
+    and the mean absolute error of its one-reading-ahead forecasts (`deviation`): a load that
+    leaves its recent course (a ramp starting, a burst) widens the margin before the trend has
+    caught up with it."""
 
+    level: float
+    trend: float = 0.0
+    deviation: float = 0.0
 
-def _smoothed(running: float, measured: float | None, model: float) -> tuple[float, float | None]:
-    """The running correction after one measured/predicted ratio, and that ratio's error."""
-    if measured is None or measured <= 0 or not 0 < model < math.inf:
-        return running, None
-    ratio = measured / model
-    mean = math.exp(
-        (1 - CORRECTION_WEIGHT) * math.log(running) + CORRECTION_WEIGHT * math.log(ratio)
-    )
-    return min(CORRECTION_BOUND, max(1 / CORRECTION_BOUND, mean)), ratio - 1
+    def updated(self, rate: float, dt: float) -> "Holt":
+        """After a reading `dt` seconds on (irregular intervals: the trend carries the level)."""
+        if dt <= 0:
+            return self
+        expected = self.level + self.trend * dt
+        level = ALPHA * rate + (1 - ALPHA) * expected
+        return Holt(
+            level=level,
+            trend=BETA * (level - self.level) / dt + (1 - BETA) * self.trend,
+            deviation=GAMMA * abs(rate - expected) + (1 - GAMMA) * self.deviation,
+        )
+
+    def ahead(self, seconds: float) -> float:
+        """The rate `seconds` on, with `DEVIATIONS` mean errors of margin."""
+        return self.level + self.trend * seconds + DEVIATIONS * self.deviation
 
 
 def _correction(scaler: Scaler, old: Correction, reading: Reading, load: Load) -> Correction:
     """`old` after the reading's measured figures against the model's for the load read on the
-    groups that served it (no change from a window of fewer than `MIN_REQUESTS`)."""
+    groups that served it: the decode rate's ratio moves `slower` (it has no knee), else TTFT's
+    below the target (past it a group's queue grows without bound, and a ratio of two queues
+    says little of how fast the groups run). A window of fewer than `MIN_REQUESTS` moves nothing."""
     if reading.serving_groups < 1 or reading.request_rate_per_s * WINDOW_S < MIN_REQUESTS:
         return old
-    slo, model = scaler.slo, scaler.predicted(load, reading.serving_groups)
-    ttft, ttft_error = _smoothed(old.ttft, reading.ttft_s, model.ttft_s[slo.ttft_percentile])
-    decode, decode_error = _smoothed(
-        old.decode, reading.decode_tok_s, model.decode_tok_s[slo.decode_percentile]
+    model = scaler.figures(load, reading.serving_groups, old.slower)
+    ttft = reading.ttft_s / model.ttft_s if reading.ttft_s and model.ttft_s > 0 else None
+    decode = (
+        reading.decode_tok_s / model.decode_tok_s
+        if reading.decode_tok_s and 0 < model.decode_tok_s < math.inf
+        else None
     )
-    return Correction(ttft, decode, ttft_error, decode_error)
+    target = scaler.slo.ttft_seconds
+    slower = (
+        1 / decode
+        if decode is not None
+        else ttft
+        if ttft is not None and (target is None or model.ttft_s <= target)
+        else None
+    )
+    if slower is None:
+        return replace(old, ttft_error=None, decode_error=None)
+    mean = math.exp(math.log(old.slower) + CORRECTION_WEIGHT * math.log(slower))
+    return Correction(
+        slower=min(CORRECTION_BOUND, max(1 / CORRECTION_BOUND, mean)),
+        ttft_error=None if ttft is None else ttft - 1,
+        decode_error=None if decode is None else decode - 1,
+    )
 
 
 def _rounded(error: float | None) -> float | None:
     return None if error is None else round(error, 3)
 
 
-def _figures(slo: Slo, figures: Predicted, correction: Correction) -> dict[str, Any]:
-    ttft, decode = correction.applied(slo, figures)
+def _shown(figures: Figures) -> dict[str, Any]:
     return {
         "replicas": figures.groups,
-        "ttftSeconds": round(ttft, 3),
-        "decodeTokensPerSecond": round(decode, 1) if math.isfinite(decode) else None,
+        "ttftSeconds": round(figures.ttft_s, 3),
+        "decodeTokensPerSecond": round(figures.decode_tok_s, 1)
+        if math.isfinite(figures.decode_tok_s)
+        else None,
     }
+
+
+def _given(slo: Slo, figures: Figures) -> str:
+    return (
+        f"TTFT p{slo.ttft_percentile} {figures.ttft_s:.3g} s, "
+        f"{figures.decode_tok_s:.3g} tok/s per user at P{slo.decode_percentile}"
+    )
 
 
 def _described(slo: Slo) -> str:
@@ -236,41 +285,39 @@ def _load(reading: Reading, last: Mapping[str, Any]) -> Load:
 
 
 def _recommend(
-    scaler: Scaler, state: dict[str, Any], reading: Reading, startup_s: float
+    scaler: Scaler, state: dict[str, Any], reading: Reading, startup_s: float, current: int
 ) -> tuple[int, str, Problem | None]:
     """The groups the forecast needs, why, and the problem when even maxReplicas miss; writes
     the reading, forecast, correction and the model's figures into `state`."""
     slo, bounds = scaler.slo, scaler.bounds
     load = _load(reading, state.get("load") or {})
     t = epoch(reading.at) or 0.0
-    level, trend = _holt(state.get("forecast") or {}, load.request_rate_per_s, t)
-    ahead = max(load.request_rate_per_s, level + trend * startup_s)
+    last = state.get("forecast") or {}
+    since = epoch(str(last.get("at", "")))
+    holt = (
+        Holt(float(last["level"]), float(last["trend"]), float(last.get("deviation", 0.0)))
+        if since is not None
+        else Holt(load.request_rate_per_s)
+    ).updated(load.request_rate_per_s, t - (since or t))
+    ahead = max(load.request_rate_per_s, holt.ahead(startup_s + WINDOW_S / 2))
     forecast = Load(ahead, load.prompt_tokens, load.output_tokens, load.prefix_hit_rate,
                     load.sessions)  # fmt: skip
     running = state.get("correction") or {}
-    correction = _correction(
-        scaler,
-        Correction(float(running.get("ttft", 1.0)), float(running.get("decode", 1.0))),
-        reading,
-        load,
-    )
-    needed = fewest_meeting(
-        scaler.config,
-        scaler.calibration,
-        forecast,
-        lambda figures: slo.met(figures, correction),
+    correction = _correction(scaler, Correction(float(running.get("slower", 1.0))), reading, load)
+    slower = correction.slower
+    needed = fewest(
+        lambda groups: slo.met(scaler.figures(forecast, groups, slower)),
         bounds.max_replicas,
+        current,
     )
     rec = _bounded(bounds, needed or bounds.max_replicas)
-    at = scaler.predicted(forecast, rec)
+    at = scaler.figures(forecast, rec, slower)
     problem = None
     if needed is None:
-        ttft, decode = correction.applied(slo, at)
         problem = Problem(
             UNREACHABLE,
             f"{_described(slo)} is predicted to be missed even at maxReplicas "
-            f"{bounds.max_replicas}: TTFT p{slo.ttft_percentile} {ttft:.3g} s, "
-            f"{decode:.3g} tok/s per user at P{slo.decode_percentile}",
+            f"{bounds.max_replicas}: {_given(slo, at)}",
         )
     state["load"] = {
         "requestRate": round(load.request_rate_per_s, 4),
@@ -280,20 +327,20 @@ def _recommend(
     }
     state["forecast"] = {
         "at": reading.at,
-        "level": level,
-        "trend": trend,
+        "level": holt.level,
+        "trend": holt.trend,
+        "deviation": holt.deviation,
         "horizonSeconds": round(startup_s),
         "requestRate": round(ahead, 4),
     }
     state["correction"] = {
-        "ttft": round(correction.ttft, 4),
-        "decode": round(correction.decode, 4),
+        "slower": round(slower, 4),
         "ttftError": _rounded(correction.ttft_error),
         "decodeError": _rounded(correction.decode_error),
     }
-    state["needed"] = _figures(slo, at, correction)
+    state["needed"] = _shown(at)
     if rec > 1:
-        state["needed"]["fewer"] = _figures(slo, scaler.predicted(forecast, rec - 1), correction)
+        state["needed"]["fewer"] = _shown(scaler.figures(forecast, rec - 1, slower))
     message = (
         f"{load.request_rate_per_s:.3g} requests/s now, {ahead:.3g} forecast in "
         f"{startup_s:.0f} s: {rec} groups recommended for {_described(slo)}"
@@ -324,7 +371,7 @@ def evaluate(
         message = f"no answer from Prometheus: keeping {current} groups"
         problem, rec = Problem(UNAVAILABLE, message), current
     else:
-        rec, message, problem = _recommend(scaler, state, reading, startup_s)
+        rec, message, problem = _recommend(scaler, state, reading, startup_s, current)
     kept = [(r["at"], int(r["replicas"])) for r in state.get("recommendations", [])]
     if old is None:  # a new autoscaler: no scale-down for one window
         kept = [(now, current)]
@@ -354,27 +401,26 @@ def evaluate(
     return Scaled(current, state, notices, problem)
 
 
-def attainable(config: Configuration, calibration: Calibration) -> Predicted:
-    """The best the shape does: one lone agent turn at a time (`LONE_*`) on one group."""
-    lone = Load(LONE_RATE_PER_S, LONE_PROMPT_TOKENS, LONE_OUTPUT_TOKENS, LONE_HIT_RATE)
-    return predicted(config, calibration, lone, 1)
+def attainable(scaler: Scaler) -> Figures:
+    """The best the role's shape does: one lone agent turn at a time (`LONE_*`) on one group."""
+    lone = Load(ALONE_RATE_PER_S, LONE_PROMPT_TOKENS, LONE_OUTPUT_TOKENS, LONE_HIT_RATE)
+    return scaler.figures(lone, 1)
 
 
-def refusal(config: Configuration, calibration: Calibration, slo: Slo, path: str) -> Problem | None:
-    """Why the admission webhook refuses `slo` (at `path`, e.g. spec.autoscaling.slo): a target
-    that no count of groups meets, as even a lone agent turn misses it; the message says what the
-    shape can meet. None: enough groups meet it, in the model."""
-    best = attainable(config, calibration)
-    if slo.met(best, Correction()):
+def refusal(scaler: Scaler, path: str) -> Problem | None:
+    """Why the admission webhook refuses the SLO (at `path`, e.g. spec.autoscaling.slo): a
+    target that no count of groups meets, as even a lone agent turn misses it; the message says
+    what the shape can meet. None: enough groups meet it, in the model."""
+    best = attainable(scaler)
+    if scaler.slo.met(best):
         return None
-    ttft, decode = Correction().applied(slo, best)
+    config = scaler.config
     return Problem(
         "Invalid",
-        f"{path}: {_described(slo)} cannot be met on {config.gpus} GPUs a group "
+        f"{path}: {_described(scaler.slo)} cannot be met on {config.gpus} GPUs a group "
         f"({config.backend}, {config.draft_tokens} drafts) with any number of groups: a lone "
         f"{LONE_PROMPT_TOKENS}-token agent turn ({LONE_HIT_RATE:.0%} from the prefix cache, "
-        f"{LONE_OUTPUT_TOKENS} tokens out) gets TTFT p{slo.ttft_percentile} {ttft:.3g} s and "
-        f"{decode:.3g} tok/s per user at P{slo.decode_percentile} at best "
-        f"({calibration.name} calibration)",
+        f"{LONE_OUTPUT_TOKENS} tokens out) gets {_given(scaler.slo, best)} at best "
+        f"({scaler.calibration.name} calibration)",
         path,
     )

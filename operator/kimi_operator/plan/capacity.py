@@ -19,8 +19,9 @@ predict.topology on the deployment's calibration) on a workload synthesized from
 - **A window, warm.** `WINDOW_REQUESTS` requests; the first `WARM_UP` of them (the sessions'
   first, cold turns, and an empty queue) fill the group and are not counted.
 
-The answer is cached by the load rounded to `ROUNDING` (a 30 s poll's reading wanders; the
-rounding is well inside the model's own error), so a steady load costs one simulation per count.
+The answer is cached by one group's share of the load, rounded (`Load.share`: a 30 s poll's
+reading wanders, and the rounding is well inside the model's own error), so a steady load costs
+one simulation per count, and a load on n groups is the same answer as twice it on 2n.
 Task completion is not predicted: the load Prometheus holds (vLLM's per-request series) does not
 say which requests form a task, so neither the reading nor this workload has tasks.
 """
@@ -28,27 +29,28 @@ say which requests form a task, so neither the reading nor this workload has tas
 import math
 import random
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 from kimi_operator.bench.profiles import PlannedRequest
 from kimi_operator.bench.stats import decode_rate, percentile
+from kimi_operator.plan.builtin import lone_ttft_s
 from kimi_operator.plan.calibration import Calibration
 from kimi_operator.plan.configs import Configuration, Disaggregated
 from kimi_operator.plan.predict import topology
 from kimi_operator.plan.simulate import simulate
-from kimi_operator.plan.target import fewest
 
 Role = Literal["decode", "prefill"]
 PERCENTILES: Final = (50, 90, 99)
-WINDOW_REQUESTS: Final = 160
+WINDOW_REQUESTS: Final = 120
 WARM_UP: Final = 0.25  # of the window's requests, not counted
 SESSIONS_MODELLED: Final = 8
 DEFAULT_SESSIONS: Final = 4  # a group's sessions when the reading does not say
 SPREAD: Final = 0.5  # lengths uniform over mean x [1 - SPREAD, 1 + SPREAD]
-ROUNDING: Final = 0.05  # the load's rate and lengths rounded to steps of 5% (geometric)
+RATE_ROUNDING: Final = 0.05  # a share's rate, to steps of 5% (geometric)
+LENGTH_ROUNDING: Final = 0.1  # its mean lengths, to steps of 10%
 SEED: Final = 0
+ALONE_RATE_PER_S: Final = 0.001  # no load: requests 1000 s apart, each alone
 CACHE_SIZE: Final = 4096
 
 
@@ -62,22 +64,25 @@ class Load:
     prefix_hit_rate: float  # of prompt tokens, 0..1, as vLLM counts it (hits / queries)
     sessions: float | None = None  # agent sessions active at once; None: unknown
 
-    def rounded(self) -> "Load":
-        """The load on the cache's grid: rate and lengths to `ROUNDING` steps, the hit rate to
-        hundredths, sessions to whole ones."""
+    def share(self, groups: int) -> "Load":
+        """One group's share of the load on `groups`, on the cache's grid: rate and lengths to
+        `RATE_ROUNDING` and `LENGTH_ROUNDING` steps, the hit rate to hundredths, sessions whole
+        (1..`SESSIONS_MODELLED`). Shares, not loads, are cached: 8 requests/s on 4 groups is 4
+        on 2."""
 
-        def grid(value: float) -> float:
+        def grid(value: float, rounding: float) -> float:
             if value <= 0:
                 return 0.0
-            step = math.log1p(ROUNDING)
+            step = math.log1p(rounding)
             return round(math.exp(round(math.log(value) / step) * step), 6)
 
+        sessions = DEFAULT_SESSIONS if self.sessions is None else round(self.sessions / groups)
         return Load(
-            request_rate_per_s=grid(self.request_rate_per_s),
-            prompt_tokens=max(1.0, round(grid(self.prompt_tokens))),
-            output_tokens=max(2.0, round(grid(self.output_tokens))),
+            request_rate_per_s=grid(self.request_rate_per_s / groups, RATE_ROUNDING),
+            prompt_tokens=max(2.0, round(grid(self.prompt_tokens, LENGTH_ROUNDING))),
+            output_tokens=max(2.0, round(grid(self.output_tokens, LENGTH_ROUNDING))),
             prefix_hit_rate=round(min(max(self.prefix_hit_rate, 0.0), 0.99), 2),
-            sessions=None if self.sessions is None else float(max(1, round(self.sessions))),
+            sessions=float(min(SESSIONS_MODELLED, max(1, sessions))),
         )
 
 
@@ -90,24 +95,26 @@ class Predicted:
     groups: int
     ttft_s: dict[int, float]
     decode_tok_s: dict[int, float]
+    queued_s: float  # mean TTFT beyond the request's own TTFT alone: its wait for the group
+
+    def waiting(self, rate_per_s: float) -> float:
+        """Requests waiting in one group's queue on average (Little's law on `queued_s`): what
+        vLLM's num_requests_waiting reads there, for a group serving `rate_per_s`."""
+        return rate_per_s * self.queued_s
 
 
-def workload(load: Load, groups: int) -> list[PlannedRequest]:
-    """One group's share of the load: open arrivals of returning sessions' turns (docstring)."""
+def workload(share: Load) -> list[PlannedRequest]:
+    """One group's share (`Load.share`): open arrivals of returning sessions' turns (docstring)."""
     rng = random.Random(SEED)
-    rate = load.request_rate_per_s / groups
-    sessions = min(
-        SESSIONS_MODELLED,
-        max(1, round(load.sessions / groups)) if load.sessions is not None else DEFAULT_SESSIONS,
-    )
-    prompt = max(2, round(load.prompt_tokens))
-    shared = min(prompt - 1, round(load.prefix_hit_rate * prompt))
+    rate, sessions = share.request_rate_per_s, round(share.sessions or DEFAULT_SESSIONS)
+    prompt = round(share.prompt_tokens)
+    shared = min(prompt - 1, round(share.prefix_hit_rate * prompt))
     plan: list[PlannedRequest] = []
     start = 0.0
     for index in range(WINDOW_REQUESTS):
         session = f"session-{index % sessions}"
         fresh = max(1, round((prompt - shared) * rng.uniform(1 - SPREAD, 1 + SPREAD)))
-        output = max(2, round(load.output_tokens * rng.uniform(1 - SPREAD, 1 + SPREAD)))
+        output = max(2, round(share.output_tokens * rng.uniform(1 - SPREAD, 1 + SPREAD)))
         plan.append(
             PlannedRequest(
                 index=index,
@@ -119,7 +126,7 @@ def workload(load: Load, groups: int) -> list[PlannedRequest]:
                 task=session,
             )
         )
-        start += rng.expovariate(rate) if rate > 0 else 0.0
+        start += rng.expovariate(max(rate, ALONE_RATE_PER_S))
     return plan
 
 
@@ -141,12 +148,14 @@ def unit(config: Configuration) -> Configuration:
     )
 
 
-def _simulated(
-    config: Configuration, calibration: Calibration, load: Load, groups: int
-) -> Predicted:
-    lives = simulate(workload(load, groups), topology(unit(config), calibration), False).lives
+def _simulated(config: Configuration, calibration: Calibration, share: Load) -> Predicted:
+    lives = simulate(workload(share), topology(unit(config), calibration), False).lives
     counted = lives[round(WARM_UP * len(lives)) :]
-    ttfts = sorted(live.token_times[0] - live.sent_s for live in counted)
+    ttfts = [live.token_times[0] - live.sent_s for live in counted]
+    alone = [
+        lone_ttft_s(calibration.costs, live.request.prompt_tokens - live.cached, live.cached)
+        for live in counted
+    ]
     rates = sorted(
         rate
         for live in counted
@@ -158,40 +167,30 @@ def _simulated(
             )
         )
     )
+    queued = sum(max(0.0, ttft - lone) for ttft, lone in zip(ttfts, alone, strict=True))
+    ttfts.sort()
     return Predicted(
-        groups=groups,
+        groups=1,
+        queued_s=queued / len(counted),
         ttft_s={q: percentile(ttfts, q) for q in PERCENTILES},
         decode_tok_s={q: percentile(rates, 100 - q) if rates else math.inf for q in PERCENTILES},
     )
 
 
-_cache: OrderedDict[tuple[str, str, Load, int], Predicted] = OrderedDict()
+_cache: OrderedDict[tuple[str, str, Load], Predicted] = OrderedDict()
 
 
 def predicted(
     config: Configuration, calibration: Calibration, load: Load, groups: int
 ) -> Predicted:
-    """The model's figures for `load` (rounded, `Load.rounded`) on `groups` groups of the role
-    scaled: the load is divided by `groups`, whichever role's count it is; a disaggregated
-    configuration's share runs on one prefill group feeding one decode group)."""
-    rounded = load.rounded()
-    key = (config.model_dump_json(), repr((calibration.name, calibration.costs)), rounded, groups)
+    """The model's figures for `load` on `groups` groups of the role being scaled: one group's
+    share (`Load.share`) on one group of each role of the configuration (`unit`)."""
+    share = load.share(groups)
+    key = (unit(config).model_dump_json(), repr((calibration.name, calibration.costs)), share)
     if key in _cache:
         _cache.move_to_end(key)
-        return _cache[key]
-    answer = _simulated(config, calibration, rounded, groups)
-    _cache[key] = answer
-    if len(_cache) > CACHE_SIZE:
-        _cache.popitem(last=False)
-    return answer
-
-
-def fewest_meeting(
-    config: Configuration,
-    calibration: Calibration,
-    load: Load,
-    meets: Callable[[Predicted], bool],
-    most: int,
-) -> int | None:
-    """The fewest groups (1..`most`) whose prediction `meets`; None when even `most` miss."""
-    return fewest(lambda groups: meets(predicted(config, calibration, load, groups)), most)
+    else:
+        _cache[key] = _simulated(config, calibration, share)
+        if len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return replace(_cache[key], groups=groups)

@@ -53,16 +53,29 @@ def parse_target(text: str) -> Target:
     return Target(found["metric"], found["key"], seconds)
 
 
-def fewest(meets: Callable[[int], bool], most: int) -> int | None:
+def fewest(meets: Callable[[int], bool], most: int, start: int = 1) -> int | None:
     """The fewest groups (1..`most`) that `meets`, or None when even `most` do not. More groups
-    never slow a request down in the model: double until met, then bisect."""
-    high = 1
-    while not meets(high):
-        if high >= most:
-            return None
-        high = min(high * 2, most)
-    low = high // 2  # misses (or 0)
-    while high - low > 1:
+    never slow a request down in the model: from `start` (a guess: the count now), steps
+    doubling each time go down while met or up until met, then a bisection between the last
+    miss and the first met; from 1 it doubles 1, 2, 4, ... as a plan's search does."""
+    start = min(max(start, 1), most)
+    step = 1
+    if meets(start):
+        high = start
+        low = max(high - step, 0)
+        while low and meets(low):
+            high, step = low, step * 2
+            low = max(high - step, 0)
+    else:
+        low = start
+        while True:
+            if low >= most:
+                return None
+            high = min(low + step, most)
+            if meets(high):
+                break
+            low, step = high, step * 2
+    while high - low > 1:  # low misses (or is 0), high meets
         middle = (low + high) // 2
         if meets(middle):
             high = middle
