@@ -268,9 +268,8 @@ def refusals(kd: KimiDeployment) -> list[Problem]:
     shape can meet (the admission webhook's and `kimi-operator validate`'s verdict)."""
     found = []
     for role in kd.spec.slo_scaled:
-        sized = scaler(kd, role)
         path = "spec.autoscaling.slo" if role == "decode" else "spec.prefill.autoscaling.slo"
-        found.append(refusal(sized.config, sized.calibration, sized.slo, path))
+        found.append(refusal(scaler(kd, role), path))
     return [problem for problem in found if problem is not None]
 
 

@@ -125,7 +125,7 @@ SLO_STATUS = {
     "desiredReplicas": 2,
     "load": {"requestRate": 1.0, "promptTokens": 8000, "outputTokens": 400, "prefixHitRate": 0.5},
     "forecast": {"at": "t", "level": 1.0, "trend": 0.0, "horizonSeconds": 600, "requestRate": 1.5},
-    "correction": {"ttft": 1.0, "decode": 1.0, "ttftError": 0.1, "decodeError": -0.05},
+    "correction": {"slower": 1.0, "ttftError": 0.1, "decodeError": -0.05},
     "needed": {"replicas": 2, "ttftSeconds": 1.2, "decodeTokensPerSecond": 60.0},
 }
 

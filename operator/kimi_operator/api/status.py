@@ -168,6 +168,11 @@ class SloForecast(StatusModel):
     at: str = Field(max_length=64, description="When the load it was made from was read.")
     level: float = Field(description="Holt's level, requests per second.")
     trend: float = Field(description="Holt's trend, requests per second per second.")
+    deviation: float = Field(
+        0.0,
+        description="The mean absolute error of its forecasts one reading ahead, requests per "
+        "second: the forecast keeps a margin of it.",
+    )
     horizon_seconds: Annotated[int, Field(ge=0)] = Field(
         description="How far ahead: the groups' measured start-up time."
     )
@@ -175,11 +180,11 @@ class SloForecast(StatusModel):
 
 
 class SloCorrection(StatusModel):
-    """The model against what the groups measured: the running correction of its predictions
-    (measured / predicted) and the last answer's error (measured / predicted - 1)."""
+    """The model against what the groups measured: how much slower the groups run than their
+    calibration says (the running correction of every prediction), and the last answer's error
+    (measured / predicted - 1)."""
 
-    ttft: float = Field(description="The correction applied to the predicted TTFT.")
-    decode: float = Field(description="The correction applied to the predicted decode rate.")
+    slower: float = Field(description="The groups' speed factor: 1 as calibrated, 2 half as fast.")
     ttft_error: float | None = Field(None, description="The last TTFT error of the model.")
     decode_error: float | None = Field(None, description="The last decode-rate error.")
 

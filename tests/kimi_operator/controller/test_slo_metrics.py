@@ -9,7 +9,7 @@ DECODE = {
     "desiredReplicas": 3,
     "load": {"requestRate": 2.5, "promptTokens": 20000, "outputTokens": 400, "prefixHitRate": 0.8},
     "forecast": {"at": "t", "level": 2.5, "trend": 0.0, "horizonSeconds": 600, "requestRate": 4.0},
-    "correction": {"ttft": 1.2, "decode": 0.9, "ttftError": 0.25},  # no decode error yet
+    "correction": {"slower": 1.2, "ttftError": 0.25},  # no decode error yet
     "needed": {"replicas": 3, "ttftSeconds": 1.4, "decodeTokensPerSecond": 55.0},
 }
 
