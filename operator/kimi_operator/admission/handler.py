@@ -33,8 +33,8 @@ def refusal(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> tuple[list
     except UnreadableDocument as error:
         return [str(error)], []
     problems = report.problems
-    if report.deployment is not None:  # valid: and its objectives within the shape's reach?
-        problems = refusals(report.deployment)
+    if report.deployment is not None:  # valid: are its objectives within the shape's reach?
+        problems = [*problems, *refusals(report.deployment)]
     return [str(problem) for problem in problems], list(report.warnings)
 
 
