@@ -2,6 +2,7 @@
 operator itself. Decode and cost panels read the recording rules of `rules.py`."""
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
@@ -56,14 +57,31 @@ class _Grid:
     """Places panels left to right, two per row."""
 
     def __init__(self) -> None:
-        self.x, self.y = 0, 0
+        self.x, self.y, self.height = 0, 0, 0
 
     def next(self, width: int = 12, height: int = 8) -> GridPos:
         if self.x + width > 24:
             self.x, self.y = 0, self.y + height
         pos = GridPos(h=height, w=width, x=self.x, y=self.y)
-        self.x += width
+        self.x, self.height = self.x + width, height
         return pos
+
+    def row(self, title: str) -> dashboard.Row:
+        """A row's header across the board, below what is placed; the panels after it follow."""
+        y = self.y + (self.height if self.x else 0)
+        self.x, self.y = 0, y + 1
+        return dashboard.Row(title).datasource(DATASOURCE).grid_pos(GridPos(h=1, w=24, x=0, y=y))
+
+
+Placed = Builder[Panel] | dashboard.Row
+
+
+def _placed(board: dashboard.Dashboard, panels: Sequence[Placed]) -> dashboard.Dashboard:
+    for panel in panels:
+        board = (
+            board.with_row(panel) if isinstance(panel, dashboard.Row) else board.with_panel(panel)
+        )
+    return board
 
 
 def _series(
@@ -299,7 +317,6 @@ def decode_dashboard() -> dashboard.Dashboard:
             [(_rule(f"kimi:prefix_cache_hit_ratio:ratio_{WINDOW}"), "{{deployment}}")],
         ),
         *_handover_panels(grid),
-        *_slo_load_panels(grid),
         _series(
             grid,
             "CPU KV tier: hit rate",
@@ -345,10 +362,9 @@ def decode_dashboard() -> dashboard.Dashboard:
             ],
             "Stores the tier had no room for: it is too small for the sessions it is offered.",
         ),
+        *_slo_load_panels(grid),
     ]
-    for panel in panels:
-        board = board.with_panel(panel)
-    return board
+    return _placed(board, panels)
 
 
 def _handover_panels(grid: _Grid) -> list[Builder[Panel]]:
@@ -408,11 +424,12 @@ def _handover_panels(grid: _Grid) -> list[Builder[Panel]]:
     ]
 
 
-def _slo_load_panels(grid: _Grid) -> list[Builder[Panel]]:
+def _slo_load_panels(grid: _Grid) -> list[Placed]:
     """What the SLO scaler reads of each role (spec.autoscaling.slo, spec.prefill.autoscaling.slo:
     docs/scaling.md): the load, and what its requests got at the objectives' percentiles."""
     role = "{{deployment}} {{role}}"
     return [
+        grid.row("SLO scaler: what it reads"),
         _series(
             grid,
             "SLO scaler: requests by role",
@@ -513,9 +530,7 @@ def cost_dashboard() -> dashboard.Dashboard:
             grid, "Output tokens per hour", "none", [(exprs["tokens_per_hour"], "{{deployment}}")]
         ),
     ]
-    for panel in panels:
-        board = board.with_panel(panel)
-    return board
+    return _placed(board, panels)
 
 
 def operator_dashboard() -> dashboard.Dashboard:
@@ -600,7 +615,6 @@ def operator_dashboard() -> dashboard.Dashboard:
                 )
             ],
         ),
-        *_slo_scaler_panels(grid),
         _series(
             grid,
             "API server requests by status",
@@ -612,16 +626,16 @@ def operator_dashboard() -> dashboard.Dashboard:
                 )
             ],
         ),
+        *_slo_scaler_panels(grid),
     ]
-    for panel in panels:
-        board = board.with_panel(panel)
-    return board
+    return _placed(board, panels)
 
 
-def _slo_scaler_panels(grid: _Grid) -> list[Builder[Panel]]:
+def _slo_scaler_panels(grid: _Grid) -> list[Placed]:
     """What the SLO scaler decided, per deployment and role (status.sloAutoscaler)."""
     role = "{{namespace}}/{{deployment}} {{role}}"
     return [
+        grid.row("SLO scaler"),
         _series(
             grid,
             "SLO scaler: groups wanted",
