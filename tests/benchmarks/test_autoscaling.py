@@ -29,7 +29,7 @@ def jump() -> list[TraceEntry]:
                 output_tokens=20,
                 prefix_group=f"s{session}",
                 shared_prefix_tokens=2000,
-            )  # fmt: skip
+            )
         )
         t += rng.expovariate(8.0 if busy else 0.5)
     return entries
