@@ -261,7 +261,11 @@ def hpa_policy(metric: str, target: float, period: int, bounds: ScalingBounds) -
             groups = reading.serving_groups * target / rate if rate else float(current)
         rec = recommend(spec, groups, current)
         kept = recommendation_window(
-            kept or [(stamp(t), current)], stamp(t), rec, t, spec.scale_down_stabilization_seconds
+            kept or [(stamp(t), current)],
+            stamp(t),
+            rec,
+            EPOCH + t,
+            spec.scale_down_stabilization_seconds,
         )
         free = last_change is None or t - last_change >= period
         wanted, _ = step_towards(current, rec, kept[0][1], free)
