@@ -261,7 +261,11 @@ def hpa_policy(metric: str, target: float, period: int, bounds: ScalingBounds) -
             groups = reading.serving_groups * target / rate if rate else float(current)
         rec = recommend(spec, groups, current)
         kept = recommendation_window(
-            kept or [(stamp(t), current)], stamp(t), rec, t, spec.scale_down_stabilization_seconds
+            kept or [(stamp(t), current)],
+            stamp(t),
+            rec,
+            EPOCH + t,
+            spec.scale_down_stabilization_seconds,
         )
         free = last_change is None or t - last_change >= period
         wanted, _ = step_towards(current, rec, kept[0][1], free)
@@ -377,26 +381,15 @@ class Day:
 
 
 def reactive_settings(quick: bool) -> list[tuple[str, float, int]]:
+    """The targets and scale-up periods swept: the quick run's one of each target."""
     waiting = (1,) if quick else (1, 2, 4)
-    floors = (1.0,) if quick else (1.0, 1.25)
-    periods = (SCALE_UP_PERIOD_S,) if quick else (300, SCALE_UP_PERIOD_S)
+    floors = (1.0,) if quick else (1.0, 1.25, 1.5)
+    periods = (SCALE_UP_PERIOD_S,) if quick else (60, 300, SCALE_UP_PERIOD_S)
     assert SLO.decode_tokens_per_s is not None
-    return [
-        *(
-            (f"waitingRequestsPerGroup={w} period={p}", float(w), p)
-            for w in waiting
-            for p in periods
-        ),
-        *(
-            (
-                f"decodeRateFloor={SLO.decode_tokens_per_s * f:g} period={p}",
-                SLO.decode_tokens_per_s * f,
-                p,
-            )
-            for f in floors
-            for p in periods
-        ),
+    targets = [("waitingRequestsPerGroup", float(w)) for w in waiting] + [
+        ("decodeRateFloor", SLO.decode_tokens_per_s * f) for f in floors
     ]
+    return [(f"{name}={value:g} period={p}", value, p) for name, value in targets for p in periods]
 
 
 def best_reactive(slo: Outcome, reactive: Sequence[Outcome]) -> Outcome:

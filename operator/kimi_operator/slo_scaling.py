@@ -74,6 +74,10 @@ ALPHA: Final = 0.3  # Holt's level weight per reading
 BETA: Final = 0.1  # Holt's trend weight per reading
 GAMMA: Final = 0.1  # the forecast's mean error's weight per reading
 DEVIATIONS: Final = 2.0  # mean errors of margin on the forecast
+# The forecast is at most this many times the rate read now: the readings' 5-minute window turns
+# a step of the load into a 5-minute ramp, whose trend, carried for the start-up time, would ask
+# for several times the groups the step needs.
+MAX_GROWTH: Final = 2.0
 CORRECTION_WEIGHT: Final = 0.2  # of each reading's ratio in the running `slower` (geometric)
 CORRECTION_BOUND: Final = 2.0  # `slower` stays within [1/2, 2]
 MIN_REQUESTS: Final = 30  # a reading whose 5-minute window has fewer corrects nothing
@@ -183,14 +187,15 @@ def _bounded(bounds: ScalingBounds, count: int) -> int:
 
 @dataclass(frozen=True)
 class Holt:
-    """Holt's linear trend on the request rate (level in requests/s, trend in requests/s per s)
-    and the mean absolute error of its one-reading-ahead forecasts (`deviation`): a load that
-    leaves its recent course (a ramp starting, a burst) widens the margin before the trend has
-    caught up with it."""
+    """Holt's linear trend on the request rate (level in requests/s, trend in requests/s per s),
+    how long the trend has been rising (`rising_s`), and the mean absolute error of its
+    one-reading-ahead forecasts (`deviation`): a load that leaves its recent course (a ramp
+    starting, a burst) widens the margin before the trend has caught up with it."""
 
     level: float
     trend: float = 0.0
     deviation: float = 0.0
+    rising_s: float = 0.0
 
     def updated(self, rate: float, dt: float) -> "Holt":
         """After a reading `dt` seconds on (irregular intervals: the trend carries the level)."""
@@ -198,22 +203,29 @@ class Holt:
             return self
         expected = self.level + self.trend * dt
         level = ALPHA * rate + (1 - ALPHA) * expected
+        trend = BETA * (level - self.level) / dt + (1 - BETA) * self.trend
         return Holt(
             level=level,
-            trend=BETA * (level - self.level) / dt + (1 - BETA) * self.trend,
+            trend=trend,
             deviation=GAMMA * abs(rate - expected) + (1 - GAMMA) * self.deviation,
+            rising_s=self.rising_s + dt if trend > 0 else 0.0,
         )
 
     def ahead(self, seconds: float) -> float:
-        """The rate `seconds` on, with `DEVIATIONS` mean errors of margin."""
-        return self.level + self.trend * seconds + DEVIATIONS * self.deviation
+        """The rate `seconds` on, with `DEVIATIONS` mean errors of margin. A rising trend is
+        carried no further ahead than it has lasted (a ramp that began a minute ago says little
+        of the next fifteen)."""
+        carried = min(seconds, self.rising_s) if self.trend > 0 else seconds
+        return self.level + self.trend * carried + DEVIATIONS * self.deviation
 
 
 def _correction(scaler: Scaler, old: Correction, reading: Reading, load: Load) -> Correction:
     """`old` after the reading's measured figures against the model's for the load read on the
-    groups that served it: the decode rate's ratio moves `slower` (it has no knee), else TTFT's
-    below the target (past it a group's queue grows without bound, and a ratio of two queues
-    says little of how fast the groups run). A window of fewer than `MIN_REQUESTS` moves nothing."""
+    groups that served it: the decode rate's ratio moves `slower` (TTFT's where none was read).
+    Only where the model has the groups within the TTFT target at that load: past that knee a
+    group's queue grows without bound, and a ratio of two queues says little of how fast the
+    groups run (the errors are still reported). A window of fewer than `MIN_REQUESTS` moves
+    nothing."""
     if reading.serving_groups < 1 or reading.request_rate_per_s * WINDOW_S < MIN_REQUESTS:
         return old
     model = scaler.figures(load, reading.serving_groups, old.slower)
@@ -224,21 +236,20 @@ def _correction(scaler: Scaler, old: Correction, reading: Reading, load: Load) -
         else None
     )
     target = scaler.slo.ttft_seconds
-    slower = (
-        1 / decode
-        if decode is not None
-        else ttft
-        if ttft is not None and (target is None or model.ttft_s <= target)
-        else None
-    )
+    keeps_up = target is None or model.ttft_s <= target
+    slower = (1 / decode if decode is not None else ttft) if keeps_up else None
     if slower is None:
-        return replace(old, ttft_error=None, decode_error=None)
+        return replace(old, ttft_error=_error(ttft), decode_error=_error(decode))
     mean = math.exp(math.log(old.slower) + CORRECTION_WEIGHT * math.log(slower))
     return Correction(
         slower=min(CORRECTION_BOUND, max(1 / CORRECTION_BOUND, mean)),
-        ttft_error=None if ttft is None else ttft - 1,
-        decode_error=None if decode is None else decode - 1,
+        ttft_error=_error(ttft),
+        decode_error=_error(decode),
     )
+
+
+def _error(ratio: float | None) -> float | None:
+    return None if ratio is None else ratio - 1
 
 
 def _rounded(error: float | None) -> float | None:
@@ -295,11 +306,17 @@ def _recommend(
     last = state.get("forecast") or {}
     since = epoch(str(last.get("at", "")))
     holt = (
-        Holt(float(last["level"]), float(last["trend"]), float(last.get("deviation", 0.0)))
+        Holt(
+            float(last["level"]),
+            float(last["trend"]),
+            float(last.get("deviation", 0.0)),
+            float(last.get("risingSeconds", 0.0)),
+        )
         if since is not None
         else Holt(load.request_rate_per_s)
     ).updated(load.request_rate_per_s, t - (since or t))
-    ahead = max(load.request_rate_per_s, holt.ahead(startup_s + WINDOW_S / 2))
+    now_rate = load.request_rate_per_s
+    ahead = min(max(now_rate, holt.ahead(startup_s + WINDOW_S / 2)), MAX_GROWTH * now_rate)
     forecast = Load(ahead, load.prompt_tokens, load.output_tokens, load.prefix_hit_rate,
                     load.sessions)  # fmt: skip
     running = state.get("correction") or {}
@@ -330,6 +347,7 @@ def _recommend(
         "level": holt.level,
         "trend": holt.trend,
         "deviation": holt.deviation,
+        "risingSeconds": holt.rising_s,
         "horizonSeconds": round(startup_s),
         "requestRate": round(ahead, 4),
     }
