@@ -173,6 +173,10 @@ class SloForecast(StatusModel):
         description="The mean absolute error of its forecasts one reading ahead, requests per "
         "second: the forecast keeps a margin of it.",
     )
+    rising_seconds: float = Field(
+        0.0,
+        description="How long the trend has been rising: it is carried no further ahead.",
+    )
     horizon_seconds: Annotated[int, Field(ge=0)] = Field(
         description="How far ahead: the groups' measured start-up time."
     )
