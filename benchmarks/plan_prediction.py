@@ -19,9 +19,9 @@ import json
 import statistics
 import sys
 import tempfile
-from dataclasses import fields, is_dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: tests/ holds the test's traces and placement
@@ -44,26 +44,12 @@ from kimi_operator.dev.cpu_vllm import CpuServer, missing  # noqa: E402
 from kimi_operator.embedded.processes import free_port  # noqa: E402
 from kimi_operator.plan.calibration import Calibration, from_runs  # noqa: E402
 from kimi_operator.plan.cli import as_measured  # noqa: E402
+from kimi_operator.plan.costs import scaled  # noqa: E402
 from kimi_operator.plan.predict import Workload, predict  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "plan_prediction.json"
 SPEEDS = (0.9, 1.1)  # every step and way in that much as long: the plan's own p50 moves
 KEYS = ("TTFT p50", "task completion p50")
-Costs = TypeVar("Costs")
-
-
-def scaled(costs: Costs, factor: float) -> Costs:
-    """Step costs `factor` times as long: every time in them (a dataclass's floats, nested)."""
-    assert is_dataclass(costs)
-    assert not isinstance(costs, type)
-    changed: dict[str, Any] = {}
-    for field in fields(costs):
-        value = getattr(costs, field.name)
-        if isinstance(value, float):
-            changed[field.name] = value * factor
-        elif is_dataclass(value):
-            changed[field.name] = scaled(value, factor)
-    return replace(costs, **changed)
 
 
 def calibrated(run: Path) -> Calibration:

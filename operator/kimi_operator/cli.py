@@ -129,17 +129,29 @@ def _checked(
     out.flush()
 
 
+def _unmeetable(report: Any) -> list[Any]:
+    """A valid deployment's objectives that no count of groups meets (the admission webhook's
+    refusal); the planner is loaded only for a deployment with an slo."""
+    kd = report.deployment
+    if kd is None or not kd.spec.slo_scaled:
+        return []
+    from kimi_operator.slo_roles import refusals  # noqa: PLC0415
+
+    return refusals(kd)
+
+
 def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     status = EXIT_OK
     for document, report in _checked(args.files, out, err, notes=out):
         if report is None:
             status = EXIT_UNREADABLE
             continue
-        for problem in report.problems:
+        problems = [*report.problems, *_unmeetable(report)]
+        for problem in problems:
             print(f"{document.label}: {problem}", file=out)
         for warning in report.warnings:
             print(f"{document.label}: warning: {warning}", file=out)
-        if report.problems:
+        if problems:
             status = max(status, EXIT_INVALID)
         else:
             print(f"{document.label}: valid", file=out)

@@ -339,9 +339,10 @@ def render(
             "selector": scale.selector if scale else old.get("selector", ""),
             "gpus": scale.gpus if scale else old.get("gpus", 0),
             "autoscaler": scale.autoscaler if scale else old.get("autoscaler", ""),
-            # The prefill autoscaler's memory (reconcile/__init__.py sets it after a valid
+            # The operator's autoscalers' memory (reconcile/__init__.py sets it after a valid
             # evaluation): kept through invalid and terminating reconciles.
             "prefillAutoscaler": old.get("prefillAutoscaler"),
+            "sloAutoscaler": old.get("sloAutoscaler"),
             "groups": records or None,
             "evacuations": list(
                 evacuations if evacuations is not None else old.get("evacuations") or []

@@ -19,7 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_operator.api.problem import Problem
-from kimi_operator.api.spec import KimiDeployment, PrefillAutoscalingSpec
+from kimi_operator.api.spec import (
+    KimiDeployment,
+    PrefillAutoscalingSpec,
+    PrefillAutoscalingTarget,
+)
 from kimi_operator.api.status import PrefillAutoscalerStatus, Recommendation
 from kimi_operator.observability.rules import (
     PREFILL_SERVING_GROUPS,
@@ -60,8 +64,16 @@ class Scaled:
 
 
 def autoscaling(kd: KimiDeployment) -> PrefillAutoscalingSpec | None:
+    """spec.prefill.autoscaling with a target; None without one (none at all, or `slo`: the
+    SLO scaler's, slo_scaling.py)."""
     prefill = kd.spec.prefill
-    return prefill.autoscaling if prefill is not None else None
+    scaling = prefill.autoscaling if prefill is not None else None
+    return scaling if scaling is not None and scaling.target is not None else None
+
+
+def _target(scaling: PrefillAutoscalingSpec) -> PrefillAutoscalingTarget:
+    assert scaling.target is not None  # `autoscaling` gives only those with one
+    return scaling.target
 
 
 def queries(kd: KimiDeployment) -> dict[str, str]:
@@ -71,7 +83,7 @@ def queries(kd: KimiDeployment) -> dict[str, str]:
     if scaling is None:
         return {}
     where = f'{{namespace="{kd.metadata.namespace}", deployment="{kd.metadata.name}"}}'
-    if scaling.target.waiting_requests_per_group is not None:
+    if _target(scaling).waiting_requests_per_group is not None:
         return {VALUE: f"sum({PREFILL_WAITING_REQUESTS}{where})"}
     return {
         VALUE: f"max({PREFILL_TTFT_P90}{where})",
@@ -104,10 +116,10 @@ def needed(scaling: PrefillAutoscalingSpec, values: Mapping[str, float | None]) 
     """Prefill groups the load needs, unrounded; None when Prometheus has no value. A NaN TTFT
     (no request in the window) is no load."""
     value = values.get(VALUE)
-    waiting = scaling.target.waiting_requests_per_group
+    waiting = _target(scaling).waiting_requests_per_group
     if waiting is not None:
         return None if value is None else (_finite(value) or 0.0) / waiting
-    serving, ttft = values.get(SERVING), scaling.target.ttft_seconds_p90
+    serving, ttft = values.get(SERVING), _target(scaling).ttft_seconds_p90
     if serving is None or ttft is None:
         return None
     return serving * (_finite(value) or 0.0) / ttft
@@ -126,7 +138,7 @@ def _bounded(scaling: PrefillAutoscalingSpec, count: int) -> int:
     return max(scaling.min_replicas, min(scaling.max_replicas, count))
 
 
-def _window(
+def recommendation_window(
     kept: list[tuple[str, int]], at: str, replicas: int, now: float, seconds: int
 ) -> list[tuple[str, int]]:
     """The recommendations that held within the last `seconds`, each higher than every later one
@@ -148,7 +160,8 @@ def _window(
     return [*reversed(higher), current]
 
 
-def _with_replicas(kd: KimiDeployment, replicas: int) -> KimiDeployment:
+def with_prefill_replicas(kd: KimiDeployment, replicas: int) -> KimiDeployment:
+    """`kd` rendering `replicas` prefill groups (spec.prefill.replicas, never written back)."""
     assert kd.spec.prefill is not None
     prefill = kd.spec.prefill.model_copy(update={"replicas": replicas})
     return kd.model_copy(update={"spec": kd.spec.model_copy(update={"prefill": prefill})})
@@ -156,18 +169,18 @@ def _with_replicas(kd: KimiDeployment, replicas: int) -> KimiDeployment:
 
 def _described(scaling: PrefillAutoscalingSpec, values: Mapping[str, float | None]) -> str:
     value = _finite(values.get(VALUE))
-    waiting = scaling.target.waiting_requests_per_group
+    waiting = _target(scaling).waiting_requests_per_group
     if waiting is not None:
         return f"{value or 0:g} requests waiting in the prefill groups (target {waiting} per group)"
     serving = values.get(SERVING) or 0
     ttft = "none (no request)" if value is None else f"{value:.3g} s"
     return (
         f"prefill TTFT p90 {ttft} over {serving:g} serving prefill groups "
-        f"(target {scaling.target.ttft_seconds_p90:g} s)"
+        f"(target {_target(scaling).ttft_seconds_p90:g} s)"
     )
 
 
-def _step(current: int, rec: int, highest: int, free: bool) -> tuple[int, str]:
+def step_towards(current: int, rec: int, highest: int, free: bool) -> tuple[int, str]:
     """One group towards the recommendation `rec`, when the period since the last change is
     over (`free`) and, for a removal, the `highest` recommendation in the window is lower too;
     else the count, and why it is kept."""
@@ -221,11 +234,11 @@ def evaluate(
         kept = [(r.at, r.replicas) for r in prior.recommendations]
         if not old.get("prefillAutoscaler"):  # a new autoscaler: no scale-down for one window
             kept = [(now, current)]  # (after the start's count is replaced)
-        window = _window(kept, now, rec, t, scaling.scale_down_stabilization_seconds)
+        window = recommendation_window(kept, now, rec, t, scaling.scale_down_stabilization_seconds)
         state.recommendations = [Recommendation(at=a, replicas=r) for a, r in window]
         since = epoch(prior.last_scale_time) if prior.last_scale_time else None
         free = since is None or t - since >= scaling.scale_up_period_seconds
-        current, held = _step(current, rec, window[0][1], free)
+        current, held = step_towards(current, rec, window[0][1], free)
         state.message = f"{message}; {current} kept: {held}" if held else message
     notices = []
     if current != before:
@@ -236,7 +249,7 @@ def evaluate(
     state.desired_replicas = current
     status = PrefillAutoscalerStatus.model_validate(state.model_dump())
     return Scaled(
-        _with_replicas(kd, current),
+        with_prefill_replicas(kd, current),
         status.model_dump(exclude_none=True),
         notices,
         problem,

@@ -60,6 +60,7 @@ from kimi_operator.k8s.resources import (
     Resource,
 )
 from kimi_operator.runner import OperatorThread, RunConfig
+from kimi_operator.slo_roles import AUTOSCALER
 from tests.support.cluster import older_crd, wait_for
 from tests.support.repo import ROOT
 
@@ -235,6 +236,20 @@ def _autoscaler_switch(
     wait_for(lambda: _send(url, "GET", hpa)["spec"]["maxReplicas"] == 4, 20.0, "the HPA repaired")
 
 
+def _slo_scaler(url: str, kimi: str) -> None:
+    """Objectives instead of the target: the HPA is pruned, and the operator lists the
+    autoscalers that could share the count with it (its Prometheus does not answer here: the
+    count stays)."""
+    slo = {"spec": {"autoscaling": {"target": None, "slo": {"ttftSeconds": 2}}}}
+    _send(url, "PATCH", f"{kimi}/k3", slo, merge=True)
+
+    def scaling() -> bool:
+        status = _send(url, "GET", f"{kimi}/k3").get("status") or {}
+        return bool(status.get("autoscaler") == AUTOSCALER and status.get("sloAutoscaler"))
+
+    wait_for(scaling, 30.0, "the SLO scaler")
+
+
 def _scale_down_to_one(
     url: str, kimi: str, children: Callable[[Resource], list[dict[str, Any]]]
 ) -> None:
@@ -290,7 +305,8 @@ def _scale_down_to_one(
 
 def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list[CallSite]) -> None:
     """Create a two-group multi-node deployment routed through an InferencePool, edit and disown
-    a child of every kind by hand, delete one, scale it down, drop its ComputeDomains, PodMonitor
+    a child of every kind by hand, delete one, scale it down, scale it on objectives, drop its
+    ComputeDomains, PodMonitor
     and pool, create an invalid one and delete it; then let resyncs run until every client call
     in `sites` was made."""
     url = api.url
@@ -339,6 +355,7 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
     _autoscaler_switch(api, kimi, children)
     _scale_down_to_one(url, kimi, children)
     _default_image_turn(url, kimi, reached, sites)
+    _slo_scaler(url, kimi)
     # Children the spec no longer asks for: whatever the operator does about them is observed.
     dropped = {
         "spec": {

@@ -135,19 +135,22 @@ def test_lists_have_their_kind_and_tables_the_crd_s_columns(api: EmbeddedApiServ
         "DESIRED",
         "READY-GROUPS",
         "STOPPED",
-        "PREFILL",  # priority 1: kubectl shows it with -o wide only
+        "SLO-GROUPS",  # priority 1: kubectl shows it with -o wide only
+        "PREFILL",
         "PREFILL-DESIRED",
+        "PREFILL-SLO",
         "PREFILL-READY",
         "BACKEND",
         "ROUTING",
         "READY",
         "ENDPOINT",
         "AGE",
+        "SLO-WHY",
     ]
     (row,) = [r for r in table["rows"] if r["cells"][0] == "listed"]
     assert row["cells"][2] == 2  # .spec.replicas
-    assert row["cells"][10] == "True"  # .status.conditions[?(@.type=="Ready")].status
-    assert row["cells"][11] == "http://e"
+    assert row["cells"][12] == "True"  # .status.conditions[?(@.type=="Ready")].status
+    assert row["cells"][13] == "http://e"
     assert row["object"]["kind"] == "PartialObjectMetadata"
     _, _, one = call(api, "GET", path, accept=TABLE)
     assert [r["cells"][0] for r in one["rows"]] == ["listed"]

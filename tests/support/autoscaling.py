@@ -2,7 +2,12 @@
 prometheus-adapter query it gets (tests/observability and tests/kimi_kernels/decode_metrics)."""
 
 from kimi_operator.api.spec import KimiDeployment
-from kimi_operator.builders.autoscaling import adapter_rules, scaled_object, target_metric
+from kimi_operator.builders.autoscaling import (
+    adapter_rules,
+    scaled_object,
+    target_metric,
+    threshold,
+)
 from tests.support.specs import edited
 
 NAMESPACE, NAME = "ns", "busy"
@@ -30,8 +35,9 @@ def trigger(kd: KimiDeployment) -> dict[str, str]:
 
 def adapter_query(kd: KimiDeployment) -> str:
     """The adapter's metricsQuery as prometheus-adapter sends it for the HPA of `kd`."""
-    assert kd.spec.autoscaling is not None
-    metric, _ = target_metric(kd.spec.autoscaling.target)
+    target = threshold(kd)
+    assert target is not None
+    metric, _ = target_metric(target)
     (rule,) = (r for r in adapter_rules()["externalRules"] if r["name"]["as"] == metric.external)
     query: str = rule["metricsQuery"]
     matchers = f'namespace="{kd.metadata.namespace}",deployment="{kd.metadata.name}"'

@@ -116,7 +116,18 @@ def operator_samples() -> set[str]:
     metrics.set_conditions("uid-1", {"conditions": [{"type": "Ready", "status": "True"}]})
     metrics.group_failures.labels("OOMKilled")
     metrics.evacuations.labels("Cordoned")
+    metrics.set_slo("uid-1", "ns", "k3", {"sloAutoscaler": {"decode": SLO_STATUS}})
     return {s.name for family in metrics.registry.collect() for s in family.samples}
+
+
+# A role's status.sloAutoscaler entry with every figure the operator's SLO gauges show.
+SLO_STATUS = {
+    "desiredReplicas": 2,
+    "load": {"requestRate": 1.0, "promptTokens": 8000, "outputTokens": 400, "prefixHitRate": 0.5},
+    "forecast": {"at": "t", "level": 1.0, "trend": 0.0, "horizonSeconds": 600, "requestRate": 1.5},
+    "correction": {"slower": 1.0, "ttftError": 0.1, "decodeError": -0.05},
+    "needed": {"replicas": 2, "ttftSeconds": 1.2, "decodeTokensPerSecond": 60.0},
+}
 
 
 def known_names() -> set[str]:

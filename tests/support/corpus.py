@@ -14,6 +14,9 @@ OFFLOAD = {"perGPU": "32Gi"}
 EXPANDABLE = {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}
 POOL = {"spec.routing.mode": "InferencePool"}
 PREFILL_AUTOSCALING = {"maxReplicas": 3, "target": {"waitingRequestsPerGroup": 4}}
+# First token within 2 s and 40 tok/s per user, each for 90% of requests (the defaults).
+SLO = {"ttftSeconds": 2, "decodeTokensPerSecondPerUser": 40}
+SLO_AUTOSCALING = {"maxReplicas": 4, "slo": SLO}
 COLLECTOR = "http://otel-collector.observability:4317"
 HTTPS_COLLECTOR = "https://tempo.example.com/v1/traces"
 JAEGER_UI = "https://jaeger.example/trace/{trace_id}"
@@ -115,6 +118,47 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     (
         "autoscaling-long-window",
         {"spec.autoscaling": AUTOSCALING | {"scaleDownStabilizationSeconds": 3601}},
+        False,
+    ),
+    ("autoscaling-slo-ttft", {"spec.autoscaling": SLO_AUTOSCALING}, True),
+    (
+        "autoscaling-slo-all-fields",
+        {
+            "spec.autoscaling": SLO_AUTOSCALING
+            | {
+                "minReplicas": 2,
+                "scaleUpPeriodSeconds": 900,
+                "slo": SLO | {"ttftPercentile": 99, "decodePercentile": 50},
+            }
+        },
+        True,
+    ),
+    ("autoscaling-slo-and-target", {"spec.autoscaling": AUTOSCALING | {"slo": SLO}}, False),
+    ("autoscaling-neither", {"spec.autoscaling": {"maxReplicas": 4}}, False),
+    ("autoscaling-slo-empty", {"spec.autoscaling": SLO_AUTOSCALING | {"slo": {}}}, False),
+    (
+        "autoscaling-slo-percentile-only",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": {"ttftPercentile": 99}}},
+        False,
+    ),
+    (
+        "autoscaling-slo-percentile-75",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"ttftPercentile": 75}}},
+        False,
+    ),
+    (
+        "autoscaling-slo-percentile-float",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"decodePercentile": 90.0}}},
+        False,
+    ),
+    (
+        "autoscaling-slo-ttft-0",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": {"ttftSeconds": 0}}},
+        False,
+    ),
+    (
+        "autoscaling-slo-unknown-field",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"itlSeconds": 0.05}}},
         False,
     ),
     ("rollout-default-3", {"spec.replicas": 3}, True),
@@ -220,6 +264,31 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     (
         "prefill-autoscaling-replicas-below-min",
         prefill(replicas=1, autoscaling=PREFILL_AUTOSCALING | {"minReplicas": 2}),
+        False,
+    ),
+    (
+        "prefill-autoscaling-slo",
+        prefill(autoscaling={"maxReplicas": 3, "slo": {"ttftSeconds": 1.5}}),
+        True,
+    ),
+    (
+        "autoscaling-slo-task-completion",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": {"taskCompletionSeconds": 300}}},
+        False,
+    ),
+    (
+        "prefill-autoscaling-slo-decode",
+        prefill(autoscaling={"maxReplicas": 3, "slo": SLO}),
+        False,
+    ),
+    (
+        "prefill-autoscaling-slo-empty",
+        prefill(autoscaling={"maxReplicas": 3, "slo": {"ttftPercentile": 50}}),
+        False,
+    ),
+    (
+        "prefill-autoscaling-slo-and-target",
+        prefill(autoscaling=PREFILL_AUTOSCALING | {"slo": {"ttftSeconds": 1.5}}),
         False,
     ),
     ("prefill-unknown-field", prefill(gpus=8), False),

@@ -38,6 +38,7 @@ from kimi_kernels.decode_metrics.decode_path import DecodePathRecorder
 from kimi_kernels.decode_metrics.stat_logger import KimiStatLogger
 from kimi_operator.controller.metrics import Metrics
 from kimi_operator.embedded.processes import free_port, wait
+from tests.support.catalog import SLO_STATUS
 from tests.support.feed import record, served
 from tests.support.repo import ROOT
 
@@ -57,6 +58,7 @@ DEGRADED_RATES = [305 + 5 * i for i in range(40)]
 GENERATION_TOKENS = {"degraded": 2400, "steady": 4800}  # per STEP: 160 tok/s when steady
 FAST_PATH = {"degraded": (20, 80), "steady": (90, 10)}  # (specialized, piecewise) steps per STEP
 PREFILL_STEPS = 20  # per STEP, never part of the fast-path fraction
+FINISHED, PROMPT_TOKENS, OUTPUT_TOKENS = 60, 8000, 400  # requests per STEP (2/s), their lengths
 
 
 def expected(gpus: int) -> dict[str, float]:
@@ -121,6 +123,16 @@ class VllmEmitter:
             "vllm:nixl_xfer_time_seconds", "", labels, registry=r, buckets=(0.01, 0.1, 1.0)
         ).labels(*values)
         self.nixl_failed = counter("vllm:nixl_num_failed_transfers").labels(*values)
+        # What the SLO scaler reads of the load: requests finished and their lengths.
+        self.finished = counter("vllm:request_success", ("finished_reason",)).labels(
+            *values, "stop"
+        )
+        self.prompt_tokens = Histogram(
+            "vllm:request_prompt_tokens", "", labels, registry=r, buckets=(1024, 8192, 65536)
+        ).labels(*values)
+        self.output_tokens = Histogram(
+            "vllm:request_generation_tokens", "", labels, registry=r, buckets=(128, 1024)
+        ).labels(*values)
 
     def step(self, phase: str) -> None:
         self.generation.inc(GENERATION_TOKENS[phase])
@@ -148,6 +160,10 @@ class VllmEmitter:
         self.by_source.labels(*self.values, "external_kv_transfer").inc(900)
         self.nixl_time.observe(0.05)
         self.nixl_failed.inc(0)
+        self.finished.inc(FINISHED)
+        for _ in range(FINISHED):
+            self.prompt_tokens.observe(PROMPT_TOKENS)
+            self.output_tokens.observe(OUTPUT_TOKENS)
 
 
 class PrefillEmitter:
@@ -262,6 +278,7 @@ def build_targets(vllm_config: Any) -> tuple[list[Target], int]:
         operator.set_conditions(
             "uid-k3-canary", {"conditions": [{"type": "Ready", "status": "False"}]}
         )
+        operator.set_slo("uid-k3", NAMESPACE, DEPLOYMENT, {"sloAutoscaler": {"decode": SLO_STATUS}})
         millis = end - (SNAPSHOTS - 1 - k) * STEP * 1000
         for job, registry in registries.items():
             snapshots[job].append(stamp(generate_latest(registry).decode(), millis))

@@ -1,5 +1,6 @@
-"""A stand-in Prometheus on 127.0.0.1: /api/v1/query answers every query with `value` and
-remembers the queries; with `token` it answers 401 to a request without that bearer token (as a
+"""A stand-in Prometheus on 127.0.0.1: /api/v1/query answers every query with `value` (or, for a
+query naming a series of `answers`, that one's value; None: an empty vector) and remembers the
+queries; with `token` it answers 401 to a request without that bearer token (as a
 proxy in front of a secured Prometheus does), with `tls` it serves HTTPS with that certificate."""
 
 import json
@@ -16,6 +17,7 @@ import pytest
 class StandInPrometheus:
     def __init__(self, token: str | None = None, tls: tuple[Path, Path] | None = None) -> None:
         self.value = 0.0
+        self.answers: dict[str, float | None] = {}
         self.queries: list[str] = []
         self.token = token
         outer = self
@@ -28,8 +30,13 @@ class StandInPrometheus:
                     self._answer(401, b"Unauthorized\n", "text/plain")
                     return
                 url = urllib.parse.urlsplit(self.path)
-                outer.queries += urllib.parse.parse_qs(url.query).get("query", [])
-                result = [{"metric": {}, "value": [0, str(outer.value)]}]
+                asked = urllib.parse.parse_qs(url.query).get("query", [])
+                outer.queries += asked
+                value = next(
+                    (v for k, v in outer.answers.items() if any(k in q for q in asked)),
+                    outer.value,
+                )
+                result = [] if value is None else [{"metric": {}, "value": [0, str(value)]}]
                 body = json.dumps(
                     {"status": "success", "data": {"resultType": "vector", "result": result}}
                 ).encode()

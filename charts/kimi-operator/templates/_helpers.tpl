@@ -110,7 +110,8 @@ operator run makes). No wildcards.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# spec.autoscaling: a KEDA ScaledObject, or an HPA where KEDA is not installed.
+# spec.autoscaling: a KEDA ScaledObject, or an HPA where KEDA is not installed; with its slo,
+# listed: another one on the deployment's count is refused (docs/scaling.md).
 - apiGroups: ["keda.sh"]
   resources: ["scaledobjects"]
   verbs: ["get", "list", "create", "patch", "delete"]

@@ -1,5 +1,6 @@
 """The `@kopf.on.validate` handler: the check of `kimi-operator validate` and of the reconcile
-(`check_document`), as an admission verdict."""
+(`check_document`), and of objectives no count of groups can meet (slo_roles.refusals), as an
+admission verdict."""
 
 import copy
 from collections.abc import Mapping
@@ -9,6 +10,7 @@ import kopf
 
 from kimi_operator.api.constants import GROUP, PLURAL, VERSION
 from kimi_operator.api.validation import UnreadableDocument, check_document
+from kimi_operator.slo_roles import refusals
 
 # The webhook's id: the path kube-apiserver posts to (`/<id>`, the chart's clientConfig path).
 WEBHOOK_ID: Final = "validate-kimideployments"
@@ -30,7 +32,10 @@ def refusal(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> tuple[list
         report = check_document(copy.deepcopy(dict(new)))
     except UnreadableDocument as error:
         return [str(error)], []
-    return [str(problem) for problem in report.problems], list(report.warnings)
+    problems = report.problems
+    if report.deployment is not None:  # valid: are its objectives within the shape's reach?
+        problems = [*problems, *refusals(report.deployment)]
+    return [str(problem) for problem in problems], list(report.warnings)
 
 
 @kopf.on.validate(  # type: ignore[arg-type]  # kopf's callback protocol takes **kwargs

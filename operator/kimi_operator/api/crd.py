@@ -177,6 +177,14 @@ def crd() -> dict[str, Any]:
                             "jsonPath": ".status.stoppedGroups",
                         },
                         {
+                            "name": "SLO-GROUPS",
+                            "type": "integer",
+                            "description": "TP groups the operator's SLO scaler wants "
+                            "(spec.autoscaling.slo; DESIRED is then the count it started from)",
+                            "jsonPath": ".status.sloAutoscaler.decode.desiredReplicas",
+                            "priority": 1,
+                        },
+                        {
                             "name": "PREFILL",
                             "type": "integer",
                             "description": "Prefill TP groups wanted (spec.prefill; with its "
@@ -193,6 +201,14 @@ def crd() -> dict[str, Any]:
                             "priority": 1,
                         },
                         {
+                            "name": "PREFILL-SLO",
+                            "type": "integer",
+                            "description": "Prefill TP groups the operator's SLO scaler wants "
+                            "(spec.prefill.autoscaling.slo)",
+                            "jsonPath": ".status.sloAutoscaler.prefill.desiredReplicas",
+                            "priority": 1,
+                        },
+                        {
                             "name": "PREFILL-READY",
                             "type": "integer",
                             "description": "Prefill TP groups serving",
@@ -204,6 +220,13 @@ def crd() -> dict[str, Any]:
                         {"name": "READY", "type": "string", "jsonPath": ready},
                         {"name": "ENDPOINT", "type": "string", "jsonPath": ".status.endpoint"},
                         {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                        {
+                            "name": "SLO-WHY",
+                            "type": "string",
+                            "description": "Why the SLO scaler wants that many decode groups",
+                            "jsonPath": ".status.sloAutoscaler.decode.message",
+                            "priority": 1,
+                        },
                     ],
                     "schema": {"openAPIV3Schema": openapi_schema()},
                 }

@@ -28,12 +28,11 @@ from kimi_operator.api.host_memory import host_memory_warnings
 from kimi_operator.api.owned_env import DISAGGREGATION_ENV, OWNED_ENV, TRACING_ENV, OwnedEnv
 from kimi_operator.api.pod_rules import POD_RULES
 from kimi_operator.api.rule import Json, Rule, Violation
+from kimi_operator.api.scaling_rules import AUTOSCALING_RULES, PREFILL_AUTOSCALING_RULES
 from kimi_operator.api.vllm_flags import VLLM_VERSION
 
 AUX_STREAM_ENV = "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM"
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3")
-AUTOSCALING_TARGETS = ("decodeRateFloor", "waitingRequestsPerGroup", "kvCacheUsagePercent")
-PREFILL_AUTOSCALING_TARGETS = ("waitingRequestsPerGroup", "ttftSecondsP90")
 
 
 def _one_source(source: Mapping[str, Json]) -> bool:
@@ -266,50 +265,6 @@ def _threshold_fits_decider(prefill: Mapping[str, Json]) -> bool:
     return uses_threshold == ("uncachedTokens" in prefill)
 
 
-def _autoscaling_rules(
-    scope: tuple[str, ...], targets: tuple[str, ...], zero: str
-) -> tuple[Rule, ...]:
-    """An autoscaler's bounds and its one target: spec.autoscaling's and
-    spec.prefill.autoscaling's alike (`zero`: how else the role's groups are stopped)."""
-
-    def chosen(target: Mapping[str, Json]) -> list[str]:
-        return [t for t in targets if t in target]
-
-    return (
-        Rule(
-            scope=scope,
-            reads=(("minReplicas",),),
-            field="minReplicas",
-            cel="self.minReplicas >= 1",
-            check=lambda a: a["minReplicas"] >= 1,
-            problem="no scale to zero: a TP group's cold start (scheduling its nodes, loading "
-            "the weights) takes tens of minutes, which the first request after zero would wait",
-            allowed=f"1 to maxReplicas; {zero}",
-            got=lambda a: a["minReplicas"],
-        ),
-        Rule(
-            scope=scope,
-            reads=(("minReplicas",), ("maxReplicas",)),
-            field="maxReplicas",
-            cel="self.maxReplicas >= self.minReplicas",
-            check=lambda a: a["maxReplicas"] >= a["minReplicas"],
-            problem="fewer than minReplicas",
-            allowed="minReplicas to 64",
-            got=lambda a: a["maxReplicas"],
-        ),
-        Rule(
-            scope=scope,
-            reads=(("target",),),
-            field="target",
-            cel=" + ".join(f"(has(self.target.{t}) ? 1 : 0)" for t in targets) + " == 1",
-            check=lambda a: len(chosen(a["target"])) == 1,
-            problem="exactly one target must be set",
-            allowed=", ".join(targets),
-            got=lambda a: chosen(a["target"]),
-        ),
-    )
-
-
 def _within_bounds(prefill: Mapping[str, Json]) -> bool:
     bounds = prefill.get("autoscaling")
     if bounds is None:
@@ -320,11 +275,7 @@ def _within_bounds(prefill: Mapping[str, Json]) -> bool:
 # spec.prefill (docs/disaggregation.md): the endpoint picker pairs each request's prefill and
 # decode groups, so it needs the pool; both roles share every setting NIXL's handshake compares.
 DISAGGREGATION_RULES: tuple[Rule, ...] = (
-    *_autoscaling_rules(
-        ("prefill", "autoscaling"),
-        PREFILL_AUTOSCALING_TARGETS,
-        "without spec.prefill the groups are aggregated",
-    ),
+    *PREFILL_AUTOSCALING_RULES,
     # The operator's prefill autoscaler starts from spec.prefill.replicas.
     Rule(
         scope=("prefill",),
@@ -592,11 +543,7 @@ RULES: tuple[Rule, ...] = (
         allowed="operator Equal with a value, or Exists without one",
         got=lambda s: [t for t in s["tolerations"] if t["operator"] == "Exists" and t["value"]],
     ),
-    *_autoscaling_rules(
-        ("autoscaling",),
-        AUTOSCALING_TARGETS,
-        "spec.replicas 0 without autoscaling stops every group",
-    ),
+    *AUTOSCALING_RULES,
     # The CPU tier keeps prefixes: vLLM's SimpleCPUOffloadConnector turns itself off without
     # prefix caching, and the OffloadingConnector would store blocks no request looks up.
     Rule(

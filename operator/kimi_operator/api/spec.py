@@ -341,9 +341,40 @@ class AutoscalingTarget(ApiModel):
     )
 
 
+SloPercentile = Annotated[Literal[50, 90, 99], BeforeValidator(_exact_int)]
+
+
+class SloSpec(ApiModel):
+    """Service-level objectives in the user's terms, instead of a threshold: the operator sizes
+    the role's TP groups to meet them ahead of the load, from the planner's model of the
+    deployment (docs/scaling.md). At least one objective (a rule in rules.py). No task
+    completion: vLLM's series do not say which requests form an agent task, so the operator
+    could neither measure nor correct it (`kimi-operator plan` predicts it, offline)."""
+
+    ttft_seconds: Annotated[float, Field(ge=0.05, le=600)] | None = Field(
+        None,
+        description="Time to first token, queueing included, that ttftPercentile percent of "
+        "requests get at most.",
+    )
+    ttft_percentile: SloPercentile = Field(
+        90, description="The percentile of requests ttftSeconds holds for: 50, 90 or 99."
+    )
+    decode_tokens_per_second_per_user: Annotated[float, Field(ge=1, le=10_000)] | None = Field(
+        None,
+        description="Decode rate (tokens/s of one request, prefill excluded) that "
+        "decodePercentile percent of requests get at least (the decode groups only).",
+    )
+    decode_percentile: SloPercentile = Field(
+        90,
+        description="The percentile of requests decodeTokensPerSecondPerUser holds for: 50, 90 "
+        "or 99 (90: the 10th-percentile request decodes at least this fast).",
+    )
+
+
 class ScalingBounds(ApiModel):
     """How far and how fast an autoscaler moves a role's TP groups: spec.autoscaling's (the decode
-    groups') and spec.prefill.autoscaling's alike (docs/scaling.md)."""
+    groups') and spec.prefill.autoscaling's alike (docs/scaling.md); and, instead of a target,
+    the objectives the operator sizes them for (`slo`)."""
 
     min_replicas: Annotated[int, Field(ge=0, le=64)] = Field(
         1,
@@ -359,10 +390,18 @@ class ScalingBounds(ApiModel):
         c.SCALE_UP_PERIOD_S,
         description="One group is added at most once per this many seconds.",
     )
+    slo: SloSpec | None = Field(
+        None,
+        description="Objectives to meet instead of a target: the operator is then the one "
+        "writer of the role's count, from the load forecast over the groups' start-up time "
+        "and the planner's model (no HPA or ScaledObject).",
+    )
 
 
 class AutoscalingSpec(ScalingBounds):
-    target: AutoscalingTarget = Field(description="The metric to scale on: exactly one target.")
+    target: AutoscalingTarget | None = Field(
+        None, description="The metric to scale on: exactly one target; or slo instead."
+    )
 
 
 class PrefillAutoscalingTarget(ApiModel):
@@ -383,8 +422,8 @@ class PrefillAutoscalingSpec(ScalingBounds):
     """The operator scales the prefill groups itself (the scale subresource is the decode
     groups'): spec.prefill.replicas is the count it starts from."""
 
-    target: PrefillAutoscalingTarget = Field(
-        description="The metric to scale on: exactly one target."
+    target: PrefillAutoscalingTarget | None = Field(
+        None, description="The metric to scale on: exactly one target; or slo instead."
     )
 
 
@@ -673,6 +712,17 @@ class KimiDeploymentSpec(ApiModel):
     @property
     def nodes_per_group(self) -> int:
         return self.gpus // self.gpus_per_node
+
+    @property
+    def slo_scaled(self) -> dict[Literal["decode", "prefill"], ScalingBounds]:
+        """The roles whose count the operator's SLO scaler sets, with their autoscaling (one
+        with an slo): decode (spec.autoscaling), prefill (spec.prefill.autoscaling)."""
+        prefill = self.prefill.autoscaling if self.prefill is not None else None
+        roles: dict[Literal["decode", "prefill"], ScalingBounds | None] = {
+            "decode": self.autoscaling,
+            "prefill": prefill,
+        }
+        return {r: s for r, s in roles.items() if s is not None and s.slo is not None}
 
 
 class ObjectMeta(BaseModel):

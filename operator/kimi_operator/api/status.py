@@ -125,7 +125,7 @@ class Recommendation(StatusModel):
         description="When it was replaced (RFC 3339): it held until then; for the last, which "
         "still holds, when it was first made.",
     )
-    replicas: Annotated[int, Field(ge=0, le=64)] = Field(description="Prefill groups it asked for.")
+    replicas: Annotated[int, Field(ge=0, le=64)] = Field(description="Groups it asked for.")
 
 
 class PrefillAutoscalerStatus(StatusModel):
@@ -151,6 +151,92 @@ class PrefillAutoscalerStatus(StatusModel):
         "now (a group is removed only when all ask for fewer).",
     )
     message: str = Field("", max_length=1024, description="What the last evaluation found.")
+
+
+class SloLoad(StatusModel):
+    """The load read from Prometheus at the last answer (the chart's recording rules)."""
+
+    request_rate: float = Field(description="Requests per second (finished, 5-minute rate).")
+    prompt_tokens: float = Field(description="Mean prompt tokens per request.")
+    output_tokens: float = Field(description="Mean output tokens per request.")
+    prefix_hit_rate: float = Field(description="Share of prompt tokens from the prefix cache.")
+
+
+class SloForecast(StatusModel):
+    """The request rate forecast one group start-up time ahead (Holt's level and trend)."""
+
+    at: str = Field(max_length=64, description="When the load it was made from was read.")
+    level: float = Field(description="Holt's level, requests per second.")
+    trend: float = Field(description="Holt's trend, requests per second per second.")
+    deviation: float = Field(
+        0.0,
+        description="The mean absolute error of its forecasts one reading ahead, requests per "
+        "second: the forecast keeps a margin of it.",
+    )
+    rising_seconds: float = Field(
+        0.0,
+        description="How long the trend has been rising: it is carried no further ahead.",
+    )
+    horizon_seconds: Annotated[int, Field(ge=0)] = Field(
+        description="How far ahead: the groups' measured start-up time."
+    )
+    request_rate: float = Field(description="The requests per second forecast then.")
+
+
+class SloCorrection(StatusModel):
+    """The model against what the groups measured: how much slower the groups run than their
+    calibration says (the running correction of every prediction), and the last answer's error
+    (measured / predicted - 1)."""
+
+    slower: float = Field(description="The groups' speed factor: 1 as calibrated, 2 half as fast.")
+    ttft_error: float | None = Field(None, description="The last TTFT error of the model.")
+    decode_error: float | None = Field(None, description="The last decode-rate error.")
+
+
+class SloFigures(StatusModel):
+    """What the model predicts for the forecast on a count of groups (corrected), at the
+    percentiles of the objectives."""
+
+    replicas: Annotated[int, Field(ge=0, le=64)] = Field(description="The count of groups.")
+    ttft_seconds: float = Field(description="The predicted time to first token.")
+    decode_tokens_per_second: float | None = Field(
+        None, description="The predicted decode rate per user (none: no request decodes)."
+    )
+
+
+class SloNeeded(SloFigures):
+    fewer: SloFigures | None = Field(None, description="The same at one group fewer.")
+
+
+class SloRoleStatus(StatusModel):
+    """One role's SLO scaler (spec.autoscaling.slo, spec.prefill.autoscaling.slo): what it
+    decided and why, and what it remembers across evaluations and operator restarts
+    (docs/scaling.md)."""
+
+    desired_replicas: Annotated[int, Field(ge=0, le=64)] = Field(
+        description="The role's groups wanted now (the groups rendered)."
+    )
+    message: str = Field("", max_length=1024, description="What the last evaluation found.")
+    last_scale_time: str = Field(
+        "", max_length=64, description="When the count last changed (RFC 3339)."
+    )
+    recommendations: list[Recommendation] = Field(
+        default_factory=list,
+        max_length=65,
+        description="As status.prefillAutoscaler's: a group is removed only when all ask for "
+        "fewer.",
+    )
+    load: SloLoad | None = Field(None, description="The load at the last answer.")
+    forecast: SloForecast | None = Field(None, description="The load forecast.")
+    correction: SloCorrection | None = Field(None, description="The model's recent error.")
+    needed: SloNeeded | None = Field(
+        None, description="The model's TTFT and decode rate at the count chosen and one fewer."
+    )
+
+
+class SloAutoscalerStatus(StatusModel):
+    decode: SloRoleStatus | None = Field(None, description="With spec.autoscaling.slo.")
+    prefill: SloRoleStatus | None = Field(None, description="With spec.prefill.autoscaling.slo.")
 
 
 class Evacuation(StatusModel):
@@ -261,8 +347,15 @@ class KimiDeploymentStatus(StatusModel):
     autoscaler: str = Field(
         "",
         max_length=512,
-        description="The autoscaler that writes spec.replicas (`ScaledObject/<name>` or "
-        "`HorizontalPodAutoscaler/<name>`); empty without spec.autoscaling.",
+        description="Who sets the decode groups' count: the autoscaler that writes "
+        "spec.replicas (`ScaledObject/<name>` or `HorizontalPodAutoscaler/<name>`), or "
+        "`kimi-operator/slo` (spec.autoscaling.slo: the operator, sloAutoscaler says why); "
+        "empty without spec.autoscaling.",
+    )
+    slo_autoscaler: SloAutoscalerStatus | None = Field(
+        None,
+        description="The SLO scaler of each role with an slo: its count, the forecast, the "
+        "model's figures and recent error, and why.",
     )
     prefill_autoscaler: PrefillAutoscalerStatus | None = Field(
         None, description="The prefill groups' autoscaler, with spec.prefill.autoscaling."

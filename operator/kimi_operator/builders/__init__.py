@@ -11,6 +11,7 @@ from kimi_operator.builders.autoscaling import (
     DEFAULT_PROMETHEUS_URL,
     horizontal_pod_autoscaler,
     scaled_object,
+    threshold,
 )
 from kimi_operator.builders.disaggregation import (
     DEFAULT_ROUTING_SIDECAR_IMAGE,
@@ -174,7 +175,7 @@ def build_children(
         children += routing_children(kd, defaults.epp_image, effective(kd, defaults.tracing))
     if spec.monitoring.pod_monitor:
         children.append(pod_monitor(kd))
-    if spec.autoscaling is not None:
+    if threshold(kd) is not None:  # with spec.autoscaling.slo the operator scales: no child
         children.append(
             scaled_object(kd, defaults.prometheus_url, defaults.keda_authentication)
             if defaults.keda_available

@@ -60,6 +60,12 @@ METRICS = {
 }
 
 
+def threshold(kd: KimiDeployment) -> AutoscalingTarget | None:
+    """spec.autoscaling.target: what an HPA or KEDA scales the decode groups on; None without
+    spec.autoscaling, or with its `slo` (the operator is the one writer of the count then)."""
+    return kd.spec.autoscaling.target if kd.spec.autoscaling is not None else None
+
+
 def target_metric(target: AutoscalingTarget) -> tuple[Metric, int]:
     """The metric of the one target set, and its value as written."""
     values = target.model_dump(by_alias=True, exclude_none=True)
@@ -73,8 +79,9 @@ def _matchers(kd: KimiDeployment) -> str:
 
 def keda_query(kd: KimiDeployment) -> tuple[str, str]:
     """The Prometheus trigger's (query, threshold): the total is compared per group."""
-    assert kd.spec.autoscaling is not None
-    metric, value = target_metric(kd.spec.autoscaling.target)
+    target = threshold(kd)
+    assert target is not None
+    metric, value = target_metric(target)
     series = f"sum({metric.record}{{{_matchers(kd)}}})"
     if metric.field == "decodeRateFloor":  # groups needed = groups x floor / rate
         return f"{series} * {value}", "1"
@@ -152,9 +159,11 @@ def scaled_object(
 
 
 def horizontal_pod_autoscaler(kd: KimiDeployment) -> dict[str, Any]:
+    target = threshold(kd)
     assert kd.spec.autoscaling is not None
+    assert target is not None
     scaling = kd.spec.autoscaling
-    metric, value = target_metric(scaling.target)
+    metric, value = target_metric(target)
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",

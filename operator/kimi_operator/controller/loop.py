@@ -270,6 +270,8 @@ class Controller:
             state.pruned = None
             self.queue.add(uid, "requeue")
         self.metrics.set_conditions(uid, outcome.status)
+        meta = obj["metadata"]
+        self.metrics.set_slo(uid, meta.get("namespace", ""), meta["name"], outcome.status)
         for seconds, fraction in outcome.startups:
             self.metrics.group_startup.observe(seconds)
             self.metrics.group_startup_budget.observe(fraction)

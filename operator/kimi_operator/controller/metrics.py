@@ -94,8 +94,11 @@ class Metrics:
         # KimiDeployment uid -> condition type -> status. By uid: a deployment deleted and
         # created again under its name is two, whichever is forgotten or counted first.
         self._conditions: dict[str, dict[str, str]] = {}
+        # KimiDeployment uid -> (namespace, name, status.sloAutoscaler): the SLO scaler's gauges.
+        self._slo: dict[str, tuple[str, str, Mapping[str, Any]]] = {}
         self._lock = threading.Lock()
         self.registry.register(_DeploymentsCollector(self))
+        self.registry.register(_SloCollector(self))
 
     def observe_request(self, verb: str, kind: str, status: int) -> None:
         self.api_requests.labels(verb, kind, str(status)).inc()
@@ -105,9 +108,24 @@ class Metrics:
         with self._lock:
             self._conditions[uid] = conditions
 
+    def set_slo(self, uid: str, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """The SLO scaler's decisions in the deployment's status (none: its gauges go)."""
+        with self._lock:
+            if status.get("sloAutoscaler"):
+                self._slo[uid] = (namespace, name, status["sloAutoscaler"])
+            else:
+                self._slo.pop(uid, None)
+
     def forget(self, uid: str) -> None:
         with self._lock:
             self._conditions.pop(uid, None)
+            self._slo.pop(uid, None)
+
+    def slo_roles(self) -> list[tuple[str, str, str, Mapping[str, Any]]]:
+        """(namespace, deployment, role, that role's status.sloAutoscaler entry)."""
+        with self._lock:
+            known = list(self._slo.values())
+        return [(ns, name, role, memory) for ns, name, slo in known for role, memory in slo.items()]
 
     def deployments_by_condition(self) -> dict[tuple[str, str], int]:
         counts: dict[tuple[str, str], int] = {}
@@ -131,3 +149,68 @@ class _DeploymentsCollector(Collector):
         for (kind, status), count in sorted(self._metrics.deployments_by_condition().items()):
             family.add_metric([kind, status], count)
         yield family
+
+
+# The SLO scaler's gauges, per deployment and role: (name, help, the value in its status entry).
+SLO_GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "kimi_operator_slo_desired_groups",
+        "TP groups the SLO scaler wants for the role (status.sloAutoscaler).",
+        ("desiredReplicas",),
+    ),
+    (
+        "kimi_operator_slo_load_requests_per_second",
+        "The role's request rate at the last answer of Prometheus.",
+        ("load", "requestRate"),
+    ),
+    (
+        "kimi_operator_slo_forecast_requests_per_second",
+        "The role's request rate forecast one group start-up time ahead.",
+        ("forecast", "requestRate"),
+    ),
+    (
+        "kimi_operator_slo_predicted_ttft_seconds",
+        "The model's TTFT (corrected) at the objective's percentile on the groups wanted.",
+        ("needed", "ttftSeconds"),
+    ),
+    (
+        "kimi_operator_slo_predicted_decode_tokens_per_second",
+        "The model's per-user decode rate (corrected) at the objective's percentile on the "
+        "groups wanted.",
+        ("needed", "decodeTokensPerSecond"),
+    ),
+    (
+        "kimi_operator_slo_model_ttft_error",
+        "The model's last TTFT error: measured / predicted - 1 on the groups serving.",
+        ("correction", "ttftError"),
+    ),
+    (
+        "kimi_operator_slo_model_decode_error",
+        "The model's last decode-rate error: measured / predicted - 1 on the groups serving.",
+        ("correction", "decodeError"),
+    ),
+)
+
+
+def _at(memory: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
+    value: Any = memory
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+class _SloCollector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        known = self._metrics.slo_roles()
+        for name, documentation, path in SLO_GAUGES:
+            family = GaugeMetricFamily(
+                name, documentation, labels=["namespace", "deployment", "role"]
+            )
+            for namespace, deployment, role, memory in known:
+                value = _at(memory, path)
+                if value is not None:
+                    family.add_metric([namespace, deployment, role], value)
+            yield family

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kimi_operator import slo_roles
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import OperatorDefaults
@@ -123,8 +124,9 @@ def audit(client: Client, defaults: OperatorDefaults | None = None) -> Audit:
             result.invalid += 1
             continue
         result.deployments += 1
-        # The prefill groups the autoscaler last wanted, not spec.prefill.replicas (its start).
-        wanted = recorded_prefill(report.deployment, kd.get("status") or {})
+        # The groups the operator's autoscalers last wanted, not the spec's (their start).
+        status = kd.get("status") or {}
+        wanted = slo_roles.recorded(recorded_prefill(report.deployment, status), status)
         have = by_owner.get(uid, {})
         indices = _group_indices(wanted, have.values())
         planned = {

@@ -2,6 +2,7 @@
 operator itself. Decode and cost panels read the recording rules of `rules.py`."""
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
@@ -22,9 +23,19 @@ from kimi_operator.observability.rules import (
     PREFILL_SERVING_GROUPS,
     PREFILL_TTFT_P90,
     PREFILL_WAITING_REQUESTS,
+    ROLE_OUTPUT_TOKENS,
+    ROLE_PREFIX_HITS,
+    ROLE_PROMPT_TOKENS,
+    ROLE_REQUESTS,
+    ROLE_RUNNING,
+    ROLE_SERVING_GROUPS,
+    ROLE_WAITING,
     SERVING_GROUPS,
+    SLO_PERCENTILES,
     WAITING_REQUESTS,
     WINDOW,
+    role_decode_rate,
+    role_ttft,
 )
 
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -46,14 +57,31 @@ class _Grid:
     """Places panels left to right, two per row."""
 
     def __init__(self) -> None:
-        self.x, self.y = 0, 0
+        self.x, self.y, self.height = 0, 0, 0
 
     def next(self, width: int = 12, height: int = 8) -> GridPos:
         if self.x + width > 24:
             self.x, self.y = 0, self.y + height
         pos = GridPos(h=height, w=width, x=self.x, y=self.y)
-        self.x += width
+        self.x, self.height = self.x + width, height
         return pos
+
+    def row(self, title: str) -> dashboard.Row:
+        """A row's header across the board, below what is placed; the panels after it follow."""
+        y = self.y + (self.height if self.x else 0)
+        self.x, self.y = 0, y + 1
+        return dashboard.Row(title).datasource(DATASOURCE).grid_pos(GridPos(h=1, w=24, x=0, y=y))
+
+
+Placed = Builder[Panel] | dashboard.Row
+
+
+def _placed(board: dashboard.Dashboard, panels: Sequence[Placed]) -> dashboard.Dashboard:
+    for panel in panels:
+        board = (
+            board.with_row(panel) if isinstance(panel, dashboard.Row) else board.with_panel(panel)
+        )
+    return board
 
 
 def _series(
@@ -334,10 +362,9 @@ def decode_dashboard() -> dashboard.Dashboard:
             ],
             "Stores the tier had no room for: it is too small for the sessions it is offered.",
         ),
+        *_slo_load_panels(grid),
     ]
-    for panel in panels:
-        board = board.with_panel(panel)
-    return board
+    return _placed(board, panels)
 
 
 def _handover_panels(grid: _Grid) -> list[Builder[Panel]]:
@@ -397,6 +424,58 @@ def _handover_panels(grid: _Grid) -> list[Builder[Panel]]:
     ]
 
 
+def _slo_load_panels(grid: _Grid) -> list[Placed]:
+    """What the SLO scaler reads of each role (spec.autoscaling.slo, spec.prefill.autoscaling.slo:
+    docs/scaling.md): the load, and what its requests got at the objectives' percentiles."""
+    role = "{{deployment}} {{role}}"
+    return [
+        grid.row("SLO scaler: what it reads"),
+        _series(
+            grid,
+            "SLO scaler: requests by role",
+            "none",
+            [
+                (_rule(ROLE_REQUESTS), f"{role} finished/s"),
+                (_rule(ROLE_WAITING), f"{role} waiting"),
+                (_rule(ROLE_RUNNING), f"{role} running"),
+                (_rule(ROLE_SERVING_GROUPS), f"{role} serving groups"),
+            ],
+            "The load the SLO scaler forecasts from; the role is empty without spec.prefill.",
+        ),
+        _series(
+            grid,
+            "SLO scaler: request lengths by role",
+            "none",
+            [
+                (_rule(ROLE_PROMPT_TOKENS), f"{role} prompt tokens"),
+                (_rule(ROLE_OUTPUT_TOKENS), f"{role} output tokens"),
+            ],
+            "Mean tokens per finished request.",
+        ),
+        _series(
+            grid,
+            "SLO scaler: prefix-cache hit ratio by role",
+            "percentunit",
+            [(_rule(ROLE_PREFIX_HITS), role)],
+            "Prompt tokens the groups did not compute: what sessions returning save.",
+        ),
+        _series(
+            grid,
+            "SLO scaler: TTFT by role",
+            "s",
+            [(_rule(role_ttft(p)), f"{role} p{p}") for p in SLO_PERCENTILES],
+            "Measured, at the percentiles an objective may name (ttftPercentile).",
+        ),
+        _series(
+            grid,
+            "SLO scaler: decode tok/s per user by role",
+            "none",
+            [(_rule(role_decode_rate(p)), f"{role} {p}% get at least") for p in SLO_PERCENTILES],
+            "Measured, at the percentiles an objective may name (decodePercentile).",
+        ),
+    ]
+
+
 def cost_expressions() -> dict[str, str]:
     """The cost panels' queries (also what the Prometheus test checks against fed values)."""
     gpus = _rule("kimi:engine_gpus:sum")
@@ -451,9 +530,7 @@ def cost_dashboard() -> dashboard.Dashboard:
             grid, "Output tokens per hour", "none", [(exprs["tokens_per_hour"], "{{deployment}}")]
         ),
     ]
-    for panel in panels:
-        board = board.with_panel(panel)
-    return board
+    return _placed(board, panels)
 
 
 def operator_dashboard() -> dashboard.Dashboard:
@@ -549,10 +626,54 @@ def operator_dashboard() -> dashboard.Dashboard:
                 )
             ],
         ),
+        *_slo_scaler_panels(grid),
     ]
-    for panel in panels:
-        board = board.with_panel(panel)
-    return board
+    return _placed(board, panels)
+
+
+def _slo_scaler_panels(grid: _Grid) -> list[Placed]:
+    """What the SLO scaler decided, per deployment and role (status.sloAutoscaler)."""
+    role = "{{namespace}}/{{deployment}} {{role}}"
+    return [
+        grid.row("SLO scaler"),
+        _series(
+            grid,
+            "SLO scaler: groups wanted",
+            "none",
+            [("kimi_operator_slo_desired_groups", role)],
+            "The count the operator renders for each role with an slo (docs/scaling.md).",
+        ),
+        _series(
+            grid,
+            "SLO scaler: request rate now and forecast",
+            "reqps",
+            [
+                ("kimi_operator_slo_load_requests_per_second", f"{role} now"),
+                ("kimi_operator_slo_forecast_requests_per_second", f"{role} forecast"),
+            ],
+            "The forecast looks one group start-up time ahead.",
+        ),
+        _series(
+            grid,
+            "SLO scaler: predicted at the count wanted",
+            "none",
+            [
+                ("kimi_operator_slo_predicted_ttft_seconds", f"{role} TTFT (s)"),
+                ("kimi_operator_slo_predicted_decode_tokens_per_second", f"{role} decode tok/s"),
+            ],
+            "The model's figures (corrected) at the objectives' percentiles.",
+        ),
+        _series(
+            grid,
+            "SLO scaler: the model's recent error",
+            "percentunit",
+            [
+                ("kimi_operator_slo_model_ttft_error", f"{role} TTFT"),
+                ("kimi_operator_slo_model_decode_error", f"{role} decode rate"),
+            ],
+            "Measured / predicted - 1 on the groups serving, at each answer.",
+        ),
+    ]
 
 
 def dashboards() -> dict[str, dict[str, Any]]:

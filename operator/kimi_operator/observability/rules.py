@@ -35,6 +35,33 @@ PREFILL = '{role="prefill"}'
 PREFILL_SERVING_GROUPS = "kimi:prefill_serving_groups:count"
 PREFILL_WAITING_REQUESTS = "kimi:prefill_num_requests_waiting:sum"
 PREFILL_TTFT_P90 = f"kimi:prefill_time_to_first_token_seconds:p90_{WINDOW}"
+# Recorded per deployment and role (`role` "prefill" or "decode" with spec.prefill, empty
+# without) for the SLO scaler (spec.autoscaling.slo, spec.prefill.autoscaling.slo): the load
+# (requests finished per second, mean prompt and output tokens per request, the prefix-cache hit
+# ratio, requests waiting and running) and what it got (TTFT and per-user decode rate at the
+# percentiles an objective may name: SLO_QUANTILES). The groups serving count as for SERVING_GROUPS.
+BY_ROLE = f"{BY}, role"
+ROLE_SERVING_GROUPS = "kimi_role:serving_groups:count"
+ROLE_REQUESTS = f"kimi_role:requests:rate_{WINDOW}"
+ROLE_PROMPT_TOKENS = f"kimi_role:request_prompt_tokens:mean_{WINDOW}"
+ROLE_OUTPUT_TOKENS = f"kimi_role:request_generation_tokens:mean_{WINDOW}"
+ROLE_PREFIX_HITS = f"kimi_role:prefix_cache_hit_ratio:ratio_{WINDOW}"
+ROLE_WAITING = "kimi_role:num_requests_waiting:sum"
+ROLE_RUNNING = "kimi_role:num_requests_running:sum"
+# spec.*.slo's percentiles (50, 90, 99: of requests served at least as well) -> the quantile of
+# each measure recorded: a TTFT held for P% is its P-th percentile; a decode rate P% of requests
+# get at least is its (100 - P)-th.
+SLO_PERCENTILES = (50, 90, 99)
+
+
+def role_ttft(percentile: int) -> str:
+    """The record of the TTFT `percentile`% of a role's requests get at most."""
+    return f"kimi_role:time_to_first_token_seconds:p{percentile}_{WINDOW}"
+
+
+def role_decode_rate(percentile: int) -> str:
+    """The record of the decode rate `percentile`% of a role's requests get at least."""
+    return f"kimi_role:decode_tokens_per_second_per_user:p{100 - percentile}_{WINDOW}"
 
 
 def _quantile(q: float, bucket: str, by: str = BY) -> str:
@@ -174,7 +201,45 @@ def recording_rules() -> list[dict[str, str]]:
             ),
         },
     ]
-    return rules
+    return rules + _role_rules()
+
+
+def _role_rules() -> list[dict[str, str]]:
+    """The SLO scaler's load and measures, per deployment and role (BY_ROLE)."""
+
+    def mean(histogram: str) -> str:
+        return _per(
+            _rate_sum(f"{histogram}_sum", BY_ROLE), _rate_sum(f"{histogram}_count", BY_ROLE)
+        )
+
+    decode = "kimi_request_decode_tokens_per_second_bucket"
+    ttft = "vllm:time_to_first_token_seconds_bucket"
+    return [
+        {
+            "record": ROLE_SERVING_GROUPS,
+            "expr": f"count by ({BY_ROLE}) (vllm:num_requests_running)",
+        },
+        {"record": ROLE_WAITING, "expr": f"sum by ({BY_ROLE}) (vllm:num_requests_waiting)"},
+        {"record": ROLE_RUNNING, "expr": f"sum by ({BY_ROLE}) (vllm:num_requests_running)"},
+        {"record": ROLE_REQUESTS, "expr": _rate_sum("vllm:request_success_total", BY_ROLE)},
+        {"record": ROLE_PROMPT_TOKENS, "expr": mean("vllm:request_prompt_tokens")},
+        {"record": ROLE_OUTPUT_TOKENS, "expr": mean("vllm:request_generation_tokens")},
+        {
+            "record": ROLE_PREFIX_HITS,
+            "expr": _per(
+                _rate_sum("vllm:prefix_cache_hits_total", BY_ROLE),
+                _rate_sum("vllm:prefix_cache_queries_total", BY_ROLE),
+            ),
+        },
+        *(
+            {"record": role_ttft(p), "expr": _quantile(p / 100, ttft, BY_ROLE)}
+            for p in SLO_PERCENTILES
+        ),
+        *(
+            {"record": role_decode_rate(p), "expr": _quantile((100 - p) / 100, decode, BY_ROLE)}
+            for p in SLO_PERCENTILES
+        ),
+    ]
 
 
 def _alert(

@@ -19,12 +19,15 @@ API server would refuse is refused here with its message) or descriptions:
 """
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from kimi_operator.plan import PlanError
+
+if TYPE_CHECKING:
+    from kimi_operator.api.spec import KimiDeployment
 
 MAX_GROUPS = 64
 
@@ -84,11 +87,16 @@ def _from_deployment(body: Any, label: str) -> Configuration:
         raise PlanError(f"{label}: {error}") from None
     if report.deployment is None:
         raise PlanError(f"{label}: the API would refuse it: {report.problems[0]}")
-    spec = report.deployment.spec
+    return deployment_configuration(report.deployment)
+
+
+def deployment_configuration(deployment: "KimiDeployment") -> Configuration:
+    """What the model needs of a valid KimiDeployment (plan's --config, the SLO autoscaler)."""
+    spec = deployment.spec
     drafts = spec.speculative.num_speculative_tokens if spec.speculative else 0
     prefill = spec.prefill
     return Configuration(
-        name=report.deployment.metadata.name,
+        name=deployment.metadata.name,
         gpus=spec.gpus,
         backend=spec.decode.backend,
         draft_tokens=drafts,

@@ -30,8 +30,8 @@ turn of a replay is a new count where a calibration's repeats are not. A GPU ser
 any count: 0 there.
 """
 
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Any, Final, TypeVar
 
 # vLLM 0.33.0's fast path (models/kimi_k3/nvidia/specialized_decode/runtime/decode.py): a step
 # runs it only when it has no prompt rows and its tokens, batch x (1 + draft tokens), are at most
@@ -125,3 +125,21 @@ def step_seconds(
     fast = on_fast_path(costs, prefill_tokens, batch, draft_tokens)
     decode = costs.fast if fast and costs.fast is not None else costs.ordinary
     return decode.step_s(batch, context) + prefill
+
+
+Costs = TypeVar("Costs")
+
+
+def scaled(costs: Costs, factor: float) -> Costs:
+    """Step costs `factor` times as long: every time in them (a dataclass's floats, nested). A
+    what-if of a slower or faster server (benchmarks/plan_prediction.py, autoscaling.py)."""
+    assert is_dataclass(costs)
+    assert not isinstance(costs, type)
+    changed: dict[str, Any] = {}
+    for field in fields(costs):
+        value = getattr(costs, field.name)
+        if isinstance(value, float):
+            changed[field.name] = value * factor
+        elif is_dataclass(value):
+            changed[field.name] = scaled(value, factor)
+    return replace(costs, **changed)

@@ -1,7 +1,8 @@
 """`--target METRIC=SECONDS`: the fewest serving groups whose modelled METRIC is at most SECONDS.
 
-More groups never slow a request down in the model, so the search doubles the groups until the
-target is met and then bisects. Disaggregated configurations scale their decode groups.
+More groups never slow a request down in the model, so the search (`fewest`, which the SLO
+autoscaler's capacity model shares) doubles the groups until the target is met and then bisects.
+Disaggregated configurations scale their decode groups.
 """
 
 import re
@@ -52,24 +53,42 @@ def parse_target(text: str) -> Target:
     return Target(found["metric"], found["key"], seconds)
 
 
-def fewest_groups(
-    config: Configuration, target: Target, predict: Callable[[Configuration], Results]
-) -> int | None:
-    """The fewest groups (1..MAX_GROUPS) meeting the target, or None when even the most miss."""
-
-    def meets(groups: int) -> bool:
-        return target.met(predict(config.model_copy(update={"replicas": groups})))
-
-    high = 1
-    while not meets(high):
-        if high == MAX_GROUPS:
-            return None
-        high = min(high * 2, MAX_GROUPS)
-    low = high // 2  # misses (or 0)
-    while high - low > 1:
+def fewest(meets: Callable[[int], bool], most: int, start: int = 1) -> int | None:
+    """The fewest groups (1..`most`) that `meets`, or None when even `most` do not. More groups
+    never slow a request down in the model: from `start` (a guess: the count now), steps
+    doubling each time go down while met or up until met, then a bisection between the last
+    miss and the first met; from 1 it doubles 1, 2, 4, ... as a plan's search does."""
+    start = min(max(start, 1), most)
+    step = 1
+    if meets(start):
+        high = start
+        low = max(high - step, 0)
+        while low and meets(low):
+            high, step = low, step * 2
+            low = max(high - step, 0)
+    else:
+        low = start
+        while True:
+            if low >= most:
+                return None
+            high = min(low + step, most)
+            if meets(high):
+                break
+            low, step = high, step * 2
+    while high - low > 1:  # low misses (or is 0), high meets
         middle = (low + high) // 2
         if meets(middle):
             high = middle
         else:
             low = middle
     return high
+
+
+def fewest_groups(
+    config: Configuration, target: Target, predict: Callable[[Configuration], Results]
+) -> int | None:
+    """The fewest groups (1..MAX_GROUPS) meeting the target, or None when even the most miss."""
+    return fewest(
+        lambda groups: target.met(predict(config.model_copy(update={"replicas": groups}))),
+        MAX_GROUPS,
+    )

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kimi_operator import conditions as cond
-from kimi_operator import prefill_scaling
+from kimi_operator import prefill_scaling, slo_roles
 from kimi_operator.api.problem import INVALID, Problem
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import OperatorDefaults
@@ -30,7 +30,7 @@ from kimi_operator.reconcile.decide import (
     stopped,
 )
 from kimi_operator.reconcile.observe import observe
-from kimi_operator.reconcile.status import Outcome, outcome, scaled_outcome
+from kimi_operator.reconcile.status import Outcome, outcome, scaled_outcome, slo_outcome
 from kimi_operator.reconcile.status import terminating as terminating_outcome
 from kimi_operator.spans import span
 
@@ -96,6 +96,16 @@ def reconcile(
         observed.kd, observed.old, observed.prefill_load, now=now, url=defaults.prometheus_url
     )
     observed.kd = scaled.kd
+    # And the SLO scaler's counts for spec.replicas and spec.prefill.replicas.
+    slo = slo_roles.evaluate(
+        observed.kd,
+        observed.old,
+        observed.slo_loads,
+        now=now,
+        shared=observed.other_autoscalers,
+        url=defaults.prometheus_url,
+    )
+    observed.kd = slo.kd
     if observed.error is not None:  # a read failed: nothing is written
         decision, acted = stopped(observed, defaults), Acted(error=observed.error)
     else:
@@ -110,6 +120,7 @@ def reconcile(
             decision = stopped(observed, defaults)
     if scaled.problem is not None:
         decision.plan.degradations.append(scaled.problem)
+    decision.plan.degradations += slo.problems
     result = outcome(
         observed,
         decision,
@@ -119,7 +130,7 @@ def reconcile(
         failures=failures,
         spec_changed=spec_changed,
     )
-    return scaled_outcome(result, scaled)
+    return slo_outcome(scaled_outcome(result, scaled), slo)
 
 
 def _decide(

@@ -30,7 +30,7 @@ from kimi_operator.builders import (
     build_children,
     needs_compute_domain,
 )
-from kimi_operator.builders.autoscaling import target_metric
+from kimi_operator.builders.autoscaling import target_metric, threshold
 from kimi_operator.builders.images import ImageChoice, choose
 from kimi_operator.builders.nodes import Unfit
 from kimi_operator.builders.weights import hf_sources
@@ -49,6 +49,7 @@ from kimi_operator.k8s.resources import (
     SCALED_OBJECT,
     Resource,
 )
+from kimi_operator.plan.capacity import Role
 from kimi_operator.rollout import LWS_KIND, Steps
 
 # The upstream APIs whose presence changes the plan (each looked up, cached, per reconcile).
@@ -106,6 +107,10 @@ class Observed:
     error: KubernetesError | None = None  # a read failed: nothing is written
     # The prefill groups' load from Prometheus (None: no spec.prefill.autoscaling, or not read).
     prefill_load: prefill_scaling.Load | None = None
+    # The load of each role with an slo (None: none has one, or not read).
+    slo_loads: dict[Role, prefill_scaling.Load] | None = None
+    # With spec.autoscaling.slo: the other autoscalers that target the scale subresource.
+    other_autoscalers: list[str] = field(default_factory=list)
     # The nodes groups must leave, by name (builders/nodes.py), as the Node watch knew them;
     # None: it has not listed yet (not known).
     unfit: dict[str, Unfit] | None = field(default_factory=dict)
@@ -185,10 +190,11 @@ def _missing(resource: Resource) -> Problem:
 
 
 def external_metric(kd: KimiDeployment) -> Resource | None:
-    """The external metric an HPA of `kd` reads (None without spec.autoscaling)."""
-    if kd.spec.autoscaling is None:
+    """The external metric an HPA of `kd` reads (None without spec.autoscaling.target)."""
+    target = threshold(kd)
+    if target is None:
         return None
-    metric, _ = target_metric(kd.spec.autoscaling.target)
+    metric, _ = target_metric(target)
     return Resource(EXTERNAL_METRICS, "v1beta1", metric.external, "ExternalMetric")
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import urllib3
 
-from kimi_operator import caches, drain, group_life, rollout, routing
+from kimi_operator import caches, drain, group_life, rollout, routing, slo_roles
 from kimi_operator import conditions as cond
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
@@ -28,6 +28,7 @@ from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
     GATEWAY,
+    HORIZONTAL_POD_AUTOSCALER,
     JOB,
     KIMI_DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -49,7 +50,7 @@ from kimi_operator.reconcile.decide import (
     wanted_caches,
     weights_of,
 )
-from kimi_operator.reconcile.prometheus import prefill_load
+from kimi_operator.reconcile.prometheus import prefill_load, slo_loads
 
 # A leader's /metrics, read while its group drains: short, a reconcile never waits long on one
 # (bounded.py: each read, the whole answer, its size; vLLM's text is some tens of KB).
@@ -99,6 +100,7 @@ def observe(
         _weights(client, seen, defaults, now=now)
         _children(client, seen, defaults, now=now)
         _turn(client, seen, defaults, now=now)
+        seen.other_autoscalers = _others(client, seen)
     except KubernetesError as error:
         seen.error = error
         return seen
@@ -114,7 +116,23 @@ def observe(
         seen.in_flight = _in_flight(seen.groups, seen.pods or [])
     seen.gateway_endpoint = _gateway_endpoint(client, seen.kd)
     seen.prefill_load = prefill_load(defaults, seen.kd)
+    seen.slo_loads = slo_loads(defaults, seen.kd)
     return seen
+
+
+def _others(client: Client, seen: Observed) -> list[str]:
+    """With spec.autoscaling.slo, the HorizontalPodAutoscalers and ScaledObjects of its
+    namespace, not the operator's, that target the deployment's scale subresource."""
+    kd = seen.kd
+    if "decode" not in slo_roles.roles(kd):
+        return []
+    kinds = [HORIZONTAL_POD_AUTOSCALER, *([SCALED_OBJECT] if seen.served[SCALED_OBJECT] else [])]
+    listed = [
+        {**obj, "kind": resource.kind}
+        for resource in kinds
+        for obj in client.list(resource, kd.metadata.namespace)
+    ]
+    return slo_roles.foreign(kd, seen.uid, listed)
 
 
 def _weights(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: str) -> None:
@@ -202,8 +220,8 @@ def _may_drain(seen: Observed) -> bool:
         progressing_reason(seen.old) in ROLLING_REASONS
     ):
         return bool(seen.groups)
-    # The prefill groups the autoscaler last wanted (spec.prefill.replicas without one).
-    kd = recorded_prefill(seen.kd, seen.old)
+    # The groups the operator's autoscalers last wanted (the spec's without one).
+    kd = slo_roles.recorded(recorded_prefill(seen.kd, seen.old), seen.old)
     replicas = {"g": kd.spec.replicas, "p": 0}
     if kd.spec.prefill is not None:
         replicas["p"] = kd.spec.prefill.replicas

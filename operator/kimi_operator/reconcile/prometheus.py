@@ -1,19 +1,23 @@
-"""The prefill autoscaler's one read outside the API server: instant queries to Prometheus's HTTP
-API (`--prometheus-url`, the Prometheus the KEDA triggers name), short and never retried, so that
-a Prometheus that is down or slow costs a reconcile a few seconds at most (prefill_scaling.py;
-the whole answer and its size are bounded: bounded.py). A secured Prometheus (OpenShift's Thanos
-querier, a proxy in front of it) gets a bearer token read from `--prometheus-bearer-token-file`
-at every query, and its certificate is checked against `--prometheus-ca-file`."""
+"""The operator's autoscalers' one read outside the API server (prefill_scaling.py's and
+slo_roles.py's): instant queries to Prometheus's HTTP API (`--prometheus-url`, the Prometheus the
+KEDA triggers name), short and never retried, so that a Prometheus that is down or slow costs a
+reconcile a few seconds at most (the first failed query ends a role's reading; the whole answer
+and its size are bounded: bounded.py). A secured Prometheus (OpenShift's Thanos querier, a proxy
+in front of it) gets a bearer token read from `--prometheus-bearer-token-file` at every query,
+and its certificate is checked against `--prometheus-ca-file`."""
 
 import functools
 import json
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 
 import urllib3
 
+from kimi_operator import slo_roles
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders import OperatorDefaults
+from kimi_operator.plan.capacity import Role
 from kimi_operator.prefill_scaling import QUERY_TIMEOUT_S, Load, queries, sample
 from kimi_operator.reconcile import bounded
 
@@ -68,13 +72,22 @@ def query(
     return sample(answer)
 
 
-def prefill_load(defaults: OperatorDefaults, kd: KimiDeployment) -> Load | None:
-    """The deployment's prefill load (None without spec.prefill.autoscaling); a failed query is
-    `Load.error`, never an exception: the reconcile goes on with the count it has."""
-    wanted = queries(kd)
-    if not wanted:
-        return None
+def _load(defaults: OperatorDefaults, wanted: Mapping[str, str]) -> Load:
+    """The answers to `wanted`; a failed query is `Load.error`, never an exception: the
+    reconcile goes on with the count it has."""
     try:
         return Load({key: query(defaults, promql) for key, promql in wanted.items()})
     except ValueError as error:
         return Load(error=str(error)[:300])
+
+
+def prefill_load(defaults: OperatorDefaults, kd: KimiDeployment) -> Load | None:
+    """The deployment's prefill load (None without spec.prefill.autoscaling's target)."""
+    wanted = queries(kd)
+    return _load(defaults, wanted) if wanted else None
+
+
+def slo_loads(defaults: OperatorDefaults, kd: KimiDeployment) -> dict[Role, Load] | None:
+    """The load of each role with an slo (None without one)."""
+    wanted = {role: slo_roles.queries(kd, role) for role in slo_roles.roles(kd)}
+    return {role: _load(defaults, q) for role, q in wanted.items()} if wanted else None

@@ -16,6 +16,7 @@ from kimi_operator import (
     prefill_scaling,
     rollout,
     routing,
+    slo_roles,
     upgrades,
 )
 from kimi_operator import conditions as cond
@@ -292,21 +293,38 @@ def _rollout(image: ImageChoice, steps: Steps, older: Mapping[str, str]) -> dict
     }
 
 
-def scaled_outcome(result: Outcome, scaled: prefill_scaling.Scaled) -> Outcome:
-    """`result` with the prefill autoscaler's evaluation (prefill_scaling.py): its memory in
-    status.prefillAutoscaler (dropped with spec.prefill.autoscaling), its changes as Normal
-    Events, a look again within its polling interval, and a pruning one at once after it took a
-    group away."""
+def _polled(
+    result: Outcome, key: str, memory: dict[str, Any] | None, notices: list[Problem], fewer: bool
+) -> Outcome:
+    """`result` with an operator autoscaler's memory at status `key` (dropped with None), its
+    changes as Normal Events, a look again within its polling interval, and a pruning one at
+    once after it took a group away."""
     status = dict(result.status)
-    status.pop("prefillAutoscaler", None)
-    if scaled.status is None:
+    status.pop(key, None)
+    if memory is None:
         return dataclasses.replace(result, status=status)
-    status["prefillAutoscaler"] = scaled.status
+    status[key] = memory
     polls = [d for d in (result.requeue_after_s, prefill_scaling.POLL_S) if d is not None]
     return dataclasses.replace(
         result,
         status=status,
-        notices=[*result.notices, *scaled.notices],
+        notices=[*result.notices, *notices],
         requeue_after_s=min(polls),
-        prune_again=result.prune_again or scaled.fewer,
+        prune_again=result.prune_again or fewer,
     )
+
+
+def scaled_outcome(result: Outcome, scaled: prefill_scaling.Scaled) -> Outcome:
+    """`result` with the prefill autoscaler's evaluation (prefill_scaling.py) in
+    status.prefillAutoscaler (dropped with spec.prefill.autoscaling's target)."""
+    return _polled(result, "prefillAutoscaler", scaled.status, scaled.notices, scaled.fewer)
+
+
+def slo_outcome(result: Outcome, scaled: slo_roles.SloScaled) -> Outcome:
+    """`result` with the SLO scaler's evaluation (slo_roles.py) in status.sloAutoscaler
+    (dropped without an slo), and status.autoscaler naming the operator with
+    spec.autoscaling.slo."""
+    polled = _polled(result, "sloAutoscaler", scaled.status, scaled.notices, scaled.fewer)
+    if "decode" in slo_roles.roles(scaled.kd):
+        polled.status["autoscaler"] = slo_roles.AUTOSCALER
+    return polled

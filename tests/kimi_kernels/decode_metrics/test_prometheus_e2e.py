@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kimi_operator import slo_roles
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.autoscaling import DECODE_SCALE
 from kimi_operator.prefill_scaling import SERVING, VALUE, queries
@@ -19,11 +20,15 @@ from tests.support.catalog import (
     rule_groups,
     substitute,
 )
-from tests.support.corpus import POOL
+from tests.support.corpus import POOL, SLO
 from tests.support.prometheus import (
     DEPLOYMENT,
+    FINISHED,
     GPU_HOUR_PRICE,
     NAMESPACE,
+    OUTPUT_TOKENS,
+    PROMPT_TOKENS,
+    STEP,
     PrefillEmitter,
     Proof,
     expected,
@@ -157,3 +162,26 @@ def test_prefill_autoscaler_queries_read_what_was_fed(prometheus: Proof) -> None
     ttft = prefill_deployment({"ttftSecondsP90": 0.5})
     asked = {key: numbers(prometheus.query(q)) for key, q in queries(ttft).items()}
     assert asked == {VALUE: [pytest.approx(0.475)], SERVING: [1.0]}
+
+
+def test_slo_scaler_queries_read_what_was_fed(prometheus: Proof) -> None:
+    """What the operator asks this Prometheus for spec.autoscaling.slo, from the chart's
+    per-role rules: the decode group (no role label) finishes 2 requests/s of 8000 prompt and
+    400 output tokens, a quarter of prompt tokens from the prefix cache; the prefill group's
+    series are not its load."""
+    doc = edited({"spec.autoscaling": {"maxReplicas": 4, "slo": SLO}, "metadata.name": DEPLOYMENT})
+    doc["metadata"]["namespace"] = NAMESPACE
+    kd = KimiDeployment.model_validate(doc)
+    asked = {
+        key: numbers(prometheus.query(q)) for key, q in slo_roles.queries(kd, "decode").items()
+    }
+    (p10,) = numbers(prometheus.query("kimi:decode_tokens_per_second_per_user:p10_5m"))
+    assert asked == {
+        slo_roles.RATE: [pytest.approx(FINISHED / STEP)],
+        slo_roles.PROMPT: [pytest.approx(PROMPT_TOKENS)],
+        slo_roles.OUTPUT: [pytest.approx(OUTPUT_TOKENS)],
+        slo_roles.HITS: [pytest.approx(0.25)],
+        slo_roles.SERVING: [1.0],
+        slo_roles.TTFT: [pytest.approx(0.475)],  # the p90 of 0.4 s in (0.25 s, 0.5 s]
+        slo_roles.DECODE: [pytest.approx(p10)],
+    }

@@ -79,22 +79,32 @@ def test_printer_columns_point_at_fields() -> None:
         "DESIRED",
         "READY-GROUPS",
         "STOPPED",
+        "SLO-GROUPS",
         "PREFILL",
         "PREFILL-DESIRED",
+        "PREFILL-SLO",
         "PREFILL-READY",
         "BACKEND",
         "ROUTING",
         "READY",
         "ENDPOINT",
         "AGE",
+        "SLO-WHY",
     ]
     known = {p for p, _ in nodes(SCHEMA)}
-    names = [*columns][:9]  # GPUS .. ROUTING
-    for name in (*names, "ENDPOINT"):
+    names = [*columns][:11]  # GPUS .. ROUTING
+    for name in (*names, "ENDPOINT", "SLO-WHY"):
         assert columns[name] in known, name
     # The roles' columns in `kubectl get -o wide`: the default table stays as it was.
     wide = [c["name"] for c in VERSION["additionalPrinterColumns"] if c.get("priority") == 1]
-    assert wide == ["PREFILL", "PREFILL-DESIRED", "PREFILL-READY"]
+    assert wide == [
+        "SLO-GROUPS",
+        "PREFILL",
+        "PREFILL-DESIRED",
+        "PREFILL-SLO",
+        "PREFILL-READY",
+        "SLO-WHY",
+    ]
     assert columns["READY"].startswith('.status.conditions[?(@.type=="Ready")]')
 
 

@@ -28,6 +28,9 @@ CONTEXT: dict[Path, dict[str, Any]] = {
     ("spec", "autoscaling"): {
         "spec.autoscaling": {"maxReplicas": 4, "target": {"waitingRequestsPerGroup": 8}}
     },
+    ("spec", "autoscaling", "slo"): {
+        "spec.autoscaling": {"maxReplicas": 4, "slo": {"ttftSeconds": 2}}
+    },
     ("spec", "speculative", "draftSource", "huggingface"): {
         "spec.speculative": {"draftSource": {"huggingface": {"repo": "moonshotai/draft"}}}
     },
@@ -35,6 +38,10 @@ CONTEXT: dict[Path, dict[str, Any]] = {
     ("spec", "prefill", "autoscaling"): {
         "spec.routing.mode": "InferencePool",
         "spec.prefill": {"autoscaling": {"maxReplicas": 4, "target": {"ttftSecondsP90": 2}}},
+    },
+    ("spec", "prefill", "autoscaling", "slo"): {
+        "spec.routing.mode": "InferencePool",
+        "spec.prefill": {"autoscaling": {"maxReplicas": 4, "slo": {"ttftSeconds": 2}}},
     },
     ("spec", "routing", "gatewayRef"): {
         "spec.routing": {"mode": "InferencePool", "gatewayRef": {"name": "inference-gateway"}}

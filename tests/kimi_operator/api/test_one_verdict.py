@@ -94,16 +94,31 @@ SPECS = st.fixed_dictionaries(
         "gpusPerNode": st.sampled_from([4, 8, 2]),
         "replicas": st.integers(-1, 66),
         "autoscaling": st.fixed_dictionaries(
-            {
+            {},
+            optional={
                 "target": st.dictionaries(
                     st.sampled_from(
                         ["decodeRateFloor", "waitingRequestsPerGroup", "kvCacheUsagePercent"]
                     ),
                     st.integers(0, 101),
                     max_size=3,
-                )
+                ),
+                "slo": st.dictionaries(
+                    st.sampled_from(
+                        [
+                            "ttftSeconds",
+                            "ttftPercentile",
+                            "decodeTokensPerSecondPerUser",
+                            "decodePercentile",
+                            "taskCompletionSeconds",  # not a field: refused
+                        ]
+                    ),
+                    st.sampled_from([0, 2, 40, 50, 75, 90, 0.5]),
+                    max_size=3,
+                ),
+                "minReplicas": st.integers(-1, 3),
+                "maxReplicas": st.integers(0, 65),
             },
-            optional={"minReplicas": st.integers(-1, 3), "maxReplicas": st.integers(0, 65)},
         ),
         "rollout": st.fixed_dictionaries(
             {},

@@ -3,7 +3,14 @@
 from kimi_operator.api.crd import crd
 from kimi_operator.api.validation import check_document
 from kimi_operator.embedded.admission import CustomResource
-from tests.support.corpus import OFFLOAD, prefill, prefill_args
+from tests.support.corpus import (
+    AUTOSCALING,
+    OFFLOAD,
+    SLO,
+    SLO_AUTOSCALING,
+    prefill,
+    prefill_args,
+)
 from tests.support.specs import edited
 
 API_SERVER = CustomResource.of(crd(), "kimi-operator.io/v1alpha1")
@@ -64,3 +71,23 @@ def test_the_prefill_autoscaler_refusals_name_their_fields() -> None:
     (problem,) = _problems(prefill(autoscaling=scaling | {"minReplicas": 0}))
     assert problem.startswith("spec.prefill.autoscaling.minReplicas: no scale to zero")
     assert _problems(prefill(replicas=3, autoscaling=scaling)) == []
+
+
+def test_the_slo_refusals_name_their_fields_and_what_is_allowed() -> None:
+    (problem,) = _problems({"spec.autoscaling": AUTOSCALING | {"slo": SLO}})
+    assert problem.startswith("spec.autoscaling: exactly one of target (a threshold")
+    assert "allowed: target or slo" in problem
+    (problem,) = _problems({"spec.autoscaling": SLO_AUTOSCALING | {"slo": {"ttftPercentile": 99}}})
+    assert problem.startswith("spec.autoscaling.slo: at least one objective must be set")
+    assert "allowed: ttftSeconds, decodeTokensPerSecondPerUser)" in problem
+    (problem,) = _problems(prefill(autoscaling={"maxReplicas": 3, "slo": SLO}))
+    assert problem.startswith(
+        "spec.prefill.autoscaling.slo.decodeTokensPerSecondPerUser: prefill groups do not decode"
+    )
+    assert problem.endswith("(got 40.0; allowed: ttftSeconds)")
+    (problem,) = _problems(
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"ttftPercentile": 75}}}
+    )
+    assert problem.startswith("spec.autoscaling.slo.ttftPercentile")
+    assert problem.endswith("(got 75; allowed: 50, 90, 99)")
+    assert _problems({"spec.autoscaling": SLO_AUTOSCALING}) == []

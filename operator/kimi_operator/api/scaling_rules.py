@@ -1,0 +1,107 @@
+"""The rules of spec.autoscaling and spec.prefill.autoscaling: an autoscaler's bounds, and
+exactly one of its target (a threshold an HPA, KEDA or the prefill autoscaler scales on) and its
+slo (the objectives the operator's SLO scaler sizes the groups for)."""
+
+from collections.abc import Mapping
+
+from kimi_operator.api.rule import Json, Rule
+
+AUTOSCALING_TARGETS = ("decodeRateFloor", "waitingRequestsPerGroup", "kvCacheUsagePercent")
+PREFILL_AUTOSCALING_TARGETS = ("waitingRequestsPerGroup", "ttftSecondsP90")
+SLO_OBJECTIVES = ("ttftSeconds", "decodeTokensPerSecondPerUser")
+PREFILL_SLO_OBJECTIVES = ("ttftSeconds",)  # prefill groups do not decode
+
+
+def _autoscaling_rules(
+    scope: tuple[str, ...], targets: tuple[str, ...], objectives: tuple[str, ...], zero: str
+) -> tuple[Rule, ...]:
+    """An autoscaler's bounds and its one target, or its objectives: spec.autoscaling's and
+    spec.prefill.autoscaling's alike (`zero`: how else the role's groups are stopped)."""
+
+    def chosen(target: Mapping[str, Json]) -> list[str]:
+        return [t for t in targets if t in target]
+
+    return (
+        Rule(
+            scope=scope,
+            reads=(("minReplicas",),),
+            field="minReplicas",
+            cel="self.minReplicas >= 1",
+            check=lambda a: a["minReplicas"] >= 1,
+            problem="no scale to zero: a TP group's cold start (scheduling its nodes, loading "
+            "the weights) takes tens of minutes, which the first request after zero would wait",
+            allowed=f"1 to maxReplicas; {zero}",
+            got=lambda a: a["minReplicas"],
+        ),
+        Rule(
+            scope=scope,
+            reads=(("minReplicas",), ("maxReplicas",)),
+            field="maxReplicas",
+            cel="self.maxReplicas >= self.minReplicas",
+            check=lambda a: a["maxReplicas"] >= a["minReplicas"],
+            problem="fewer than minReplicas",
+            allowed="minReplicas to 64",
+            got=lambda a: a["maxReplicas"],
+        ),
+        Rule(
+            scope=scope,
+            reads=(("target",), ("slo",)),
+            field="",
+            cel="has(self.target) != has(self.slo)",
+            check=lambda a: ("target" in a) != ("slo" in a),
+            problem="exactly one of target (a threshold an HPA or KEDA scales on) and slo (the "
+            "objectives the operator sizes the groups for) must be set",
+            allowed="target or slo",
+            got=lambda a: sorted(k for k in ("target", "slo") if k in a),
+        ),
+        Rule(
+            scope=scope,
+            reads=(("target",),),
+            field="target",
+            cel="!has(self.target) || "
+            + " + ".join(f"(has(self.target.{t}) ? 1 : 0)" for t in targets)
+            + " == 1",
+            check=lambda a: "target" not in a or len(chosen(a["target"])) == 1,
+            problem="exactly one target must be set",
+            allowed=", ".join(targets),
+            got=lambda a: chosen(a.get("target", {})),
+        ),
+        Rule(
+            scope=(*scope, "slo"),
+            reads=tuple((o,) for o in objectives),
+            field="",
+            cel=" || ".join(f"has(self.{o})" for o in objectives),
+            check=lambda slo: any(o in slo for o in objectives),
+            problem="at least one objective must be set",
+            allowed=", ".join(objectives),
+            got=sorted,
+        ),
+    )
+
+
+AUTOSCALING_RULES = _autoscaling_rules(
+    ("autoscaling",),
+    AUTOSCALING_TARGETS,
+    SLO_OBJECTIVES,
+    "spec.replicas 0 without autoscaling stops every group",
+)
+PREFILL_AUTOSCALING_RULES = (
+    *_autoscaling_rules(
+        ("prefill", "autoscaling"),
+        PREFILL_AUTOSCALING_TARGETS,
+        PREFILL_SLO_OBJECTIVES,
+        "without spec.prefill the groups are aggregated",
+    ),
+    # Prefill groups move the time to first token, not the rate a request decodes at.
+    Rule(
+        scope=("prefill", "autoscaling", "slo"),
+        reads=(("decodeTokensPerSecondPerUser",),),
+        field="decodeTokensPerSecondPerUser",
+        cel="!has(self.decodeTokensPerSecondPerUser)",
+        check=lambda slo: "decodeTokensPerSecondPerUser" not in slo,
+        problem="prefill groups do not decode: their count moves the time to first token, not "
+        "the decode rate (spec.autoscaling.slo holds it up)",
+        allowed=", ".join(PREFILL_SLO_OBJECTIVES),
+        got=lambda slo: slo["decodeTokensPerSecondPerUser"],
+    ),
+)

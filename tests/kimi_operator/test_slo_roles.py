@@ -1,0 +1,200 @@
+"""The SLO scaler in a reconcile (slo_roles.py): what it asks Prometheus, the count it renders and
+remembers for each role, and the count it keeps when it cannot decide alone. The sizing itself is
+slo_scaling's (tests/kimi_operator/test_slo_scaling.py); a virtual clock, no cluster."""
+
+from typing import Any
+
+import pytest
+import yaml
+
+from kimi_operator import slo_roles
+from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.api.status import KimiDeploymentStatus
+from kimi_operator.cli import EXIT_INVALID
+from kimi_operator.prefill_scaling import Load
+from kimi_operator.reconcile.status import Outcome, slo_outcome
+from kimi_operator.slo_scaling import UNAVAILABLE
+from tests.fuzz.harness import run_cli
+from tests.support.corpus import POOL, SLO
+from tests.support.specs import edited
+
+NOW, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:00:30Z"
+URL = "http://prometheus:9090"
+# A busy agent load: long prompts mostly cached, 400 tokens out, on one serving group.
+BUSY = {
+    slo_roles.RATE: 6.0,
+    slo_roles.PROMPT: 20_000.0,
+    slo_roles.OUTPUT: 400.0,
+    slo_roles.HITS: 0.8,
+    slo_roles.SERVING: 1.0,
+    slo_roles.TTFT: 1.0,
+    slo_roles.DECODE: 50.0,
+}
+
+
+def deployment(**edits: Any) -> KimiDeployment:
+    return KimiDeployment.model_validate(
+        edited({"spec.autoscaling": {"maxReplicas": 4, "slo": SLO}} | edits)
+    )
+
+
+def disaggregated() -> KimiDeployment:
+    prefill = {"replicas": 1, "autoscaling": {"maxReplicas": 3, "slo": {"ttftSeconds": 2}}}
+    return KimiDeployment.model_validate(
+        edited(POOL | {"spec.prefill": prefill, "spec.autoscaling": None})
+    )
+
+
+def test_each_role_reads_its_own_series_at_the_slo_percentiles() -> None:
+    kd = deployment(
+        **{"spec.autoscaling.slo.ttftPercentile": 99, "spec.autoscaling.slo.decodePercentile": 50}
+    )
+    asked = slo_roles.queries(kd, "decode")
+    where = '{namespace="inference", deployment="k3", role!="prefill"}'
+    assert asked[slo_roles.TTFT] == f"max(kimi_role:time_to_first_token_seconds:p99_5m{where})"
+    assert asked[slo_roles.DECODE] == (
+        f"min(kimi_role:decode_tokens_per_second_per_user:p50_5m{where})"
+    )
+    assert asked[slo_roles.RATE] == f"sum(kimi_role:requests:rate_5m{where})"
+    pd = disaggregated()
+    assert slo_roles.roles(pd) == ["prefill"]
+    assert slo_roles.queries(pd, "decode") == {}
+    assert 'role="prefill"}' in slo_roles.queries(pd, "prefill")[slo_roles.SERVING]
+
+
+def test_nothing_served_yet_is_no_reading() -> None:
+    assert slo_roles.reading({slo_roles.RATE: 1.0, slo_roles.SERVING: None}, NOW) is None
+    assert slo_roles.reading({slo_roles.RATE: None, slo_roles.SERVING: 1.0}, NOW) is None
+    found = slo_roles.reading({slo_roles.RATE: 0.0, slo_roles.SERVING: 2.0}, NOW)
+    assert found is not None
+    assert (found.serving_groups, found.prompt_tokens, found.ttft_s) == (2, None, None)
+
+
+def test_the_count_is_rendered_and_remembered_never_written_to_the_spec() -> None:
+    kd = deployment()
+    scaled = slo_roles.evaluate(kd, {}, {"decode": Load(BUSY)}, now=NOW, url=URL)
+    assert scaled.status is not None
+    decided = scaled.status["decode"]["desiredReplicas"]
+    assert decided > 1  # 6 requests/s of 20K-token prompts: more than one group
+    assert scaled.kd.spec.replicas == decided
+    assert kd.spec.replicas == 1  # the spec as written: the operator never writes it
+    assert [n.reason for n in scaled.notices] == ["SloScaled"]
+    assert scaled.status["decode"]["needed"]["fewer"]["replicas"] == decided - 1
+    # The status the controller writes carries it, and names the operator as the autoscaler.
+    result = slo_outcome(Outcome({"autoscaler": ""}), scaled)
+    assert result.status["autoscaler"] == "kimi-operator/slo"
+    assert result.requeue_after_s == 30.0
+    KimiDeploymentStatus.model_validate(result.status)
+    # The next reconcile, with nothing read (a check of the children), finds the same count.
+    assert slo_roles.recorded(kd, result.status).spec.replicas == decided
+
+
+def test_the_prefill_role_sets_the_prefill_count() -> None:
+    pd = disaggregated()
+    load = Load({**BUSY, slo_roles.DECODE: None})
+    scaled = slo_roles.evaluate(pd, {}, {"prefill": load}, now=NOW, url=URL)
+    assert scaled.status is not None
+    assert set(scaled.status) == {"prefill"}
+    assert scaled.kd.spec.prefill is not None
+    assert scaled.kd.spec.prefill.replicas == scaled.status["prefill"]["desiredReplicas"]
+    assert scaled.kd.spec.replicas == pd.spec.replicas
+    assert slo_outcome(Outcome({"autoscaler": ""}), scaled).status["autoscaler"] == ""
+
+
+def test_another_autoscaler_on_the_count_is_refused_and_the_count_kept() -> None:
+    kd = deployment()
+    decided = {
+        "desiredReplicas": 3,
+        "message": "decided earlier",
+        "lastScaleTime": NOW,
+        "recommendations": [{"at": NOW, "replicas": 3}],
+    }
+    old = {"sloAutoscaler": {"decode": decided}}
+    hpa = "HorizontalPodAutoscaler/k3-by-hand"
+    scaled = slo_roles.evaluate(kd, old, {"decode": Load(BUSY)}, now=LATER, shared=[hpa], url=URL)
+    assert scaled.kd.spec.replicas == 3
+    assert scaled.status == old["sloAutoscaler"]  # nothing decided, nothing written
+    (problem,) = scaled.problems
+    assert problem.reason == slo_roles.SHARED
+    assert problem.message.startswith(f"{hpa} also targets this KimiDeployment's scale")
+    assert "keeps 3 groups" in problem.message
+    assert scaled.notices == []
+
+
+def test_no_answer_keeps_the_count_and_says_which_prometheus_and_why() -> None:
+    kd = deployment()
+    old = {"sloAutoscaler": {"decode": {"desiredReplicas": 2}}}
+    scaled = slo_roles.evaluate(kd, old, {"decode": Load(error="HTTP 503")}, now=LATER, url=URL)
+    assert scaled.kd.spec.replicas == 2
+    (problem,) = scaled.problems
+    assert problem.reason == UNAVAILABLE
+    assert problem.message == (
+        f"no answer from Prometheus {URL} for the decode groups' load (HTTP 503): keeping 2 "
+        "decode groups"
+    )
+    silent = slo_roles.evaluate(kd, old, {"decode": Load({})}, now=LATER, url=URL)
+    assert "no value for sum(kimi_role:requests:rate_5m{" in silent.problems[0].message
+
+
+def _autoscaler(kind: str, name: str, target: dict[str, str], owner: str = "") -> dict[str, Any]:
+    refs = [{"uid": owner, "controller": True}] if owner else []
+    return {
+        "kind": kind,
+        "metadata": {"name": name, "ownerReferences": refs},
+        "spec": {"scaleTargetRef": target},
+    }
+
+
+def test_foreign_autoscalers_are_the_others_on_this_deployments_count() -> None:
+    kd = deployment()
+    this = {"apiVersion": "kimi-operator.io/v1alpha1", "kind": "KimiDeployment", "name": "k3"}
+    listed = [
+        _autoscaler("HorizontalPodAutoscaler", "mine", this, owner="uid-k3"),
+        _autoscaler("HorizontalPodAutoscaler", "by-hand", this),
+        _autoscaler("ScaledObject", "keda", this),
+        _autoscaler("HorizontalPodAutoscaler", "other", this | {"name": "k3-canary"}),
+        _autoscaler("HorizontalPodAutoscaler", "web", {"kind": "Deployment", "name": "k3"}),
+    ]
+    assert slo_roles.foreign(kd, "uid-k3", listed) == [
+        "HorizontalPodAutoscaler/by-hand",
+        "ScaledObject/keda",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("groups", "seconds"),
+    [
+        ([], slo_roles.DEFAULT_STARTUP_S),
+        ([("k3-p0", "2026-01-01T00:00:00Z", 900.0)], 900.0),  # another role's, for want of one
+        (
+            [
+                ("k3-g0", "2026-01-01T00:00:00Z", 2400.0),  # cold
+                ("k3-g1", "2026-01-01T02:00:00Z", 600.0),  # warm caches: the latest start
+                ("k3-p0", "2026-01-01T03:00:00Z", 300.0),
+            ],
+            600.0,
+        ),
+    ],
+)
+def test_the_forecast_looks_ahead_by_the_roles_last_start(
+    groups: list[tuple[str, str, float]], seconds: float
+) -> None:
+    status = {"groups": [{"name": n, "startedAt": at, "startupSeconds": s} for n, at, s in groups]}
+    assert slo_roles.startup_seconds(deployment(), status, "decode") == seconds
+
+
+def test_objectives_no_count_can_meet_are_refused_saying_what_can_be() -> None:
+    """The admission webhook's and validate's verdict: a 50 ms TTFT on 16K-token agent turns
+    is beyond any number of TP16 groups; 2 s and 40 tok/s per user are not."""
+    assert slo_roles.refusals(deployment()) == []
+    hopeless = deployment(**{"spec.autoscaling.slo": {"ttftSeconds": 0.05}})
+    (problem,) = slo_roles.refusals(hopeless)
+    assert problem.path == "spec.autoscaling.slo"
+    assert problem.message.startswith(
+        "spec.autoscaling.slo: TTFT p90 <= 0.05 s cannot be met on 16 GPUs a group"
+    )
+    assert "gets TTFT p90" in problem.message  # what the shape meets at best
+    doc = edited({"spec.autoscaling": {"maxReplicas": 4, "slo": {"ttftSeconds": 0.05}}})
+    code, out, _ = run_cli(["validate", "-"], yaml.safe_dump(doc).encode())
+    assert code == EXIT_INVALID
+    assert out.startswith(f"<stdin>: {problem.message}")
