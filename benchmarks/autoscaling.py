@@ -230,9 +230,9 @@ def slo_policy(calibration: Calibration, bounds: ScalingBounds) -> Policy:
     def decide(t: float, reading: Reading | None, waiting: float, current: int) -> int:
         nonlocal status
         del waiting, current  # the status remembers the count
-        scaled_ = evaluate(scaler, status, reading, startup_s=STARTUP_S, now=stamp(t))
-        status = scaled_.status
-        return scaled_.replicas
+        decision = evaluate(scaler, status, reading, startup_s=STARTUP_S, now=stamp(t))
+        status = decision.status
+        return decision.replicas
 
     return decide
 
