@@ -230,9 +230,9 @@ def slo_policy(calibration: Calibration, bounds: ScalingBounds) -> Policy:
     def decide(t: float, reading: Reading | None, waiting: float, current: int) -> int:
         nonlocal status
         del waiting, current  # the status remembers the count
-        scaled_ = evaluate(scaler, status, reading, startup_s=STARTUP_S, now=stamp(t))
-        status = scaled_.status
-        return scaled_.replicas
+        decision = evaluate(scaler, status, reading, startup_s=STARTUP_S, now=stamp(t))
+        status = decision.status
+        return decision.replicas
 
     return decide
 
@@ -383,7 +383,7 @@ class Day:
 def reactive_settings(quick: bool) -> list[tuple[str, float, int]]:
     """The targets and scale-up periods swept: the quick run's one of each target."""
     waiting = (1,) if quick else (1, 2, 4)
-    floors = (1.0,) if quick else (1.0, 1.25, 1.5)
+    floors = (1.0,) if quick else (1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5)
     periods = (SCALE_UP_PERIOD_S,) if quick else (60, 300, SCALE_UP_PERIOD_S)
     assert SLO.decode_tokens_per_s is not None
     targets = [("waitingRequestsPerGroup", float(w)) for w in waiting] + [

@@ -5,20 +5,18 @@ Each reconcile, for each role with an SLO, the operator reads one load `Reading`
 and calls `evaluate`, pure and deterministic (the clock is `now`), which returns the groups
 wanted and the new `status.autoscaler` memory of that role (`Scaled`, as prefill_scaling's):
 
-1. **Forecast.** Holt's linear trend over the readings (level and trend, kept in status) gives
-   the request rate at now + the measured start-up time (a group asked for now serves then) + half
-   the readings' 5-minute window (a 5-minute mean tells of the load 2.5 minutes ago); the
-   rate read now is its floor, so a burst is answered at once (the fast path) and a falling
-   forecast never asks for less than the load already here. Lengths, hit rate and sessions are
-   the reading's (Prometheus's 5-minute windows already smooth them).
+1. **Forecast.** `Holt`'s linear trend over the readings (kept in status) gives the request rate
+   at now + the measured start-up time (a group asked for now serves then) + half the readings'
+   5-minute window (a 5-minute mean tells of the load 2.5 minutes ago), with a margin of its own
+   recent error; the rate read now is its floor (a burst is answered at once: the fast path) and
+   `MAX_GROWTH` times it the ceiling. Lengths, hit rate and sessions are the reading's.
 2. **Model.** plan/capacity.py runs the planner's step model and simulator on one group's share
-   of that load at each candidate count (the calibration the caller passes: a stored one, else
-   the GB300 built-in for the shape) and the fewest groups in [minReplicas, maxReplicas] whose
-   predicted percentiles meet every target the SLO states is the recommendation.
-3. **Correction.** The groups' measured TTFT and decode rate, over what the model predicts for the
-   load read now on the groups serving now, is the model's error; its running geometric mean
-   (`CORRECTION_WEIGHT` a reading), bounded to [1/`CORRECTION_BOUND`, `CORRECTION_BOUND`], scales
-   every prediction. A model that is wrong by more than that still steers, and says so.
+   of that load (the calibration the caller passes: a stored one, else the GB300 built-in for
+   the shape); the fewest groups in [minReplicas, maxReplicas] whose predicted percentiles meet
+   every target the SLO states is the recommendation.
+3. **Correction.** One factor, `Correction.slower`: how much slower the groups run than the
+   calibration says, learnt from the measured decode rate (else TTFT) against the model's for
+   the load read on the groups serving; bounded to [1/`CORRECTION_BOUND`, `CORRECTION_BOUND`].
 4. **Stabilization.** A higher recommendation is taken at once, all of it (a group takes tens of
    minutes to serve: one at a time would serve the peak late). A group is removed only when every
    recommendation within scaleDownStabilizationSeconds asked for fewer, one group at a time, at
@@ -50,6 +48,15 @@ rule is new). `startup_s` is `status.groups[].startupSeconds`' latest, or the p9
 
 Task completion is not a target here: vLLM's series do not say which requests form a task
 (plan/capacity.py).
+
+**What `Scaled.status` holds** (camelCase, for `status.autoscaler`'s model; floats rounded so a
+steady load rewrites little): `desiredReplicas`, `lastScaleTime`, `recommendations` ([{at,
+replicas}], as prefill_scaling's), `message` (why, in one line), and once a reading came:
+`load` {requestRate, promptTokens, outputTokens, prefixHitRate} (the last reading's, whose
+lengths an idle window reuses), `forecast` {at, level, trend, deviation, risingSeconds,
+horizonSeconds, requestRate} (Holt's memory and the rate sized for), `correction` {slower,
+ttftError, decodeError} and `needed` {replicas, ttftSeconds, decodeTokensPerSecond, fewer: the
+same at one group fewer} (the model's figures, corrected, for the forecast load).
 """
 
 import math
@@ -344,10 +351,10 @@ def _recommend(
     }
     state["forecast"] = {
         "at": reading.at,
-        "level": holt.level,
-        "trend": holt.trend,
-        "deviation": holt.deviation,
-        "risingSeconds": holt.rising_s,
+        "level": float(f"{holt.level:.4g}"),
+        "trend": float(f"{holt.trend:.4g}"),
+        "deviation": float(f"{holt.deviation:.4g}"),
+        "risingSeconds": round(holt.rising_s),
         "horizonSeconds": round(startup_s),
         "requestRate": round(ahead, 4),
     }

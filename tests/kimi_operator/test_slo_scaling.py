@@ -11,8 +11,8 @@ import pytest
 
 from kimi_operator.api.spec import ScalingBounds
 from kimi_operator.plan.calibration import Calibration
-from kimi_operator.plan.capacity import Load
-from kimi_operator.plan.configs import Configuration
+from kimi_operator.plan.capacity import Load, Role
+from kimi_operator.plan.configs import Configuration, Disaggregated
 from kimi_operator.plan.costs import DecodeCost, PrefillCost, StepCosts
 from kimi_operator.rollout import TIME_FORMAT
 from kimi_operator.slo_scaling import (
@@ -212,3 +212,20 @@ def test_the_webhook_refuses_what_no_count_meets_and_says_what_can_be() -> None:
     assert f"{best.decode_tok_s:.3g} tok/s per user at P90" in problem.message
     assert refusal(scaler(Slo(ttft_seconds=best.ttft_s * 2)), "spec.autoscaling.slo") is None
     assert refusal(scaler(Slo(decode_tokens_per_s=best.decode_tok_s * 2)), "x") is not None
+
+
+def test_each_role_of_a_disaggregated_deployment_starts_from_its_own_count() -> None:
+    split = CONFIG.model_copy(
+        update={"replicas": 3, "disaggregated": Disaggregated(prefill_replicas=2)}
+    )
+    bounds = scaler().bounds
+    roles: tuple[tuple[Role, int], ...] = (("prefill", 2), ("decode", 3))
+    for role, count in roles:
+        s = Scaler(split, CALIBRATION, role, Slo(ttft_seconds=1.0), bounds)
+        kept = evaluate(s, None, None, startup_s=STARTUP_S, now=stamp(0))
+        assert kept.replicas == count
+        # A load its share cannot serve on that count asks for more of that role's groups.
+        busy = evaluate(s, kept.status, reading(30, 200.0, count), startup_s=STARTUP_S,
+                        now=stamp(30))  # fmt: skip
+        assert busy.replicas > count
+        assert busy.notices[0].message.startswith(f"{role} groups {count} -> ")

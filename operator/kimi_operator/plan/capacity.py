@@ -9,7 +9,7 @@ predict.topology on the deployment's calibration) on a workload synthesized from
   places new sessions on the least loaded group, so each of `groups` groups serves about
   1/`groups` of the sessions: one group is simulated at rate/`groups` (a disaggregated role's one
   group beside one group of the other role). The cost of an answer does not grow with the load
-  or the count, and a uneven split that least-loaded placement evens out is not modelled.
+  or the count, and an uneven split that least-loaded placement evens out is not modelled.
 - **Sessions that return.** `SESSIONS_MODELLED` sessions at most send the window's requests in
   turn, each sharing its prefix with the session's earlier turns so that the prompt tokens the
   prefix cache holds are the hit rate measured (the model keeps every prefix: sessions beyond a
