@@ -19,15 +19,17 @@ predict.topology on the deployment's calibration) on a workload synthesized from
 - **A window, warm.** `WINDOW_REQUESTS` requests; the first `WARM_UP` of them (the sessions'
   first, cold turns, and an empty queue) fill the group and are not counted.
 
-The answer is cached by one group's share of the load, rounded (`Load.share`: a 30 s poll's
-reading wanders, and the rounding is well inside the model's own error), so a steady load costs
-one simulation per count, and a load on n groups is the same answer as twice it on 2n.
+The answer is cached by the unit's groups as simulated (not by the deployment's name or counts,
+which change as it scales) and by one group's share of the load, rounded (`Load.share`: a 30 s
+poll's reading wanders, and the rounding is well inside the model's own error), so a steady load
+costs one simulation per count, and a load on n groups is the same answer as twice it on 2n.
 Task completion is not predicted: the load Prometheus holds (vLLM's per-request series) does not
 say which requests form a task, so neither the reading nor this workload has tasks.
 """
 
 import math
 import random
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Final, Literal
@@ -37,8 +39,9 @@ from kimi_operator.bench.stats import decode_rate, percentile
 from kimi_operator.plan.builtin import lone_ttft_s
 from kimi_operator.plan.calibration import Calibration
 from kimi_operator.plan.configs import Configuration, Disaggregated
+from kimi_operator.plan.costs import StepCosts
 from kimi_operator.plan.predict import topology
-from kimi_operator.plan.simulate import simulate
+from kimi_operator.plan.simulate import Topology, simulate
 
 Role = Literal["decode", "prefill"]
 PERCENTILES: Final = (50, 90, 99)
@@ -148,12 +151,12 @@ def unit(config: Configuration) -> Configuration:
     )
 
 
-def _simulated(config: Configuration, calibration: Calibration, share: Load) -> Predicted:
-    lives = simulate(workload(share), topology(unit(config), calibration), False).lives
+def _simulated(group: Topology, costs: StepCosts, share: Load) -> Predicted:
+    lives = simulate(workload(share), group, False).lives
     counted = lives[round(WARM_UP * len(lives)) :]
     ttfts = [live.token_times[0] - live.sent_s for live in counted]
     alone = [
-        lone_ttft_s(calibration.costs, live.request.prompt_tokens - live.cached, live.cached)
+        lone_ttft_s(costs, live.request.prompt_tokens - live.cached, live.cached)
         for live in counted
     ]
     rates = sorted(
@@ -177,7 +180,13 @@ def _simulated(config: Configuration, calibration: Calibration, share: Load) -> 
     )
 
 
+# By what decides an answer: the unit's groups as the simulator runs them (not the
+# configuration, whose name and counts do not change it), the costs a lone request is priced
+# on, and the share. Reconciles run in several threads (controller/loop.py): `_lock` guards the
+# bookkeeping, not the simulation (two threads may both simulate a share neither had: the same
+# answer, stored twice).
 _cache: OrderedDict[tuple[str, str, Load], Predicted] = OrderedDict()
+_lock = threading.Lock()
 
 
 def predicted(
@@ -186,11 +195,16 @@ def predicted(
     """The model's figures for `load` on `groups` groups of the role being scaled: one group's
     share (`Load.share`) on one group of each role of the configuration (`unit`)."""
     share = load.share(groups)
-    key = (unit(config).model_dump_json(), repr((calibration.name, calibration.costs)), share)
-    if key in _cache:
-        _cache.move_to_end(key)
-    else:
-        _cache[key] = _simulated(config, calibration, share)
-        if len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
-    return replace(_cache[key], groups=groups)
+    group = topology(unit(config), calibration)
+    key = (repr(group), repr(calibration.costs), share)
+    with _lock:
+        answer = _cache.get(key)
+        if answer is not None:
+            _cache.move_to_end(key)
+    if answer is None:
+        answer = _simulated(group, calibration.costs, share)
+        with _lock:
+            _cache[key] = answer
+            while len(_cache) > CACHE_SIZE:
+                _cache.popitem(last=False)
+    return replace(answer, groups=groups)
