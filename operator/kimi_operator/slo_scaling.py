@@ -49,14 +49,18 @@ rule is new). `startup_s` is `status.groups[].startupSeconds`' latest, or the p9
 Task completion is not a target here: vLLM's series do not say which requests form a task
 (plan/capacity.py).
 
-**What `Scaled.status` holds** (camelCase, for `status.autoscaler`'s model; floats rounded so a
-steady load rewrites little): `desiredReplicas`, `lastScaleTime`, `recommendations` ([{at,
-replicas}], as prefill_scaling's), `message` (why, in one line), and once a reading came:
-`load` {requestRate, promptTokens, outputTokens, prefixHitRate} (the last reading's, whose
-lengths an idle window reuses), `forecast` {at, level, trend, deviation, risingSeconds,
-horizonSeconds, requestRate} (Holt's memory and the rate sized for), `correction` {slower,
-ttftError, decodeError} and `needed` {replicas, ttftSeconds, decodeTokensPerSecond, fewer: the
-same at one group fewer} (the model's figures, corrected, for the forecast load).
+**What `Scaled.status` holds** (camelCase, for `status.sloAutoscaler`'s model):
+`desiredReplicas`, `lastScaleTime`, `recommendations` ([{at, replicas}], as prefill_scaling's),
+`message` (why, in one line), and once a reading came, the view (`VIEW`): `load` {requestRate,
+promptTokens, outputTokens, prefixHitRate} (the reading's, whose lengths an idle window
+reuses), `forecast` {at, level, trend, deviation, risingSeconds, horizonSeconds, requestRate}
+(Holt's memory and the rate sized for), `correction` {slower, ttftError, decodeError} and
+`needed` {replicas, ttftSeconds, decodeTokensPerSecond, fewer: the same at one group fewer} (the
+model's figures, corrected, for the forecast load). **Status is written only when what it says
+changes** (as prefill_scaling's; the controller writes status only when it differs): the view
+is of the last reading that moved it by more than `SETTLED` or changed the count recommended
+(`_moved`), with floats to `DIGITS` significant digits, and the message is the view's; so a
+steady load, read within a few % every poll, writes no status.
 """
 
 import math
@@ -70,7 +74,7 @@ from kimi_operator.plan.calibration import Calibration
 from kimi_operator.plan.capacity import ALONE_RATE_PER_S, Load, Role, predicted
 from kimi_operator.plan.configs import Configuration
 from kimi_operator.plan.target import fewest
-from kimi_operator.prefill_scaling import recommendation_window
+from kimi_operator.prefill_scaling import POLL_S, recommendation_window
 from kimi_operator.rollout import epoch
 
 Percentile = Literal[50, 90, 99]
@@ -94,6 +98,12 @@ WINDOW_S: Final = 300.0  # the recording rules' window
 LONE_PROMPT_TOKENS: Final = 16384
 LONE_HIT_RATE: Final = 0.9
 LONE_OUTPUT_TOKENS: Final = 256
+# What a role's status shows of the last reading that moved it (`_moved`) by more than SETTLED:
+# a steady load's 5-minute rate wanders by a few %, and the forecast on it, by its trend and
+# margin, by twice that. Floats to DIGITS significant digits.
+VIEW: Final = ("load", "forecast", "correction", "needed")
+SETTLED: Final = 0.1
+DIGITS: Final = 4
 
 
 @dataclass(frozen=True)
@@ -205,7 +215,9 @@ class Holt:
     rising_s: float = 0.0
 
     def updated(self, rate: float, dt: float) -> "Holt":
-        """After a reading `dt` seconds on (irregular intervals: the trend carries the level)."""
+        """After a reading `dt` seconds on (irregular intervals: the trend carries the level). The
+        state may be several polls old (status keeps it until it moves: `_moved`); it rose
+        through them only if its trend did, so a trend that turns up now has risen one poll."""
         if dt <= 0:
             return self
         expected = self.level + self.trend * dt
@@ -215,7 +227,9 @@ class Holt:
             level=level,
             trend=trend,
             deviation=GAMMA * abs(rate - expected) + (1 - GAMMA) * self.deviation,
-            rising_s=self.rising_s + dt if trend > 0 else 0.0,
+            rising_s=(self.rising_s + dt if self.trend > 0 else min(dt, POLL_S))
+            if trend > 0
+            else 0.0,
         )
 
     def ahead(self, seconds: float) -> float:
@@ -226,13 +240,19 @@ class Holt:
         return self.level + self.trend * carried + DEVIATIONS * self.deviation
 
 
-def _correction(scaler: Scaler, old: Correction, reading: Reading, load: Load) -> Correction:
+def _correction(
+    scaler: Scaler, old: Correction, reading: Reading, load: Load, dt: float
+) -> Correction:
     """`old` after the reading's measured figures against the model's for the load read on the
-    groups that served it: the decode rate's ratio moves `slower` (TTFT's where none was read).
-    Only where the model has the groups within the TTFT target at that load: past that knee a
-    group's queue grows without bound, and a ratio of two queues says little of how fast the
-    groups run (the errors are still reported). A window of fewer than `MIN_REQUESTS` moves
-    nothing."""
+    groups that served it, `dt` seconds after `old`: the decode rate's ratio moves `slower`
+    (TTFT's where none was read), by `CORRECTION_WEIGHT` per `POLL_S`. Status keeps `old` until
+    it moves by more than `SETTLED` (`_moved`), and the ratio is measured against it at every
+    poll in between: `old` k polls old moves as k such readings would move it,
+    1 - (1 - weight)^k of the way (else a ratio whose one step is under `SETTLED` would never
+    move it). Only where the model has the groups within the TTFT target at that load: past
+    that knee a group's queue grows without bound, and a ratio of two queues says little of how
+    fast the groups run (the errors are still reported). A window of fewer than `MIN_REQUESTS`
+    moves nothing."""
     if reading.serving_groups < 1 or reading.request_rate_per_s * WINDOW_S < MIN_REQUESTS:
         return old
     model = scaler.figures(load, reading.serving_groups, old.slower)
@@ -247,7 +267,8 @@ def _correction(scaler: Scaler, old: Correction, reading: Reading, load: Load) -
     slower = (1 / decode if decode is not None else ttft) if keeps_up else None
     if slower is None:
         return replace(old, ttft_error=_error(ttft), decode_error=_error(decode))
-    mean = math.exp(math.log(old.slower) + CORRECTION_WEIGHT * math.log(slower))
+    weight = 1 - (1 - CORRECTION_WEIGHT) ** (dt / POLL_S)
+    mean = math.exp(math.log(old.slower) + weight * math.log(slower))
     return Correction(
         slower=min(CORRECTION_BOUND, max(1 / CORRECTION_BOUND, mean)),
         ttft_error=_error(ttft),
@@ -306,12 +327,14 @@ def _recommend(
     scaler: Scaler, state: dict[str, Any], reading: Reading, startup_s: float, current: int
 ) -> tuple[int, str, Problem | None]:
     """The groups the forecast needs, why, and the problem when even maxReplicas miss; writes
-    the reading, forecast, correction and the model's figures into `state`."""
+    the view (`VIEW`: the reading, forecast, correction and the model's figures) into `state`
+    when it moved (`_moved`), else keeps the one there."""
     slo, bounds = scaler.slo, scaler.bounds
     load = _load(reading, state.get("load") or {})
     t = epoch(reading.at) or 0.0
     last = state.get("forecast") or {}
     since = epoch(str(last.get("at", "")))
+    dt = t - since if since is not None else POLL_S
     holt = (
         Holt(
             float(last["level"]),
@@ -321,13 +344,13 @@ def _recommend(
         )
         if since is not None
         else Holt(load.request_rate_per_s)
-    ).updated(load.request_rate_per_s, t - (since or t))
+    ).updated(load.request_rate_per_s, dt)
     now_rate = load.request_rate_per_s
     ahead = min(max(now_rate, holt.ahead(startup_s + WINDOW_S / 2)), MAX_GROWTH * now_rate)
     forecast = Load(ahead, load.prompt_tokens, load.output_tokens, load.prefix_hit_rate,
                     load.sessions)  # fmt: skip
-    running = state.get("correction") or {}
-    correction = _correction(scaler, Correction(float(running.get("slower", 1.0))), reading, load)
+    running = Correction(float((state.get("correction") or {}).get("slower", 1.0)))
+    correction = _correction(scaler, running, reading, load, dt)
     slower = correction.slower
     needed = fewest(
         lambda groups: slo.met(scaler.figures(forecast, groups, slower)),
@@ -335,42 +358,89 @@ def _recommend(
         current,
     )
     rec = _bounded(bounds, needed or bounds.max_replicas)
-    at = scaler.figures(forecast, rec, slower)
+    fresh: dict[str, Any] = {
+        "load": {
+            "requestRate": _significant(load.request_rate_per_s),
+            "promptTokens": round(load.prompt_tokens),
+            "outputTokens": round(load.output_tokens),
+            "prefixHitRate": round(load.prefix_hit_rate, 3),
+        },
+        "forecast": {
+            "at": reading.at,
+            "level": _significant(holt.level),
+            "trend": _significant(holt.trend),
+            "deviation": _significant(holt.deviation),
+            "risingSeconds": round(holt.rising_s),
+            "horizonSeconds": round(startup_s),
+            "requestRate": _significant(ahead),
+        },
+        "correction": {
+            "slower": _significant(slower),
+            "ttftError": _rounded(correction.ttft_error),
+            "decodeError": _rounded(correction.decode_error),
+        },
+        "needed": _shown(scaler.figures(forecast, rec, slower)),
+    }
+    if rec > 1:
+        fresh["needed"]["fewer"] = _shown(scaler.figures(forecast, rec - 1, slower))
+    if _moved(state, fresh):
+        state.update(fresh)
     problem = None
     if needed is None:
+        shown = state["needed"]
+        rate = shown["decodeTokensPerSecond"]
+        at = Figures(rec, shown["ttftSeconds"], math.inf if rate is None else rate)
         problem = Problem(
             UNREACHABLE,
             f"{_described(slo)} is predicted to be missed even at maxReplicas "
             f"{bounds.max_replicas}: {_given(slo, at)}",
         )
-    state["load"] = {
-        "requestRate": round(load.request_rate_per_s, 4),
-        "promptTokens": round(load.prompt_tokens),
-        "outputTokens": round(load.output_tokens),
-        "prefixHitRate": round(load.prefix_hit_rate, 3),
-    }
-    state["forecast"] = {
-        "at": reading.at,
-        "level": float(f"{holt.level:.4g}"),
-        "trend": float(f"{holt.trend:.4g}"),
-        "deviation": float(f"{holt.deviation:.4g}"),
-        "risingSeconds": round(holt.rising_s),
-        "horizonSeconds": round(startup_s),
-        "requestRate": round(ahead, 4),
-    }
-    state["correction"] = {
-        "slower": round(slower, 4),
-        "ttftError": _rounded(correction.ttft_error),
-        "decodeError": _rounded(correction.decode_error),
-    }
-    state["needed"] = _shown(at)
-    if rec > 1:
-        state["needed"]["fewer"] = _shown(scaler.figures(forecast, rec - 1, slower))
     message = (
-        f"{load.request_rate_per_s:.3g} requests/s now, {ahead:.3g} forecast in "
-        f"{startup_s:.0f} s: {rec} groups recommended for {_described(slo)}"
+        f"{state['load']['requestRate']:.3g} requests/s now, "
+        f"{state['forecast']['requestRate']:.3g} forecast in "
+        f"{state['forecast']['horizonSeconds']} s: {rec} groups recommended for {_described(slo)}"
     )
     return rec, message, problem
+
+
+def _moved(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether the view `new` differs from `old`'s by more than a poll's wandering: status is
+    written only when what it says changes (steady load writes none, as prefill_scaling's). It
+    moved when it is the first, when the count it recommends or the horizon changed, when the
+    rate read, the forecast's level or the rate it forecasts (its trend and margin included)
+    moved by more than `SETTLED` of the larger rate forecast, the speed factor `slower` or a mean
+    length by more than `SETTLED` of itself, or the prefix hit rate by more than `SETTLED`. The
+    whole view (its time `forecast.at`, the model's figures, the errors) is then of the last
+    reading that moved it. A reading that does not leaves Holt and the correction as written;
+    the next updates them from there, over the time since (`Holt.updated`, `_correction`), as
+    one after a restart does: what status holds is all the forecast needs. So Holt's level
+    lags a load that moved by less than `SETTLED`, whose reading floors the forecast anyway."""
+    if not all(key in old for key in VIEW):
+        return True
+    load, forecast, fresh, ahead = old["load"], old["forecast"], new["load"], new["forecast"]
+    scale = max(forecast["requestRate"], ahead["requestRate"], ALONE_RATE_PER_S)
+    rates = [
+        (load["requestRate"], fresh["requestRate"]),
+        (forecast["level"], ahead["level"]),
+        (forecast["requestRate"], ahead["requestRate"]),
+    ]
+    relative = [
+        (old["correction"]["slower"], new["correction"]["slower"]),
+        (load["promptTokens"], fresh["promptTokens"]),
+        (load["outputTokens"], fresh["outputTokens"]),
+    ]
+    return (
+        old["needed"]["replicas"] != new["needed"]["replicas"]
+        or forecast["horizonSeconds"] != ahead["horizonSeconds"]
+        or any(abs(b - a) > SETTLED * scale for a, b in rates)
+        or any(abs(b - a) > SETTLED * max(a, b) for a, b in relative)
+        or abs(fresh["prefixHitRate"] - load["prefixHitRate"]) > SETTLED
+    )
+
+
+def _significant(value: float) -> float:
+    """`value` to `DIGITS` significant digits: no float noise (3.1999999999999997) in status."""
+    return float(f"{value:.{DIGITS}g}")
 
 
 def evaluate(

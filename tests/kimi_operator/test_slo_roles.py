@@ -2,6 +2,8 @@
 remembers for each role, and the count it keeps when it cannot decide alone. The sizing itself is
 slo_scaling's (tests/kimi_operator/test_slo_scaling.py); a virtual clock, no cluster."""
 
+import random
+import time
 from typing import Any
 
 import pytest
@@ -11,14 +13,16 @@ from kimi_operator import slo_roles
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import KimiDeploymentStatus
 from kimi_operator.cli import EXIT_INVALID
-from kimi_operator.prefill_scaling import Load
+from kimi_operator.prefill_scaling import POLL_S, Load
 from kimi_operator.reconcile.status import Outcome, slo_outcome
+from kimi_operator.rollout import TIME_FORMAT
 from kimi_operator.slo_scaling import UNAVAILABLE
 from tests.fuzz.harness import run_cli
 from tests.support.corpus import POOL, SLO
 from tests.support.specs import edited
 
 NOW, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:00:30Z"
+START = 1_767_225_600.0  # NOW
 URL = "http://prometheus:9090"
 # A busy agent load: long prompts mostly cached, 400 tokens out, on one serving group.
 BUSY = {
@@ -198,3 +202,27 @@ def test_objectives_no_count_can_meet_are_refused_saying_what_can_be() -> None:
     code, out, _ = run_cli(["validate", "-"], yaml.safe_dump(doc).encode())
     assert code == EXIT_INVALID
     assert out.startswith(f"<stdin>: {problem.message}")
+
+
+def test_a_steady_load_writes_no_status_and_a_change_of_load_does() -> None:
+    """The controller writes status only when it differs from what it read (controller/loop.py):
+    a steady load, read every poll within ±2% (a 5-minute rate wanders), settles to one status;
+    a doubled load changes it at once."""
+    kd = deployment(**{"spec.autoscaling.scaleDownStabilizationSeconds": 600})
+    noise = random.Random(7)
+    status: dict[str, Any] = {}
+    written = []
+    for poll in range(200):
+        busy = BUSY | {slo_roles.RATE: 12.0} if poll >= 160 else BUSY
+        values = {key: value * noise.uniform(0.98, 1.02) for key, value in busy.items()}
+        groups = (status.get("sloAutoscaler") or {}).get("decode", {}).get("desiredReplicas", 1)
+        values[slo_roles.SERVING] = groups
+        now = time.strftime(TIME_FORMAT, time.gmtime(START + poll * POLL_S))
+        scaled = slo_roles.evaluate(kd, status, {"decode": Load(values)}, now=now, url=URL)
+        result = slo_outcome(Outcome(dict(status)), scaled)
+        written.append(result.status != status)
+        status = result.status
+    settled = 60  # polls: 30 minutes, past the stabilization window and the correction
+    assert written[:settled].count(True) >= 1
+    assert not any(written[settled:160]), [i for i, w in enumerate(written) if w]
+    assert written[160]

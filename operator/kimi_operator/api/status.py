@@ -165,7 +165,11 @@ class SloLoad(StatusModel):
 class SloForecast(StatusModel):
     """The request rate forecast one group start-up time ahead (Holt's level and trend)."""
 
-    at: str = Field(max_length=64, description="When the load it was made from was read.")
+    at: str = Field(
+        max_length=64,
+        description="When the load it was made from was read: the last reading that moved the "
+        "load, the forecast or the correction by more than 10% (a steady load writes no status).",
+    )
     level: float = Field(description="Holt's level, requests per second.")
     trend: float = Field(description="Holt's trend, requests per second per second.")
     deviation: float = Field(
@@ -226,7 +230,7 @@ class SloRoleStatus(StatusModel):
         description="As status.prefillAutoscaler's: a group is removed only when all ask for "
         "fewer.",
     )
-    load: SloLoad | None = Field(None, description="The load at the last answer.")
+    load: SloLoad | None = Field(None, description="The load read at forecast.at.")
     forecast: SloForecast | None = Field(None, description="The load forecast.")
     correction: SloCorrection | None = Field(None, description="The model's recent error.")
     needed: SloNeeded | None = Field(
