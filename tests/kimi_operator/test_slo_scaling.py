@@ -18,6 +18,7 @@ from kimi_operator.rollout import TIME_FORMAT
 from kimi_operator.slo_scaling import (
     CORRECTION_BOUND,
     SCALED,
+    SETTLED,
     UNAVAILABLE,
     UNREACHABLE,
     Reading,
@@ -178,6 +179,20 @@ def test_the_correction_follows_slower_groups_within_its_bound() -> None:
     assert status["correction"]["slower"] == pytest.approx(CORRECTION_BOUND)
     assert status["correction"]["decodeError"] < -0.5  # what the model still gets wrong
     assert status["desiredReplicas"] > plain.replicas
+
+
+def test_groups_a_little_slower_are_learnt_though_no_one_reading_moves_the_status() -> None:
+    """Status keeps the correction until it moves by more than SETTLED; each reading's step
+    towards 1.3 (a fifth of it, 5%) is less, so the steps since the one written add up."""
+    s = scaler()
+    status: dict[str, Any] | None = None
+    for step in range(40):
+        serving = (status or {}).get("desiredReplicas", 1)
+        truth = s.figures(load(6.0), serving, slower=1.3)
+        answer = reading(30 * step, 6.0, serving, decode_tok_s=truth.decode_tok_s)
+        status = evaluate(s, status, answer, startup_s=STARTUP_S, now=stamp(30 * step)).status
+    assert status is not None
+    assert status["correction"]["slower"] == pytest.approx(1.3, rel=SETTLED)
 
 
 def test_groups_as_fast_as_the_model_leave_it_uncorrected() -> None:
