@@ -223,15 +223,19 @@ Policy = Callable[[float, Reading | None, float, int], int]
 
 
 def slo_policy(calibration: Calibration, bounds: ScalingBounds) -> Policy:
-    """slo_scaling.evaluate with its status carried from one call to the next."""
+    """slo_scaling.evaluate with its status and memory carried from one call to the next, as
+    the operator carries them (slo_roles.py)."""
     scaler = Scaler(CONFIG, calibration, "decode", SLO, bounds)
     status: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
 
     def decide(t: float, reading: Reading | None, waiting: float, current: int) -> int:
-        nonlocal status
+        nonlocal status, memory
         del waiting, current  # the status remembers the count
-        decision = evaluate(scaler, status, reading, startup_s=STARTUP_S, now=stamp(t))
-        status = decision.status
+        decision = evaluate(
+            scaler, status, reading, startup_s=STARTUP_S, now=stamp(t), memory=memory
+        )
+        status, memory = decision.status, decision.memory
         return decision.replicas
 
     return decide

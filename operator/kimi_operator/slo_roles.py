@@ -10,10 +10,13 @@ never writes (as prefill_scaling.py does). No HorizontalPodAutoscaler or ScaledO
 for an slo (builders/autoscaling.py); one that is not the operator's and targets the
 deployment's scale subresource (`foreign`) would be a second writer of the decode count: the
 decode role keeps the count it has and Degraded names the object until it is gone. Everything
-the scaler remembers lives in status.sloAutoscaler, one entry per role.
+the scaler needs to carry on after a restart lives in status.sloAutoscaler, one entry per role;
+between status writes (a steady load writes none: slo_scaling's `_moved`) the process keeps the
+view each reading made (`_memory`), so Holt and the correction learn from every reading.
 """
 
 import functools
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -38,7 +41,7 @@ from kimi_operator.plan.capacity import Role
 from kimi_operator.plan.configs import deployment_configuration
 from kimi_operator.prefill_scaling import Load, with_prefill_replicas
 from kimi_operator.rollout import group_of
-from kimi_operator.slo_scaling import UNAVAILABLE, Reading, Scaler, Slo, refusal
+from kimi_operator.slo_scaling import UNAVAILABLE, VIEW, Reading, Scaler, Slo, refusal
 from kimi_operator.slo_scaling import evaluate as size
 
 AUTOSCALER: Final = "kimi-operator/slo"  # status.autoscaler with spec.autoscaling.slo
@@ -57,6 +60,11 @@ RATE, PROMPT, OUTPUT, HITS, SERVING, TTFT, DECODE = (
 )
 _ROLE_SERIES = {"decode": 'role!="prefill"', "prefill": 'role="prefill"'}
 _LETTER = {"decode": "g", "prefill": "p"}  # the role's group names: <name>-g<i>, <name>-p<i>
+# slo_scaling's `Scaled.memory` by (namespace, name, role), beside the status view it was made
+# with: used only while status still holds that view (not after another replica's write or an
+# edit). One small entry per deployment and role ever scaled; the reconcile threads share it.
+_memory: dict[tuple[str, str, Role], tuple[dict[str, Any], dict[str, Any]]] = {}
+_memory_lock = threading.Lock()
 
 
 def bounds(kd: KimiDeployment, role: Role) -> ScalingBounds | None:
@@ -231,8 +239,14 @@ def evaluate(
             load = loads.get(role, Load(error="not read"))
             found = None if load.error else reading(load.values, now)
             result = size(
-                scaler(kd, role), last, found, startup_s=startup_seconds(kd, old, role), now=now
+                scaler(kd, role),
+                last,
+                found,
+                startup_s=startup_seconds(kd, old, role),
+                now=now,
+                memory=_remembered(kd, role, last),
             )
+            _remember(kd, role, result.status, result.memory)
             memory[role] = result.status
             notices += result.notices
             problem = _unavailable(kd, role, load, url, count) if found is None else result.problem
@@ -242,6 +256,27 @@ def evaluate(
         kd = _with_count(kd, role, count)
     status = SloAutoscalerStatus.model_validate(memory).model_dump(exclude_none=True)
     return SloScaled(kd, status, notices, problems, fewer)
+
+
+def _view(status: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {key: (status or {}).get(key) for key in VIEW}
+
+
+def _remembered(
+    kd: KimiDeployment, role: Role, status: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """The role's last `Scaled.memory` in this process, if `status` still shows its view."""
+    with _memory_lock:
+        view, memory = _memory.get((kd.metadata.namespace, kd.metadata.name, role), ({}, {}))
+    return memory if memory and view == _view(status) else None
+
+
+def _remember(
+    kd: KimiDeployment, role: Role, status: Mapping[str, Any], memory: dict[str, Any] | None
+) -> None:
+    if memory is not None:
+        with _memory_lock:
+            _memory[kd.metadata.namespace, kd.metadata.name, role] = (_view(status), memory)
 
 
 def _shared(shared: Sequence[str], count: int) -> Problem:

@@ -60,7 +60,9 @@ model's figures, corrected, for the forecast load). **Status is written only whe
 changes** (as prefill_scaling's; the controller writes status only when it differs): the view
 is of the last reading that moved it by more than `SETTLED` or changed the count recommended
 (`_moved`), with floats to `DIGITS` significant digits, and the message is the view's; so a
-steady load, read within a few % every poll, writes no status.
+steady load, read within a few % every poll, writes no status. `Scaled.memory` is the view of
+every reading, written or not, which the caller passes to the next evaluation in the same
+process (slo_roles.py keeps it per role), so the forecast learns from every reading.
 """
 
 import math
@@ -190,12 +192,15 @@ class Scaler:
 @dataclass(frozen=True)
 class Scaled:
     """One evaluation: the groups wanted, the role's new status memory, a notice for a change of
-    the count (a Normal Event), and what keeps the SLO from being served as asked (Degraded)."""
+    the count (a Normal Event), what keeps the SLO from being served as asked (Degraded), and
+    `memory`: the view this reading made, written or not (`_moved`), for the next evaluation in
+    the same process (None: no reading yet)."""
 
     replicas: int
     status: dict[str, Any]
     notices: list[Problem] = field(default_factory=list)
     problem: Problem | None = None
+    memory: dict[str, Any] | None = None
 
 
 def _bounded(bounds: ScalingBounds, count: int) -> int:
@@ -216,8 +221,8 @@ class Holt:
 
     def updated(self, rate: float, dt: float) -> "Holt":
         """After a reading `dt` seconds on (irregular intervals: the trend carries the level). The
-        state may be several polls old (status keeps it until it moves: `_moved`); it rose
-        through them only if its trend did, so a trend that turns up now has risen one poll."""
+        state may be several polls old (status's after a restart, kept until it moved: `_moved`);
+        it rose through them only if its trend did, so a trend that turns up now rose one poll."""
         if dt <= 0:
             return self
         expected = self.level + self.trend * dt
@@ -245,14 +250,13 @@ def _correction(
 ) -> Correction:
     """`old` after the reading's measured figures against the model's for the load read on the
     groups that served it, `dt` seconds after `old`: the decode rate's ratio moves `slower`
-    (TTFT's where none was read), by `CORRECTION_WEIGHT` per `POLL_S`. Status keeps `old` until
-    it moves by more than `SETTLED` (`_moved`), and the ratio is measured against it at every
-    poll in between: `old` k polls old moves as k such readings would move it,
-    1 - (1 - weight)^k of the way (else a ratio whose one step is under `SETTLED` would never
-    move it). Only where the model has the groups within the TTFT target at that load: past
-    that knee a group's queue grows without bound, and a ratio of two queues says little of how
-    fast the groups run (the errors are still reported). A window of fewer than `MIN_REQUESTS`
-    moves nothing."""
+    (TTFT's where none was read), by `CORRECTION_WEIGHT` per `POLL_S`. After a restart `old` is
+    status's, kept until it moved by more than `SETTLED` (`_moved`): k polls old, it moves as k
+    such readings would have moved it, 1 - (1 - weight)^k of the way (else a ratio whose one
+    step is under `SETTLED` would never move what a process without memory reads). Only where
+    the model has the groups within the TTFT target at that load: past that knee a group's
+    queue grows without bound, and a ratio of two queues says little of how fast the groups run
+    (the errors are still reported). A window of fewer than `MIN_REQUESTS` moves nothing."""
     if reading.serving_groups < 1 or reading.request_rate_per_s * WINDOW_S < MIN_REQUESTS:
         return old
     model = scaler.figures(load, reading.serving_groups, old.slower)
@@ -324,15 +328,22 @@ def _load(reading: Reading, last: Mapping[str, Any]) -> Load:
 
 
 def _recommend(
-    scaler: Scaler, state: dict[str, Any], reading: Reading, startup_s: float, current: int
-) -> tuple[int, str, Problem | None]:
-    """The groups the forecast needs, why, and the problem when even maxReplicas miss; writes
-    the view (`VIEW`: the reading, forecast, correction and the model's figures) into `state`
-    when it moved (`_moved`), else keeps the one there."""
+    scaler: Scaler,
+    state: dict[str, Any],
+    memory: Mapping[str, Any],
+    reading: Reading,
+    *,
+    startup_s: float,
+    current: int,
+) -> tuple[int, str, Problem | None, dict[str, Any]]:
+    """The groups the forecast needs, why, the problem when even maxReplicas miss, and the view
+    (`VIEW`: the reading, forecast, correction and the model's figures) made from `memory`'s
+    (the last one made, written or not) and the reading; writes it into `state` when it moved
+    from the one there (`_moved`)."""
     slo, bounds = scaler.slo, scaler.bounds
-    load = _load(reading, state.get("load") or {})
+    load = _load(reading, memory.get("load") or {})
     t = epoch(reading.at) or 0.0
-    last = state.get("forecast") or {}
+    last = memory.get("forecast") or {}
     since = epoch(str(last.get("at", "")))
     dt = t - since if since is not None else POLL_S
     holt = (
@@ -349,7 +360,7 @@ def _recommend(
     ahead = min(max(now_rate, holt.ahead(startup_s + WINDOW_S / 2)), MAX_GROWTH * now_rate)
     forecast = Load(ahead, load.prompt_tokens, load.output_tokens, load.prefix_hit_rate,
                     load.sessions)  # fmt: skip
-    running = Correction(float((state.get("correction") or {}).get("slower", 1.0)))
+    running = Correction(float((memory.get("correction") or {}).get("slower", 1.0)))
     correction = _correction(scaler, running, reading, load, dt)
     slower = correction.slower
     needed = fewest(
@@ -400,7 +411,7 @@ def _recommend(
         f"{state['forecast']['requestRate']:.3g} forecast in "
         f"{state['forecast']['horizonSeconds']} s: {rec} groups recommended for {_described(slo)}"
     )
-    return rec, message, problem
+    return rec, message, problem, fresh
 
 
 def _moved(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -411,10 +422,10 @@ def _moved(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     moved by more than `SETTLED` of the larger rate forecast, the speed factor `slower` or a mean
     length by more than `SETTLED` of itself, or the prefix hit rate by more than `SETTLED`. The
     whole view (its time `forecast.at`, the model's figures, the errors) is then of the last
-    reading that moved it. A reading that does not leaves Holt and the correction as written;
-    the next updates them from there, over the time since (`Holt.updated`, `_correction`), as
-    one after a restart does: what status holds is all the forecast needs. So Holt's level
-    lags a load that moved by less than `SETTLED`, whose reading floors the forecast anyway."""
+    reading that moved it. Holt and the correction go on from every reading's view in the
+    process that made it (`evaluate`'s `memory`); after a restart they go on from status's,
+    over the time since (`Holt.updated`, `_correction`): what status holds is all the forecast
+    needs, its level behind the load by less than `SETTLED` at most."""
     if not all(key in old for key in VIEW):
         return True
     load, forecast, fresh, ahead = old["load"], old["forecast"], new["load"], new["forecast"]
@@ -450,10 +461,14 @@ def evaluate(
     *,
     startup_s: float,
     now: str,
+    memory: Mapping[str, Any] | None = None,
 ) -> Scaled:
     """The role's groups wanted at `now` (RFC 3339) from its last status `old` (None: the first
     evaluation, which starts from the configuration's count of that role) and the `reading` (None:
-    no answer). `startup_s`: how long a group takes to serve, as the deployment measured it."""
+    no answer). `startup_s`: how long a group takes to serve, as the deployment measured it.
+    `memory`: the last evaluation's `Scaled.memory` in this process, which Holt and the
+    correction go on from (status holds the view only as last written: `_moved`); None (a
+    restart, another replica's write): status's view."""
     bounds = scaler.bounds
     state = dict(old or {})
     split = scaler.config.disaggregated
@@ -466,7 +481,14 @@ def evaluate(
         message = f"no answer from Prometheus: keeping {current} groups"
         problem, rec = Problem(UNAVAILABLE, message), current
     else:
-        rec, message, problem = _recommend(scaler, state, reading, startup_s, current)
+        rec, message, problem, memory = _recommend(
+            scaler,
+            state,
+            state if memory is None else memory,
+            reading,
+            startup_s=startup_s,
+            current=current,
+        )
     kept = [(r["at"], int(r["replicas"])) for r in state.get("recommendations", [])]
     if old is None:  # a new autoscaler: no scale-down for one window
         kept = [(now, current)]
@@ -493,7 +515,7 @@ def evaluate(
         )
     state["desiredReplicas"] = current
     state["message"] = message
-    return Scaled(current, state, notices, problem)
+    return Scaled(current, state, notices, problem, None if memory is None else dict(memory))
 
 
 def attainable(scaler: Scaler) -> Figures:

@@ -226,3 +226,16 @@ def test_a_steady_load_writes_no_status_and_a_change_of_load_does() -> None:
     assert written[:settled].count(True) >= 1
     assert not any(written[settled:160]), [i for i, w in enumerate(written) if w]
     assert written[160]
+
+
+def test_the_memory_between_writes_is_used_only_while_status_shows_its_view() -> None:
+    """Holt and the correction go on from the process's last view while status still shows the
+    view written beside it; another replica's write, an edit or a restart: from status."""
+    kd = deployment()
+    scaled = slo_roles.evaluate(kd, {}, {"decode": Load(BUSY)}, now=NOW, url=URL)
+    assert scaled.status is not None
+    written = scaled.status["decode"]
+    assert slo_roles._remembered(kd, "decode", written) is not None
+    other = written | {"forecast": written["forecast"] | {"level": 99.0}}
+    assert slo_roles._remembered(kd, "decode", other) is None
+    assert slo_roles._remembered(deployment(**{"metadata.name": "k4"}), "decode", written) is None

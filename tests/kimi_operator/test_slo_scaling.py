@@ -182,7 +182,8 @@ def test_the_correction_follows_slower_groups_within_its_bound() -> None:
 
 
 def test_groups_a_little_slower_are_learnt_though_no_one_reading_moves_the_status() -> None:
-    """Status keeps the correction until it moves by more than SETTLED; each reading's step
+    """Without the process's memory (each evaluation as after a restart: status alone), the
+    correction is status's, kept until it moves by more than SETTLED; each reading's step
     towards 1.3 (a fifth of it, 5%) is less, so the steps since the one written add up."""
     s = scaler()
     status: dict[str, Any] | None = None
