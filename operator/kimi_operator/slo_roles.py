@@ -228,6 +228,7 @@ def evaluate(
     notices: list[Problem] = []
     problems: list[Problem] = []
     fewer = False
+    made: dict[Role, dict[str, Any] | None] = {}  # each role's Scaled.memory
     for role in roles(kd):
         last = before.get(role)
         count = _count(kd, role, last)
@@ -246,7 +247,7 @@ def evaluate(
                 now=now,
                 memory=_remembered(kd, role, last),
             )
-            _remember(kd, role, result.status, result.memory)
+            made[role] = result.memory
             memory[role] = result.status
             notices += result.notices
             problem = _unavailable(kd, role, load, url, count) if found is None else result.problem
@@ -255,6 +256,8 @@ def evaluate(
             count = result.replicas
         kd = _with_count(kd, role, count)
     status = SloAutoscalerStatus.model_validate(memory).model_dump(exclude_none=True)
+    for role, view in made.items():  # beside the status as written, and read back
+        _remember(kd, role, status[role], view)
     return SloScaled(kd, status, notices, problems, fewer)
 
 

@@ -232,9 +232,10 @@ def test_the_memory_between_writes_is_used_only_while_status_shows_its_view() ->
     """Holt and the correction go on from the process's last view while status still shows the
     view written beside it; another replica's write, an edit or a restart: from status."""
     kd = deployment()
-    scaled = slo_roles.evaluate(kd, {}, {"decode": Load(BUSY)}, now=NOW, url=URL)
+    unmeasured = BUSY | {slo_roles.TTFT: None, slo_roles.DECODE: None}  # no errors to show
+    scaled = slo_roles.evaluate(kd, {}, {"decode": Load(unmeasured)}, now=NOW, url=URL)
     assert scaled.status is not None
-    written = scaled.status["decode"]
+    written = scaled.status["decode"]  # as the controller writes it and reads it back
     assert slo_roles._remembered(kd, "decode", written) is not None
     other = written | {"forecast": written["forecast"] | {"level": 99.0}}
     assert slo_roles._remembered(kd, "decode", other) is None
