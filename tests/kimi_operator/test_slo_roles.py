@@ -12,6 +12,7 @@ from kimi_operator import slo_roles
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import KimiDeploymentStatus
 from kimi_operator.cli import EXIT_INVALID
+from kimi_operator.plan.capacity import Role
 from kimi_operator.plan.costs import scaled
 from kimi_operator.plan.stored import document
 from kimi_operator.prefill_scaling import Load
@@ -206,7 +207,8 @@ def test_objectives_no_count_can_meet_are_refused_saying_what_can_be() -> None:
 
 STORED = {"configMapName": "k3-calibration"}
 WHERE = "ConfigMap k3-calibration, key calibration.json"
-STEADY = {"decode": Load({**BUSY, slo_roles.RATE: 2.0})}  # two groups on the built-in
+# Two groups on the built-in.
+STEADY: dict[Role, Load] = {"decode": Load({**BUSY, slo_roles.RATE: 2.0})}
 
 
 def calibrated(**slo: Any) -> KimiDeployment:
