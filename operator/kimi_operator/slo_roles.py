@@ -327,8 +327,12 @@ def _corrected_for(
 ) -> Mapping[str, Any] | None:
     """The role's memory, less the model's correction when it was learnt on another calibration:
     how much slower the groups run than one calibration says is not how much slower than
-    another (a stored calibration measured the groups themselves)."""
-    if last is None or (last.get("calibration") or {}).get("name") == said.name:
+    another (a stored calibration measured the groups themselves). A memory that names none
+    was sized on the built-in (before the operator recorded it): kept for the built-in."""
+    if last is None:
+        return last
+    before = (last.get("calibration") or {}).get("name")
+    if before == said.name or (before is None and said.config_map is None):
         return last
     return {key: value for key, value in last.items() if key != "correction"}
 

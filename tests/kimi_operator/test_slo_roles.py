@@ -273,8 +273,21 @@ def test_a_correction_learnt_on_another_calibration_is_not_carried_over() -> Non
 
     fresh = {k: v for k, v in learnt.items() if k != "correction"}
     assert slower(learnt) == slower(fresh)  # learnt on the built-in: dropped
+    unnamed = {k: v for k, v in learnt.items() if k != "calibration"}
+    assert slower(unnamed) == slower(fresh)  # not recorded: the built-in's, dropped too
     mine = learnt | {"calibration": {"name": "k3-measured", "origin": "measured: runs/k3"}}
     assert slower(mine) > slower(fresh)  # learnt on this one: kept
+
+    # On the built-in, a memory from before the calibration was recorded keeps its correction.
+    builtin = deployment()
+
+    def on_builtin(memory: dict[str, Any]) -> float:
+        old = {"sloAutoscaler": {"decode": memory}}
+        found = slo_roles.evaluate(builtin, old, STEADY, now=LATER)
+        assert found.status is not None
+        return float(found.status["decode"]["correction"]["slower"])
+
+    assert on_builtin(unnamed) == on_builtin(learnt) > on_builtin(fresh)
 
 
 @pytest.mark.parametrize(
