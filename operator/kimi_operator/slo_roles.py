@@ -4,15 +4,17 @@ operator is the one writer of a role's count.
 For each role with an slo, observe.py asks Prometheus the instant `queries` of its load (the
 chart's per-role recording rules); `evaluate`, pure, turns the answers into slo_scaling's
 `Reading`, sizes the role with `slo_scaling.evaluate` on the deployment's shape and calibration
-(`scaler`), forecasting over the start-up time its groups measured (`startup_seconds`), and
-renders that many groups in place of spec.replicas or spec.prefill.replicas, which the operator
-never writes (as prefill_scaling.py does). No HorizontalPodAutoscaler or ScaledObject is made
-for an slo (builders/autoscaling.py); one that is not the operator's and targets the
-deployment's scale subresource (`foreign`) would be a second writer of the decode count: the
-decode role keeps the count it has and Degraded names the object until it is gone. Everything
-the scaler needs to carry on after a restart lives in status.sloAutoscaler, one entry per role;
-between status writes (a steady load writes none: slo_scaling's `_moved`) the process keeps the
-view each reading made (`_memory`), so Holt and the correction learn from every reading.
+(`scaler`: the one a user stored for it in a ConfigMap, which observe.py reads, else the GB300
+built-in for the shape; `calibration`), forecasting over the start-up time its groups measured
+(`startup_seconds`), and renders that many groups in place of spec.replicas or
+spec.prefill.replicas, which the operator never writes (as prefill_scaling.py does). No
+HorizontalPodAutoscaler or ScaledObject is made for an slo (builders/autoscaling.py); one that
+is not the operator's and targets the deployment's scale subresource (`foreign`) would be a
+second writer of the decode count: the decode role keeps the count it has and Degraded names
+the object until it is gone. Everything the scaler needs to carry on after a restart lives in
+status.sloAutoscaler, one entry per role; between status writes (a steady load writes none:
+slo_scaling's `_moved`) the process keeps the view each reading made (`_memory`), so Holt and
+the correction learn from every reading.
 """
 
 import functools
@@ -24,7 +26,7 @@ from typing import Any, Final
 from kimi_operator.api.constants import GROUP
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment, ScalingBounds, SloSpec
-from kimi_operator.api.status import SloAutoscalerStatus
+from kimi_operator.api.status import SloAutoscalerStatus, SloCalibration
 from kimi_operator.k8s.merge import owned_by
 from kimi_operator.observability.rules import (
     ROLE_OUTPUT_TOKENS,
@@ -35,10 +37,12 @@ from kimi_operator.observability.rules import (
     role_decode_rate,
     role_ttft,
 )
+from kimi_operator.plan import PlanError
 from kimi_operator.plan.builtin import builtin_calibration
 from kimi_operator.plan.calibration import Calibration
 from kimi_operator.plan.capacity import Role
 from kimi_operator.plan.configs import deployment_configuration
+from kimi_operator.plan.stored import load, other_shape
 from kimi_operator.prefill_scaling import Load, with_prefill_replicas
 from kimi_operator.rollout import group_of
 from kimi_operator.slo_scaling import UNAVAILABLE, VIEW, Reading, Scaler, Slo, refusal
@@ -46,6 +50,8 @@ from kimi_operator.slo_scaling import evaluate as size
 
 AUTOSCALER: Final = "kimi-operator/slo"  # status.autoscaler with spec.autoscaling.slo
 SHARED: Final = "SloCountShared"  # Degraded's reason while another autoscaler targets the count
+# Degraded's reason while the calibration an slo names cannot be used (the built-in is).
+CALIBRATION: Final = "SloCalibrationUnusable"
 # A group's start-up time before any was measured: a cold GB300 start of Kimi K3.
 DEFAULT_STARTUP_S: Final = 1800.0
 # The keys of `queries`, by what slo_scaling's Reading needs.
@@ -126,16 +132,81 @@ def _calibration(gpus: int, backend: str, draft_tokens: int) -> Calibration:
     return builtin_calibration(gpus, backend, draft_tokens)
 
 
-def scaler(kd: KimiDeployment, role: Role) -> Scaler:
-    """What the role is sized on: the deployment's shape and the GB300 built-in calibration
-    for it."""
+def _path(role: Role) -> str:
+    return "spec.autoscaling.slo" if role == "decode" else "spec.prefill.autoscaling.slo"
+
+
+def calibration_maps(kd: KimiDeployment) -> list[str]:
+    """The ConfigMaps of the deployment's namespace its roles' slo store a calibration in."""
+    return sorted(
+        {
+            slo.calibration.config_map_name
+            for scaling in kd.spec.slo_scaled.values()
+            if (slo := _slo(scaling)).calibration is not None
+        }
+    )
+
+
+def calibration(
+    kd: KimiDeployment, role: Role, maps: Mapping[str, Mapping[str, Any] | None]
+) -> tuple[Calibration, SloCalibration, Problem | None]:
+    """What the role is sized on, from the ConfigMaps `calibration_maps` names as read (None:
+    not found), and its status: the calibration stored for it where it names one that is of the
+    deployment's shape (stored.py), else the GB300 built-in for the shape, and then Degraded
+    (`CALIBRATION`) saying why the stored one is not used."""
+    scaling = bounds(kd, role)
+    assert scaling is not None
+    config = deployment_configuration(kd)
+    builtin = _calibration(config.gpus, config.backend, config.draft_tokens)
+    said = _said(builtin)
+    ref = _slo(scaling).calibration
+    if ref is None:
+        return builtin, said, None
+    where = f"ConfigMap {ref.config_map_name}, key {ref.key}"
+    found = maps.get(ref.config_map_name)
+    data = (found or {}).get("data") or {}
+    why = None
+    if found is None:
+        why = f"ConfigMap {ref.config_map_name} not found in namespace {kd.metadata.namespace}"
+    elif ref.key not in data:
+        keys = ", ".join(sorted(data)) or "none"
+        why = f"ConfigMap {ref.config_map_name} has no key {ref.key} (its keys: {keys})"
+    else:
+        try:
+            stored = load(str(data[ref.key]))
+        except PlanError as error:
+            why = f"{where} is not a calibration document: {error}"
+        else:
+            shape = other_shape(stored, config)
+            if shape is None:
+                said = _said(stored, where)
+                return stored, said, None
+            why = f"{where} is a calibration of another shape: {shape}"
+    problem = Problem(
+        CALIBRATION,
+        f"{_path(role)}.calibration: {why}; the {role} groups are sized on the built-in "
+        f"{builtin.name} calibration meanwhile"[:1024],
+    )
+    return builtin, said, problem
+
+
+def _said(sized_on: Calibration, config_map: str | None = None) -> SloCalibration:
+    """What status.sloAutoscaler says of the calibration a role was sized on."""
+    return SloCalibration(
+        name=sized_on.name[:253], origin=sized_on.origin[:512], config_map=config_map
+    )
+
+
+def scaler(kd: KimiDeployment, role: Role, sized_on: Calibration | None = None) -> Scaler:
+    """What the role is sized on: the deployment's shape and `sized_on` (`calibration`'s
+    answer), else the GB300 built-in calibration for the shape."""
     scaling = bounds(kd, role)
     assert scaling is not None
     slo = _slo(scaling)
     config = deployment_configuration(kd)
     return Scaler(
         config=config,
-        calibration=_calibration(config.gpus, config.backend, config.draft_tokens),
+        calibration=sized_on or _calibration(config.gpus, config.backend, config.draft_tokens),
         role=role,
         slo=Slo(
             ttft_seconds=slo.ttft_seconds,
@@ -217,10 +288,12 @@ def evaluate(
     now: str,
     shared: Sequence[str] = (),
     url: str = "",
+    maps: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> SloScaled:
     """Every role's groups at `now` (RFC 3339) from the last status `old` and the `loads` read
     now (None: not read, each count stays as recorded); `shared`: the other autoscalers that
-    target the scale subresource (`foreign`); `url`: the Prometheus asked, for the messages."""
+    target the scale subresource (`foreign`); `url`: the Prometheus asked, for the messages;
+    `maps`: the ConfigMaps `calibration_maps` names, as read (None: not found)."""
     if not roles(kd):
         return SloScaled(kd)
     before = old.get("sloAutoscaler") or {}
@@ -239,19 +312,21 @@ def evaluate(
         else:
             load = loads.get(role, Load(error="not read"))
             found = None if load.error else reading(load.values, now)
+            sized_on, said, unusable = calibration(kd, role, maps or {})
+            kept = _corrected_for(last, said)
             result = size(
-                scaler(kd, role),
-                last,
+                scaler(kd, role, sized_on),
+                kept,
                 found,
                 startup_s=startup_seconds(kd, old, role),
                 now=now,
-                memory=_remembered(kd, role, last),
+                memory=_remembered(kd, role, last) if kept is last else None,
             )
             made[role] = result.memory
-            memory[role] = result.status
+            memory[role] = result.status | {"calibration": said.model_dump(exclude_none=True)}
             notices += result.notices
             problem = _unavailable(kd, role, load, url, count) if found is None else result.problem
-            problems += [problem] if problem is not None else []
+            problems += [p for p in (unusable, problem) if p is not None]
             fewer = fewer or result.replicas < count
             count = result.replicas
         kd = _with_count(kd, role, count)
@@ -282,6 +357,21 @@ def _remember(
             _memory[kd.metadata.namespace, kd.metadata.name, role] = (_view(status), memory)
 
 
+def _corrected_for(
+    last: Mapping[str, Any] | None, said: SloCalibration
+) -> Mapping[str, Any] | None:
+    """The role's memory, less the model's correction when it was learnt on another calibration:
+    how much slower the groups run than one calibration says is not how much slower than
+    another (a stored calibration measured the groups themselves). A memory that names none
+    was sized on the built-in (before the operator recorded it): kept for the built-in."""
+    if last is None:
+        return last
+    before = (last.get("calibration") or {}).get("name")
+    if before == said.name or (before is None and said.config_map is None):
+        return last
+    return {key: value for key, value in last.items() if key != "correction"}
+
+
 def _shared(shared: Sequence[str], count: int) -> Problem:
     return Problem(
         SHARED,
@@ -303,11 +393,10 @@ def _unavailable(kd: KimiDeployment, role: Role, load: Load, url: str, count: in
 
 def refusals(kd: KimiDeployment) -> list[Problem]:
     """The objectives no count of groups meets on the deployment's shape, each saying what the
-    shape can meet (the admission webhook's and `kimi-operator validate`'s verdict)."""
-    found = []
-    for role in kd.spec.slo_scaled:
-        path = "spec.autoscaling.slo" if role == "decode" else "spec.prefill.autoscaling.slo"
-        found.append(refusal(scaler(kd, role), path))
+    shape can meet (the admission webhook's and `kimi-operator validate`'s verdict). On the
+    GB300 built-in for the shape: neither reads the cluster, so a stored calibration is not
+    known to them (the operator says SloUnreachable where one misses the objectives)."""
+    found = [refusal(scaler(kd, role), _path(role)) for role in kd.spec.slo_scaled]
     return [problem for problem in found if problem is not None]
 
 

@@ -73,7 +73,7 @@ from typing import Any, Final, Literal
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import ScalingBounds
 from kimi_operator.plan.calibration import Calibration
-from kimi_operator.plan.capacity import ALONE_RATE_PER_S, Load, Role, predicted
+from kimi_operator.plan.capacity import ALONE_RATE_PER_S, RATE_ROUNDING, Load, Role, predicted
 from kimi_operator.plan.configs import Configuration
 from kimi_operator.plan.target import fewest
 from kimi_operator.prefill_scaling import POLL_S, recommendation_window
@@ -100,6 +100,7 @@ WINDOW_S: Final = 300.0  # the recording rules' window
 LONE_PROMPT_TOKENS: Final = 16384
 LONE_HIT_RATE: Final = 0.9
 LONE_OUTPUT_TOKENS: Final = 256
+MOST_RATE_PER_S: Final = 1e6  # `sustainable_rate`'s search stops here: "any rate"
 # What a role's status shows of the last reading that moved it (`_moved`) by more than SETTLED:
 # a steady load's 5-minute rate wanders by a few %, and the forecast on it, by its trend and
 # margin, by twice that. Floats to DIGITS significant digits.
@@ -541,3 +542,35 @@ def refusal(scaler: Scaler, path: str) -> Problem | None:
         f"({scaler.calibration.name} calibration)",
         path,
     )
+
+
+def sustainable_rate(scaler: Scaler, load: Load) -> float:
+    """The highest request rate one group serves with the model's figures meeting the scaler's
+    SLO, at `load`'s lengths, hit rate and sessions (its rate is not used): what the scaler's
+    model says a group is worth, to set beside a group's measured capacity
+    (benchmarks/slo_capacity_cpu.py). The rates tried are `Load.share`'s grid (the cache's
+    `RATE_ROUNDING` steps), so the answer meets the SLO and the grid's next rate does not; a
+    search up to `MOST_RATE_PER_S` by doubling steps, then a bisection, which takes a heavier load
+    never to be served better (as `fewest` takes more groups never to serve worse). 0 where even
+    a lone request misses the SLO; inf where even `MOST_RATE_PER_S` meets it."""
+    step = math.log1p(RATE_ROUNDING)
+
+    def meets(k: int) -> bool:
+        rate = replace(load, request_rate_per_s=math.exp(k * step))
+        return scaler.slo.met(scaler.figures(rate, 1))
+
+    low, most = (
+        math.ceil(math.log(ALONE_RATE_PER_S) / step),
+        math.floor(math.log(MOST_RATE_PER_S) / step),
+    )
+    if not meets(low):
+        return 0.0
+    width = 1
+    while meets(high := min(low + width, most)):
+        if high == most:
+            return math.inf
+        low, width = high, width * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if meets(middle) else (low, middle)
+    return math.exp(low * step)

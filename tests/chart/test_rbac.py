@@ -238,9 +238,10 @@ def _autoscaler_switch(
 
 def _slo_scaler(url: str, kimi: str) -> None:
     """Objectives instead of the target: the HPA is pruned, and the operator lists the
-    autoscalers that could share the count with it (its Prometheus does not answer here: the
-    count stays)."""
-    slo = {"spec": {"autoscaling": {"target": None, "slo": {"ttftSeconds": 2}}}}
+    autoscalers that could share the count with it and gets the ConfigMap its calibration is
+    stored in (not there: the built-in; its Prometheus does not answer here: the count stays)."""
+    objectives = {"ttftSeconds": 2, "calibration": {"configMapName": "k3-calibration"}}
+    slo = {"spec": {"autoscaling": {"target": None, "slo": objectives}}}
     _send(url, "PATCH", f"{kimi}/k3", slo, merge=True)
 
     def scaling() -> bool:

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from kimi_operator.api.crd import crd
+from kimi_operator.builders import OperatorDefaults
 from kimi_operator.controller.loop import UNEXPECTED
 from kimi_operator.controller.metrics import Metrics
 from kimi_operator.embedded.chart import operator_identity
@@ -19,6 +20,7 @@ from kimi_operator.embedded.upstream import CHILD_KINDS, CRD_FILES, upstream_crd
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.runner import OperatorThread, RunConfig
 from tests.support.cluster import wait_for
+from tests.support.stand_in_prometheus import StandInPrometheus
 
 RESYNC_S = 0.5
 ERRORS = "kimi_operator_reconcile_errors_total"
@@ -59,6 +61,22 @@ def client(api: EmbeddedApiServer) -> Iterator[Client]:
 @pytest.fixture
 def operator(api: EmbeddedApiServer, token: str) -> Iterator[OperatorThread]:
     config = RunConfig(server=api.url, token=token, resync_interval_s=RESYNC_S, workers=4)
+    with OperatorThread(config) as op:
+        yield op
+
+
+@pytest.fixture
+def scaling_operator(
+    api: EmbeddedApiServer, token: str, prometheus: StandInPrometheus
+) -> Iterator[OperatorThread]:
+    """The operator reading the stand-in Prometheus (`prometheus`: import it in the test module)."""
+    config = RunConfig(
+        server=api.url,
+        token=token,
+        resync_interval_s=RESYNC_S,
+        workers=4,
+        defaults=OperatorDefaults(prometheus_url=prometheus.url),
+    )
     with OperatorThread(config) as op:
         yield op
 

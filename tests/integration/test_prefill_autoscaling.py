@@ -4,12 +4,10 @@ them once scaleDownStabilizationSeconds has passed, a Prometheus that is down ke
 says so; the API server refuses a starting count outside the bounds, naming the field."""
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from kimi_operator.builders import OperatorDefaults
 from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.upstream import CHILD_KINDS, ROUTING_KINDS
 from kimi_operator.k8s.client import Client
@@ -17,8 +15,8 @@ from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import EVENT, KIMI_DEPLOYMENT, LEADER_WORKER_SET
 from kimi_operator.prefill_scaling import SCALED, UNAVAILABLE
 from kimi_operator.rollout import epoch
-from kimi_operator.runner import OperatorThread, RunConfig
-from tests.integration.conftest import RESYNC_S, metrics_of, resyncs
+from kimi_operator.runner import OperatorThread
+from tests.integration.conftest import metrics_of, resyncs
 from tests.support.cluster import NS, condition, create, sample, status_of, wait_for
 from tests.support.groups import kubelet
 from tests.support.stand_in_prometheus import StandInPrometheus, prometheus
@@ -29,21 +27,6 @@ NAME = "k3-pd"
 TIMEOUT_S = 60.0
 PERIOD_S, WINDOW_S = 2, 6
 WITH_ROUTING = [*CHILD_KINDS, *ROUTING_KINDS]
-
-
-@pytest.fixture
-def scaling_operator(
-    api: EmbeddedApiServer, token: str, prometheus: StandInPrometheus
-) -> Iterator[OperatorThread]:
-    config = RunConfig(
-        server=api.url,
-        token=token,
-        resync_interval_s=RESYNC_S,
-        workers=4,
-        defaults=OperatorDefaults(prometheus_url=prometheus.url),
-    )
-    with OperatorThread(config) as op:
-        yield op
 
 
 def _document(replicas: int = 1, **autoscaling: Any) -> dict[str, Any]:

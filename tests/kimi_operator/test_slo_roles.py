@@ -4,6 +4,7 @@ slo_scaling's (tests/kimi_operator/test_slo_scaling.py); a virtual clock, no clu
 
 import random
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,6 +14,9 @@ from kimi_operator import slo_roles
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import KimiDeploymentStatus
 from kimi_operator.cli import EXIT_INVALID
+from kimi_operator.plan.capacity import Role
+from kimi_operator.plan.costs import scaled
+from kimi_operator.plan.stored import document
 from kimi_operator.prefill_scaling import POLL_S, Load
 from kimi_operator.reconcile.status import Outcome, slo_outcome
 from kimi_operator.rollout import TIME_FORMAT
@@ -37,13 +41,14 @@ BUSY = {
 
 
 def deployment(**edits: Any) -> KimiDeployment:
+    # A copy of SLO: `edited` sets a dotted path's field in the dict it was given.
     return KimiDeployment.model_validate(
-        edited({"spec.autoscaling": {"maxReplicas": 4, "slo": SLO}} | edits)
+        edited({"spec.autoscaling": {"maxReplicas": 4, "slo": dict(SLO)}} | edits)
     )
 
 
-def disaggregated() -> KimiDeployment:
-    prefill = {"replicas": 1, "autoscaling": {"maxReplicas": 3, "slo": {"ttftSeconds": 2}}}
+def disaggregated(**slo: Any) -> KimiDeployment:
+    prefill = {"replicas": 1, "autoscaling": {"maxReplicas": 3, "slo": {"ttftSeconds": 2} | slo}}
     return KimiDeployment.model_validate(
         edited(POOL | {"spec.prefill": prefill, "spec.autoscaling": None})
     )
@@ -240,3 +245,158 @@ def test_the_memory_between_writes_is_used_only_while_status_shows_its_view() ->
     other = written | {"forecast": written["forecast"] | {"level": 99.0}}
     assert slo_roles._remembered(kd, "decode", other) is None
     assert slo_roles._remembered(deployment(**{"metadata.name": "k4"}), "decode", written) is None
+
+
+STORED = {"configMapName": "k3-calibration"}
+WHERE = "ConfigMap k3-calibration, key calibration.json"
+# Two groups on the built-in.
+STEADY: dict[Role, Load] = {"decode": Load({**BUSY, slo_roles.RATE: 2.0})}
+
+
+def calibrated(**slo: Any) -> KimiDeployment:
+    """The deployment of `deployment()` with its slo naming a stored calibration."""
+    return deployment(**{"spec.autoscaling.slo": SLO | {"calibration": STORED} | slo})
+
+
+def stored(kd: KimiDeployment, slower: float = 1.5, **changes: Any) -> dict[str, Any]:
+    """The ConfigMap a user made from `kimi-operator export-calibration`: a calibration of the
+    deployment's shape, its steps `slower` times as long as the built-in's."""
+    builtin = slo_roles.scaler(kd, "decode").calibration
+    measured = replace(
+        builtin,
+        name="k3-measured",
+        origin="measured: runs/k3",
+        costs=scaled(builtin.costs, slower),
+        **changes,
+    )
+    return {"k3-calibration": {"data": {"calibration.json": document(measured)}}}
+
+
+def test_a_stored_calibration_of_a_slower_server_sizes_more_groups() -> None:
+    """The same load, read twice 30 s apart: on the deployment's own calibration, which measured
+    steps 1.5 times as long as the GB300 built-in's, it needs more groups, and status says which
+    calibration each count was sized on."""
+    builtin, kd = deployment(), calibrated()
+    maps = stored(kd)
+    assert slo_roles.calibration_maps(kd) == ["k3-calibration"]
+    assert slo_roles.calibration_maps(builtin) == []
+    on_builtin = slo_roles.evaluate(builtin, {}, STEADY, now=NOW, url=URL)
+    on_stored = slo_roles.evaluate(kd, {}, STEADY, now=NOW, url=URL, maps=maps)
+    assert on_builtin.status is not None
+    assert on_stored.status is not None
+    assert on_stored.problems == []
+    assert (on_builtin.kd.spec.replicas, on_stored.kd.spec.replicas) == (2, 3)
+    assert on_stored.status["decode"]["calibration"] == {
+        "name": "k3-measured",
+        "origin": "measured: runs/k3",
+        "configMap": WHERE,
+    }
+    assert on_builtin.status["decode"]["calibration"]["name"] == (
+        "gb300-tp16-latency_specialized-nodraft"
+    )
+    old, old_builtin = {"sloAutoscaler": on_stored.status}, {"sloAutoscaler": on_builtin.status}
+    again = slo_roles.evaluate(kd, old, STEADY, now=LATER, url=URL, maps=maps)
+    same = slo_roles.evaluate(builtin, old_builtin, STEADY, now=LATER, url=URL)
+    assert again.kd.spec.replicas > same.kd.spec.replicas  # each corrected by what it measured
+    KimiDeploymentStatus.model_validate({"sloAutoscaler": again.status})
+
+
+def test_a_correction_learnt_on_another_calibration_is_not_carried_over() -> None:
+    kd = calibrated()
+    first = slo_roles.evaluate(deployment(), {}, STEADY, now=NOW, url=URL)
+    assert first.status is not None
+    learnt = first.status["decode"] | {"correction": {"slower": 1.9}}
+
+    def slower(memory: dict[str, Any]) -> float:
+        old = {"sloAutoscaler": {"decode": memory}}
+        found = slo_roles.evaluate(kd, old, STEADY, now=LATER, maps=stored(kd))
+        assert found.status is not None
+        return float(found.status["decode"]["correction"]["slower"])
+
+    fresh = {k: v for k, v in learnt.items() if k != "correction"}
+    assert slower(learnt) == slower(fresh)  # learnt on the built-in: dropped
+    unnamed = {k: v for k, v in learnt.items() if k != "calibration"}
+    assert slower(unnamed) == slower(fresh)  # not recorded: the built-in's, dropped too
+    mine = learnt | {"calibration": {"name": "k3-measured", "origin": "measured: runs/k3"}}
+    assert slower(mine) > slower(fresh)  # learnt on this one: kept
+
+    # On the built-in, a memory from before the calibration was recorded keeps its correction.
+    builtin = deployment()
+
+    def on_builtin(memory: dict[str, Any]) -> float:
+        old = {"sloAutoscaler": {"decode": memory}}
+        found = slo_roles.evaluate(builtin, old, STEADY, now=LATER)
+        assert found.status is not None
+        return float(found.status["decode"]["correction"]["slower"])
+
+    assert on_builtin(unnamed) == on_builtin(learnt) > on_builtin(fresh)
+
+
+@pytest.mark.parametrize(
+    ("maps", "why"),
+    [
+        ({}, "ConfigMap k3-calibration not found in namespace inference"),
+        (
+            {"k3-calibration": {"data": {"k3.json": "{}"}}},
+            "ConfigMap k3-calibration has no key calibration.json (its keys: k3.json)",
+        ),
+        (
+            {"k3-calibration": {"data": {"calibration.json": "{"}}},
+            f"{WHERE} is not a calibration document: not JSON: Expecting property name",
+        ),
+        (
+            {"k3-calibration": {"data": {"calibration.json": '{"kind": "KimiCalibration"}'}}},
+            f"{WHERE} is not a calibration document: version None, not 1",
+        ),
+        (
+            "gpus",
+            f"{WHERE} is a calibration of another shape: it measured GPUs a group 8, the "
+            "deployment has 16",
+        ),
+        (
+            "drafts",
+            f"{WHERE} is a calibration of another shape: it measured draft tokens 3, the "
+            "deployment has 0",
+        ),
+    ],
+)
+def test_a_calibration_that_cannot_be_used_is_degraded_and_the_builtin_sizes(
+    maps: dict[str, Any] | str, why: str
+) -> None:
+    kd = calibrated()
+    if maps == "gpus":
+        maps = stored(kd, gpus=8)
+    elif maps == "drafts":
+        maps = stored(kd, draft_tokens=3)
+    assert isinstance(maps, dict)
+    found = slo_roles.evaluate(kd, {}, STEADY, now=NOW, url=URL, maps=maps)
+    on_builtin = slo_roles.evaluate(deployment(), {}, STEADY, now=NOW, url=URL)
+    (problem,) = found.problems
+    assert problem.reason == slo_roles.CALIBRATION
+    name = "gb300-tp16-latency_specialized-nodraft"
+    assert problem.message.startswith(f"spec.autoscaling.slo.calibration: {why}")
+    assert problem.message.endswith(
+        f"; the decode groups are sized on the built-in {name} calibration meanwhile"
+    )
+    assert found.kd.spec.replicas == on_builtin.kd.spec.replicas
+    assert found.status is not None
+    assert found.status["decode"]["calibration"]["name"] == name
+
+
+def test_the_prefill_roles_calibration_is_its_own_field() -> None:
+    pd = disaggregated(calibration=STORED)
+    load = Load({**BUSY, slo_roles.DECODE: None})
+    found = slo_roles.evaluate(pd, {}, {"prefill": load}, now=NOW, url=URL)
+    (problem,) = found.problems
+    assert problem.message.startswith(
+        "spec.prefill.autoscaling.slo.calibration: ConfigMap k3-calibration not found"
+    )
+
+
+def test_the_webhook_refuses_on_the_builtin_it_reads_no_configmap() -> None:
+    """Admission reads nothing from the cluster: an slo naming a calibration is judged on the
+    built-in for its shape, as one naming none."""
+    kd = deployment(**{"spec.autoscaling.slo": {"ttftSeconds": 0.05, "calibration": STORED}})
+    (problem,) = slo_roles.refusals(kd)
+    assert "(gb300-tp16-latency_specialized-nodraft calibration)" in problem.message
+    assert slo_roles.refusals(calibrated()) == []

@@ -161,6 +161,43 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
         {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"itlSeconds": 0.05}}},
         False,
     ),
+    (
+        "autoscaling-slo-calibration",
+        {
+            "spec.autoscaling": SLO_AUTOSCALING
+            | {"slo": SLO | {"calibration": {"configMapName": "k3-calibration"}}}
+        },
+        True,
+    ),
+    (
+        "autoscaling-slo-calibration-key",
+        {
+            "spec.autoscaling": SLO_AUTOSCALING
+            | {"slo": SLO | {"calibration": {"configMapName": "k3.cal", "key": "tp16_v2.json"}}}
+        },
+        True,
+    ),
+    (
+        "autoscaling-slo-calibration-no-name",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"calibration": {"key": "a.json"}}}},
+        False,
+    ),
+    (
+        "autoscaling-slo-calibration-bad-name",
+        {
+            "spec.autoscaling": SLO_AUTOSCALING
+            | {"slo": SLO | {"calibration": {"configMapName": "K3_Calibration"}}}
+        },
+        False,
+    ),
+    (
+        "autoscaling-slo-calibration-key-path",
+        {
+            "spec.autoscaling": SLO_AUTOSCALING
+            | {"slo": SLO | {"calibration": {"configMapName": "k3", "key": "runs/cal.json"}}}
+        },
+        False,
+    ),
     ("rollout-default-3", {"spec.replicas": 3}, True),
     ("rollout-unavailable-all", {"spec.replicas": 3, "spec.rollout.maxUnavailable": 3}, False),
     ("rollout-unavailable-2-of-3", {"spec.replicas": 3, "spec.rollout.maxUnavailable": 2}, True),
@@ -269,6 +306,16 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
     (
         "prefill-autoscaling-slo",
         prefill(autoscaling={"maxReplicas": 3, "slo": {"ttftSeconds": 1.5}}),
+        True,
+    ),
+    (
+        "prefill-autoscaling-slo-calibration",
+        prefill(
+            autoscaling={
+                "maxReplicas": 3,
+                "slo": {"ttftSeconds": 1.5, "calibration": {"configMapName": "k3-prefill"}},
+            }
+        ),
         True,
     ),
     (

@@ -23,6 +23,8 @@ MAX_SPECULATIVE_TOKENS: Final = 7
 # groups are added one at a time, at most every 10 minutes.
 SCALE_DOWN_STABILIZATION_S: Final = 1800
 SCALE_UP_PERIOD_S: Final = 600
+# The key of spec.autoscaling.slo.calibration's ConfigMap that holds the document by default.
+CALIBRATION_KEY: Final = "calibration.json"
 
 # The start-up budget of a TP group (spec.serving.startupTimeoutMinutes): the leader's startup
 # probe window. vLLM's engine-ready timeout is the budget less ENGINE_READY_MARGIN_S, the API

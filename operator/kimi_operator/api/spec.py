@@ -344,6 +344,18 @@ class AutoscalingTarget(ApiModel):
 SloPercentile = Annotated[Literal[50, 90, 99], BeforeValidator(_exact_int)]
 
 
+class CalibrationRef(ApiModel):
+    """Where a deployment's own calibration is stored: a key of a ConfigMap in its namespace
+    holding the document `kimi-operator export-calibration` writes (docs/scaling.md)."""
+
+    config_map_name: Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)] = (
+        Field(description="The ConfigMap, in the KimiDeployment's namespace.")
+    )
+    key: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")] = Field(
+        c.CALIBRATION_KEY, description="Its key holding the document."
+    )
+
+
 class SloSpec(ApiModel):
     """Service-level objectives in the user's terms, instead of a threshold: the operator sizes
     the role's TP groups to meet them ahead of the load, from the planner's model of the
@@ -368,6 +380,11 @@ class SloSpec(ApiModel):
         90,
         description="The percentile of requests decodeTokensPerSecondPerUser holds for: 50, 90 "
         "or 99 (90: the 10th-percentile request decodes at least this fast).",
+    )
+    calibration: CalibrationRef | None = Field(
+        None,
+        description="The deployment's own calibration to size on, measured by `kimi-operator "
+        "bench --profile calibration` against it; omitted: the GB300 built-in for its shape.",
     )
 
 

@@ -212,6 +212,17 @@ class SloNeeded(SloFigures):
     fewer: SloFigures | None = Field(None, description="The same at one group fewer.")
 
 
+class SloCalibration(StatusModel):
+    """The calibration a role was last sized on: the one stored for the deployment
+    (spec.autoscaling.slo.calibration), else the GB300 built-in for its shape."""
+
+    name: str = Field(max_length=253, description="Its name (a calibration run's, or built-in).")
+    origin: str = Field(max_length=512, description="Where its numbers come from.")
+    config_map: str | None = Field(
+        None, max_length=512, description="The ConfigMap and key it was read from, if stored."
+    )
+
+
 class SloRoleStatus(StatusModel):
     """One role's SLO scaler (spec.autoscaling.slo, spec.prefill.autoscaling.slo): what it
     decided and why, and what it remembers across evaluations and operator restarts
@@ -235,6 +246,9 @@ class SloRoleStatus(StatusModel):
     correction: SloCorrection | None = Field(None, description="The model's recent error.")
     needed: SloNeeded | None = Field(
         None, description="The model's TTFT and decode rate at the count chosen and one fewer."
+    )
+    calibration: SloCalibration | None = Field(
+        None, description="The calibration the role was last sized on."
     )
 
 

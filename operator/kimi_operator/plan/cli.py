@@ -115,6 +115,33 @@ def add_plan_parser(sub: Any) -> None:
         "completed task (validated; metadata and weight sources from a KimiDeployment in --config)",
     )
     plan.set_defaults(run=cmd_plan)
+    export = sub.add_parser(
+        "export-calibration",
+        help="write a calibration run's fitted step costs as a document to store for a "
+        "deployment (its SLO scaler sizes on it)",
+        description=(
+            "Fit `bench --profile calibration` runs of one deployment, as plan's --calibration "
+            "does, and write the fit as a versioned JSON document: put it in a ConfigMap named "
+            "by spec.autoscaling.slo.calibration (docs/scaling.md). Exit 0: written; 2: bad input."
+        ),
+    )
+    export.add_argument(
+        "--calibration",
+        metavar="RUN[,RUN...]",
+        required=True,
+        help="a `bench --profile calibration` results directory; sweeps of one deployment "
+        "joined by commas fit as one calibration",
+    )
+    export.add_argument(
+        "--calibration-drafts",
+        type=int,
+        choices=range(MAX_DRAFTS + 1),
+        metavar="N",
+        help="draft tokens of the calibrated deployment (needed when it speculates)",
+    )
+    export.add_argument("--output", metavar="FILE", required=True, help="the document (JSON)")
+    export.add_argument("--force", action="store_true", help="overwrite --output")
+    export.set_defaults(run=cmd_export_calibration)
 
 
 def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -126,6 +153,33 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except (BenchError, PlanError) as error:
         print(f"error: {error}", file=err)
         return EXIT_BAD_INPUT
+
+
+def cmd_export_calibration(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from kimi_operator.bench import BenchError  # noqa: PLC0415
+    from kimi_operator.plan import PlanError  # noqa: PLC0415
+    from kimi_operator.plan.stored import document  # noqa: PLC0415
+
+    try:
+        calibration = _calibration("--calibration", args.calibration, args.calibration_drafts)
+        path = Path(args.output)
+        if path.exists() and not args.force:
+            raise PlanError(f"--output {path} exists: give --force to overwrite it")
+        text = document(calibration)
+        path.write_text(text + "\n")
+    except (BenchError, PlanError) as error:
+        print(f"error: {error}", file=err)
+        return EXIT_BAD_INPUT
+    except OSError as error:
+        print(f"error: --output {args.output}: {error.strerror or error}", file=err)
+        return EXIT_BAD_INPUT
+    for note in calibration.notes:
+        print(f"note: {note}", file=err)
+    out.write(
+        f"calibration {calibration.name} ({calibration.gpus} GPUs, {calibration.backend}, "
+        f"{calibration.draft_tokens} drafts): {path}, {len(text) + 1} bytes\n"
+    )
+    return EXIT_OK
 
 
 def _calibration(flag: str, argument: str, drafts: int | None) -> "Calibration":

@@ -104,6 +104,7 @@ def reconcile(
         now=now,
         shared=observed.other_autoscalers,
         url=defaults.prometheus_url,
+        maps=observed.calibration_maps,
     )
     observed.kd = slo.kd
     if observed.error is not None:  # a read failed: nothing is written

@@ -109,6 +109,9 @@ class Observed:
     prefill_load: prefill_scaling.Load | None = None
     # The load of each role with an slo (None: none has one, or not read).
     slo_loads: dict[Role, prefill_scaling.Load] | None = None
+    # The ConfigMaps the slo store a calibration in (slo_roles.calibration_maps), by name, as
+    # read (None: not found).
+    calibration_maps: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     # With spec.autoscaling.slo: the other autoscalers that target the scale subresource.
     other_autoscalers: list[str] = field(default_factory=list)
     # The nodes groups must leave, by name (builders/nodes.py), as the Node watch knew them;

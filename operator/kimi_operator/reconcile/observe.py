@@ -1,7 +1,9 @@
 """Every read of one reconcile, made before any write: the served APIs, the weights' resolve Jobs
 and caches, the deployment's children, the pods waiting for nodes or on nodes to leave (the nodes
 themselves are the Node watch's: builders/nodes.py), the requests a draining group's
-leader holds (its vLLM /metrics), the Gateway, and the turn at the operator-wide image gate. What is
+leader holds (its vLLM /metrics), the Gateway, the ConfigMaps holding the calibrations an slo
+names (one get each: not watched, an slo is evaluated every 30 s anyway, so an edit is read
+within that), and the turn at the operator-wide image gate. What is
 read depends only on the deployment and its last status, never on a write's answer, and lists cost
 the API server: each is made only where it can find something (decide.py says what is done with
 them).
@@ -27,6 +29,7 @@ from kimi_operator.k8s.resources import (
     CACHE_RESOURCES,
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
+    CONFIG_MAP,
     GATEWAY,
     HORIZONTAL_POD_AUTOSCALER,
     JOB,
@@ -101,6 +104,10 @@ def observe(
         _children(client, seen, defaults, now=now)
         _turn(client, seen, defaults, now=now)
         seen.other_autoscalers = _others(client, seen)
+        seen.calibration_maps = {
+            name: client.get(CONFIG_MAP, seen.kd.metadata.namespace, name)
+            for name in slo_roles.calibration_maps(seen.kd)
+        }
     except KubernetesError as error:
         seen.error = error
         return seen

@@ -19,6 +19,7 @@ STAND_IN = CustomResource.of(crd(), "kimi-operator.io/v1alpha1")
 SPEC_SCHEMA: dict[str, Any] = STAND_IN.schema["properties"]["spec"]
 Path = tuple[str, ...]
 
+CALIBRATION = {"configMapName": "k3-calibration"}
 # Parents that need more than `{}` to be valid: the document for a default below one has these.
 CONTEXT: dict[Path, dict[str, Any]] = {
     ("spec", "model", "source", "huggingface"): {
@@ -30,6 +31,18 @@ CONTEXT: dict[Path, dict[str, Any]] = {
     },
     ("spec", "autoscaling", "slo"): {
         "spec.autoscaling": {"maxReplicas": 4, "slo": {"ttftSeconds": 2}}
+    },
+    ("spec", "autoscaling", "slo", "calibration"): {
+        "spec.autoscaling": {
+            "maxReplicas": 4,
+            "slo": {"ttftSeconds": 2, "calibration": CALIBRATION},
+        }
+    },
+    ("spec", "prefill", "autoscaling", "slo", "calibration"): {
+        "spec.routing.mode": "InferencePool",
+        "spec.prefill": {
+            "autoscaling": {"maxReplicas": 4, "slo": {"ttftSeconds": 2, "calibration": CALIBRATION}}
+        },
     },
     ("spec", "speculative", "draftSource", "huggingface"): {
         "spec.speculative": {"draftSource": {"huggingface": {"repo": "moonshotai/draft"}}}
