@@ -357,6 +357,13 @@ def _remember(
             _memory[kd.metadata.namespace, kd.metadata.name, role] = (_view(status), memory)
 
 
+def forget(namespace: str, name: str) -> None:
+    """A deleted deployment's memories go with it (controller/loop.py drops it)."""
+    with _memory_lock:
+        for role in ("decode", "prefill"):
+            _memory.pop((namespace, name, role), None)
+
+
 def _corrected_for(
     last: Mapping[str, Any] | None, said: SloCalibration
 ) -> Mapping[str, Any] | None:

@@ -245,6 +245,8 @@ def test_the_memory_between_writes_is_used_only_while_status_shows_its_view() ->
     other = written | {"forecast": written["forecast"] | {"level": 99.0}}
     assert slo_roles._remembered(kd, "decode", other) is None
     assert slo_roles._remembered(deployment(**{"metadata.name": "k4"}), "decode", written) is None
+    slo_roles.forget(kd.metadata.namespace, kd.metadata.name)  # the deployment was deleted
+    assert slo_roles._remembered(kd, "decode", written) is None
 
 
 STORED = {"configMapName": "k3-calibration"}

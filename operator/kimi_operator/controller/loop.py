@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kimi_operator import slo_roles
 from kimi_operator.api.constants import API_VERSION, KIND
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.status import progressing_reason
@@ -340,7 +341,9 @@ class Controller:
     def _drop(self, uid: str) -> None:
         self.defaults.image_gate.forget(uid)  # a turn it held goes to the next deployment
         with self._guard:
-            self.deployments.pop(uid, None)
+            state = self.deployments.pop(uid, None)
+        if state is not None:
+            slo_roles.forget(state.namespace, state.name)
         self.queue.remove(uid)
         self.metrics.forget(uid)
 
