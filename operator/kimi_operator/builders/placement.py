@@ -7,8 +7,13 @@ that group keeps the group together without repelling other groups: four TP16 gr
 groups share a rack. LeaderWorkerSet's `exclusive-topology` annotation (opt-in:
 `scheduling.exclusiveClique`) adds, in its pod webhook, an anti-affinity against every other
 group's pods in that clique as well: one group per rack (docs/scheduling.md).
+
+A group made while nodes have a failing condition is kept off them (`kept_off`): kube-scheduler
+avoids cordoned and tainted nodes, never a node condition (docs/maintenance.md).
 """
 
+import copy
+from collections.abc import Collection
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
@@ -19,6 +24,7 @@ GROUP_LABEL = "kimi-operator.io/tp-group"
 EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+TEMPLATES = ("leaderTemplate", "workerTemplate")
 
 
 def _pruned(value: Any) -> Any:
@@ -49,3 +55,27 @@ def group_affinity(kd: KimiDeployment, group: str) -> dict[str, Any]:
         pod_affinity = affinity.setdefault("podAffinity", {})
         pod_affinity[REQUIRED] = [*pod_affinity.get(REQUIRED, []), clique_term(group)]
     return {kind: affinity[kind] for kind in KINDS if kind in affinity}
+
+
+def kept_off(group: Any, nodes: Collection[str]) -> dict[str, Any]:
+    """LeaderWorkerSet `group` with its pods kept off `nodes` by name (a required node affinity
+    term's `matchFields` metadata.name NotIn, in each of the spec's own terms, or one of its
+    own). For a group about to be created only: the applied-spec annotation it carries was
+    taken before (k8s.merge.with_owner), and a `matchFields` list of its own in each term
+    leaves the template the operator wants covered by the one it has (k8s.merge.covers), so
+    neither the rollout nor an apply ever rewrites the group for it. A spec whose own required
+    terms use `matchFields` is left as it is: a longer list would not be covered, and the
+    group restarted."""
+    if not nodes:
+        return dict(group)
+    out: dict[str, Any] = copy.deepcopy(dict(group))
+    away = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
+    for role in TEMPLATES:
+        spec = out["spec"]["leaderWorkerTemplate"][role]["spec"]
+        node = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+        terms = node.setdefault(REQUIRED, {}).setdefault("nodeSelectorTerms", [{}])
+        if any("matchFields" in term for term in terms):
+            return dict(group)
+        for term in terms:
+            term["matchFields"] = [away]
+    return out

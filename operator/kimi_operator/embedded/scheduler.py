@@ -7,6 +7,9 @@ first (NodeUnschedulable, TaintToleration, NodeResourcesFit, InterPodAffinity):
 - a cordoned node (`spec.unschedulable`) takes no pod that does not tolerate the
   `node.kubernetes.io/unschedulable:NoSchedule` taint;
 - a node's `NoSchedule` and `NoExecute` taints each need a toleration of the pod;
+- the pod's `nodeSelector` and required node affinity (NodeAffinity): every label of the one,
+  and some term of the other, its `matchExpressions` on the node's labels and `matchFields` on
+  its name (`Gt` and `Lt` are not modelled);
 - GPUs: a pod fits a node with that many of its allocatable GPUs free;
 - required pod affinity: some pod matching each term runs in the candidate's topology domain, except
   that a pod whose terms match no pod anywhere but that matches them itself may go anywhere (how the
@@ -47,6 +50,7 @@ CORDONED = "node(s) were unschedulable"
 NO_GPUS = f"Insufficient {GPU}"
 AFFINITY = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
+NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 # What preemption says of each node: past the filters that preemption cannot help
 # (UnschedulableAndUnresolvable), or with no lower-priority pod to evict.
 UNRESOLVABLE = "Preemption is not helpful for scheduling"
@@ -166,6 +170,24 @@ def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     return True
 
 
+def node_affinity_ok(spec: Mapping[str, Any], node: Node) -> bool:
+    """The NodeAffinity filter: the pod's nodeSelector, and some required node affinity term
+    (an empty term matches no node), match `node`."""
+    labels = labels_of(node)
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(REQUIRED)
+    if not required:
+        return True
+    fields = {"metadata.name": node["metadata"]["name"]}
+    return any(
+        (term.get("matchExpressions") or term.get("matchFields"))
+        and selects({"matchExpressions": term.get("matchExpressions", [])}, labels)
+        and selects({"matchExpressions": term.get("matchFields", [])}, fields)
+        for term in required.get("nodeSelectorTerms", [])
+    )
+
+
 def lws_pods(lws: Mapping[str, Any]) -> list[Pod]:
     """The pods a LeaderWorkerSet of one replica creates, after LWS's pod webhook."""
     name = lws["metadata"]["name"]
@@ -269,6 +291,8 @@ class Scheduler:
         taint = untolerated(pod.tolerations, node)
         if taint is not None:
             return f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"
+        if not node_affinity_ok(pod.spec, node):
+            return NODE_AFFINITY
         if self._free[node["metadata"]["name"]] < pod.gpus:
             return NO_GPUS
         if not self._affinity_ok(pod, node):

@@ -32,7 +32,8 @@ from kimi_operator.builders import (
 )
 from kimi_operator.builders.autoscaling import target_metric
 from kimi_operator.builders.images import ImageChoice, choose
-from kimi_operator.builders.nodes import Unfit
+from kimi_operator.builders.nodes import CONDITION, Unfit
+from kimi_operator.builders.placement import kept_off
 from kimi_operator.builders.weights import hf_sources
 from kimi_operator.group_set import GroupSet
 from kimi_operator.k8s.errors import KubernetesError
@@ -442,12 +443,20 @@ def decide(
         was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
         older=older,
     )
-    write = rolled.write
+    # A group made now is kept off the nodes with a failing condition (the scheduler keeps it
+    # off cordoned and tainted ones): a replacement back in the room its group left, or a
+    # group made again there, would be evacuated again (placement.kept_off).
+    failing = [n for n, u in (observed.unfit or {}).items() if u.reason == CONDITION]
     created = {
-        c["metadata"]["name"]: c
-        for c in write
-        if c["kind"] == LEADER_WORKER_SET.kind and c["metadata"]["name"] not in observed.groups
+        name: kept_off(c, failing)
+        for c in rolled.write
+        if c["kind"] == LEADER_WORKER_SET.kind
+        and (name := c["metadata"]["name"]) not in observed.groups
     }
+    write = [
+        created.get(c["metadata"]["name"], c) if c["kind"] == LEADER_WORKER_SET.kind else c
+        for c in rolled.write
+    ]
     records = group_life.with_created(kd, old, records, created, now=now)
     plan.children = rolled.planned
     brake = group_life.stopped_problem(kd, records)

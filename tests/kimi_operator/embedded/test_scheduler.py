@@ -4,6 +4,7 @@ import random
 
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders import OperatorDefaults, build_children
+from kimi_operator.builders.placement import kept_off
 from kimi_operator.embedded.scheduler import Scheduler, fleet, lws_pods
 from tests.support.specs import edited
 
@@ -36,4 +37,24 @@ def test_free_trays_in_another_clique_fail_the_group_affinity() -> None:
     assert message.startswith(
         "0/4 nodes are available: 2 Insufficient nvidia.com/gpu, "
         "2 node(s) didn't match pod affinity rules."
+    )
+
+
+def test_a_group_kept_off_a_node_by_name_is_not_placed_there() -> None:
+    """The operator keeps a group made while a node has a failing condition off it by name
+    (builders.placement.kept_off); the model honours required node affinity as
+    kube-scheduler's NodeAffinity filter does."""
+    kd = KimiDeployment.model_validate(edited({}))
+    (group,) = [c for c in build_children(kd, OperatorDefaults()) if c["kind"] == "LeaderWorkerSet"]
+    nodes = fleet(1)[:3]
+    away = kept_off(group, [nodes[0]["metadata"]["name"]])
+    for seed in range(8):
+        scheduler = Scheduler(nodes, random.Random(seed))
+        pods = lws_pods(away)
+        placed = [scheduler.schedule(p) for p in pods[:2]]
+        assert nodes[0] not in placed
+        assert all(p is not None for p in placed)
+    assert scheduler.unschedulable_message(pods[2]).startswith(
+        "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
+        "2 Insufficient nvidia.com/gpu."
     )
