@@ -317,15 +317,14 @@ class Fleet(RuleBasedStateMachine):
     def check_budget(
         self, before: set[str], after: set[str], *, leaving: set[str], rolling: bool
     ) -> None:
-        """The groups serving after the operator's writes: no fewer than the budget leaves
-        (`replicas - maxUnavailable`, the sample's maxUnavailable 1), and an evacuation takes
-        away only the group its replacement serves for (capped at `replicas`)."""
+        """The groups serving after the operator's writes: an evacuation takes away only the
+        group its replacement serves for (an exchange: `leaving` is not counted), and no more
+        than the budget leaves: `replicas - maxUnavailable` (the sample's maxUnavailable 1)
+        while a rollout lasts or nothing is evacuated, `replicas` during an evacuation."""
         replicas = self.spec["replicas"]
         if not before - after or self.critical():
             return  # nothing taken, or a critical node's group may go without a replacement
-        floor = min(len(before), replicas - 1)
-        if leaving and not rolling:
-            floor = min(len(before) - len(leaving), replicas)
+        floor = min(len(before) - len(leaving), replicas - (rolling or not leaving))
         assert len(after) >= floor, f"{BUDGET}: {sorted(before)} -> {sorted(after)}"
 
     def critical(self) -> bool:
