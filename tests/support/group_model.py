@@ -2,26 +2,25 @@
 shared by the check itself (tests/kimi_operator/test_group_model.py) and the proof that it finds
 each scenario of #56 with the scenario's fix taken out (test_group_model_finds.py): a hypothesis
 rule-based machine interleaves what a GB300 fleet gets (cordons, node conditions critical or not,
-`kubectl drain` of any set of nodes, a whole rack's included, uncordons, operator restarts with
-the Node watch unlisted and the pods unread, template edits, scaling, group crashes) with
-reconciles by `reconcile.decide` and `reconcile.status.outcome`, each decision's writes applied
-to a small cluster as the API server and an apply do (k8s.merge.drift_patch, a merge patch):
-nodes of one pod each (a TP8 group is two trays), LeaderWorkerSets whose pods the scheduler
-places on schedulable nodes their required node affinity allows (a node with only a condition
-included, as kube-scheduler does), Ready one step later, and a PodDisruptionBudget that refuses
-to evict a Ready pod (the operator's, with evacuation).
+`kubectl drain` of any set of nodes, a whole rack's included, uncordons, operator restarts with the
+Node watch unlisted and the pods unread, template edits, scaling, group crashes) with reconciles by
+`reconcile.decide` and `reconcile.status.outcome`, each decision's writes applied to a small
+cluster as the API server and an apply do (k8s.merge.drift_patch, a merge patch): nodes of one pod
+each (a TP8 group is two trays), LeaderWorkerSets whose pods the scheduler places on schedulable
+nodes their node affinity allows, those it prefers first (a node with only a condition included, as
+kube-scheduler does), Ready one step later, and a PodDisruptionBudget that refuses to evict a Ready
+pod (the operator's, with evacuation).
 
 Invariants, each failing with its own words (the constants below): after every reconcile, the
-operator took no serving group away (a drain, a rewrite, a delete) leaving fewer than
-`replicas - maxUnavailable` serving, nor, for an evacuation, fewer than `replicas` (a critical
-condition aside: its group may go without a replacement) (BUDGET); it dropped no starting
-replacement while its group must still leave (DROPPED), deleted no evacuated group whose
-replacement does not serve (BOTH_OUT), and made no more groups since the last event than a
-deployment can need (LOOP). When the events stop, with room, every drain and rollout completes
-in bounded steps (DRAIN, ROLLING); once every node is fit again nothing more is made (one start
-per evacuated group: MADE_AGAIN), and the set is exactly `replicas` serving groups, none
-draining, no evacuation recorded (SETTLED). Seeds are hypothesis's: a failure prints the steps
-that replay it.
+operator took no serving group away (a drain, a rewrite, a delete) leaving fewer than `replicas -
+maxUnavailable` serving, nor, for an evacuation, fewer than `replicas` (a critical condition aside:
+its group may go without a replacement) (BUDGET); it dropped no starting replacement while its
+group must still leave (DROPPED), deleted no evacuated group whose replacement does not serve
+(BOTH_OUT), and made no more groups since the last event than a deployment can need (LOOP). When
+the events stop, with room, every drain and rollout completes in bounded steps (DRAIN, ROLLING);
+once every node is fit again nothing more is made (one start per evacuated group: MADE_AGAIN), and
+the set is exactly `replicas` serving groups, none draining, no evacuation recorded (SETTLED).
+Seeds are hypothesis's: a failure prints the steps that replay it.
 """
 
 import copy
@@ -40,7 +39,7 @@ from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL
 from kimi_operator.builders.nodes import UnfitNodes
 from kimi_operator.builders.placement import GROUP_LABEL
 from kimi_operator.embedded.patches import merge_patch
-from kimi_operator.embedded.scheduler import node_affinity_ok
+from kimi_operator.embedded.scheduler import node_affinity_ok, node_preference
 from kimi_operator.evacuation import EVACUATION_ANNOTATION, recorded
 from kimi_operator.k8s.merge import Applied, drift_patch
 from kimi_operator.reconcile.decide import UPSTREAM, Observed, decide
@@ -145,12 +144,12 @@ class Fleet(RuleBasedStateMachine):
             if all(p["spec"].get("nodeName") for p in mine):
                 continue
             template = group["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+            nodes = [{"metadata": {"name": n, "labels": {}}} for n in NODES]
             free = [
-                n
-                for n in NODES
-                if n not in taken
-                and n not in self.cordoned
-                and node_affinity_ok(template, {"metadata": {"name": n, "labels": {}}})
+                n["metadata"]["name"]
+                for n in sorted(nodes, key=lambda n: -node_preference(template, n))
+                if n["metadata"]["name"] not in taken | self.cordoned
+                and node_affinity_ok(template, n)
             ]
             if len(free) >= len(mine):
                 for pod, node in zip(mine, free, strict=False):

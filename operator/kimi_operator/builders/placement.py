@@ -24,6 +24,7 @@ GROUP_LABEL = "kimi-operator.io/tp-group"
 EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 TEMPLATES = ("leaderTemplate", "workerTemplate")
 
 
@@ -58,14 +59,17 @@ def group_affinity(kd: KimiDeployment, group: str) -> dict[str, Any]:
 
 
 def kept_off(group: Any, nodes: Collection[str]) -> dict[str, Any]:
-    """LeaderWorkerSet `group` with its pods kept off `nodes` by name (a required node affinity
-    term's `matchFields` metadata.name NotIn, in each of the spec's own terms, or one of its
-    own). For a group about to be created only: the applied-spec annotation it carries was
-    taken before (k8s.merge.with_owner), and a `matchFields` list of its own in each term
-    leaves the template the operator wants covered by the one it has (k8s.merge.covers), so
-    neither the rollout nor an apply ever rewrites the group for it. A spec whose own required
-    terms use `matchFields` is left as it is: a longer list would not be covered, and the
-    group restarted."""
+    """LeaderWorkerSet `group` with its pods kept off `nodes` (by name: a preferred node affinity
+    term of the greatest weight, `matchFields` metadata.name NotIn), wherever else there is room.
+    Preferred, not required: a required term stays in the template after the nodes are fit
+    again, and a group still Pending then (no room elsewhere) would wait for ever for room the
+    nodes have (the model check found it); where only those nodes have room, the group goes
+    there, and group_set does not evacuate a replacement from the node its group left again.
+    For a group about to be created only: the applied-spec annotation it carries was taken
+    before (k8s.merge.with_owner), and a list of its own leaves the template the operator wants
+    covered by the one it has (k8s.merge.covers), so neither the rollout nor an apply ever
+    rewrites the group for it. A spec with preferred node terms of its own is left as it is: a
+    longer list would not be covered, and the group restarted."""
     if not nodes:
         return dict(group)
     out: dict[str, Any] = copy.deepcopy(dict(group))
@@ -73,9 +77,7 @@ def kept_off(group: Any, nodes: Collection[str]) -> dict[str, Any]:
     for role in TEMPLATES:
         spec = out["spec"]["leaderWorkerTemplate"][role]["spec"]
         node = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
-        terms = node.setdefault(REQUIRED, {}).setdefault("nodeSelectorTerms", [{}])
-        if any("matchFields" in term for term in terms):
+        if node.get(PREFERRED):
             return dict(group)
-        for term in terms:
-            term["matchFields"] = [away]
+        node[PREFERRED] = [{"weight": 100, "preference": {"matchFields": [away]}}]
     return out

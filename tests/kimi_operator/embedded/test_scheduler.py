@@ -40,21 +40,18 @@ def test_free_trays_in_another_clique_fail_the_group_affinity() -> None:
     )
 
 
-def test_a_group_kept_off_a_node_by_name_is_not_placed_there() -> None:
-    """The operator keeps a group made while a node has a failing condition off it by name
-    (builders.placement.kept_off); the model honours required node affinity as
-    kube-scheduler's NodeAffinity filter does."""
+def test_a_group_kept_off_a_node_goes_there_only_without_other_room() -> None:
+    """The operator keeps a group made while a node has a failing condition off it by name, a
+    preference (builders.placement.kept_off); the model scores preferred node affinity as
+    kube-scheduler's NodeAffinity does: elsewhere while there is room, there when there is
+    none (a required term would keep the group Pending there for ever once the node heals)."""
     kd = KimiDeployment.model_validate(edited({}))
     (group,) = [c for c in build_children(kd, OperatorDefaults()) if c["kind"] == "LeaderWorkerSet"]
-    nodes = fleet(1)[:3]
-    away = kept_off(group, [nodes[0]["metadata"]["name"]])
+    nodes = fleet(1)[:4]
+    avoided = nodes[0]
+    away = lws_pods(kept_off(group, [avoided["metadata"]["name"]]))
     for seed in range(8):
         scheduler = Scheduler(nodes, random.Random(seed))
-        pods = lws_pods(away)
-        placed = [scheduler.schedule(p) for p in pods[:2]]
-        assert nodes[0] not in placed
-        assert all(p is not None for p in placed)
-    assert scheduler.unschedulable_message(pods[2]).startswith(
-        "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
-        "2 Insufficient nvidia.com/gpu."
-    )
+        placed = [scheduler.schedule(p) for p in away[:3]]
+        assert avoided not in placed
+        assert scheduler.schedule(away[3]) is avoided  # the only room left

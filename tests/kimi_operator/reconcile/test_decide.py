@@ -15,7 +15,7 @@ from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, ROUTABLE_LABEL
 from kimi_operator.builders.nodes import CONDITION, CORDONED, Unfit
-from kimi_operator.builders.placement import GROUP_LABEL, REQUIRED, kept_off
+from kimi_operator.builders.placement import GROUP_LABEL, PREFERRED, kept_off
 from kimi_operator.builders.weights import RETAIN_ANNOTATION
 from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.merge import APPLIED_ANNOTATION, Applied, drift_patch
@@ -615,8 +615,8 @@ def test_a_group_stopped_while_a_rollout_is_stalled_is_still_braked() -> None:
 
 def test_a_group_made_while_a_node_has_a_condition_is_kept_off_that_node() -> None:
     """#56: kube-scheduler keeps pods off cordoned and tainted nodes, never off a node whose only
-    problem is a condition. The replacement made for a group on such a node is kept off it by
-    name (and off every node with a condition known then); the group it replaces is not
+    problem is a condition. The replacement made for a group on such a node prefers every other
+    node (and every node with a condition known then) by name; the group it replaces is not
     rewritten, nor is the replacement once the node is fit again (no restart for it)."""
     doc = body(replicas=1)
     first = decide(observed(doc), DEFAULTS, now=NOW)
@@ -635,8 +635,8 @@ def test_a_group_made_while_a_node_has_a_condition_is_kept_off_that_node() -> No
     away = {"key": "metadata.name", "operator": "NotIn", "values": ["tray-1", "tray-7"]}
     for role in ("leaderTemplate", "workerTemplate"):
         affinity = replacement["spec"]["leaderWorkerTemplate"][role]["spec"]["affinity"]
-        required = affinity["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
-        assert required == [{"matchFields": [away]}]
+        preferred = affinity["nodeAffinity"][PREFERRED]
+        assert preferred == [{"weight": 100, "preference": {"matchFields": [away]}}]
         kept = written[f"{NAME}-g0"]["spec"]["leaderWorkerTemplate"][role]["spec"]
         assert "nodeAffinity" not in kept["affinity"]
     assert "spec" not in (drift_patch(g0, written[f"{NAME}-g0"]) or {})  # g0 not rewritten
@@ -652,13 +652,12 @@ def test_a_group_made_while_a_node_has_a_condition_is_kept_off_that_node() -> No
     assert "spec" not in (drift_patch(made, again) or {})
 
 
-def test_a_spec_with_its_own_match_fields_is_left_as_written() -> None:
-    """A longer `matchFields` list would not be covered by the one the operator wants on the
-    next reconcile (k8s.merge.covers): the group would be rewritten, restarted. Left alone."""
-    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}
-    affinity = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [term]}}}
+def test_a_spec_with_preferred_node_terms_of_its_own_is_left_as_written() -> None:
+    """A longer preferred list would not be covered by the one the operator wants on the next
+    reconcile (k8s.merge.covers): the group would be rewritten, restarted. Left alone."""
+    term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    affinity = {"nodeAffinity": {PREFERRED: [{"weight": 1, "preference": term}]}}
     doc = body(replicas=1, scheduling={"affinity": affinity})
-    (group,) = [
-        c for c in decide(observed(doc), DEFAULTS, now=NOW).apply if c["kind"] == "LeaderWorkerSet"
-    ]
+    made = decide(observed(doc), DEFAULTS, now=NOW).apply
+    (group,) = [c for c in made if c["kind"] == "LeaderWorkerSet"]
     assert kept_off(group, ["a"]) == group
