@@ -558,12 +558,18 @@ def _held_by(child: Mapping[str, Any], drains: drain.Drains) -> bool:
 def _drain_held(
     kd: KimiDeployment, steps: Steps, prefill: Steps | None, hold: set[str]
 ) -> tuple[Steps, Steps | None]:
-    """The rollout's steps with the groups held while they drain not yet updated."""
-    found = [rollout.group_of(kd.metadata.name, name) for name in hold]
-    letters = [f[0] for f in found if f is not None]
-    steps = dataclasses.replace(steps, updated=steps.updated - letters.count("g"))
-    if prefill is not None:
-        prefill = dataclasses.replace(prefill, updated=prefill.updated - letters.count("p"))
+    """The rollout's steps with the members it counted as updated but held while they drain
+    (before their rewrite) not yet updated. A group leaving or an extra drained before it is
+    pruned was never counted (the model check found `updatedReplicas` -1: extras of a
+    scale-down drained while the one member was rewritten)."""
+
+    def held(step: Steps, replicas: int) -> Steps:
+        counted = {name for i, name in enumerate(step.names[:replicas]) if i not in step.hold}
+        return dataclasses.replace(step, updated=step.updated - len(counted & hold))
+
+    steps = held(steps, kd.spec.replicas)
+    if prefill is not None and kd.spec.prefill is not None:
+        prefill = held(prefill, kd.spec.prefill.replicas)
     return steps, prefill
 
 
