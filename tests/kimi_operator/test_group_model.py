@@ -54,7 +54,38 @@ def drained_extras_after_a_scale_down(m: Fleet) -> None:
     m.time_passes()
 
 
-@pytest.mark.parametrize("steps", [drained_extras_after_a_scale_down])
+def kept_off_nodes_that_healed(m: Fleet) -> None:
+    """Found by the model check: groups made while nodes had conditions were kept off them by a
+    required node affinity; once every node was fit, the only room left was on those nodes, and
+    a group stayed Pending for ever (SETTLED). Now a preference (placement.kept_off)."""
+    m.condition("tray-1", "GpuXidWatch")
+    m.scaled(3)
+    m.drain_the_rack()
+    m.condition("tray-0", "GpuXidWatch")
+    m.scaled(3)
+    m.condition("tray-0", "GpuPcieWatch")
+    m.condition("tray-1", "GpuPcieWatch")
+    m.template_edited()
+    m.condition("tray-6", "GpuPcieWatch")
+    m.scaled(3)
+    m.condition("tray-5", "GpuPcieWatch")
+    m.template_edited()
+    m.drain_the_rack()
+    m.condition("tray-6", "GpuXidWatch")
+    m.template_edited()
+    m.drain_the_rack()
+    m.scaled(3)
+    m.scaled(2)
+    m.template_edited()
+    m.template_edited()
+    m.condition("tray-5", "GpuXidWatch")
+    m.scaled(1)
+    m.condition("tray-1", "GpuXidWatch")
+    m.condition("tray-9", "GpuPcieWatch")
+    m.scaled(3)
+
+
+@pytest.mark.parametrize("steps", [kept_off_nodes_that_healed, drained_extras_after_a_scale_down])
 def test_what_the_model_check_found_stays_fixed(steps: Callable[[Fleet], None]) -> None:
     """Each interleaving a long run found, replayed (hypothesis's steps, as printed)."""
     machine = Fleet()
