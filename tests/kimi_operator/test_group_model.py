@@ -85,7 +85,41 @@ def kept_off_nodes_that_healed(m: Fleet) -> None:
     m.scaled(3)
 
 
-@pytest.mark.parametrize("steps", [kept_off_nodes_that_healed, drained_extras_after_a_scale_down])
+def moved_between_failing_nodes(m: Fleet) -> None:
+    """Found by the model check: with room only on other nodes with a condition, a group kept
+    off its own failing node (a preference) went to another failing node, was evacuated from
+    that one, and so on (LOOP). A group on a node it was made to keep off stays, and says so."""
+    m.kubectl_drain({"tray-6"})
+    m.condition("tray-0", "GpuPcieWatch")
+    m.time_passes()
+    m.condition("tray-9", "GpuPcieWatch")
+    m.kubectl_drain({"tray-3", "tray-1"})
+    m.condition("tray-6", "GpuXidWatch")
+    m.condition("tray-4", "GpuXidWatch")
+    m.condition("tray-7", "GpuXidWatch")
+    m.time_passes()
+    m.uncordon("tray-6")
+    m.condition("tray-6", "GpuPcieWatch")
+    m.condition("tray-2", "GpuPcieWatch")
+    m.condition("tray-8", "GpuXidWatch")
+    m.condition("tray-7", "GpuXidWatch")
+    m.time_passes()
+    m.time_passes()
+    m.time_passes()
+    m.uncordon("tray-2")
+    m.time_passes()
+    m.time_passes()
+    m.kubectl_drain({"tray-9", "tray-0", "tray-3"})
+    m.condition("tray-9", "GpuPcieWatch")
+    m.kubectl_drain({"tray-2", "tray-7"})
+    m.uncordon("tray-1")
+    m.uncordon("tray-0")
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [kept_off_nodes_that_healed, moved_between_failing_nodes, drained_extras_after_a_scale_down],
+)
 def test_what_the_model_check_found_stays_fixed(steps: Callable[[Fleet], None]) -> None:
     """Each interleaving a long run found, replayed (hypothesis's steps, as printed)."""
     machine = Fleet()

@@ -13,7 +13,7 @@ avoids cordoned and tainted nodes, never a node condition (docs/maintenance.md).
 """
 
 import copy
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from kimi_operator.api.spec import KimiDeployment
@@ -58,6 +58,12 @@ def group_affinity(kd: KimiDeployment, group: str) -> dict[str, Any]:
     return {kind: affinity[kind] for kind in KINDS if kind in affinity}
 
 
+def _away(nodes: Collection[str]) -> dict[str, Any]:
+    """The preferred node affinity term that keeps pods off `nodes`."""
+    away = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
+    return {"weight": 100, "preference": {"matchFields": [away]}}
+
+
 def kept_off(group: Any, nodes: Collection[str]) -> dict[str, Any]:
     """LeaderWorkerSet `group` with its pods kept off `nodes` (by name: a preferred node affinity
     term of the greatest weight, `matchFields` metadata.name NotIn), wherever else there is room.
@@ -73,11 +79,23 @@ def kept_off(group: Any, nodes: Collection[str]) -> dict[str, Any]:
     if not nodes:
         return dict(group)
     out: dict[str, Any] = copy.deepcopy(dict(group))
-    away = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
     for role in TEMPLATES:
         spec = out["spec"]["leaderWorkerTemplate"][role]["spec"]
         node = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
         if node.get(PREFERRED):
             return dict(group)
-        node[PREFERRED] = [{"weight": 100, "preference": {"matchFields": [away]}}]
+        node[PREFERRED] = [_away(nodes)]
     return out
+
+
+def avoided(group: Mapping[str, Any]) -> set[str]:
+    """The nodes LeaderWorkerSet `group` was made to keep off (`kept_off`); none for another."""
+    spec = group.get("spec", {}).get("leaderWorkerTemplate", {}).get(TEMPLATES[0], {})
+    terms = spec.get("spec", {}).get("affinity", {}).get("nodeAffinity", {}).get(PREFERRED, [])
+    found = [t for t in terms if t.get("weight") == 100 and _is_away(t)]
+    return {n for t in found for n in t["preference"]["matchFields"][0]["values"]}
+
+
+def _is_away(term: Mapping[str, Any]) -> bool:
+    fields = term.get("preference", {}).get("matchFields") or [{}]
+    return len(fields) == 1 and _away(fields[0].get("values", [])) == term
