@@ -336,7 +336,8 @@ class Fleet(RuleBasedStateMachine):
         group it stands in for is still on an unfit node and not leaving (draining), is a start
         thrown away (and made again); an evacuated group deleted is one whose replacement
         served in its place as the reconcile read it (`served`: a rollout may then take the
-        replacement within its own budget; a critical node's group aside)."""
+        replacement within its own budget), unless its evacuation was for a critical condition
+        (the group goes without one when there is no room)."""
         for name, group in deleted.items():
             record = recorded(group)
             stays = None if record is None else self.groups.get(record.group)
@@ -344,7 +345,7 @@ class Fleet(RuleBasedStateMachine):
                 assert draining_since(stays) or not self.on_unfit(record.group), (
                     f"{DROPPED}: {name}, for {record.group}"
                 )
-            if name in leaving and not self.critical():
+            if name in leaving and not leaving[name][1].critical:
                 replacement = leaving[name][0]
                 assert replacement in served, f"{BOTH_OUT}: {name}, for {replacement}"
 
