@@ -70,7 +70,7 @@ def kept_off(group: Any, nodes: Collection[str]) -> dict[str, Any]:
     Preferred, not required: a required term stays in the template after the nodes are fit
     again, and a group still Pending then (no room elsewhere) would wait for ever for room the
     nodes have (the model check found it); where only those nodes have room, the group goes
-    there, and group_set does not evacuate a replacement from the node its group left again.
+    there, and group_set does not evacuate it from them again (`avoided` says which they are).
     For a group about to be created only: the applied-spec annotation it carries was taken
     before (k8s.merge.with_owner), and a list of its own leaves the template the operator wants
     covered by the one it has (k8s.merge.covers), so neither the rollout nor an apply ever
