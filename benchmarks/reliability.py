@@ -311,6 +311,7 @@ def _rack(report: RackDrainReport) -> dict[str, Any]:
         "groups_on_the_rack": len(report.groups),
         "drained_seconds": report.took_s,
         "operator_restarted_after_seconds": report.restarted_after_s,
+        "groups_started_before_the_restart": report.started_before_restart,
         "evictions_granted": report.evicted,
         "evictions_refused": report.refused,
         "serving_pods_evicted": len(report.serving_evicted),

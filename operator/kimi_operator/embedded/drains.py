@@ -292,6 +292,7 @@ class RackDrainReport:
     refused: int = 0  # evictions refused by a budget (429), retried
     took_s: float = 0.0  # from the cordon until no pod was left on the rack
     restarted_after_s: float | None = None  # from the cordon until the operator was SIGKILLed
+    started_before_restart: int = 0  # groups started by the operator killed
     serving_evicted: list[str] = field(default_factory=list)  # pods of a serving group evicted
     fewest_serving: dict[str, int] = field(default_factory=dict)  # deployment -> fewest seen
     started: list[str] = field(default_factory=list)  # groups started until the uncordon
@@ -343,6 +344,7 @@ def run_rack_drain(
     def meanwhile() -> None:
         if report.restarted_after_s is None and cluster.started:
             report.restarted_after_s = round(time.monotonic() - cordoned, 1)
+            report.started_before_restart = len(cluster.started)
             restart()
 
     evictions = DrainReport()
@@ -374,11 +376,12 @@ def rack_summary(report: RackDrainReport) -> str:
     return (
         f"{report.nodes} nodes under {len(report.groups)} groups of {len(RACK_REPLICAS)} "
         f"deployments drained in {report.took_s:.1f} s (operator SIGKILLed and restarted after "
-        f"{restarted}), evictions granted {report.evicted} / refused {report.refused}, pods of "
-        f"a serving group evicted {len(report.serving_evicted)}, fewest serving groups "
-        f"{report.fewest_serving}, groups started {len(report.started)} (after uncordon "
-        f"{len(report.started_after_uncordon)}), failures {sum(report.failures.values())}, "
-        f"duplicates {report.duplicates}, orphans {report.orphans}, {report.wall_s:.0f} s"
+        f"{restarted}, {report.started_before_restart} groups started), evictions granted "
+        f"{report.evicted} / refused {report.refused}, pods of a serving group evicted "
+        f"{len(report.serving_evicted)}, fewest serving groups {report.fewest_serving}, groups "
+        f"started {len(report.started)} (after uncordon {len(report.started_after_uncordon)}), "
+        f"failures {sum(report.failures.values())}, duplicates {report.duplicates}, orphans "
+        f"{report.orphans}, {report.wall_s:.0f} s"
     )
 
 
