@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.support.group_model import Fleet
+from tests.support.group_model import Fleet, played
 
 LONG = os.environ.get("KIMI_MODEL_CHECK") == "long"
 EXAMPLES = int(os.environ.get("KIMI_MODEL_CHECK_EXAMPLES") or (1000 if LONG else 15))
@@ -122,6 +122,4 @@ def moved_between_failing_nodes(m: Fleet) -> None:
 )
 def test_what_the_model_check_found_stays_fixed(steps: Callable[[Fleet], None]) -> None:
     """Each interleaving a long run found, replayed (hypothesis's steps, as printed)."""
-    machine = Fleet()
-    steps(machine)
-    machine.teardown()
+    played(steps)

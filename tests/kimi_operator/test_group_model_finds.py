@@ -30,6 +30,7 @@ from tests.support.group_model import (
     ROLLING,
     SETTLED,
     Fleet,
+    played,
 )
 
 Steps = Callable[[Fleet], None]
@@ -39,13 +40,6 @@ DECIDE = importlib.import_module("kimi_operator.reconcile.decide")
 
 def g(index: int) -> str:
     return f"{NAME}-g{index}"
-
-
-def played(steps: Steps) -> None:
-    """The machine through `steps`, then its teardown."""
-    machine = Fleet()
-    steps(machine)
-    machine.teardown()
 
 
 # The mutations: each puts one scenario's old behaviour back.

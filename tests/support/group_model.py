@@ -27,6 +27,7 @@ import copy
 import functools
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
@@ -468,3 +469,11 @@ class Fleet(RuleBasedStateMachine):
         assert len(groups) == replicas, f"{SETTLED}: {sorted(groups)}"
         assert not marked, f"{SETTLED}: {marked} still recorded as replacements"
         assert all(serving(g) for g in groups.values()), f"{SETTLED}: {sorted(groups)}"
+
+
+def played(steps: Callable[[Fleet], None]) -> None:
+    """The machine through `steps` (its rules, called in order), then its teardown: an
+    interleaving replayed as hypothesis printed it, or a scenario's."""
+    machine = Fleet()
+    steps(machine)
+    machine.teardown()
