@@ -226,10 +226,12 @@ def _placed_back(
     """The members on unfit nodes that found room only there: a replacement placed on the very
     node its group left, or a group on a node it was made to keep off (a condition keeps no pod
     off a node: placement.kept_off only prefers the others). Evacuating them again would go
-    round for ever: they stay, and say so."""
+    round for ever: they stay, and say so. Not from a node cordoned or tainted since (a drain):
+    no replacement can come back to it, and the drain waits for the group to leave (the long
+    model check found a drain that never completed)."""
     back = {}
     for name in members:
-        if name not in on_unfit:
+        if name not in on_unfit or not on_unfit[name][1].schedulable:
             continue
         node, why = on_unfit[name]
         if name in records and _back_on(records[name], on_unfit[name]):
