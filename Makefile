@@ -86,9 +86,11 @@ test-fuzz: $(STAMP)
 	KIMI_FUZZ=full $(BIN)/pytest $(XDIST) tests/fuzz \
 		tests/kimi_operator/api/test_one_verdict.py
 
-# The group set's model check at length (tests/kimi_operator/test_group_model.py): a thousand
-# random interleavings of rack drains, restarts, edits, scaling and failures (`make test` runs
-# fifteen, the same each time); hypothesis prints the steps of any failure.
+# The group set's model check at length (tests/kimi_operator/test_group_model.py, its machine in
+# tests/support/group_model.py): a thousand random interleavings of rack drains, restarts, edits,
+# scaling and failures, or KIMI_MODEL_CHECK_EXAMPLES of them (`make test` runs fifteen, the same
+# each time, and test_group_model_finds.py: each #56 scenario found with its fix taken out);
+# hypothesis prints the steps of any failure.
 test-model: $(STAMP)
 	KIMI_MODEL_CHECK=long $(BIN)/pytest -p no:cacheprovider --hypothesis-show-statistics \
 		tests/kimi_operator/test_group_model.py

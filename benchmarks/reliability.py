@@ -11,13 +11,16 @@ policy (Foreground, Orphan, Background), and two `--leader-elect` replicas whose
 silent while deployments are created (embedded/teardown.py); a prune's DELETE held by the API
 server while its group is made anew, and the default-image turn holder deleted mid-move
 (embedded/stale.py); nodes under groups cordoned and drained as `kubectl drain` does, then
-uncordoned (embedded/drains.py). Prints a table and writes benchmarks/results/reliability.json.
+uncordoned, and a whole rack under two deployments drained at once with the operator SIGKILLed
+and restarted mid-drain (embedded/drains.py). Prints a table and writes
+benchmarks/results/reliability.json.
 
 Usage: python benchmarks/reliability.py [--kills 50] [--deployments 500] [--soak-seconds 600]
        python benchmarks/reliability.py --bounded   (a few minutes: fewer of everything)
 """
 
 import argparse
+import functools
 import json
 import random
 import time
@@ -29,7 +32,12 @@ from fuzz_inputs import run_fuzz
 from kimi_operator.api.crd import crd
 from kimi_operator.embedded.chart import NAMESPACE as RELEASE_NAMESPACE
 from kimi_operator.embedded.chart import operator_identity
-from kimi_operator.embedded.drains import run_drains
+from kimi_operator.embedded.drains import (
+    RackDrainReport,
+    rack_summary,
+    run_drains,
+    run_rack_drain,
+)
 from kimi_operator.embedded.drains import summary as drains_summary
 from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.embedded.processes import OperatorProcess, metric_total
@@ -57,6 +65,7 @@ from kimi_operator.k8s.client import Client, load_configuration
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATOR_TIMEOUT_S = 15.0  # the operator's read timeout (Client's default)
+RESYNC_S = 5  # the operator's resync interval here
 LEADER_ELECTION = [
     "--leader-elect",
     f"--leader-elect-resource-namespace={RELEASE_NAMESPACE}",
@@ -91,7 +100,7 @@ def main() -> None:
     with EmbeddedApiServer() as api:
         api.install_crds([crd(), *crds.values()])
         client = Client(load_configuration(api.url), pool_size=args.clients + 4)
-        args_ = ["--resync-interval=5", "--workers=16"]
+        args_ = [f"--resync-interval={RESYNC_S}", "--workers=16"]
         with OperatorProcess(api.url, args_, token=operator_identity(api)) as op:
             faults = run_faults(
                 api,
@@ -118,6 +127,14 @@ def main() -> None:
             stale = run_stale_delete(api, client, timeout_s=180)
             life = run_group_life(api, client, timeout_s=180)
             drains = run_drains(client, api.url, timeout_s=180, seed=args.seed)
+            rack = run_rack_drain(
+                client,
+                api.url,
+                restart=functools.partial(_restart, op),
+                timeout_s=180,
+                settle_s=3 * RESYNC_S,
+                seed=args.seed,
+            )
             churn = run_churn(
                 client,
                 deployments=args.deployments,
@@ -131,7 +148,7 @@ def main() -> None:
         frozen = run_frozen_leader(
             api,
             client,
-            [*LEADER_ELECTION, "--resync-interval=5", "--workers=16"],
+            [*LEADER_ELECTION, f"--resync-interval={RESYNC_S}", "--workers=16"],
             token=operator_identity(api),
             burst=60 if args.bounded else 120,
             timeout_s=180,
@@ -158,9 +175,9 @@ def main() -> None:
         }
     )
     converged = faults.converged + restarts.converged + churn.converged
-    duplicates = faults.duplicates + restarts.duplicates + churn.duplicates + life.duplicates
-    duplicates += drains.duplicates
-    orphans = faults.orphans + restarts.orphans + churn.orphans + life.orphans + drains.orphans
+    found = (faults, restarts, churn, life, drains, rack)
+    duplicates = sum(r.duplicates for r in found)
+    orphans = sum(r.orphans for r in found)
     result |= {
         "faults_injected": dict(sorted(injected.items())),
         "deployments_converged": converged,
@@ -193,9 +210,10 @@ def main() -> None:
             "writes_to_the_serving_group_while_another_stopped": life.serving_written,
         },
         "node_drains": drains_summary(drains),
+        "rack_drain": _rack(rack),
         "turn_holder_deleted": {
             "next_moved_after_seconds": round(holder.moved_after_s, 1),
-            "resync_interval_seconds": 5,
+            "resync_interval_seconds": RESYNC_S,
         },
         "fuzz": fuzz,
         "rss_mb": {"peak": churn.peak_rss_mb, "final": churn.final_rss_mb},
@@ -218,6 +236,11 @@ def main() -> None:
         (
             "node drains (target: no serving pod evicted, fewest serving = replicas)",
             drains_summary(drains),
+        ),
+        (
+            "rack drain, two deployments, operator restarted mid-drain (target: fewest serving "
+            "= replicas, one start per group, none after uncordon, no failure)",
+            rack_summary(rack),
         ),
         ("CRDs removed and re-added: status said", ", ".join(hand.crds.values())),
         (
@@ -248,7 +271,7 @@ def main() -> None:
         ),
         (
             "default-image turn holder deleted mid-move: next one moved after",
-            f"{holder.moved_after_s:.1f} s   (target: within a resync, 5 s)",
+            f"{holder.moved_after_s:.1f} s   (target: within a resync, {RESYNC_S} s)",
         ),
         ("fuzz cases run (crashes / tracebacks)", _fuzz_row(fuzz)),
         ("operator RSS peak / final", f"{churn.peak_rss_mb:.1f} / {churn.final_rss_mb:.1f} MB"),
@@ -273,6 +296,33 @@ def _deletions_row(report: DeletionReport) -> str:
         f"outliving their owner {figures['children_outliving_owner']}, orphans adopted back "
         f"{figures['orphans_adopted_back']}   (target 0 / 0 / 0)"
     )
+
+
+def _restart(op: OperatorProcess) -> None:
+    """SIGKILL, then started again (waiting for its /healthz)."""
+    op.kill()
+    op.start()
+
+
+def _rack(report: RackDrainReport) -> dict[str, Any]:
+    """The rack drain's figures for the JSON."""
+    return {
+        "nodes": report.nodes,
+        "groups_on_the_rack": len(report.groups),
+        "drained_seconds": report.took_s,
+        "operator_restarted_after_seconds": report.restarted_after_s,
+        "groups_started_before_the_restart": report.started_before_restart,
+        "evictions_granted": report.evicted,
+        "evictions_refused": report.refused,
+        "serving_pods_evicted": len(report.serving_evicted),
+        "fewest_serving": report.fewest_serving,
+        "groups_started": len(report.started),
+        "groups_started_after_uncordon": len(report.started_after_uncordon),
+        "failures": sum(report.failures.values()),
+        "duplicates": report.duplicates,
+        "orphans": report.orphans,
+        "wall_seconds": report.wall_s,
+    }
 
 
 def _fuzz_row(fuzz: dict[str, int | float]) -> str:

@@ -37,6 +37,7 @@ from kimi_operator import group_life
 from kimi_operator.api.problem import Problem
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders.nodes import Unfit
+from kimi_operator.builders.placement import avoided
 from kimi_operator.evacuation import NO_ROOM, Record, affected, recorded
 from kimi_operator.rollout import draining_since, epoch, group_of, roles, rolled_at, serving
 
@@ -173,19 +174,7 @@ def _role(
     fresh = _fresh(kd.metadata.name, letter, [*mine, *(r.group for r in records.values())])
     # Evacuations begun now: the members on unfit nodes, a critical node first, within budget.
     budget = max(0, max(1, surge) - len(role.replacing))
-    # A replacement placed on the very node its group left (a condition keeps no pod off a
-    # node) is not evacuated from it again: that would go round for ever. It says so.
-    back = {
-        n for n in members if n in on_unfit and n in records and _back_on(records[n], on_unfit[n])
-    }
-    for name in sorted(back):
-        out.problems.append(
-            Problem(
-                NO_ROOM,
-                f"{name} replaced {records[name].group} on node {records[name].node}, and found "
-                f"room only there ({records[name].detail}): it stays until room is made elsewhere",
-            )
-        )
+    back = _placed_back(out, members, mine, records, on_unfit)
     waiting = sorted(
         (n for n in members if n in on_unfit and n not in standing_in and n not in back),
         key=lambda n: (not on_unfit[n][1].critical, _index(n)),
@@ -225,6 +214,40 @@ def _role(
         positions.append(next(fresh))
     role.positions = positions if replicas else []
     return role
+
+
+def _placed_back(
+    out: GroupSet,
+    members: Sequence[str],
+    mine: Mapping[str, Mapping[str, Any]],
+    records: Mapping[str, Record],
+    on_unfit: Mapping[str, tuple[str, Unfit]],
+) -> set[str]:
+    """The members on unfit nodes that found room only there: a replacement placed on the very
+    node its group left, or a group on a node it was made to keep off (a condition keeps no pod
+    off a node: placement.kept_off only prefers the others). Evacuating them again would go
+    round for ever: they stay, and say so. Not from a node cordoned or tainted since (a drain):
+    no replacement can come back to it, and the drain waits for the group to leave (the long
+    model check found a drain that never completed)."""
+    back = {}
+    for name in members:
+        if name not in on_unfit or not on_unfit[name][1].schedulable:
+            continue
+        node, why = on_unfit[name]
+        if name in records and _back_on(records[name], on_unfit[name]):
+            back[name] = f"{name} replaced {records[name].group} on node {node}"
+        elif node in avoided(mine[name]):
+            back[name] = f"{name} was kept off node {node}"
+        else:
+            continue
+        out.problems.append(
+            Problem(
+                NO_ROOM,
+                f"{back[name]}, and found room only there ({why.text(node)}): it stays until "
+                "room is made elsewhere",
+            )
+        )
+    return set(back)
 
 
 def _step(

@@ -9,7 +9,7 @@ from kimi_operator import group_set
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL
 from kimi_operator.builders.nodes import CONDITION, CORDONED, Unfit
-from kimi_operator.builders.placement import GROUP_LABEL
+from kimi_operator.builders.placement import GROUP_LABEL, kept_off
 from kimi_operator.evacuation import EVACUATION_ANNOTATION, NO_ROOM, Record, recorded
 from tests.support.cluster import sample
 
@@ -175,6 +175,27 @@ def test_a_replacement_on_the_node_its_group_left_is_not_evacuated_again() -> No
     found = plan(live, pods(1, "tray-5") + pods(2, "tray-1"), FAILING, now=LATER)
     assert found.roles["g"].replacing == {}
     assert [p.reason for p in found.problems] == [NO_ROOM]
+
+
+def test_a_group_on_a_node_it_was_made_to_keep_off_is_not_evacuated_again() -> None:
+    """A group made while tray-1 had a condition prefers every other node
+    (placement.kept_off); placed there all the same, there was no room elsewhere: evacuating it
+    would go from failing node to failing node for ever (the model check found it)."""
+    placed = kept_off(_templated(group(1)), ["tray-1"])
+    found = plan([group(0), placed], pods(0, "tray-5") + pods(1, "tray-1"), FAILING, now=LATER)
+    assert found.roles["g"].replacing == {}
+    (said,) = found.problems
+    assert (said.reason, said.message.split(",")[0]) == (
+        NO_ROOM,
+        f"{name(1)} was kept off node tray-1",
+    )
+
+
+def _templated(live: dict[str, Any]) -> dict[str, Any]:
+    """`live` with the pod templates a LeaderWorkerSet has."""
+    pod: dict[str, Any] = {"spec": {}}
+    templates = {"leaderTemplate": pod, "workerTemplate": json.loads(json.dumps(pod))}
+    return {**live, "spec": {**live["spec"], "leaderWorkerTemplate": templates}}
 
 
 def test_the_node_fit_before_the_replacement_serves_cancels_it() -> None:

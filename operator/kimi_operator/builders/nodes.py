@@ -9,6 +9,7 @@ convention of node-problem-detector and NVIDIA's NVSentinel: `True` is the probl
 marked critical lets its groups go without a replacement when none can be placed.
 """
 
+import dataclasses
 import re
 import threading
 from collections.abc import Mapping
@@ -78,6 +79,14 @@ class Unfit:
     reason: str
     detail: str
     critical: bool = False
+    fenced: bool = False  # a condition's, the node also cordoned or tainted
+
+    @property
+    def schedulable(self) -> bool:
+        """Whether kube-scheduler still places pods there (only conditions make it unfit): a
+        group kept off it may have found room only there. Cordoned or tainted: no pod comes
+        back to it."""
+        return self.reason == CONDITION and not self.fenced
 
     def text(self, node: str) -> str:
         return f"node {node} {self.detail}" if self.detail else f"node {node} is cordoned"
@@ -101,7 +110,10 @@ def unfit(node: Mapping[str, Any], policy: NodePolicy) -> Unfit | None:
             found.append(Unfit(TAINTED, f"is tainted {t['key']}:{t['effect']}"))
     if policy.cordoned and spec.get("unschedulable"):
         found.append(Unfit(CORDONED, ""))
-    return min(found, key=lambda u: not u.critical, default=None)
+    first = min(found, key=lambda u: not u.critical, default=None)
+    if first is None or all(u.reason == CONDITION for u in found):
+        return first
+    return dataclasses.replace(first, fenced=first.reason == CONDITION)
 
 
 class UnfitNodes:

@@ -1,16 +1,18 @@
-"""A stand-in for kube-controller-manager's disruption controller (pkg/controller/disruption):
-each PodDisruptionBudget's status kept true to the pods it selects, which the eviction
-subresource (embedded.eviction) then spends.
+"""A stand-in for kube-controller-manager's disruption controller (pkg/controller/disruption): each
+PodDisruptionBudget's status kept true to the pods it selects, which the eviction subresource
+(embedded.eviction) then spends.
 
 As the controller does: the budget's pods are those of its namespace its selector matches (no
-selector: none; `{}`: all); `expectedPods` is their count for an integer `minAvailable`, else
-the scale of their controllers (a percentage or `maxUnavailable` needs it; a pod without one
-fails the sync, `SyncFailed`); `desiredHealthy` follows from `minAvailable` or `maxUnavailable`
-(a percentage rounded up); `currentHealthy` counts the pods Ready, not terminating and not
-named in `disruptedPods` (an eviction granted whose deletion is not seen yet, forgotten after
-DELETION_TIMEOUT); `disruptionsAllowed` is their difference, never below 0, and 0 while no pod
-is expected. The pods' controllers are the LeaderWorkerSets whose label the pods carry (LWS's
-StatefulSets, whose scale the real controller reads, are not modelled): replicas times size.
+selector: none; `{}`: all); `expectedPods` is their count for an integer `minAvailable`, else the
+scale of their controllers (a percentage or `maxUnavailable` needs it; a pod without a controller
+reference, or whose controller is gone, fails the sync, `SyncFailed`, as getExpectedScale does: a
+group's pods outliving its LeaderWorkerSet allow no disruption); `desiredHealthy` follows from
+`minAvailable` or `maxUnavailable` (a percentage rounded up); `currentHealthy` counts the pods
+Ready, not terminating and not named in `disruptedPods` (an eviction granted whose deletion is not
+seen yet, forgotten after DELETION_TIMEOUT); `disruptionsAllowed` is their difference, never below
+0, and 0 while no pod is expected. The pods' controllers are the LeaderWorkerSets whose label the
+pods carry (LWS's StatefulSets, whose scale the real controller reads, are not modelled): replicas
+times size.
 """
 
 import datetime
@@ -93,25 +95,32 @@ class NoController(Exception):
 
 
 def _expected(
-    spec: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], scale_of: Callable[[str], int]
+    spec: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    scale_of: Callable[[str], int | None],
 ) -> int:
     """expectedPods: the pods' count for an integer minAvailable, else their controllers'
-    scale (`scale_of` a LeaderWorkerSet's name)."""
+    scale (`scale_of` a LeaderWorkerSet's name; None: not there)."""
     if isinstance(spec.get("minAvailable"), int):
         return len(pods)
-    controllers = set()
+    scales: dict[str, int] = {}
     for pod in pods:
+        name = pod["metadata"]["name"]
         owner = (pod["metadata"].get("labels") or {}).get(LWS_NAME_LABEL)
         if owner is None:
-            raise NoController(f'found no controller ref for pod "{pod["metadata"]["name"]}"')
-        controllers.add(owner)
-    return sum(scale_of(owner) for owner in sorted(controllers))
+            raise NoController(f'found no controller ref for pod "{name}"')
+        if owner not in scales:
+            scale = scale_of(owner)
+            if scale is None:
+                raise NoController(f'found no controllers for pod "{name}"')
+            scales[owner] = scale
+    return sum(scales.values())
 
 
 def budget_status(
     pdb: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
-    scale_of: Callable[[str], int],
+    scale_of: Callable[[str], int | None],
     now: datetime.datetime,
 ) -> dict[str, Any]:
     """The status the disruption controller writes for `pdb` over its namespace's `pods`."""
@@ -159,18 +168,20 @@ def budget_status(
     return with_allowed_condition(status, now)
 
 
-def _lws_scale(client: Client, namespace: str) -> Callable[[str], int]:
-    """A LeaderWorkerSet's pods: replicas times size (0 for one not there)."""
+def _lws_scale(client: Client, namespace: str) -> Callable[[str], int | None]:
+    """A LeaderWorkerSet's pods: replicas times size (None for one not there)."""
 
-    def scale_of(name: str) -> int:
+    def scale_of(name: str) -> int | None:
         lws = (
             client.get(LEADER_WORKER_SET, namespace, name)
             if client.served(LEADER_WORKER_SET)
             else None
         )
-        spec = (lws or {}).get("spec") or {}
+        if lws is None:
+            return None
+        spec = lws.get("spec") or {}
         size = (spec.get("leaderWorkerTemplate") or {}).get("size", 1)
-        return int(spec.get("replicas", 1)) * int(size) if spec else 0
+        return int(spec.get("replicas", 1)) * int(size)
 
     return scale_of
 

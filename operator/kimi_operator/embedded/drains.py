@@ -2,7 +2,9 @@
 benchmarks/reliability.py: deployments Ready on Node objects, then nodes under their groups
 cordoned and drained as `kubectl drain` does (each pod of the node evicted through pods/eviction,
 a refused eviction, 429, retried until the pod is gone), one node at a time or two at once, and
-uncordoned once drained (docs/maintenance.md).
+uncordoned once drained (docs/maintenance.md). Then a rack's maintenance (`run_rack_drain`): two
+deployments' groups on one rack, one drain of every node of the rack, the operator SIGKILLed and
+restarted in the middle.
 
 The cluster's controllers are played between the scenario's steps as the sandbox plays them: the
 LeaderWorkerSet controller and kubelets (embedded.leaderworkerset: pods owned by their group,
@@ -24,13 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL
+from kimi_operator.builders.placement import CLIQUE_LABEL
 from kimi_operator.embedded.audit import Audit, audit
 from kimi_operator.embedded.disruption import sync_budgets
 from kimi_operator.embedded.kubelet import ready_domains, register_nodes
 from kimi_operator.embedded.leaderworkerset import play_groups
 from kimi_operator.embedded.processes import wait
 from kimi_operator.embedded.reliability import create_all, deployment, settled
-from kimi_operator.embedded.scheduler import LWS_NAME_LABEL, fleet
+from kimi_operator.embedded.scheduler import LWS_NAME_LABEL, fleet, labels_of
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.errors import ApiError
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT, LEADER_WORKER_SET, NODE, POD
@@ -38,6 +41,8 @@ from kimi_operator.rollout import group_of, serving
 
 NAMESPACE = "drains"  # its own: the controllers played here touch no other scenario's groups
 REPLICAS = {"drain-a": 1, "drain-b": 2, "drain-c": 2}
+RACK_NAMESPACE = "rack-drain"
+RACK_REPLICAS = {"rack-a": 2, "rack-b": 2}
 
 
 def evict(url: str, namespace: str, pod: str) -> int:
@@ -83,25 +88,45 @@ class DrainReport:
 
 
 class Cluster:
-    """The controllers of a GPU cluster played over NAMESPACE, one `step` at a time; after each
-    step every deployment's groups are counted into `report` (from `counting` on)."""
+    """The controllers of a GPU cluster played over `namespace`, one `step` at a time; after each
+    step (from `counting` on) every deployment of `replicas` has its serving groups and its
+    groups counted, and each start of a group recorded: a leader pod made, for a new group or
+    for one made again (a restart)."""
 
-    def __init__(self, client: Client, report: DrainReport, seed: int) -> None:
-        self.client, self.report, self.rng = client, report, random.Random(seed)
+    def __init__(
+        self,
+        client: Client,
+        seed: int,
+        namespace: str = NAMESPACE,
+        replicas: Mapping[str, int] = REPLICAS,
+    ) -> None:
+        self.client, self.rng = client, random.Random(seed)
+        self.namespace, self.replicas = namespace, dict(replicas)
         self.counting = False
+        self.fewest_serving: dict[str, int] = {}  # deployment -> fewest seen
+        self.most_groups: dict[str, int] = {}  # deployment -> most at once
+        self.leaders: set[str] = set()  # the uids of every leader pod seen
+        self.started: list[str] = []  # from `counting` on: the group of each leader pod made
 
     def step(self) -> None:
-        play_groups(self.client, self.rng, NAMESPACE)
-        ready_domains(self.client, NAMESPACE)
+        play_groups(self.client, self.rng, self.namespace)
+        ready_domains(self.client, self.namespace)
         sync_budgets(self.client)
-        if self.counting:
-            groups = self.client.list(LEADER_WORKER_SET, NAMESPACE)
-            for name in REPLICAS:
-                mine = [g for g in groups if group_of(name, g["metadata"]["name"])]
-                up = sum(serving(g) for g in mine)
-                report = self.report
-                report.fewest_serving[name] = min(report.fewest_serving.get(name, up), up)
-                report.most_groups[name] = max(report.most_groups.get(name, 0), len(mine))
+        for pod in self.client.list(POD, self.namespace):
+            meta = pod["metadata"]
+            if meta["labels"].get(LWS_WORKER_INDEX_LABEL) != "0" or meta["uid"] in self.leaders:
+                continue
+            self.leaders.add(meta["uid"])
+            if self.counting:
+                self.started.append(meta["labels"][LWS_NAME_LABEL])
+        if not self.counting:
+            return
+        groups = self.client.list(LEADER_WORKER_SET, self.namespace)
+        for name in self.replicas:
+            mine = [g for g in groups if group_of(name, g["metadata"]["name"])]
+            up = sum(serving(g) for g in mine)
+            self.fewest_serving[name] = min(self.fewest_serving.get(name, up), up)
+            self.most_groups[name] = max(self.most_groups.get(name, 0), len(mine))
 
     def until(self, probe: Callable[[], Any], what: str, timeout_s: float) -> Any:
         def stepped() -> Any:
@@ -114,22 +139,22 @@ class Cluster:
         """The nodes of the group's leader, or of its workers."""
         return sorted(
             str(p["spec"].get("nodeName"))
-            for p in self.client.list(POD, NAMESPACE)
+            for p in self.client.list(POD, self.namespace)
             if p["metadata"]["labels"].get(LWS_NAME_LABEL) == group
             and (p["metadata"]["labels"].get(LWS_WORKER_INDEX_LABEL) == "0") == leader
         )
 
 
-def _quiet(client: Client) -> Audit | None:
+def _quiet(client: Client, namespace: str = NAMESPACE) -> Audit | None:
     """The audit once the cluster is as planned, every status says so and no evacuation is
-    left (none in a status, every group serving); None before."""
+    left in `namespace` (none in a status, every group serving); None before."""
     found = settled(client)
     if found is None:
         return None
-    for kd in client.list(KIMI_DEPLOYMENT, NAMESPACE):
+    for kd in client.list(KIMI_DEPLOYMENT, namespace):
         if (kd.get("status") or {}).get("evacuations"):
             return None
-    if not all(serving(g) for g in client.list(LEADER_WORKER_SET, NAMESPACE)):
+    if not all(serving(g) for g in client.list(LEADER_WORKER_SET, namespace)):
         return None
     return found
 
@@ -139,13 +164,20 @@ def _cordon(client: Client, node: str, *, unschedulable: bool) -> None:
 
 
 def drain(
-    cluster: Cluster, url: str, nodes: Sequence[str], timeout_s: float, report: DrainReport
+    cluster: Cluster,
+    url: str,
+    nodes: Sequence[str],
+    timeout_s: float,
+    report: DrainReport,
+    *,
+    meanwhile: Callable[[], None] = lambda: None,
 ) -> list[Drain]:
     """`kubectl drain` of `nodes` at once: each cordoned, then every pod on it evicted, refused
     evictions retried after every step of the cluster, until no pod is left on any; then each
-    uncordoned. An eviction granted to a pod whose group serves is recorded in `report`."""
-    client, started = cluster.client, time.monotonic()
-    pods = client.list(POD, NAMESPACE)
+    uncordoned. An eviction granted to a pod whose group serves is recorded in `report`;
+    `meanwhile` is called after each round of evictions (what else happens during the drain)."""
+    client, started, namespace = cluster.client, time.monotonic(), cluster.namespace
+    pods = client.list(POD, namespace)
     drains = [
         Drain(node, sorted({p["metadata"]["labels"][LWS_NAME_LABEL] for p in pods if _on(p, node)}))
         for node in nodes
@@ -154,8 +186,8 @@ def drain(
         _cordon(client, node, unschedulable=True)
 
     def drained() -> bool:
-        groups = {g["metadata"]["name"]: g for g in client.list(LEADER_WORKER_SET, NAMESPACE)}
-        pods = client.list(POD, NAMESPACE)
+        groups = {g["metadata"]["name"]: g for g in client.list(LEADER_WORKER_SET, namespace)}
+        pods = client.list(POD, namespace)
         for one in drains:
             left = [p for p in pods if _on(p, one.node)]
             if one.took_s is None and not left:
@@ -164,7 +196,7 @@ def drain(
                 name = pod["metadata"]["name"]
                 group = groups.get(pod["metadata"]["labels"][LWS_NAME_LABEL])
                 was_serving = group is not None and serving(group)
-                code = evict(url, NAMESPACE, name)
+                code = evict(url, namespace, name)
                 if code == 201:
                     one.evicted += 1
                     if was_serving:
@@ -173,6 +205,7 @@ def drain(
                     one.refused += 1
                 elif code != 404:  # gone meanwhile: nothing to evict
                     raise AssertionError(f"the eviction of {name} answered {code}")
+        meanwhile()
         return all(one.took_s is not None for one in drains)
 
     cluster.until(drained, f"{', '.join(nodes)} drained", timeout_s)
@@ -195,7 +228,7 @@ def run_drains(
     evacuated as any: its replacement takes drain-a-g0's name again, free once that node was
     uncordoned). Then the failures recorded, and the deployments deleted."""
     report, began = DrainReport(), time.monotonic()
-    cluster = Cluster(client, report, seed)
+    cluster = Cluster(client, seed)
     register_nodes(client, fleet(racks))
     docs = (deployment(name, NAMESPACE, replicas=n) for name, n in REPLICAS.items())
     create_all(client, docs)
@@ -214,22 +247,142 @@ def run_drains(
         found: Audit = cluster.until(lambda: _quiet(client), "the evacuations over", timeout_s)
         report.duplicates += len(found.duplicates)
         report.orphans += len(found.orphans)
-    for kd in client.list(KIMI_DEPLOYMENT, NAMESPACE):
-        for record in (kd.get("status") or {}).get("groups") or []:
-            report.failures[record["name"]] = record.get("restarts", 0)
-            if record.get("lastFailure"):
-                report.last_failures.append(record["name"])
+    report.failures, report.last_failures = _failures(client, NAMESPACE)
     cluster.counting = False
-    for name in REPLICAS:
-        client.delete(KIMI_DEPLOYMENT, NAMESPACE, name)
-    cluster.until(
-        lambda: not client.list(LEADER_WORKER_SET, NAMESPACE), "the groups collected", timeout_s
-    )
-    gone = audit(client)
+    report.fewest_serving, report.most_groups = cluster.fewest_serving, cluster.most_groups
+    gone = _deleted(cluster, timeout_s)
     report.duplicates += len(gone.duplicates)
     report.orphans += len(gone.orphans)
     report.wall_s = round(time.monotonic() - began, 1)
     return report
+
+
+def _failures(client: Client, namespace: str) -> tuple[dict[str, int], list[str]]:
+    """Each group's restarts as its deployment's status records them, and the groups with a
+    last failure."""
+    restarts, failed = {}, []
+    for kd in client.list(KIMI_DEPLOYMENT, namespace):
+        for record in (kd.get("status") or {}).get("groups") or []:
+            restarts[record["name"]] = record.get("restarts", 0)
+            if record.get("lastFailure"):
+                failed.append(record["name"])
+    return restarts, failed
+
+
+def _deleted(cluster: Cluster, timeout_s: float) -> Audit:
+    """The deployments deleted, their groups collected: the audit of what is left."""
+    client = cluster.client
+    for name in cluster.replicas:
+        client.delete(KIMI_DEPLOYMENT, cluster.namespace, name)
+    cluster.until(
+        lambda: not client.list(LEADER_WORKER_SET, cluster.namespace),
+        "the groups collected",
+        timeout_s,
+    )
+    return audit(client)
+
+
+@dataclass
+class RackDrainReport:
+    """A rack's maintenance under two deployments, with the operator restarted mid-drain."""
+
+    groups: list[str] = field(default_factory=list)  # the groups on the rack when cordoned
+    nodes: int = 0  # the rack's nodes, drained at once
+    evicted: int = 0  # evictions granted (201)
+    refused: int = 0  # evictions refused by a budget (429), retried
+    took_s: float = 0.0  # from the cordon until no pod was left on the rack
+    restarted_after_s: float | None = None  # from the cordon until the operator was SIGKILLed
+    started_before_restart: int = 0  # groups started by the operator killed
+    serving_evicted: list[str] = field(default_factory=list)  # pods of a serving group evicted
+    fewest_serving: dict[str, int] = field(default_factory=dict)  # deployment -> fewest seen
+    started: list[str] = field(default_factory=list)  # groups started until the uncordon
+    started_after_uncordon: list[str] = field(default_factory=list)  # any, made or restarted
+    failures: dict[str, int] = field(default_factory=dict)  # group -> restarts recorded
+    last_failures: list[str] = field(default_factory=list)  # groups with a lastFailure
+    duplicates: int = 0
+    orphans: int = 0
+    wall_s: float = 0.0
+
+
+def run_rack_drain(
+    client: Client,
+    url: str,
+    *,
+    restart: Callable[[], None],
+    timeout_s: float,
+    settle_s: float,
+    seed: int = 0,
+) -> RackDrainReport:
+    """Two deployments (RACK_REPLICAS) Ready on one rack (the other cordoned meanwhile, then
+    fit again: room for the replacements); then one `kubectl drain` of every node of that rack,
+    `restart` (SIGKILL, start again) called once the first replacement has started, and every
+    node uncordoned once none has a pod left. Then the evacuations' end, `settle_s` of the
+    cluster and the operator's resyncs, in which nothing may start, and the deployments
+    deleted."""
+    report, began = RackDrainReport(), time.monotonic()
+    cluster = Cluster(client, seed, RACK_NAMESPACE, RACK_REPLICAS)
+    nodes = fleet(2)
+    have = {n["metadata"]["name"] for n in client.list(NODE)}
+    register_nodes(client, [n for n in nodes if n["metadata"]["name"] not in have])
+    rack = [n["metadata"]["name"] for n in nodes if labels_of(n)[CLIQUE_LABEL] == "clique-0"]
+    spare = [n["metadata"]["name"] for n in nodes if n["metadata"]["name"] not in rack]
+    for node in spare:
+        _cordon(client, node, unschedulable=True)
+    create_all(
+        client, (deployment(n, RACK_NAMESPACE, replicas=r) for n, r in RACK_REPLICAS.items())
+    )
+    quiet = lambda: _quiet(client, RACK_NAMESPACE)  # noqa: E731
+    cluster.until(quiet, "the deployments Ready on one rack", timeout_s)
+    for node in spare:
+        _cordon(client, node, unschedulable=False)
+    cluster.until(quiet, "the other rack fit", timeout_s)
+    on_rack = [p for p in client.list(POD, RACK_NAMESPACE) if p["spec"].get("nodeName") in rack]
+    report.groups = sorted({p["metadata"]["labels"][LWS_NAME_LABEL] for p in on_rack})
+    cluster.counting = True
+    cordoned = time.monotonic()
+
+    def meanwhile() -> None:
+        if report.restarted_after_s is None and cluster.started:
+            report.restarted_after_s = round(time.monotonic() - cordoned, 1)
+            report.started_before_restart = len(cluster.started)
+            restart()
+
+    evictions = DrainReport()
+    drains = drain(cluster, url, rack, timeout_s, evictions, meanwhile=meanwhile)
+    report.nodes, report.serving_evicted = len(drains), evictions.serving_evicted
+    report.evicted = sum(d.evicted for d in drains)
+    report.refused = sum(d.refused for d in drains)
+    report.took_s = max(d.took_s or 0.0 for d in drains)
+    found: Audit = cluster.until(quiet, "the evacuations over", timeout_s)
+    report.started = list(cluster.started)
+    settled_at = time.monotonic()
+    while time.monotonic() - settled_at < settle_s:
+        cluster.step()
+        time.sleep(0.1)
+    report.started_after_uncordon = cluster.started[len(report.started) :]
+    report.failures, report.last_failures = _failures(client, RACK_NAMESPACE)
+    cluster.counting = False
+    report.fewest_serving = cluster.fewest_serving
+    gone = _deleted(cluster, timeout_s)
+    report.duplicates = len(found.duplicates) + len(gone.duplicates)
+    report.orphans = len(found.orphans) + len(gone.orphans)
+    report.wall_s = round(time.monotonic() - began, 1)
+    return report
+
+
+def rack_summary(report: RackDrainReport) -> str:
+    """The rack drain's figures, a line."""
+    restarted = "never" if report.restarted_after_s is None else f"{report.restarted_after_s} s"
+    return (
+        f"{report.nodes} nodes under {len(report.groups)} groups of {len(RACK_REPLICAS)} "
+        f"deployments drained in {report.took_s:.1f} s (operator SIGKILLed and restarted after "
+        f"{restarted}, {report.started_before_restart} groups started), evictions granted "
+        f"{report.evicted} / refused {report.refused}, pods of a serving group evicted "
+        f"{len(report.serving_evicted)}, fewest serving groups {report.fewest_serving}, groups "
+        f"started {len(report.started)} (after uncordon {len(report.started_after_uncordon)}), "
+        f"failures {sum(report.failures.values())}, duplicates {report.duplicates}, orphans "
+        f"{report.orphans}, {report.wall_s:.0f} s"
+    )
 
 
 def summary(report: DrainReport) -> str:

@@ -3,22 +3,26 @@
 No kube-scheduler runs on these machines. The model reads Node objects (the sandbox's are in the
 API: embedded.kubelet builds a Scheduler from them and the bound pods at each pass) and applies
 the filters that decide a serving pod's node, in kube-scheduler's order, each node failing at the
-first (NodeUnschedulable, TaintToleration, NodeResourcesFit, InterPodAffinity):
+first (NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit, InterPodAffinity):
 - a cordoned node (`spec.unschedulable`) takes no pod that does not tolerate the
   `node.kubernetes.io/unschedulable:NoSchedule` taint;
 - a node's `NoSchedule` and `NoExecute` taints each need a toleration of the pod;
+- the pod's `nodeSelector` and required node affinity (NodeAffinity): every label of the one,
+  and some term of the other, its `matchExpressions` on the node's labels and `matchFields` on
+  its name (`Gt` and `Lt` are not modelled);
 - GPUs: a pod fits a node with that many of its allocatable GPUs free;
 - required pod affinity: some pod matching each term runs in the candidate's topology domain, except
   that a pod whose terms match no pod anywhere but that matches them itself may go anywhere (how the
   first pod of a group is placed);
 - required pod anti-affinity, both ways: no pod matching the incoming pod's terms in the domain,
   and no pod there whose own terms match the incoming pod.
-A serving pod fills a tray, so every feasible node scores the same; kube-scheduler then picks one
-at random, and so does the model. Why a pod stays Pending is worded as kube-scheduler's
-FailedScheduling message, preemption's part included. LeaderWorkerSet's `exclusive-topology`
-annotation is expanded as its pod webhook does (`SetExclusiveAffinities` in kubernetes-sigs/lws
-pkg/webhooks/pod_webhook.go): a group-key label, affinity to that key and anti-affinity to
-every other key in the topology.
+A serving pod fills a tray, so every feasible node scores the same but for the pod's preferred
+node affinity (NodeAffinity's score: the weights of the terms a node matches); kube-scheduler
+then picks one of the best at random, and so does the model. Why a pod stays Pending is worded
+as kube-scheduler's FailedScheduling message, preemption's part included. LeaderWorkerSet's
+`exclusive-topology` annotation is expanded as its pod webhook does (`SetExclusiveAffinities` in
+kubernetes-sigs/lws pkg/webhooks/pod_webhook.go): a group-key label, affinity to that key and
+anti-affinity to every other key in the topology.
 """
 
 import copy
@@ -28,14 +32,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimi_operator.builders.placement import CLIQUE_LABEL, EXCLUSIVE_TOPOLOGY
+from kimi_operator.builders.placement import CLIQUE_LABEL, EXCLUSIVE_TOPOLOGY, PREFERRED, REQUIRED
 
 GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 # The labels LeaderWorkerSet's pod webhook gives each pod of a group.
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 GPU = "nvidia.com/gpu"
 TRAY_GPUS = 4
 RACK_TRAYS = 18
@@ -47,6 +50,7 @@ CORDONED = "node(s) were unschedulable"
 NO_GPUS = f"Insufficient {GPU}"
 AFFINITY = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
+NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 # What preemption says of each node: past the filters that preemption cannot help
 # (UnschedulableAndUnresolvable), or with no lower-priority pod to evict.
 UNRESOLVABLE = "Preemption is not helpful for scheduling"
@@ -166,6 +170,37 @@ def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     return True
 
 
+def _matches(term: Mapping[str, Any], node: Node) -> bool:
+    """A node selector term (an empty one matches no node) against `node`."""
+    fields = {"metadata.name": node["metadata"]["name"]}
+    return bool(
+        (term.get("matchExpressions") or term.get("matchFields"))
+        and selects({"matchExpressions": term.get("matchExpressions", [])}, labels_of(node))
+        and selects({"matchExpressions": term.get("matchFields", [])}, fields)
+    )
+
+
+def _node_affinity(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    found: Mapping[str, Any] = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    return found
+
+
+def node_affinity_ok(spec: Mapping[str, Any], node: Node) -> bool:
+    """The NodeAffinity filter: the pod's nodeSelector, and some required node affinity term,
+    match `node`."""
+    labels = labels_of(node)
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    required = _node_affinity(spec).get(REQUIRED)
+    return not required or any(_matches(t, node) for t in required.get("nodeSelectorTerms", []))
+
+
+def node_preference(spec: Mapping[str, Any], node: Node) -> int:
+    """NodeAffinity's score: the weights of the preferred node affinity terms `node` matches."""
+    terms = _node_affinity(spec).get(PREFERRED) or []
+    return sum(int(t["weight"]) for t in terms if _matches(t["preference"], node))
+
+
 def lws_pods(lws: Mapping[str, Any]) -> list[Pod]:
     """The pods a LeaderWorkerSet of one replica creates, after LWS's pod webhook."""
     name = lws["metadata"]["name"]
@@ -269,6 +304,8 @@ class Scheduler:
         taint = untolerated(pod.tolerations, node)
         if taint is not None:
             return f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"
+        if not node_affinity_ok(pod.spec, node):
+            return NODE_AFFINITY
         if self._free[node["metadata"]["name"]] < pod.gpus:
             return NO_GPUS
         if not self._affinity_ok(pod, node):
@@ -292,11 +329,13 @@ class Scheduler:
         )
 
     def schedule(self, pod: Pod) -> Node | None:
-        """Bind `pod` to a random feasible node; None: it stays Pending."""
+        """Bind `pod` to a random feasible node of the best preference; None: it stays
+        Pending."""
         feasible = [n for n in self.nodes if self._failure(pod, n) is None]
         if not feasible:
             return None
-        node = self.rng.choice(feasible)
+        best = max(node_preference(pod.spec, n) for n in feasible)
+        node = self.rng.choice([n for n in feasible if node_preference(pod.spec, n) == best])
         self._free[node["metadata"]["name"]] -= pod.gpus
         self.placed.append((pod, node["metadata"]["name"]))
         return node

@@ -32,7 +32,8 @@ from kimi_operator.builders import (
 )
 from kimi_operator.builders.autoscaling import target_metric, threshold
 from kimi_operator.builders.images import ImageChoice, choose
-from kimi_operator.builders.nodes import Unfit
+from kimi_operator.builders.nodes import CONDITION, Unfit
+from kimi_operator.builders.placement import kept_off
 from kimi_operator.builders.weights import hf_sources
 from kimi_operator.group_set import GroupSet
 from kimi_operator.k8s.errors import KubernetesError
@@ -451,12 +452,20 @@ def decide(
         was_rolling=not skip_groups and progressing_reason(old) in ROLLING_REASONS,
         older=older,
     )
-    write = rolled.write
+    # A group made now is kept off the nodes with a failing condition (the scheduler keeps it
+    # off cordoned and tainted ones): a replacement back in the room its group left, or a
+    # group made again there, would be evacuated again (placement.kept_off).
+    failing = [n for n, u in (observed.unfit or {}).items() if u.reason == CONDITION]
     created = {
-        c["metadata"]["name"]: c
-        for c in write
-        if c["kind"] == LEADER_WORKER_SET.kind and c["metadata"]["name"] not in observed.groups
+        name: kept_off(c, failing)
+        for c in rolled.write
+        if c["kind"] == LEADER_WORKER_SET.kind
+        and (name := c["metadata"]["name"]) not in observed.groups
     }
+    write = [
+        created.get(c["metadata"]["name"], c) if c["kind"] == LEADER_WORKER_SET.kind else c
+        for c in rolled.write
+    ]
     records = group_life.with_created(kd, old, records, created, now=now)
     plan.children = rolled.planned
     brake = group_life.stopped_problem(kd, records)
@@ -558,12 +567,18 @@ def _held_by(child: Mapping[str, Any], drains: drain.Drains) -> bool:
 def _drain_held(
     kd: KimiDeployment, steps: Steps, prefill: Steps | None, hold: set[str]
 ) -> tuple[Steps, Steps | None]:
-    """The rollout's steps with the groups held while they drain not yet updated."""
-    found = [rollout.group_of(kd.metadata.name, name) for name in hold]
-    letters = [f[0] for f in found if f is not None]
-    steps = dataclasses.replace(steps, updated=steps.updated - letters.count("g"))
-    if prefill is not None:
-        prefill = dataclasses.replace(prefill, updated=prefill.updated - letters.count("p"))
+    """The rollout's steps with the members it counted as updated but held while they drain
+    (before their rewrite) not yet updated. A group leaving or an extra drained before it is
+    pruned was never counted (the model check found `updatedReplicas` -1: extras of a
+    scale-down drained while the one member was rewritten)."""
+
+    def held(step: Steps, replicas: int) -> Steps:
+        counted = {name for i, name in enumerate(step.names[:replicas]) if i not in step.hold}
+        return dataclasses.replace(step, updated=step.updated - len(counted & hold))
+
+    steps = held(steps, kd.spec.replicas)
+    if prefill is not None and kd.spec.prefill is not None:
+        prefill = held(prefill, kd.spec.prefill.replicas)
     return steps, prefill
 
 

@@ -49,6 +49,20 @@ def test_cordon_taint_and_condition() -> None:
     assert failing == Unfit(CONDITION, "has condition GpuPcieWatch: XID 79", critical=True)
 
 
+def test_a_node_with_a_condition_takes_pods_until_it_is_cordoned_or_tainted() -> None:
+    """kube-scheduler ignores conditions: a group kept off such a node may find room only there
+    (group_set lets it stay). Cordoned or tainted as well, the node takes no pod: it is left."""
+    failing = unfit(node(GpuXidWatch="True"), NodePolicy())
+    assert failing is not None
+    assert failing.schedulable
+    drained = unfit(node(cordoned=True, GpuXidWatch="True"), NodePolicy())
+    assert drained is not None
+    assert (drained.reason, drained.fenced, drained.schedulable) == (CONDITION, True, False)
+    cordoned = unfit(node(cordoned=True), NodePolicy())
+    assert cordoned is not None
+    assert not cordoned.schedulable
+
+
 def test_what_the_policy_does_not_name_is_no_reason() -> None:
     soft = node(taints=[{"key": "nvidia.com/gpu-xid-error", "effect": "PreferNoSchedule"}])
     other = node(taints=[{"key": "example.com/other", "effect": "NoSchedule"}])

@@ -4,6 +4,7 @@ import random
 
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders import OperatorDefaults, build_children
+from kimi_operator.builders.placement import kept_off
 from kimi_operator.embedded.scheduler import Scheduler, fleet, lws_pods
 from tests.support.specs import edited
 
@@ -37,3 +38,20 @@ def test_free_trays_in_another_clique_fail_the_group_affinity() -> None:
         "0/4 nodes are available: 2 Insufficient nvidia.com/gpu, "
         "2 node(s) didn't match pod affinity rules."
     )
+
+
+def test_a_group_kept_off_a_node_goes_there_only_without_other_room() -> None:
+    """The operator keeps a group made while a node has a failing condition off it by name, a
+    preference (builders.placement.kept_off); the model scores preferred node affinity as
+    kube-scheduler's NodeAffinity does: elsewhere while there is room, there when there is
+    none (a required term would keep the group Pending there for ever once the node heals)."""
+    kd = KimiDeployment.model_validate(edited({}))
+    (group,) = [c for c in build_children(kd, OperatorDefaults()) if c["kind"] == "LeaderWorkerSet"]
+    nodes = fleet(1)[:4]
+    avoided = nodes[0]
+    away = lws_pods(kept_off(group, [avoided["metadata"]["name"]]))
+    for seed in range(8):
+        scheduler = Scheduler(nodes, random.Random(seed))
+        placed = [scheduler.schedule(p) for p in away[:3]]
+        assert avoided not in placed
+        assert scheduler.schedule(away[3]) is avoided  # the only room left

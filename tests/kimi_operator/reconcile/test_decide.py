@@ -15,15 +15,16 @@ from kimi_operator.api.spec import TracingSpec
 from kimi_operator.api.validation import check_document
 from kimi_operator.builders import OperatorDefaults
 from kimi_operator.builders.meta import LWS_WORKER_INDEX_LABEL, ROUTABLE_LABEL
-from kimi_operator.builders.placement import GROUP_LABEL
+from kimi_operator.builders.nodes import CONDITION, CORDONED, Unfit
+from kimi_operator.builders.placement import GROUP_LABEL, PREFERRED, kept_off
 from kimi_operator.builders.weights import RETAIN_ANNOTATION
 from kimi_operator.k8s.client import Client, load_configuration
-from kimi_operator.k8s.merge import APPLIED_ANNOTATION, Applied
+from kimi_operator.k8s.merge import APPLIED_ANNOTATION, Applied, drift_patch
 from kimi_operator.k8s.resources import LEADER_WORKER_SET
 from kimi_operator.reconcile import reconcile
 from kimi_operator.reconcile.decide import UPSTREAM, Decision, Observed, decide
 from kimi_operator.reconcile.status import Outcome, outcome
-from kimi_operator.rollout import DRAINING_ANNOTATION, ROLLED_AT_ANNOTATION
+from kimi_operator.rollout import DRAINING_ANNOTATION, ROLLED_AT_ANNOTATION, is_updated
 from kimi_operator.upgrades import INPUTS_ANNOTATION
 from tests.support.cluster import condition, sample
 from tests.support.corpus import COLLECTOR, JAEGER_UI
@@ -638,3 +639,53 @@ def test_status_trace_url_is_the_trace_ui_of_the_tracing_it_runs_with(
     decision = decide(seen, defaults, now=NOW)
     status = outcome(seen, decision, Applied(live=decision.apply), None, now=NOW).status
     assert status["traceUrl"] == wanted
+
+
+def test_a_group_made_while_a_node_has_a_condition_is_kept_off_that_node() -> None:
+    """#56: kube-scheduler keeps pods off cordoned and tainted nodes, never off a node whose only
+    problem is a condition. The replacement made for a group on such a node prefers every other
+    node (and every node with a condition known then) by name; the group it replaces is not
+    rewritten, nor is the replacement once the node is fit again (no restart for it)."""
+    doc = body(replicas=1)
+    first = decide(observed(doc), DEFAULTS, now=NOW)
+    g0 = next(with_uid(ready(c)) for c in first.apply if c["kind"] == LEADER_WORKER_SET.kind)
+    pod = leader_pod(f"{NAME}-g0") | {"spec": {"nodeName": "tray-1"}}
+    failing = {
+        "tray-1": Unfit(CONDITION, "has condition GpuXidWatch"),
+        "tray-7": Unfit(CONDITION, "has condition GpuMemWatch"),
+        "tray-9": Unfit(CORDONED, ""),  # the scheduler's own to avoid
+    }
+    live = {f"{NAME}-g0": g0}
+    seen = observed(body(reconciled(doc), replicas=1), groups=live, pods=[pod], unfit=failing)
+    decision = decide(seen, DEFAULTS, now=NOW)
+    written = {c["metadata"]["name"]: c for c in decision.apply if c["kind"] == "LeaderWorkerSet"}
+    replacement = written[f"{NAME}-g1"]
+    away = {"key": "metadata.name", "operator": "NotIn", "values": ["tray-1", "tray-7"]}
+    for role in ("leaderTemplate", "workerTemplate"):
+        affinity = replacement["spec"]["leaderWorkerTemplate"][role]["spec"]["affinity"]
+        preferred = affinity["nodeAffinity"][PREFERRED]
+        assert preferred == [{"weight": 100, "preference": {"matchFields": [away]}}]
+        kept = written[f"{NAME}-g0"]["spec"]["leaderWorkerTemplate"][role]["spec"]
+        assert "nodeAffinity" not in kept["affinity"]
+    assert "spec" not in (drift_patch(g0, written[f"{NAME}-g0"]) or {})  # g0 not rewritten
+    # Made as written and Ready; the node fit again: the replacement is not rewritten.
+    made = with_uid(ready(replacement))
+    live = {f"{NAME}-g0": g0, f"{NAME}-g1": made}
+    later = decide(
+        observed(body(reconciled(doc), replicas=1), groups=live, pods=[]), DEFAULTS, now=NOW
+    )
+    (again,) = [c for c in later.apply if c["kind"] == "LeaderWorkerSet"]  # g0 held: draining
+    assert again["metadata"]["name"] == f"{NAME}-g1"
+    assert is_updated(made, again)
+    assert "spec" not in (drift_patch(made, again) or {})
+
+
+def test_a_spec_with_preferred_node_terms_of_its_own_is_left_as_written() -> None:
+    """A longer preferred list would not be covered by the one the operator wants on the next
+    reconcile (k8s.merge.covers): the group would be rewritten, restarted. Left alone."""
+    term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    affinity = {"nodeAffinity": {PREFERRED: [{"weight": 1, "preference": term}]}}
+    doc = body(replicas=1, scheduling={"affinity": affinity})
+    made = decide(observed(doc), DEFAULTS, now=NOW).apply
+    (group,) = [c for c in made if c["kind"] == "LeaderWorkerSet"]
+    assert kept_off(group, ["a"]) == group
