@@ -7,12 +7,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import kubernetes
 import pytest
 
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.embedded.harness import EmbeddedApiServer
+from kimi_operator.k8s.client import Client, load_configuration
+from kimi_operator.k8s.resources import CONFIG_MAP
 from kimi_operator.plan.stored import load
 from tests.kimi_operator.bench.test_deployment import NAMESPACE, kubeconfig
 from tests.kimi_operator.plan.test_calibration import run_of, sweep
@@ -22,22 +23,6 @@ from tests.support.specs import edited
 
 MAP, KEY = "k3-cal", "tp16.json"
 SCHEDULED = {"configMapName": MAP, "key": KEY, "schedule": "@weekly"}
-# What the test reads back with: get on ConfigMaps.
-READER = [
-    {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": {"name": "reader", "namespace": NAMESPACE},
-        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create"]}],
-    },
-    {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": "reader", "namespace": NAMESPACE},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": NAMESPACE}],
-    },
-]
 
 
 def calibration_access() -> list[dict[str, Any]]:
@@ -57,28 +42,18 @@ def api(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Callable[[], dict[str, str] | None], EmbeddedApiServer]]:
     with EmbeddedApiServer() as server:
-        server.store([*calibration_access(), *READER])
+        server.store(calibration_access())
         token = server.issue_token(NAMESPACE, "k3-calibrate-g")
         config = kubeconfig(tmp_path / "kubeconfig", server.url, token)
         monkeypatch.setenv("KUBECONFIG", str(config))
-        reader = kubeconfig(
-            tmp_path / "reader", server.url, server.issue_token(NAMESPACE, "reader")
-        )
-        configuration = kubernetes.client.Configuration()
-        kubernetes.config.load_kube_config(str(reader), client_configuration=configuration)
+        admin = Client(load_configuration(server.url))
 
         def data() -> dict[str, str] | None:
-            with kubernetes.client.ApiClient(configuration) as client:
-                core = kubernetes.client.CoreV1Api(client)
-                try:
-                    found = core.read_namespaced_config_map(MAP, NAMESPACE)
-                except kubernetes.client.ApiException as error:
-                    if error.status != 404:
-                        raise
-                    return None
-                return dict(found.data or {})
+            found = admin.get(CONFIG_MAP, NAMESPACE, MAP)
+            return None if found is None else dict(found.get("data") or {})
 
         yield data, server
+        admin.close()
 
 
 def runs(tmp_path: Path, *names: str) -> list[str]:
