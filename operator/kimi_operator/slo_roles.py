@@ -289,11 +289,14 @@ def evaluate(
     shared: Sequence[str] = (),
     url: str = "",
     maps: Mapping[str, Mapping[str, Any] | None] | None = None,
+    calibrating: Sequence[str] = (),
 ) -> SloScaled:
     """Every role's groups at `now` (RFC 3339) from the last status `old` and the `loads` read
     now (None: not read, each count stays as recorded); `shared`: the other autoscalers that
     target the scale subresource (`foreign`); `url`: the Prometheus asked, for the messages;
-    `maps`: the ConfigMaps `calibration_maps` names, as read (None: not found)."""
+    `maps`: the ConfigMaps `calibration_maps` names, as read (None: not found); `calibrating`:
+    the deployment's calibration Jobs running now (builders/calibration.py), whose sweep loads
+    the groups: every count stays, and nothing is learnt from the load read (`_held`)."""
     if not roles(kd):
         return SloScaled(kd)
     before = old.get("sloAutoscaler") or {}
@@ -309,6 +312,8 @@ def evaluate(
             memory[role] = last
             if loads is not None:
                 problems.append(_shared(shared, count))
+        elif calibrating:
+            memory[role] = _held(last, role, count, calibrating)
         else:
             load = loads.get(role, Load(error="not read"))
             found = None if load.error else reading(load.values, now)
@@ -377,6 +382,19 @@ def _corrected_for(
     if before == said.name or (before is None and said.config_map is None):
         return last
     return {key: value for key, value in last.items() if key != "correction"}
+
+
+def _held(
+    last: Mapping[str, Any] | None, role: Role, count: int, calibrating: Sequence[str]
+) -> dict[str, Any]:
+    """The role's memory as it was (its forecast, correction and recommendations untouched),
+    saying why: a calibration sweep's load is not the users' demand."""
+    jobs = ", ".join(calibrating)
+    message = (
+        f"held while calibration Job {jobs} runs: its sweep loads the groups, so the load read "
+        f"now is not demand; keeping {count} {role} groups, learning nothing from it"
+    )
+    return {**(last or {}), "desiredReplicas": count, "message": message[:1024]}
 
 
 def _shared(shared: Sequence[str], count: int) -> Problem:

@@ -48,6 +48,7 @@ from kimi_operator.k8s.client import Client, load_configuration
 from kimi_operator.k8s.resources import (
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
+    CRON_JOB,
     HORIZONTAL_POD_AUTOSCALER,
     INFERENCE_POOL,
     JOB,
@@ -84,8 +85,9 @@ AUTOSCALING = {"maxReplicas": 4, "target": {"waitingRequestsPerGroup": 8}}
 # Routed through an InferencePool and a Gateway (whose address is read): the endpoint picker's
 # objects, its Role among them (granting what the operator holds), and an HTTPRoute.
 ROUTING = {"mode": "InferencePool", "gatewayRef": {"name": "inference-gateway"}}
-# The children of an autoscaled deployment while KEDA is installed: every kind but the HPA.
-WITH_KEDA = [r for r in CHILD_RESOURCES if r != HORIZONTAL_POD_AUTOSCALER]
+# The children of an autoscaled deployment while KEDA is installed: every kind but the HPA (and
+# the CronJob of an slo's scheduled calibration: _slo_scaler's).
+WITH_KEDA = [r for r in CHILD_RESOURCES if r not in {HORIZONTAL_POD_AUTOSCALER, CRON_JOB}]
 
 
 # --- what a request needs: kube-apiserver's RequestInfo, for resource requests ---------------
@@ -239,8 +241,11 @@ def _autoscaler_switch(
 def _slo_scaler(url: str, kimi: str) -> None:
     """Objectives instead of the target: the HPA is pruned, and the operator lists the
     autoscalers that could share the count with it and gets the ConfigMap its calibration is
-    stored in (not there: the built-in; its Prometheus does not answer here: the count stays)."""
-    objectives = {"ttftSeconds": 2, "calibration": {"configMapName": "k3-calibration"}}
+    stored in (not there: the built-in; its Prometheus does not answer here: the count stays).
+    The calibration is kept current on a schedule: a CronJob, and the Role it runs as (granting
+    what the operator holds), and its running Jobs listed; rescheduled, the CronJob is patched."""
+    calibration = {"configMapName": "k3-calibration", "schedule": "0 4 * * 0"}
+    objectives = {"ttftSeconds": 2, "calibration": calibration}
     slo = {"spec": {"autoscaling": {"target": None, "slo": objectives}}}
     _send(url, "PATCH", f"{kimi}/k3", slo, merge=True)
 
@@ -249,6 +254,16 @@ def _slo_scaler(url: str, kimi: str) -> None:
         return bool(status.get("autoscaler") == AUTOSCALER and status.get("sloAutoscaler"))
 
     wait_for(scaling, 30.0, "the SLO scaler")
+    cron = CRON_JOB.item(NAMESPACE, "k3-calibrate-g")
+    listed = CRON_JOB.collection(NAMESPACE)
+    wait_for(lambda: bool(_send(url, "GET", listed)["items"]), 20.0, "the calibration's CronJob")
+    rescheduled = {"spec": {"autoscaling": {"slo": {"calibration": {"schedule": "@daily"}}}}}
+    _send(url, "PATCH", f"{kimi}/k3", rescheduled, merge=True)
+    wait_for(
+        lambda: _send(url, "GET", cron)["spec"]["schedule"] == "@daily",
+        20.0,
+        "the CronJob rescheduled",
+    )
 
 
 def _scale_down_to_one(
@@ -372,6 +387,7 @@ def _scenario(api: EmbeddedApiServer, reached: set[tuple[str, int]], sites: list
     wait_for(lambda: not children(POD_MONITOR), 20.0, "the PodMonitor gone")
     wait_for(lambda: not children(HORIZONTAL_POD_AUTOSCALER), 20.0, "the HPA gone")
     wait_for(lambda: not children(INFERENCE_POOL), 20.0, "the InferencePool gone")
+    wait_for(lambda: not children(CRON_JOB), 20.0, "the calibration's CronJob gone")
     _invalid_one(api, kimi)
     _weights_scenario(api, kimi)
 

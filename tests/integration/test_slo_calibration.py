@@ -11,8 +11,18 @@ import pytest
 
 from kimi_operator import slo_roles
 from kimi_operator.api.spec import KimiDeployment
+from kimi_operator.builders.calibration import CALIBRATION_LABEL
 from kimi_operator.k8s.client import Client
-from kimi_operator.k8s.resources import CONFIG_MAP, LEADER_WORKER_SET
+from kimi_operator.k8s.resources import (
+    CONFIG_MAP,
+    CRON_JOB,
+    JOB,
+    KIMI_DEPLOYMENT,
+    LEADER_WORKER_SET,
+    ROLE,
+    ROLE_BINDING,
+    SERVICE_ACCOUNT,
+)
 from kimi_operator.observability.rules import (
     ROLE_OUTPUT_TOKENS,
     ROLE_PREFIX_HITS,
@@ -119,3 +129,86 @@ def test_the_groups_are_sized_on_the_calibration_stored_for_the_deployment(
     _degraded(client, "key calibration.json is not a calibration document: not JSON")
     _sized(client, 3, BUILTIN)
     assert len(client.list(LEADER_WORKER_SET, NS)) == 3
+
+
+CRON = f"{NAME}-calibrate-g"
+CALIBRATION_KINDS = (SERVICE_ACCOUNT, ROLE, ROLE_BINDING, CRON_JOB)
+
+
+def _schedule(client: Client, schedule: str | None) -> None:
+    slo = {"spec": {"autoscaling": {"slo": {"calibration": {"schedule": schedule}}}}}
+    client.patch(KIMI_DEPLOYMENT, NS, NAME, slo)
+
+
+@pytest.mark.usefixtures("scaling_operator")
+def test_a_scheduled_calibration_gets_an_owned_cronjob_and_holds_the_scaler_while_it_runs(
+    client: Client, prometheus: StandInPrometheus
+) -> None:
+    prometheus.answers = LOAD
+    doc = _document()
+    doc["spec"]["autoscaling"]["slo"]["calibration"]["schedule"] = "0 4 * * 0"
+    create(client, doc)
+    kd = client.get(KIMI_DEPLOYMENT, NS, NAME)
+    assert kd is not None
+    made = wait_for(
+        lambda: all(client.get(r, NS, CRON) for r in CALIBRATION_KINDS) or None,
+        TIMEOUT_S,
+        "the calibration's CronJob and RBAC",
+    )
+    assert made
+    for resource in CALIBRATION_KINDS:
+        obj = client.get(resource, NS, CRON)
+        assert obj is not None
+        (owner,) = obj["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == (
+            "KimiDeployment",
+            kd["metadata"]["uid"],
+            True,
+        )
+    cron = client.get(CRON_JOB, NS, CRON)
+    assert cron is not None
+    assert cron["spec"]["schedule"] == "0 4 * * 0"
+    _sized(client, 1, BUILTIN)
+
+    # A run of it (as its CronJob would make one): three times the load is its sweep's, not
+    # demand; the count stays, and status says why.
+    run = f"{CRON}-29483520"
+    labels = {CALIBRATION_LABEL: NAME}
+    client.create(JOB, {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": run, "namespace": NS, "labels": labels},
+        "spec": cron["spec"]["jobTemplate"]["spec"],
+    })  # fmt: skip
+    prometheus.answers = LOAD | {ROLE_REQUESTS: 3.0}
+
+    def held() -> dict[str, Any] | None:
+        decode = status_of(client, NS, NAME).get("sloAutoscaler", {}).get("decode", {})
+        return decode if str(decode.get("message", "")).startswith("held while") else None
+
+    decode = wait_for(held, TIMEOUT_S, "the scaler held")
+    assert decode["desiredReplicas"] == 1
+    assert f"calibration Job {run} runs" in decode["message"]
+    # Finished: the same load is demand again.
+    done = {"type": "Complete", "status": "True"}
+    client.patch(JOB, NS, run, {"status": {"conditions": [done]}}, subresource="status")
+    wait_for(
+        lambda: status_of(client, NS, NAME)["sloAutoscaler"]["decode"]["desiredReplicas"] > 1,
+        TIMEOUT_S,
+        "more groups once the sweep ended",
+    )
+
+    # A new schedule is the CronJob's; none removes it and what it ran as.
+    _schedule(client, "30 2 * * *")
+    wait_for(
+        lambda: (
+            (client.get(CRON_JOB, NS, CRON) or {}).get("spec", {}).get("schedule") == "30 2 * * *"
+        ),
+        TIMEOUT_S,
+        "the CronJob's new schedule",
+    )
+    _schedule(client, None)
+    wait_for(
+        lambda: not any(client.get(r, NS, CRON) for r in CALIBRATION_KINDS),
+        TIMEOUT_S,
+        "the calibration's CronJob and RBAC deleted",
+    )

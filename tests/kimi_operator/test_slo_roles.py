@@ -402,3 +402,51 @@ def test_the_webhook_refuses_on_the_builtin_it_reads_no_configmap() -> None:
     (problem,) = slo_roles.refusals(kd)
     assert "(gb300-tp16-latency_specialized-nodraft calibration)" in problem.message
     assert slo_roles.refusals(calibrated()) == []
+
+
+def test_a_calibration_sweeps_load_is_not_demand_the_count_and_learning_hold() -> None:
+    """On a virtual clock, a reading every 30 s: a steady load, then ten minutes of a sweep's
+    load (eight times the rate, slow answers) while its Job runs, then the steady load again.
+    Held, the count, forecast and correction are what they were before the sweep; read as
+    demand (the same readings without the Job), the sweep adds groups and is learnt from."""
+    kd = deployment()
+    steady = Load(BUSY | {slo_roles.RATE: 1.0})
+    sweep = Load(BUSY | {slo_roles.RATE: 8.0, slo_roles.TTFT: 30.0, slo_roles.DECODE: 5.0})
+
+    def run(calibrating: list[str]) -> list[dict[str, Any]]:
+        status: dict[str, Any] = {}
+        seen = []
+        for i in range(40):
+            now = time.strftime(TIME_FORMAT, time.gmtime(START + 30 * i))
+            swept = 10 <= i < 30
+            load = sweep if swept else steady
+            scaled = slo_roles.evaluate(
+                kd,
+                status,
+                {"decode": load},
+                now=now,
+                url=URL,
+                calibrating=calibrating if swept else (),
+            )
+            assert scaled.status is not None
+            status = {"sloAutoscaler": scaled.status}
+            seen.append(scaled.status["decode"])
+        return seen
+
+    slo_roles.forget("inference", "k3")
+    held = run(["k3-calibrate-g-29483520"])
+    before = held[9]
+    for during in held[10:30]:
+        assert during == before | {"message": during["message"]}
+        assert during["message"] == (
+            "held while calibration Job k3-calibrate-g-29483520 runs: its sweep loads the "
+            f"groups, so the load read now is not demand; keeping {before['desiredReplicas']} "
+            "decode groups, learning nothing from it"
+        )
+    assert held[-1]["desiredReplicas"] == before["desiredReplicas"]
+    assert held[-1]["correction"] == before["correction"]
+    KimiDeploymentStatus.model_validate({"sloAutoscaler": {"decode": held[20]}})
+    slo_roles.forget("inference", "k3")
+    demand = run([])
+    assert max(s["desiredReplicas"] for s in demand[10:30]) > before["desiredReplicas"]
+    assert demand[29]["correction"] != before["correction"]

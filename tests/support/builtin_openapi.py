@@ -28,6 +28,7 @@ ROOTS = (
     "io.k8s.api.core.v1.PersistentVolumeClaim",
     "io.k8s.api.apps.v1.Deployment",
     "io.k8s.api.batch.v1.Job",
+    "io.k8s.api.batch.v1.CronJob",
     "io.k8s.api.autoscaling.v1.Scale",
     "io.k8s.api.autoscaling.v2.HorizontalPodAutoscaler",
     "io.k8s.api.policy.v1.PodDisruptionBudget",

@@ -28,6 +28,11 @@ def prefill(**fields: Any) -> dict[str, Any]:
     return POOL | {"spec.prefill": fields}
 
 
+def cal(schedule: str) -> dict[str, Any]:
+    """A stored calibration kept current on `schedule`."""
+    return {"configMapName": "k3-calibration", "schedule": schedule}
+
+
 def prefill_env(*env: dict[str, Any]) -> dict[str, Any]:
     return prefill(env=list(env))
 
@@ -196,6 +201,95 @@ CORPUS: list[tuple[str, dict[str, Any], bool]] = [
             "spec.autoscaling": SLO_AUTOSCALING
             | {"slo": SLO | {"calibration": {"configMapName": "k3", "key": "runs/cal.json"}}}
         },
+        False,
+    ),
+    (
+        "autoscaling-slo-calibration-schedule-weekly",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"calibration": cal("0 4 * * 0")}}},
+        True,
+    ),
+    (
+        "autoscaling-slo-calibration-schedule-lists-ranges-steps",
+        {
+            "spec.autoscaling": SLO_AUTOSCALING
+            | {"slo": SLO | {"calibration": cal("*/20 1-3,5 1,15 */2 mon-fri")}}
+        },
+        True,
+    ),
+    (
+        "autoscaling-slo-calibration-schedule-names-upper-any-day",
+        {
+            "spec.autoscaling": SLO_AUTOSCALING
+            | {"slo": SLO | {"calibration": cal("30 23 ? JAN,JUL SUN")}}
+        },
+        True,
+    ),
+    (
+        "autoscaling-slo-calibration-schedule-macro",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"calibration": cal("@daily")}}},
+        True,
+    ),
+    (
+        "autoscaling-slo-calibration-schedule-four-fields",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"calibration": cal("0 4 * *")}}},
+        False,
+    ),
+    (
+        "autoscaling-slo-calibration-schedule-minute-60",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"calibration": cal("60 4 * * 0")}}},
+        False,
+    ),
+    (
+        "autoscaling-slo-calibration-schedule-day-of-week-7",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"calibration": cal("0 4 * * 7")}}},
+        False,
+    ),
+    (
+        "autoscaling-slo-calibration-schedule-time-zone-prefix",
+        {
+            "spec.autoscaling": SLO_AUTOSCALING
+            | {"slo": SLO | {"calibration": cal("CRON_TZ=UTC 0 4 * * 0")}}
+        },
+        False,
+    ),
+    (
+        "autoscaling-slo-calibration-schedule-every",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"calibration": cal("@every 1h")}}},
+        False,
+    ),
+    (
+        "autoscaling-slo-calibration-schedule-words",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"calibration": cal("sundays at 4")}}},
+        False,
+    ),
+    (
+        "autoscaling-slo-calibration-schedule-step-0",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"calibration": cal("*/0 * * * *")}}},
+        False,
+    ),
+    (
+        "autoscaling-slo-calibration-schedule-empty",
+        {"spec.autoscaling": SLO_AUTOSCALING | {"slo": SLO | {"calibration": cal("")}}},
+        False,
+    ),
+    (
+        "prefill-autoscaling-slo-calibration-schedule",
+        prefill(
+            autoscaling={
+                "maxReplicas": 3,
+                "slo": {"ttftSeconds": 1.5, "calibration": cal("@weekly")},
+            }
+        ),
+        True,
+    ),
+    (
+        "prefill-autoscaling-slo-calibration-schedule-bad",
+        prefill(
+            autoscaling={
+                "maxReplicas": 3,
+                "slo": {"ttftSeconds": 1.5, "calibration": cal("0 25 * * *")},
+            }
+        ),
         False,
     ),
     ("rollout-default-3", {"spec.replicas": 3}, True),

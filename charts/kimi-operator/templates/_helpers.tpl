@@ -107,6 +107,13 @@ operator run makes). No wildcards.
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# A stored calibration's schedule (spec.autoscaling.slo.calibration.schedule): its CronJob,
+# listed by label and deleted with the schedule; its ServiceAccount, Role and RoleBinding are
+# those below (the Role grants get and patch on the one ConfigMap, and create on ConfigMaps,
+# which the operator holds). Its running Jobs (above) are listed: their load is not demand.
+- apiGroups: ["batch"]
+  resources: ["cronjobs"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]

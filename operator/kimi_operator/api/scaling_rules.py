@@ -1,7 +1,9 @@
 """The rules of spec.autoscaling and spec.prefill.autoscaling: an autoscaler's bounds, and
 exactly one of its target (a threshold an HPA, KEDA or the prefill autoscaler scales on) and its
-slo (the objectives the operator's SLO scaler sizes the groups for)."""
+slo (the objectives the operator's SLO scaler sizes the groups for), and the schedule of the
+slo's stored calibration (the CronJob's: builders/calibration.py)."""
 
+import re
 from collections.abc import Mapping
 
 from kimi_operator.api.rule import Json, Rule
@@ -10,6 +12,38 @@ AUTOSCALING_TARGETS = ("decodeRateFloor", "waitingRequestsPerGroup", "kvCacheUsa
 PREFILL_AUTOSCALING_TARGETS = ("waitingRequestsPerGroup", "ttftSecondsP90")
 SLO_OBJECTIVES = ("ttftSeconds", "decodeTokensPerSecondPerUser")
 PREFILL_SLO_OBJECTIVES = ("ttftSeconds",)  # prefill groups do not decode
+
+
+def _cron_field(value: str, *, any_day: bool = False) -> str:
+    """One field of a cron schedule as Kubernetes' CronJob parser takes it: a list of `*`, a
+    value or a range a-b, each with a step /n; `?` also in the two day fields."""
+    start = "[*?]" if any_day else "[*]"
+    element = f"({start}|{value}(-{value})?)(/[1-9][0-9]?)?"
+    return f"{element}(,{element})*"
+
+
+def _names(names: str) -> str:
+    return f"{names}|{names.upper()}"
+
+
+_MONTHS = _names("jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec")
+_DAYS = _names("sun|mon|tue|wed|thu|fri|sat")
+# A standard 5-field schedule (minute hour day-of-month month day-of-week) or a macro; the
+# same pattern for Python's re and CEL's matches() (RE2), no backslash or quote in it. Ranges
+# are checked for their bounds, not their order (5-3 passes here and the CronJob is refused).
+CRON_SCHEDULE = (
+    "^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|"
+    + " +".join(
+        (
+            _cron_field("[0-5]?[0-9]"),
+            _cron_field("([01]?[0-9]|2[0-3])"),
+            _cron_field("(0?[1-9]|[12][0-9]|3[01])", any_day=True),
+            _cron_field(f"(0?[1-9]|1[0-2]|{_MONTHS})"),
+            _cron_field(f"([0-6]|{_DAYS})", any_day=True),
+        )
+    )
+    + ")$"
+)
 
 
 def _autoscaling_rules(
@@ -65,6 +99,20 @@ def _autoscaling_rules(
             problem="exactly one target must be set",
             allowed=", ".join(targets),
             got=lambda a: chosen(a.get("target", {})),
+        ),
+        Rule(
+            scope=(*scope, "slo", "calibration"),
+            reads=(("schedule",),),
+            field="schedule",
+            cel=f"!has(self.schedule) || self.schedule.matches('{CRON_SCHEDULE}')",
+            check=lambda ref: (
+                "schedule" not in ref or re.match(CRON_SCHEDULE, ref["schedule"]) is not None
+            ),
+            problem="not a cron schedule",
+            allowed="5 fields, minute hour day-of-month month day-of-week (in UTC), each *, a "
+            "number, a range a-b or a list a,b,c, with an optional step /n (month and day names "
+            "jan-dec, sun-sat); or @hourly, @daily, @weekly, @monthly, @yearly; e.g. '0 4 * * 0'",
+            got=lambda ref: ref["schedule"],
         ),
         Rule(
             scope=(*scope, "slo"),

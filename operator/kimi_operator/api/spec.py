@@ -354,6 +354,14 @@ class CalibrationRef(ApiModel):
     key: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")] = Field(
         c.CALIBRATION_KEY, description="Its key holding the document."
     )
+    # Checked by a rule (scaling_rules.py), which says what a schedule looks like.
+    schedule: Annotated[str, Field(min_length=1, max_length=100)] | None = Field(
+        None,
+        description='Keep it current: a cron schedule (5 fields, in UTC, e.g. "0 4 * * 0": '
+        "Sundays 04:00) on which the operator's CronJob runs `kimi-operator bench --profile "
+        "calibration` against one of the role's groups and writes the fit into this key. The "
+        "sweep loads the serving groups: schedule it at a quiet hour. Omitted: no CronJob.",
+    )
 
 
 class SloSpec(ApiModel):

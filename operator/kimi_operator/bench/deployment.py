@@ -38,7 +38,8 @@ def parse_reference(reference: str) -> tuple[str, str]:
     return namespace, name
 
 
-def _api_client() -> Any:
+def api_client(flag: str) -> Any:
+    """The `kubernetes` client's, for what `flag` reads or writes."""
     kubernetes: Any = importlib.import_module("kubernetes")
     config = kubernetes.config
     configuration = kubernetes.client.Configuration()
@@ -51,33 +52,43 @@ def _api_client() -> Any:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
             raise BenchError(
-                "--deployment needs Kubernetes access: no kubeconfig (KUBECONFIG, ~/.kube/config) "
+                f"{flag} needs Kubernetes access: no kubeconfig (KUBECONFIG, ~/.kube/config) "
                 "and not running in a cluster"
             ) from None
     configuration.retries = 0
     return kubernetes.client.ApiClient(configuration)
 
 
+def api_failure(error: Exception, client: Any, what: str, verb: str = "read") -> BenchError:
+    """The `kubernetes` client's ApiException, or urllib3's HTTPError, as one line about `what`
+    (`verb`: read or write)."""
+    status = getattr(error, "status", None)
+    if status in {401, 403}:
+        return BenchError(f"not allowed to {verb} {what}: HTTP {status}")
+    if status is not None:
+        doing = {"read": "reading", "write": "writing"}[verb]
+        return BenchError(f"{doing} {what}: HTTP {status} {getattr(error, 'reason', '')}")
+    host = client.configuration.host
+    reason = getattr(error, "reason", None) or error
+    return BenchError(f"cannot reach the Kubernetes API at {host}: {reason}")
+
+
 def _read(namespace: str, name: str) -> dict[str, Any]:
     kubernetes: Any = importlib.import_module("kubernetes")
     urllib3: Any = importlib.import_module("urllib3")
-    with _api_client() as api_client:
-        api = kubernetes.client.CustomObjectsApi(api_client)
+    with api_client("--deployment") as client:
+        api = kubernetes.client.CustomObjectsApi(client)
+        what = f"{KIND} {namespace}/{name}"
         try:
             body: dict[str, Any] = api.get_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, name, _request_timeout=API_TIMEOUT_S
             )
         except kubernetes.client.ApiException as error:
-            what = f"{KIND} {namespace}/{name}"
             if error.status == 404:
                 raise BenchError(f"{what} not found") from None
-            if error.status in {401, 403}:
-                raise BenchError(f"not allowed to read {what}: HTTP {error.status}") from None
-            raise BenchError(f"reading {what}: HTTP {error.status} {error.reason}") from None
+            raise api_failure(error, client, what) from None
         except urllib3.exceptions.HTTPError as error:
-            host = api_client.configuration.host
-            reason = getattr(error, "reason", None) or error
-            raise BenchError(f"cannot reach the Kubernetes API at {host}: {reason}") from None
+            raise api_failure(error, client, what) from None
     return body
 
 

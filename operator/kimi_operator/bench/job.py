@@ -6,6 +6,7 @@ operator image built with the `bench` extra: the `kimi-operator` CLI and matplot
 the operator image itself has no matplotlib); pin another with `--image`.
 """
 
+import copy
 import re
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
@@ -45,32 +46,97 @@ def _metadata(name: str, namespace: str) -> dict[str, Any]:
     return {"name": name, "namespace": namespace, "labels": dict(LABELS)}
 
 
-def _access(name: str, namespace: str, deployment: tuple[str, str]) -> list[dict[str, Any]]:
-    """A service account (in the Job's namespace) allowed to read the one KimiDeployment."""
-    target_namespace, target = deployment
+def access(
+    account: dict[str, Any], where: dict[str, Any], rules: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A ServiceAccount (`account`: its metadata) and a Role granting it `rules`, with their
+    RoleBinding (`where`: their metadata, in the namespace the rules apply to). Each object
+    has metadata of its own (a YAML dump would otherwise show anchors)."""
+    name = where["name"]
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(name, namespace)},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": copy.deepcopy(account)},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": _metadata(name, target_namespace),
-            "rules": [
-                {
-                    "apiGroups": [GROUP],
-                    "resources": [PLURAL],
-                    "resourceNames": [target],
-                    "verbs": ["get"],
-                }
-            ],
+            "metadata": copy.deepcopy(where),
+            "rules": rules,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": _metadata(name, target_namespace),
+            "metadata": copy.deepcopy(where),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+            "subjects": [
+                {
+                    "kind": "ServiceAccount",
+                    "name": account["name"],
+                    "namespace": account["namespace"],
+                }
+            ],
         },
     ]
+
+
+def _access(name: str, namespace: str, deployment: tuple[str, str]) -> list[dict[str, Any]]:
+    """A service account (in the Job's namespace) allowed to read the one KimiDeployment."""
+    target_namespace, target = deployment
+    read = {
+        "apiGroups": [GROUP],
+        "resources": [PLURAL],
+        "resourceNames": [target],
+        "verbs": ["get"],
+    }
+    return access(_metadata(name, namespace), _metadata(name, target_namespace), [read])
+
+
+def container(
+    name: str, image: str, command: list[str], mounts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A container of the bench image running `command`, unprivileged, its root read-only."""
+    return {
+        "name": name,
+        "image": image,
+        "command": command,
+        "env": [{"name": "MPLCONFIGDIR", "value": "/tmp"}],
+        # No CPU limit: throttling the client would show up as inter-token latency.
+        "resources": {
+            "requests": {"cpu": "2", "memory": "1Gi"},
+            "limits": {"memory": "4Gi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": mounts,
+    }
+
+
+def pod(
+    containers: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+    service_account: str | None,
+    init_containers: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A bench pod's spec: run once as the image's non-root user, with an API token only where it
+    has a service account of its own."""
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": service_account is not None,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": NONROOT,
+            "runAsGroup": NONROOT,
+            "fsGroup": NONROOT,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        **({"initContainers": init_containers} if init_containers else {}),
+        "containers": containers,
+        "volumes": volumes,
+    }
+    if service_account is not None:
+        spec["serviceAccountName"] = service_account
+    return spec
 
 
 def render_job(
@@ -119,39 +185,11 @@ def render_job(
         volumes.append({"name": "trace", "configMap": {"name": name}})
         mounts.append({"name": "trace", "mountPath": TRACE_DIR, "readOnly": True})
         args += ["--trace", f"{TRACE_DIR}/{TRACE_FILE}"]
-    pod: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": deployment is not None,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": NONROOT,
-            "runAsGroup": NONROOT,
-            "fsGroup": NONROOT,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [
-            {
-                "name": "bench",
-                "image": image,
-                "command": ["kimi-operator", "bench", *args],
-                "env": [{"name": "MPLCONFIGDIR", "value": "/tmp"}],
-                # No CPU limit: throttling the client would show up as inter-token latency.
-                "resources": {
-                    "requests": {"cpu": "2", "memory": "1Gi"},
-                    "limits": {"memory": "4Gi"},
-                },
-                "securityContext": {
-                    "allowPrivilegeEscalation": False,
-                    "readOnlyRootFilesystem": True,
-                    "capabilities": {"drop": ["ALL"]},
-                },
-                "volumeMounts": mounts,
-            }
-        ],
-        "volumes": volumes,
-    }
-    if deployment is not None:
-        pod["serviceAccountName"] = name
+    spec = pod(
+        [container("bench", image, ["kimi-operator", "bench", *args], mounts)],
+        volumes,
+        name if deployment is not None else None,
+    )
     manifests.append(
         {
             "apiVersion": "batch/v1",
@@ -160,7 +198,7 @@ def render_job(
             "spec": {
                 "backoffLimit": 0,  # a benchmark that failed half-way is not retried over itself
                 "ttlSecondsAfterFinished": 7 * 24 * 3600,
-                "template": {"metadata": {"labels": dict(LABELS)}, "spec": pod},
+                "template": {"metadata": {"labels": dict(LABELS)}, "spec": spec},
             },
         }
     )

@@ -13,6 +13,7 @@ from kimi_operator.builders.autoscaling import (
     scaled_object,
     threshold,
 )
+from kimi_operator.builders.calibration import calibration_children
 from kimi_operator.builders.disaggregation import (
     DEFAULT_ROUTING_SIDECAR_IMAGE,
     Serving,
@@ -181,7 +182,9 @@ def build_children(
             if defaults.keda_available
             else horizontal_pod_autoscaler(kd)
         )
-    return children
+    # The scheduled calibrations sweep the first decode group the plan keeps.
+    first = min((indices or {}).get(GROUP_LETTERS["decode"]) or [0])
+    return children + calibration_children(kd, first)
 
 
 def _groups(

@@ -32,6 +32,9 @@ BUILT_IN = {
         kind="PersistentVolumeClaim", namespaced=True, subresources={"status"}
     ),
     "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True, subresources={"status"}),
+    "batch/v1/cronjobs": kmock.ResourceInfo(
+        kind="CronJob", namespaced=True, subresources={"status"}
+    ),
     "coordination.k8s.io/v1/leases": kmock.ResourceInfo(kind="Lease", namespaced=True),
     f"admissionregistration.k8s.io/v1/{webhooks.CONFIGURATIONS}": kmock.ResourceInfo(
         kind="ValidatingWebhookConfiguration", namespaced=False

@@ -39,6 +39,7 @@ BUILT_IN_NAMES: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "persistentvolumeclaims": (("pvc",), ()),
     "deployments": (("deploy",), ("all",)),
     "jobs": ((), ("all",)),
+    "cronjobs": (("cj",), ("all",)),
     "horizontalpodautoscalers": (("hpa",), ("all",)),
     "poddisruptionbudgets": (("pdb",), ()),
     "customresourcedefinitions": (("crd", "crds"), ("api-extensions",)),

@@ -97,6 +97,8 @@ SERVICE = Resource("", "v1", "services", "Service")
 EVENT = Resource("", "v1", "events", "Event")
 POD_DISRUPTION_BUDGET = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 JOB = Resource("batch", "v1", "jobs", "Job")
+# A stored calibration's schedule (builders/calibration.py).
+CRON_JOB = Resource("batch", "v1", "cronjobs", "CronJob")
 # The endpoint picker's own objects.
 DEPLOYMENT = Resource("apps", "v1", "deployments", "Deployment")
 CONFIG_MAP = Resource("", "v1", "configmaps", "ConfigMap")
@@ -117,6 +119,8 @@ ROUTING_RESOURCES = (
     CONFIG_MAP,
     DEPLOYMENT,
 )
+# What a scheduled calibration runs as, beside its CronJob (builders/calibration.py).
+CALIBRATION_RESOURCES = (SERVICE_ACCOUNT, ROLE, ROLE_BINDING)
 CHILD_RESOURCES = (
     COMPUTE_DOMAIN,
     LEADER_WORKER_SET,
@@ -126,6 +130,7 @@ CHILD_RESOURCES = (
     SCALED_OBJECT,
     HORIZONTAL_POD_AUTOSCALER,
     *ROUTING_RESOURCES,
+    CRON_JOB,
 )
 # The weights cache (builders/weights.py): a deployment's resolve Jobs, and the claims and
 # download Jobs it shares with other deployments.
@@ -138,6 +143,7 @@ BUILT_IN = frozenset(
         POD_DISRUPTION_BUDGET,
         HORIZONTAL_POD_AUTOSCALER,
         JOB,
+        CRON_JOB,
         PERSISTENT_VOLUME_CLAIM,
         POD,
         DEPLOYMENT,

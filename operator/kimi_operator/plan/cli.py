@@ -122,7 +122,8 @@ def add_plan_parser(sub: Any) -> None:
         description=(
             "Fit `bench --profile calibration` runs of one deployment, as plan's --calibration "
             "does, and write the fit as a versioned JSON document: put it in a ConfigMap named "
-            "by spec.autoscaling.slo.calibration (docs/scaling.md). Exit 0: written; 2: bad input."
+            "by spec.autoscaling.slo.calibration (docs/scaling.md), or into it (--config-map). "
+            "Exit 0: written; 2: bad input, or the ConfigMap not written."
         ),
     )
     export.add_argument(
@@ -139,7 +140,14 @@ def add_plan_parser(sub: Any) -> None:
         metavar="N",
         help="draft tokens of the calibrated deployment (needed when it speculates)",
     )
-    export.add_argument("--output", metavar="FILE", required=True, help="the document (JSON)")
+    where = export.add_mutually_exclusive_group(required=True)
+    where.add_argument("--output", metavar="FILE", help="the document (JSON)")
+    where.add_argument(
+        "--config-map",
+        metavar="NAMESPACE/NAME[:KEY]",
+        help="write the document into this ConfigMap's key (default calibration.json), creating "
+        "the ConfigMap or updating the key (kubeconfig, else the pod's service account)",
+    )
     export.add_argument("--force", action="store_true", help="overwrite --output")
     export.set_defaults(run=cmd_export_calibration)
 
@@ -157,16 +165,25 @@ def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_export_calibration(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from kimi_operator.bench import BenchError  # noqa: PLC0415
+    from kimi_operator.bench.config_map import parse_target, write  # noqa: PLC0415
     from kimi_operator.plan import PlanError  # noqa: PLC0415
     from kimi_operator.plan.stored import document  # noqa: PLC0415
 
     try:
+        if args.config_map is not None and args.force:
+            raise PlanError("--force goes with --output")
+        target = None if args.config_map is None else parse_target(args.config_map)
         calibration = _calibration("--calibration", args.calibration, args.calibration_drafts)
-        path = Path(args.output)
-        if path.exists() and not args.force:
-            raise PlanError(f"--output {path} exists: give --force to overwrite it")
-        text = document(calibration)
-        path.write_text(text + "\n")
+        text = document(calibration) + "\n"
+        if target is not None:
+            namespace, name, key = target
+            where = f"ConfigMap {namespace}/{name} {write(*target, text)}, key {key}"
+        else:
+            path = Path(args.output)
+            if path.exists() and not args.force:
+                raise PlanError(f"--output {path} exists: give --force to overwrite it")
+            path.write_text(text)
+            where = str(path)
     except (BenchError, PlanError) as error:
         print(f"error: {error}", file=err)
         return EXIT_BAD_INPUT
@@ -177,7 +194,7 @@ def cmd_export_calibration(args: argparse.Namespace, out: TextIO, err: TextIO) -
         print(f"note: {note}", file=err)
     out.write(
         f"calibration {calibration.name} ({calibration.gpus} GPUs, {calibration.backend}, "
-        f"{calibration.draft_tokens} drafts): {path}, {len(text) + 1} bytes\n"
+        f"{calibration.draft_tokens} drafts): {where}, {len(text)} bytes\n"
     )
     return EXIT_OK
 

@@ -105,6 +105,7 @@ def reconcile(
         shared=observed.other_autoscalers,
         url=defaults.prometheus_url,
         maps=observed.calibration_maps,
+        calibrating=observed.calibrating,
     )
     observed.kd = slo.kd
     if observed.error is not None:  # a read failed: nothing is written

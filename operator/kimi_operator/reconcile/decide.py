@@ -115,6 +115,8 @@ class Observed:
     calibration_maps: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     # With spec.autoscaling.slo: the other autoscalers that target the scale subresource.
     other_autoscalers: list[str] = field(default_factory=list)
+    # With an slo: the deployment's calibration Jobs running (builders/calibration.py), by name.
+    calibrating: list[str] = field(default_factory=list)
     # The nodes groups must leave, by name (builders/nodes.py), as the Node watch knew them;
     # None: it has not listed yet (not known).
     unfit: dict[str, Unfit] | None = field(default_factory=dict)

@@ -3,10 +3,10 @@ and caches, the deployment's children, the pods waiting for nodes or on nodes to
 themselves are the Node watch's: builders/nodes.py), the requests a draining group's
 leader holds (its vLLM /metrics), the Gateway, the ConfigMaps holding the calibrations an slo
 names (one get each: not watched, an slo is evaluated every 30 s anyway, so an edit is read
-within that), and the turn at the operator-wide image gate. What is
-read depends only on the deployment and its last status, never on a write's answer, and lists cost
-the API server: each is made only where it can find something (decide.py says what is done with
-them).
+within that) and, where one is scheduled, the calibration Jobs running, and the turn at the
+operator-wide image gate. What is read depends only on the deployment and its last status,
+never on a write's answer, and lists cost the API server: each is made only where it can find
+something (decide.py says what is done with them).
 """
 
 from collections.abc import Mapping
@@ -19,6 +19,7 @@ from kimi_operator import conditions as cond
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.status import ROLLING_REASONS, progressing_reason
 from kimi_operator.builders import OperatorDefaults, uses_compute_domain
+from kimi_operator.builders.calibration import CALIBRATION_LABEL, scheduled
 from kimi_operator.builders.meta import MANAGER, selector_labels, selector_string
 from kimi_operator.controller.retry import temporary
 from kimi_operator.k8s.client import Client
@@ -27,9 +28,11 @@ from kimi_operator.k8s.merge import owned_by
 from kimi_operator.k8s.resources import (
     BY_KIND,
     CACHE_RESOURCES,
+    CALIBRATION_RESOURCES,
     CHILD_RESOURCES,
     COMPUTE_DOMAIN,
     CONFIG_MAP,
+    CRON_JOB,
     GATEWAY,
     HORIZONTAL_POD_AUTOSCALER,
     JOB,
@@ -108,6 +111,7 @@ def observe(
             name: client.get(CONFIG_MAP, seen.kd.metadata.namespace, name)
             for name in slo_roles.calibration_maps(seen.kd)
         }
+        seen.calibrating = _calibrating(client, seen.kd)
     except KubernetesError as error:
         seen.error = error
         return seen
@@ -140,6 +144,18 @@ def _others(client: Client, seen: Observed) -> list[str]:
         for obj in client.list(resource, kd.metadata.namespace)
     ]
     return slo_roles.foreign(kd, seen.uid, listed)
+
+
+def _calibrating(client: Client, kd: KimiDeployment) -> list[str]:
+    """With a scheduled calibration: the deployment's calibration Jobs not finished (its
+    CronJob's, or one a user made from it: they carry its label), whose load the SLO scaler does
+    not read."""
+    if not scheduled(kd):
+        return []
+    jobs = client.list(
+        JOB, kd.metadata.namespace, label_selector=f"{CALIBRATION_LABEL}={kd.metadata.name}"
+    )
+    return sorted(j["metadata"]["name"] for j in jobs if not caches.finished(j))
 
 
 def _weights(client: Client, seen: Observed, defaults: OperatorDefaults, *, now: str) -> None:
@@ -202,11 +218,22 @@ def _prunable(client: Client, seen: Observed, defaults: OperatorDefaults, *, now
     weights, shared, _ = found_weights(seen, defaults, now=now)
     weighted = bool(shared) or had_weights(old)
     routed = kd.spec.routing.mode == "InferencePool" or had_routing(old)
-    kinds = [r for r in CHILD_RESOURCES if routed or r not in ROUTING_RESOURCES]
+    # A scheduled calibration's ServiceAccount, Role and RoleBinding: listed while it has a
+    # schedule or a CronJob is left, which is listed first and pruned last (a prune cut short
+    # after it would leave them unlisted).
+    cron_jobs = client.list(CRON_JOB, namespace, label_selector=selector(kd))
+    calibrated = bool(scheduled(kd)) or any(owned_by(c, seen.uid) for c in cron_jobs)
+    kinds = [
+        r
+        for r in CHILD_RESOURCES
+        if r != CRON_JOB
+        and (routed or r not in ROUTING_RESOURCES or (calibrated and r in CALIBRATION_RESOURCES))
+    ]
     for resource in (*kinds, JOB) if weighted else kinds:
         if seen.served.get(resource, True) and resource.kind not in seen.children:
             listed = client.list(resource, namespace, label_selector=selector(kd))
             seen.children[resource.kind] = listed
+    seen.children[CRON_JOB.kind] = cron_jobs
     if weighted and weights.ready:
         seen.shared = {
             resource.kind: client.list(resource, namespace, label_selector=caches.CACHE_SELECTOR)
