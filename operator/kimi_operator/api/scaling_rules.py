@@ -46,6 +46,32 @@ CRON_SCHEDULE = (
 )
 
 
+_FIELD_NAMES = {
+    name: number
+    for names, first in ((_MONTHS.split("|")[:12], 1), (_DAYS.split("|")[:7], 0))
+    for number, name in enumerate(names, first)
+}
+
+
+def backwards_ranges(schedule: str) -> list[str]:
+    """The ranges a-b of a schedule (one `CRON_SCHEDULE` takes) whose start is after their end:
+    Kubernetes' CronJob parser refuses them ("beginning of range beyond end of range"), a check
+    a regex cannot make, so the webhook and the operator make it (CEL here has no split)."""
+    if re.match(CRON_SCHEDULE, schedule) is None or schedule.startswith("@"):
+        return []
+
+    def value(bound: str) -> int:
+        return _FIELD_NAMES[bound.lower()] if bound.isalpha() else int(bound)
+
+    ranges = [
+        element.split("/")[0]
+        for field in schedule.split()
+        for element in field.split(",")
+        if "-" in element
+    ]
+    return [r for r in ranges if value(r.split("-")[0]) > value(r.split("-")[1])]
+
+
 def _autoscaling_rules(
     scope: tuple[str, ...], targets: tuple[str, ...], objectives: tuple[str, ...], zero: str
 ) -> tuple[Rule, ...]:
@@ -113,6 +139,16 @@ def _autoscaling_rules(
             "number, a range a-b or a list a,b,c, with an optional step /n (month and day names "
             "jan-dec, sun-sat); or @hourly, @daily, @weekly, @monthly, @yearly; e.g. '0 4 * * 0'",
             got=lambda ref: ref["schedule"],
+        ),
+        Rule(
+            scope=(*scope, "slo", "calibration"),
+            reads=(("schedule",),),
+            field="schedule",
+            cel="",  # `backwards_ranges`: the webhook's and the operator's
+            check=lambda ref: not backwards_ranges(ref.get("schedule", "")),
+            problem="a range runs backwards (the CronJob would be refused)",
+            allowed="ranges a-b with a before b, e.g. 1-5 or mon-fri",
+            got=lambda ref: backwards_ranges(ref.get("schedule", "")),
         ),
         Rule(
             scope=(*scope, "slo"),

@@ -3,30 +3,37 @@ prompt lengths, with and without a prefix-cache hit. `kimi-operator plan` fits i
 what such a run measures.
 
 The sweep runs in phases, one after the other (each phase's requests wait for the previous
-phase's answers, as in a closed trace replay); every request carries its phase in `group`:
+phase's answers, as in a closed trace replay), in `PASSES` passes that each take every
+measurement once; every request carries its phase in `group`, the same in every pass:
 
 - `decode:b{B}:c{C}`: B requests at once, C-token prompts, `output_tokens` each: once all have
   prefilled, every step decodes B sequences, so the gaps between chunks late in their streams are
-  decode step times at batch B;
-- `prefill:p{P}`: one request alone with a P-token prompt and a 2-token answer, `REPEATS` times
-  one after the other: their TTFT is the prefill of P tokens;
-- `prefix:p{P}`: 1 + `REPEATS` requests one after the other whose first P - 16 tokens are the
-  same: the first fills the prefix cache, the others' TTFT is a prefill after a hit;
-- `fresh:p{P}`: `REPEATS` token counts the sweep runs nowhere else (drawn from the run's seed,
-  between three quarters of P and P), each sent alone twice, one after the other: the first's
-  TTFT over the second's is what a step of a count the server has not run lately costs. vLLM's
-  CPU build makes a oneDNN matmul for each new count (1-9 ms more a step on the test server,
-  where nearly every turn of a replay is a new count); a GPU server's kernels take any count;
-- `streams:s{S}`, `REPEATS` times: S requests stream long answers (`2 x output_tokens`) while a
-  probe with the shortest prompt arrives among them (sent when a 2-token request sent with the
-  streams has its answer, so they are decoding): the probe's TTFT against a lone request's is
-  what S streams add to a new request's way in (the API server's work for them; the engine's
-  share is modelled).
+  decode step times at batch B (the passes alternate between rising and falling batches);
+- `prefill:p{P}`: one request alone with a P-token prompt and a 2-token answer: its TTFT is the
+  prefill of P tokens;
+- `prefix:p{P}`: a request whose first P - 16 tokens are the same in every pass: the first
+  pass's first fills the prefix cache (it is sent twice in that pass), every later one's TTFT is a
+  prefill after a hit (the sweep holds a few prefixes of at most `--prompt-tokens`, far less than
+  a server's KV cache, so vLLM's least-recently-used eviction leaves them);
+- `fresh:p{P}`: a token count the sweep runs nowhere else (drawn from the run's seed, between
+  three quarters of P and P; one a pass), sent alone twice, one after the other: the first's TTFT
+  over the second's is what a step of a count the server has not run lately costs. vLLM's CPU
+  build makes a oneDNN matmul for each new count (1-9 ms more a step on the test server, where
+  nearly every turn of a replay is a new count); a GPU server's kernels take any count;
+- `streams:s{S}`: S requests stream long answers (`2 x output_tokens`) while a probe with the
+  shortest prompt arrives among them (sent when a 2-token request sent with the streams has its
+  answer, so they are decoding): the probe's TTFT against a lone request's is what S streams add
+  to a new request's way in (the API server's work for them; the engine's share is modelled).
 
-Each lone prefill, hit and probe is repeated because the fit takes the median of each
-measurement's repeats: on a busy machine a single request's TTFT moves by tens of percent with a
-scheduling hiccup (two sweeps a minute apart gave TTFTs 15-30% apart). Repeats keep their
-phase's label, so a reader that takes every request for a point of its own still reads the sweep.
+Why passes: the fit takes each measurement's median over its repeats (a decode point: the mean
+of every pass's steps), and on a busy or shared machine a single request's TTFT moves by tens of
+percent with a scheduling hiccup (two sweeps a minute apart gave TTFTs 15-30% apart), while the
+machine's own speed wanders over seconds (a fixed loop 1.5x slower in some 5-second windows on
+the 2-CPU test machine). Repeats taken one after the other land in one such window together;
+taken a pass apart they land in different ones, and a decode phase measured once (a third of a
+second on the CPU server) was as often a slow window's as not: 13 sweeps of one server measured
+the same 4-sequence step 6.7-13.4 ms. A pass is every point once, so the repeats of each are
+spread over the whole sweep.
 
 Sizes come from the run's options: batches are the powers of two up to `--concurrency` (default
 64) and `--concurrency` itself; prompts are `--prompt-tokens` (default 32768) and its half,
@@ -44,7 +51,7 @@ from kimi_operator.bench.profiles import PROFILE_DEFAULTS, PlannedRequest
 PREFILL_OUTPUT_TOKENS: Final = 2
 PREFIX_UNSHARED_TOKENS: Final = 16  # a whole block of the hit's prompt is its own
 STREAM_OUTPUT_FACTOR: Final = 2  # the streams' answers outlast the probe's way in and prefill
-REPEATS: Final = 3  # of each lone prefill, prefix-cache hit and probe: the fit takes the median
+PASSES: Final = 3  # of the whole sweep: each measurement once a pass (module docstring)
 
 
 def batch_sizes(largest: int) -> list[int]:
@@ -63,12 +70,12 @@ def decode_contexts(longest: int) -> list[int]:
 
 
 def fresh_lengths(longest_prompt: int, seed: int) -> dict[int, list[int]]:
-    """`REPEATS` token counts for each prompt length P, distinct, odd, between 3P/4 and P - 2:
+    """`PASSES` token counts for each prompt length P, distinct, odd, between 3P/4 and P - 2:
     with even prompt lengths (the default's powers of two) every other step of the sweep runs an
     even count, so these are new to the server unless it ran them before the sweep."""
     rng = random.Random(seed)
     return {
-        prompt: rng.sample(range(prompt * 3 // 4 | 1, prompt - 1, 2), REPEATS)
+        prompt: rng.sample(range(prompt * 3 // 4 | 1, prompt - 1, 2), PASSES)
         for prompt in prompt_lengths(longest_prompt)
     }
 
@@ -76,6 +83,7 @@ def fresh_lengths(longest_prompt: int, seed: int) -> dict[int, list[int]]:
 def calibration_plan(
     largest_batch: int, longest_prompt: int, output_tokens: int, seed: int = 0
 ) -> list[PlannedRequest]:
+    """The sweep: `PASSES` passes, each taking every measurement once (module docstring)."""
     plan: list[PlannedRequest] = []
     previous: tuple[int, ...] = ()
 
@@ -99,30 +107,31 @@ def calibration_plan(
         add(label, prompt, output, count, shared)
         previous = tuple(range(first, len(plan)))
 
-    for context in decode_contexts(longest_prompt):
-        for batch in batch_sizes(largest_batch):
-            phase(f"decode:b{batch}:c{context}", context, output_tokens, batch)
-    for prompt in prompt_lengths(longest_prompt):
-        for _ in range(REPEATS):
-            phase(f"prefill:p{prompt}", prompt, PREFILL_OUTPUT_TOKENS, 1)
-    for prompt in prompt_lengths(longest_prompt):
-        shared = prompt - PREFIX_UNSHARED_TOKENS
-        for _ in range(1 + REPEATS):  # the first fills the cache, the others hit it
-            phase(f"prefix:p{prompt}", prompt, PREFILL_OUTPUT_TOKENS, 1, shared)
-    for prompt, counts in fresh_lengths(longest_prompt, seed).items():
-        for count in counts:
-            for _ in range(2):  # new to the server, then run before
-                phase(f"fresh:p{prompt}", count, PREFILL_OUTPUT_TOKENS, 1)
+    fresh = fresh_lengths(longest_prompt, seed)
     context = decode_contexts(longest_prompt)[0]
     probe = prompt_lengths(longest_prompt)[0]
-    for streams in [count for count in stream_counts(largest_batch) for _ in range(REPEATS)]:
-        label = f"streams:s{streams}"
-        first = len(plan)
-        add(label, context, STREAM_OUTPUT_FACTOR * output_tokens, streams)
-        add(f"{label}:starter", context, PREFILL_OUTPUT_TOKENS, 1)
-        previous = (len(plan) - 1,)  # the probe waits for the starter's answer only
-        add(f"{label}:probe", probe, PREFILL_OUTPUT_TOKENS, 1)
-        previous = tuple(range(first, len(plan)))
+    for turn in range(PASSES):
+        batches = batch_sizes(largest_batch)
+        for decode_context in decode_contexts(longest_prompt):
+            for batch in batches if turn % 2 == 0 else batches[::-1]:  # drifts even out
+                phase(f"decode:b{batch}:c{decode_context}", decode_context, output_tokens, batch)
+        for prompt in prompt_lengths(longest_prompt):
+            phase(f"prefill:p{prompt}", prompt, PREFILL_OUTPUT_TOKENS, 1)
+        for prompt in prompt_lengths(longest_prompt):
+            shared = prompt - PREFIX_UNSHARED_TOKENS
+            for _ in range(2 if turn == 0 else 1):  # the first pass's first fills the cache
+                phase(f"prefix:p{prompt}", prompt, PREFILL_OUTPUT_TOKENS, 1, shared)
+        for prompt, counts in fresh.items():
+            for _ in range(2):  # new to the server, then run before
+                phase(f"fresh:p{prompt}", counts[turn], PREFILL_OUTPUT_TOKENS, 1)
+        for streams in stream_counts(largest_batch):
+            label = f"streams:s{streams}"
+            first = len(plan)
+            add(label, context, STREAM_OUTPUT_FACTOR * output_tokens, streams)
+            add(f"{label}:starter", context, PREFILL_OUTPUT_TOKENS, 1)
+            previous = (len(plan) - 1,)  # the probe waits for the starter's answer only
+            add(f"{label}:probe", probe, PREFILL_OUTPUT_TOKENS, 1)
+            previous = tuple(range(first, len(plan)))
     return plan
 
 

@@ -1,10 +1,12 @@
 """Step costs fitted from a calibration run: the sweep it sends, and the costs it recovers."""
 
+import itertools
 import re
 
 import pytest
 
 from kimi_operator.bench.calibration import (
+    PASSES,
     batch_sizes,
     calibration_plan,
     fresh_lengths,
@@ -36,29 +38,46 @@ def test_the_sweep_runs_in_phases_each_after_the_last() -> None:
     assert batch_sizes(6) == [1, 2, 4, 6]
     assert prompt_lengths(1024) == [128, 256, 512, 1024]
     groups = [r.group for r in plan]
-    # Decode: contexts 128 and 512, batches 1, 2, 4, 8: 2 x 15 requests.
+    # Decode: contexts 128 and 512, batches 1, 2, 4, 8: 2 x 15 requests a pass.
     assert groups[:3] == ["decode:b1:c128", "decode:b2:c128", "decode:b2:c128"]
-    assert groups.count("decode:b8:c512") == 8
-    # Each lone prefill three times, each prefix a fill and three hits, three fresh counts a
-    # length twice each: 30 + 4 x 3 + 4 x 4 + 4 x 6 = 82.
-    assert groups.count("prefill:p256") == 3
-    assert groups.count("prefix:p256") == 4
-    assert groups.count("fresh:p256") == 6
-    # Streams 0, 2 and 6, each three times (after 82 requests): the streams and a starter wait for
-    # the phase before, a probe for the starter only.
-    assert len(plan) == 82 + 3 * (2 + 4 + 8)
-    assert groups.count("streams:s2:probe") == 3
-    s2 = plan[88:92]  # after the three phases of no streams (a starter and a probe each)
+    assert groups.count("decode:b8:c512") == 8 * PASSES
+    # A pass: 30 decode requests, each lone prefill once, each prefix once (twice in the first
+    # pass: its fill), one fresh count a length twice, and streams 0, 2 and 6, each with a
+    # starter and a probe: 30 + 4 + 4 (+ 4) + 8 + 14.
+    assert len(plan) == PASSES * (30 + 4 + 4 + 8 + 14) + 4
+    assert (groups.count("prefill:p256"), groups.count("prefix:p256")) == (PASSES, PASSES + 1)
+    assert groups.count("fresh:p256") == 2 * PASSES
+    assert groups.count("streams:s2:probe") == PASSES
+    s2 = plan[52:56]  # the first pass's, after its 50 and the no-streams starter and probe
     assert [r.group for r in s2] == ["streams:s2"] * 2 + ["streams:s2:starter", "streams:s2:probe"]
-    assert [r.after for r in s2] == [(86, 87)] * 3 + [(90,)]
+    assert [r.after for r in s2] == [(50, 51)] * 3 + [(54,)]
     assert (s2[0].output_tokens, s2[2].output_tokens, s2[3].prompt_tokens) == (64, 2, 128)
-    assert plan[92].after == (88, 89, 90, 91)
-    assert plan[92].group == "streams:s2"
-    for request, previous in zip(plan[1:82], plan, strict=False):
-        if request.group != previous.group or str(request.group).startswith("prefix"):
+    assert plan[56].after == (52, 53, 54, 55)
+    assert plan[56].group == "streams:s6"
+    assert plan[64].group == "decode:b8:c128"  # the second pass: batches falling
+    for request, previous in zip(plan[1:], plan, strict=False):
+        if not str(request.group).startswith("streams") and (
+            request.group != previous.group or str(request.group).startswith("prefix")
+        ):
             assert previous.index in request.after  # a phase waits for the one before
     hit = [r for r in plan if r.group == "prefix:p256"][1]
     assert (hit.prompt_tokens, hit.shared_prefix_tokens) == (256, 240)
+
+
+def test_a_measurements_repeats_are_a_pass_apart() -> None:
+    """Every lone prefill, hit, fresh count and probe, and every decode phase, is taken once a pass,
+    the passes one after the other: between two repeats of one, at least every lone prefill, hit,
+    fresh count and probe runs (repeats one after the other share the machine's slow moments)."""
+    plan = calibration_plan(largest_batch=8, longest_prompt=1024, output_tokens=32)
+    groups = [str(r.group) for r in plan]
+    labels = {group for group in groups if not group.startswith("decode:")}
+    for label in ("prefill:p512", "decode:b4:c512", "streams:s6:probe", "prefix:p512"):
+        # Where each of its phases starts (a decode phase: B requests in a row); a prefix's
+        # hits, the first pass's fill left out.
+        at = [i for i, group in enumerate(groups) if group == label != groups[i - 1]][-PASSES:]
+        assert len(at) == PASSES, label
+        for before, after in itertools.pairwise(at):
+            assert labels <= set(groups[before : after + 1]), label
 
 
 def test_fit_recovers_a_line_and_drops_a_negative_slope() -> None:
@@ -280,7 +299,8 @@ def test_the_sweep_sends_token_counts_it_runs_nowhere_else() -> None:
     fresh = [r for r in plan if str(r.group).startswith("fresh:")]
     others = {r.prompt_tokens for r in plan if r not in fresh}
     lengths = (128, 256, 512, 1024)
-    assert [r.group for r in fresh] == [f"fresh:p{p}" for p in lengths for _ in range(6)]
+    a_pass = [f"fresh:p{p}" for p in lengths for _ in "12"]  # each count twice
+    assert [r.group for r in fresh] == a_pass * PASSES
     counts = [r.prompt_tokens for r in fresh]
     assert counts[::2] == counts[1::2]  # each count twice in a row: new, then run before
     assert len(set(counts)) == 12
