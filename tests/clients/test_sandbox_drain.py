@@ -52,17 +52,24 @@ class Watch:
         """The initial list is out: every change from here on is seen."""
         return bool(self.text)
 
+    def seen(self) -> list[dict[str, Any]]:
+        """The events read so far, in order (one still coming in left out)."""
+        decoder, text, at, found = json.JSONDecoder(), "".join(self.text), 0, []
+        while text[at:].strip():
+            at += len(text[at:]) - len(text[at:].lstrip())
+            try:
+                event, at = decoder.raw_decode(text, at)
+            except json.JSONDecodeError:
+                break
+            found.append(event)
+        return found
+
     def events(self) -> list[dict[str, Any]]:
         """Stop watching; the events seen, in order."""
         self.process.terminate()
         self.process.wait(timeout=30)
         self._reader.join(timeout=30)
-        decoder, text, at, found = json.JSONDecoder(), "".join(self.text), 0, []
-        while text[at:].strip():
-            at += len(text[at:]) - len(text[at:].lstrip())
-            event, at = decoder.raw_decode(text, at)
-            found.append(event)
-        return found
+        return self.seen()
 
 
 def _owner(pod: Mapping[str, Any]) -> str:
@@ -136,6 +143,14 @@ def _drain_watched(kubectl: Kubectl) -> tuple[str, str, list[str], list[int]]:
     pods, deployment = Watch(kubectl, "pods"), Watch(kubectl, "kimi", NAME)
     wait(lambda: pods.started() and deployment.started(), 30, "the watches")
     drained = kubectl.run("drain", node, *DRAIN)
+
+    def leader_gone() -> bool:  # the API server's DELETED, before drain returned: read by now?
+        return any(
+            (e["type"], e["object"]["metadata"]["name"]) == ("DELETED", f"{OLD}-0")
+            for e in pods.seen()
+        )
+
+    wait(leader_gone, 30, "the pods' watch to see the drained leader go")  # a busy machine lags
     problems = make_before_break(pods.events(), size, old, node)
     ready = [int(e["object"]["status"].get("readyReplicas", 0)) for e in deployment.events()]
     return node, drained, problems, ready

@@ -244,17 +244,21 @@ def test_a_calibration_run_against_a_server_plans(
     assert results["tasks"] == []  # phases, not tasks
     assert results["summary"]["tasks"] is None
     groups = [r["group"] for r in results["requests"]]
-    # Batches 1 and 2 at contexts 8 and 32, prompts 32 and 64 alone (three times) and as a fill
-    # and three hits, three counts under each sent twice, and three probes each after a starter
-    # with no streams (a batch of 2 leaves no room for any).
-    assert groups == [
-        "decode:b1:c8", "decode:b2:c8", "decode:b2:c8",
-        "decode:b1:c32", "decode:b2:c32", "decode:b2:c32",
-        *["prefill:p32"] * 3, *["prefill:p64"] * 3,
-        *["prefix:p32"] * 4, *["prefix:p64"] * 4,
-        *["fresh:p32"] * 6, *["fresh:p64"] * 6,
-        *["streams:s0:starter", "streams:s0:probe"] * 3,
-    ]  # fmt: skip
+
+    # Three passes: batches 1 and 2 at contexts 8 and 32 (falling in the second), prompts 32 and
+    # 64 alone and as a hit (the first pass also fills each), a count under each sent twice, and
+    # a probe after a starter with no streams (a batch of 2 leaves no room for any).
+    def one_pass(batches: list[str], fills: int) -> list[str]:
+        return [
+            *[f"decode:b{b}:c{c}" for c in (8, 32) for b in batches for _ in range(int(b))],
+            "prefill:p32", "prefill:p64",
+            *["prefix:p32"] * (1 + fills), *["prefix:p64"] * (1 + fills),
+            *["fresh:p32"] * 2, *["fresh:p64"] * 2,
+            "streams:s0:starter", "streams:s0:probe",
+        ]  # fmt: skip
+
+    rising, falling = ["1", "2"], ["2", "1"]
+    assert groups == one_pass(rising, 1) + one_pass(falling, 0) + one_pass(rising, 0)
     assert app.state.requests == len(groups)
     turns = [
         {"start_s": 0, "prompt_tokens": 40, "output_tokens": 8, "id": "a", "session": "s"},
