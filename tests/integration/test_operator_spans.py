@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
+from kimi_operator.embedded.faults import Fault
 from kimi_operator.embedded.harness import EmbeddedApiServer
 from kimi_operator.k8s.client import Client
 from kimi_operator.k8s.resources import KIMI_DEPLOYMENT
@@ -118,6 +119,28 @@ def test_a_reconcile_is_a_trace_and_a_rollout_held_back_says_on_what(
     status = _step(spans, waiting[-1], "status")
     assert status["kimi.progressing.message"].startswith("1 of 2 groups updated")
     assert (status["kimi.progressing"], status["kimi.ready.reason"]) == ("True", "GroupsNotReady")
+
+
+def test_a_status_write_that_fails_is_an_error_that_says_what_it_would_have_written(
+    api: EmbeddedApiServer, client: Client, receiver: Receiver, traced: OperatorThread
+) -> None:
+    """The status step's attributes are set before its write: a write refused (here a 500, once)
+    leaves the step an error that still says what the status was to say (they were lost, and a
+    reader of the step's attributes failed, when a busy machine's write met a conflict)."""
+    api.inject(Fault("PATCH", f"/kimideployments/{NAME}/status", 500))
+    client.create(KIMI_DEPLOYMENT, sample())
+    wait_for(lambda: reconciled(client, 1, NAME, NS), TIMEOUT_S, "the status written at last")
+    traced.stop()
+    spans = receiver.received()
+    failed = [s for s in spans if s["name"] == "status" and s["error"]]
+    assert len(failed) == 1, [s["attributes"] for s in spans if s["name"] == "status"]
+    attributes = failed[0]["attributes"]
+    assert attributes["kimi.status.written"] is True
+    assert (attributes["kimi.ready"], attributes["kimi.ready.reason"]) == (
+        "False",
+        "GroupsNotReady",
+    )
+    assert attributes["kimi.progressing.reason"]  # what a rollout waits on, said though unwritten
 
 
 def test_off_unless_asked(

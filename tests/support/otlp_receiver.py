@@ -47,6 +47,7 @@ def spans_of(body: bytes) -> list[Span]:
                         "start": span.start_time_unix_nano,
                         "attributes": _attributes(span.attributes),
                         "resource": resource,
+                        "error": span.status.code == span.status.STATUS_CODE_ERROR,
                     }
                 )
     return spans

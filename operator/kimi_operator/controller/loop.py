@@ -260,9 +260,11 @@ class Controller:
         )
         with span("status") as step:
             written = outcome.status != old
+            # Before the write: a write that fails (a conflict, a timeout) is recorded on the
+            # span beside what it would have said.
+            step.set_attributes(attributes.status(outcome.status, changed=written))
             if written:
                 self._write_status(state, obj, outcome.status)
-            step.set_attributes(attributes.status(outcome.status, changed=written))
         state.acted = generation
         if prune and outcome.error is None:
             # A child kept for what still needs it: the next reconcile prunes again.
