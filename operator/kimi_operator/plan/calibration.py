@@ -19,8 +19,9 @@ fitted steps give it (half a step of the S streams to wait, then a step of their
 grows by `per_stream_s` a stream: what they add to its way in (the median of each stream count's
 probes). A sweep from before the repeats has one request a point: its median is that request.
 New token counts: each `fresh:p{P}` count's first TTFT (a prefill of a count the server had not
-run) over its second is what a new count costs; `new_shape_s` is their median (0 for a sweep
-without them). Taken as a difference it owes nothing to the prefill fit's error at that count.
+run) over its second is what a new count costs; `new_shape_s` is the median over the lengths P
+of each one's median (0 for a sweep without them). Taken as a difference it owes nothing to the
+prefill fit's error at that count.
 
 A sweep that read NixlConnector's metrics (a disaggregated deployment's decode leader) gives the
 KV hand-over's time: the mean transfer over the tokens a request handed over on average (its
@@ -234,8 +235,13 @@ def per_stream_s(runs: Sequence[list[RequestRecord]], costs: StepCosts, draft_to
 
 
 def new_shape_s(runs: Sequence[list[RequestRecord]]) -> float:
-    """What a step of a token count the server had not run adds: the median, over the `fresh:`
-    counts, of the first request's TTFT over the second's (0 without them: an older calibration)."""
+    """What a step of a token count the server had not run adds: the median, over the sweep's
+    prompt lengths (`fresh:p{P}`), of each length's median of its counts' first TTFT over their
+    second (0 without them: an older calibration). By length first: the cost is charged to every
+    new count whatever its size, and one length whose counts met a cost the others did not (a
+    server started minutes before: 109-127 ms the first time at ~1,800 tokens, 2-15 ms below
+    1,024) must not set it, as it did through the median of all pairs when two of the small
+    ones were left out as bursts (62 ms)."""
     pairs: dict[tuple[int, str, int], list[float]] = {}
     for run, records in enumerate(runs):
         for record in records:
@@ -243,8 +249,13 @@ def new_shape_s(runs: Sequence[list[RequestRecord]]) -> float:
             if FRESH.match(group) and record.ttft_s is not None and timed(record):
                 key = (run, group, record.prompt_tokens or 0)
                 pairs.setdefault(key, []).append(record.ttft_s)
-    excess = [ttfts[0] - ttfts[1] for ttfts in pairs.values() if len(ttfts) == 2]
-    return max(statistics.median(excess), 0.0) if excess else 0.0
+    by_length: dict[str, list[float]] = {}
+    for (_, group, _), ttfts in pairs.items():
+        if len(ttfts) == 2:
+            by_length.setdefault(group, []).append(ttfts[0] - ttfts[1])
+    if not by_length:
+        return 0.0
+    return max(statistics.median(statistics.median(e) for e in by_length.values()), 0.0)
 
 
 def _decode_cost(points: list[DecodePoint]) -> DecodeCost:

@@ -329,6 +329,30 @@ def test_each_fresh_counts_first_over_its_second_is_what_a_new_step_shape_costs(
     assert fitted(run_of(sweep())).costs.new_shape_s == 0.0
 
 
+def test_one_lengths_first_use_costs_do_not_set_what_every_new_count_costs() -> None:
+    """A sweep as a freshly started server gave it: three lengths' counts 0.003-0.012 late the first
+    time, the longest's 0.109-0.127 (a first use there only), and two pairs of each short length
+    lost to bursts: the median of the six pairs left falls between the two (0.0575), the median
+    of each length's median is the short lengths' cost."""
+    records = sweep()
+    firsts = {
+        "fresh:p256": (0.011, 0.007, 0.003),
+        "fresh:p512": (0.005, 0.011, 0.006),
+        "fresh:p1024": (0.012, 0.010, 0.005),
+        "fresh:p2048": (0.109, 0.117, 0.127),
+    }
+    lost = {(group, index) for group in list(firsts)[:3] for index in (0, 1)}  # in bursts
+    for group, offs in firsts.items():
+        longest = int(group.removeprefix("fresh:p"))
+        for index, off in enumerate(offs):
+            count = longest - 2 * index - 1
+            for late, burst in ((off, False), (0.0, (group, index) in lost)):
+                ttft = 0.050 + 0.0001 * count + late
+                fresh = record(len(records), group, count, ttft, gaps=[], tokens=1)
+                records.append(fresh.model_copy(update={"burst": burst}))
+    assert fitted(run_of(records)).costs.new_shape_s == pytest.approx(0.0055)
+
+
 def test_a_run_of_another_profile_is_refused() -> None:
     with pytest.raises(PlanError, match="a 'agentic' run, not a calibration"):
         fitted(run_of(sweep(), profile="agentic"))
