@@ -19,6 +19,8 @@ import json
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -142,6 +144,32 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+@contextmanager
+def warm_server(program: str, keep: Path | None) -> Iterator[tuple[Path, list[str]]]:
+    """For the benchmark `program`: its scratch directory (`keep`, made new, else a temporary one
+    deleted at the end) and bench's endpoint flags for vLLM's CPU server started there (one
+    OpenMP thread, its log in the directory, the first-use costs of both APIs paid), the engine
+    on a CPU of its own (`engine_apart`, as the tests place it) while in the block."""
+    if keep is not None and keep.exists():
+        raise SystemExit(f"{program}: --keep {keep}: give a directory that does not exist")
+    reason = missing()
+    if reason is not None:
+        raise SystemExit(f"{program}: {reason}")
+    raise_priority()
+    with tempfile.TemporaryDirectory() as directory:
+        scratch = keep or Path(directory)
+        scratch.mkdir(parents=True, exist_ok=True)
+        with (
+            (scratch / "server.log").open("wb") as log,
+            CpuServer(port=free_port(), metrics_port=free_port(), threads=1, log=log) as server,
+        ):
+            served = Served(server, scratch / "server.log")
+            for api in ("completions", "chat"):  # first-use costs out of the measurements
+                timed_requests(served, 1, 8, api)
+            with engine_apart(server):
+                yield scratch, ["--endpoint", f"{server.root}/v1", "--gpus", "1", "--no-progress"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -155,33 +183,14 @@ def main() -> None:
     )
     args = parser.parse_args()
     ranges = [None if r == "default" else int(r) for r in args.ranges.split(",")]
-    if args.keep is not None and args.keep.exists():
-        raise SystemExit(
-            f"plan_prediction: --keep {args.keep}: give a directory that does not exist"
-        )
-    reason = missing()
-    if reason is not None:
-        raise SystemExit(f"plan_prediction: {reason}")
-    raise_priority()
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as directory:
-        scratch = args.keep or Path(directory)
-        scratch.mkdir(parents=True, exist_ok=True)
-        with (
-            (scratch / "server.log").open("wb") as log,
-            CpuServer(port=free_port(), metrics_port=free_port(), threads=1, log=log) as server,
-        ):
-            served = Served(server, scratch / "server.log")
-            for api in ("completions", "chat"):  # first-use costs out of the first round
-                timed_requests(served, 1, 8, api)
-            endpoint = ["--endpoint", f"{server.root}/v1", "--gpus", "1", "--no-progress"]
-            with engine_apart(server):
-                for round_ in range(args.rounds):
-                    for prompt_range in ranges:
-                        where = scratch / f"r{round_}-{prompt_range or 'default'}"
-                        where.mkdir()
-                        seed = 1000 * (round_ + 1) + (prompt_range or 1)
-                        rows += one_round(endpoint, where, seed, prompt_range)
+    with warm_server("plan_prediction", args.keep) as (scratch, endpoint):
+        for round_ in range(args.rounds):
+            for prompt_range in ranges:
+                where = scratch / f"r{round_}-{prompt_range or 'default'}"
+                where.mkdir()
+                seed = 1000 * (round_ + 1) + (prompt_range or 1)
+                rows += one_round(endpoint, where, seed, prompt_range)
     print("\n".join(table(rows)))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({"speeds": SPEEDS, "rows": rows}, indent=1) + "\n")

@@ -33,7 +33,6 @@ import argparse
 import json
 import math
 import sys
-import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Final
@@ -42,15 +41,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: benchmarks/ and tests/ hold the server helpers
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.plan_prediction import calibrated  # noqa: E402
-from tests.vllm.conftest import Served, engine_apart, raise_priority, timed_requests  # noqa: E402
+from benchmarks.plan_prediction import calibrated, warm_server  # noqa: E402
 
 from kimi_operator.api.spec import ScalingBounds  # noqa: E402
 from kimi_operator.bench.stats import percentile  # noqa: E402
 from kimi_operator.bench.traces import TraceEntry, dump_trace  # noqa: E402
 from kimi_operator.cli import main as cli  # noqa: E402
-from kimi_operator.dev.cpu_vllm import CpuServer, missing  # noqa: E402
-from kimi_operator.embedded.processes import free_port  # noqa: E402
 from kimi_operator.plan.capacity import WARM_UP, Load, workload  # noqa: E402
 from kimi_operator.plan.cli import as_measured  # noqa: E402
 from kimi_operator.slo_scaling import Figures, Scaler, Slo, sustainable_rate  # noqa: E402
@@ -217,39 +213,18 @@ def main() -> None:
         "temporary one, deleted",
     )
     args = parser.parse_args()
-    if args.keep is not None and args.keep.exists():
-        raise SystemExit(
-            f"slo_capacity_cpu: --keep {args.keep}: give a directory that does not exist"
-        )
-    reason = missing()
-    if reason is not None:
-        raise SystemExit(f"slo_capacity_cpu: {reason}")
-    raise_priority()
     bounds = ScalingBounds.model_validate({"maxReplicas": 1})  # one group: unused by figures
-    with tempfile.TemporaryDirectory() as directory:
-        scratch = args.keep or Path(directory)
-        scratch.mkdir(parents=True, exist_ok=True)
-        with (
-            (scratch / "server.log").open("wb") as log,
-            CpuServer(port=free_port(), metrics_port=free_port(), threads=1, log=log) as server,
-        ):
-            served = Served(server, scratch / "server.log")
-            for api in ("completions", "chat"):  # first-use costs out of the calibration
-                timed_requests(served, 1, 8, api)
-            endpoint = ["--endpoint", f"{server.root}/v1", "--gpus", "1", "--no-progress"]
-            with engine_apart(server):
-                if cli(["bench", *endpoint, "--profile", "calibration",
-                        "--output", str(scratch / "calibration")]) != 0:  # fmt: skip
-                    raise SystemExit("slo_capacity_cpu: the calibration failed")
-                calibration = calibrated(scratch / "calibration")
-                scaler = Scaler(as_measured(calibration), calibration, "decode", SLO, bounds)
-                predicted = sustainable_rate(scaler, LOAD)
-                print(f"predicted sustainable rate: {predicted:.3g} requests/s", flush=True)
-                if not 0 < predicted < math.inf:
-                    raise SystemExit(
-                        f"slo_capacity_cpu: the model gives {predicted}: nothing to sweep"
-                    )
-                rows = sweep(endpoint, scaler, predicted / 2, scratch)
+    with warm_server("slo_capacity_cpu", args.keep) as (scratch, endpoint):
+        if cli(["bench", *endpoint, "--profile", "calibration",
+                "--output", str(scratch / "calibration")]) != 0:  # fmt: skip
+            raise SystemExit("slo_capacity_cpu: the calibration failed")
+        calibration = calibrated(scratch / "calibration")
+        scaler = Scaler(as_measured(calibration), calibration, "decode", SLO, bounds)
+        predicted = sustainable_rate(scaler, LOAD)
+        print(f"predicted sustainable rate: {predicted:.3g} requests/s", flush=True)
+        if not 0 < predicted < math.inf:
+            raise SystemExit(f"slo_capacity_cpu: the model gives {predicted}: nothing to sweep")
+        rows = sweep(endpoint, scaler, predicted / 2, scratch)
     measured_rate = crossing(rows)
     print("\n".join(table(rows, predicted, measured_rate)))
     args.output.parent.mkdir(parents=True, exist_ok=True)

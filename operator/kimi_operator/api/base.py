@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+CONFIG_MAP_KEY = r"^[-._a-zA-Z0-9]+$"  # a key of a ConfigMap's data
 
 
 class ApiModel(BaseModel):

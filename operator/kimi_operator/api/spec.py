@@ -10,7 +10,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from pydantic_core import PydanticCustomError
 
 from kimi_operator.api import constants as c
-from kimi_operator.api.base import DNS_SUBDOMAIN, ApiModel, nested_default
+from kimi_operator.api.base import CONFIG_MAP_KEY, DNS_SUBDOMAIN, ApiModel, nested_default
 from kimi_operator.api.lifecycle import LifecycleFields
 from kimi_operator.api.pod_options import (
     QUANTITY,
@@ -351,7 +351,7 @@ class CalibrationRef(ApiModel):
     config_map_name: Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)] = (
         Field(description="The ConfigMap, in the KimiDeployment's namespace.")
     )
-    key: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")] = Field(
+    key: Annotated[str, Field(min_length=1, max_length=253, pattern=CONFIG_MAP_KEY)] = Field(
         c.CALIBRATION_KEY, description="Its key holding the document."
     )
     # Checked by a rule (scaling_rules.py), which says what a schedule looks like.

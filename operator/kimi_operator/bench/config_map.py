@@ -12,7 +12,7 @@ import importlib
 import re
 from typing import Any, Final
 
-from kimi_operator.api.base import DNS_SUBDOMAIN
+from kimi_operator.api.base import CONFIG_MAP_KEY, DNS_SUBDOMAIN
 from kimi_operator.api.constants import CALIBRATION_KEY
 from kimi_operator.bench import BenchError
 from kimi_operator.bench.deployment import API_TIMEOUT_S, api_client, api_failure
@@ -20,7 +20,6 @@ from kimi_operator.bench.job import CONFIGMAP_LIMIT
 
 FLAG: Final = "--config-map"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # a ConfigMap key (spec: calibration.key)
 
 
 def parse_target(text: str) -> tuple[str, str, str]:
@@ -32,7 +31,8 @@ def parse_target(text: str) -> tuple[str, str, str]:
         _DNS_LABEL.match(namespace)
         and len(name) <= 253
         and re.match(DNS_SUBDOMAIN, name)
-        and _KEY.match(key)
+        and len(key) <= 253
+        and re.match(CONFIG_MAP_KEY, key)
     ):
         raise BenchError(
             f"{FLAG} {text!r}: expected NAMESPACE/NAME[:KEY] (a namespace, a ConfigMap name and "

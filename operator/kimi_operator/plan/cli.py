@@ -79,13 +79,7 @@ def add_plan_parser(sub: Any) -> None:
         help="concurrent sessions at which each disaggregated configuration is set against its "
         "aggregated twin (default: 1,2,4,...,64)",
     )
-    plan.add_argument(
-        "--calibration-drafts",
-        type=int,
-        choices=range(MAX_DRAFTS + 1),
-        metavar="N",
-        help="draft tokens of the calibrated deployment (needed when it speculates)",
-    )
+    _drafts_argument(plan)
     plan.add_argument(
         "--config",
         metavar="FILE",
@@ -133,13 +127,7 @@ def add_plan_parser(sub: Any) -> None:
         help="a `bench --profile calibration` results directory; sweeps of one deployment "
         "joined by commas fit as one calibration",
     )
-    export.add_argument(
-        "--calibration-drafts",
-        type=int,
-        choices=range(MAX_DRAFTS + 1),
-        metavar="N",
-        help="draft tokens of the calibrated deployment (needed when it speculates)",
-    )
+    _drafts_argument(export)
     where = export.add_mutually_exclusive_group(required=True)
     where.add_argument("--output", metavar="FILE", help="the document (JSON)")
     where.add_argument(
@@ -150,6 +138,16 @@ def add_plan_parser(sub: Any) -> None:
     )
     export.add_argument("--force", action="store_true", help="overwrite --output")
     export.set_defaults(run=cmd_export_calibration)
+
+
+def _drafts_argument(parser: Any) -> None:
+    parser.add_argument(
+        "--calibration-drafts",
+        type=int,
+        choices=range(MAX_DRAFTS + 1),
+        metavar="N",
+        help="draft tokens of the calibrated deployment (needed when it speculates)",
+    )
 
 
 def cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
