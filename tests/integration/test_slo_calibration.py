@@ -179,13 +179,24 @@ def test_a_scheduled_calibration_gets_an_owned_cronjob_and_holds_the_scaler_whil
         "metadata": {"name": run, "namespace": NS, "labels": labels},
         "spec": cron["spec"]["jobTemplate"]["spec"],
     })  # fmt: skip
-    prometheus.answers = LOAD | {ROLE_REQUESTS: 3.0}
 
     def held() -> dict[str, Any] | None:
         decode = status_of(client, NS, NAME).get("sloAutoscaler", {}).get("decode", {})
         return decode if str(decode.get("message", "")).startswith("held while") else None
 
-    decode = wait_for(held, TIMEOUT_S, "the scaler held")
+    # The load rises once the operator has seen the Job: a reconcile that listed the Jobs before
+    # it was made and read Prometheus after the rise scaled on the rise (a race of the test's).
+    wait_for(held, TIMEOUT_S, "the scaler held")
+    prometheus.answers = LOAD | {ROLE_REQUESTS: 3.0}
+    asked = sum(ROLE_REQUESTS in q for q in prometheus.queries)
+    # Two readings later (one deployment's reconciles one at a time): the first's is decided.
+    wait_for(
+        lambda: sum(ROLE_REQUESTS in q for q in prometheus.queries) >= asked + 2 or None,
+        TIMEOUT_S,
+        "two readings of the sweep's load",
+    )
+    decode = held()
+    assert decode is not None
     assert decode["desiredReplicas"] == 1
     assert f"calibration Job {run} runs" in decode["message"]
     # Finished: the same load is demand again.
