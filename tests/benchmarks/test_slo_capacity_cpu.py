@@ -55,3 +55,47 @@ def test_the_sweep_crosses_between_the_last_rate_met_and_the_first_missed() -> N
     assert SCRIPT.crossing(rows) == pytest.approx(2.5)  # a rate met above a miss: noise, not used
     assert SCRIPT.crossing([row(1.0, 0.1), row(2.0, 0.2)]) is None
     assert SCRIPT.crossing([row(1.0, -0.1)]) is None
+
+
+class Server:
+    """A server whose TTFT p90 and decode rate at P90 are functions of the rate, replayed."""
+
+    def __init__(self) -> None:
+        self.rates: list[float] = []
+        self.seeds: list[str] = []
+
+    def bench(self, argv: list[str]) -> int:
+        self.seeds.append(argv[argv.index("--seed") + 1])
+        return 0
+
+    def measured(self, _results: Path) -> dict[str, object]:
+        rate = self.rates[-1]
+        return {
+            "ttft_s": 0.1 * math.exp(rate / 2.5),  # 0.5 s at 4.02 requests/s
+            "decode_tok_s": 80.0 / rate,  # 40 tok/s at 2 requests/s
+            "counted": 90, "errors": 0, "bursts": 0, "late_start_max_s": 0.0,
+        }  # fmt: skip
+
+
+def test_one_sweep_crosses_every_slo_and_bisects_each(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    server = Server()
+    trace = SCRIPT.trace
+
+    def traced(rate: float) -> object:
+        server.rates.append(rate)
+        return trace(rate)
+
+    monkeypatch.setattr(SCRIPT, "trace", traced)
+    monkeypatch.setattr(SCRIPT, "cli", server.bench)
+    monkeypatch.setattr(SCRIPT, "measured", server.measured)
+    rows = SCRIPT.sweep([], scaler(Slo(ttft_seconds=1.0)), 1.0, tmp_path)
+    interactive = SCRIPT.crossing(SCRIPT.verdicts(rows, "interactive"))
+    first_token = SCRIPT.crossing(SCRIPT.verdicts(rows, "first token"))
+    assert interactive == pytest.approx(2.0, rel=0.05)  # the decode rate binds first
+    assert first_token == pytest.approx(4.02, rel=0.05)
+    # Up by 1.5x from 1 until both missed (1, 1.5, 2.25, 3.375, 5.06), two bisections each.
+    assert server.rates[:5] == pytest.approx([1.0, 1.5, 2.25, 3.375, 5.0625])
+    assert len(server.rates) == 5 + 2 * SCRIPT.REFINE
+    assert len(set(server.seeds)) == len(server.seeds)  # each rate's prompts its own

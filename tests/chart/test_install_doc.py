@@ -13,7 +13,7 @@ import yaml
 from kimi_operator.api.validation import check_document
 from tests.support.repo import ROOT
 
-from .helm import helm, of_kind
+from .helm import documents, helm, of_kind
 
 DOC = ROOT / "docs" / "install.md"
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
@@ -33,7 +33,7 @@ def rendered(extra: list[str]) -> list[dict[str, Any]]:
     args = command(install)
     assert args[:4] == ["helm", "install", "kimi-operator", "charts/kimi-operator"]
     result = helm("template", *args[2:3], str(ROOT / args[3]), *args[4:], *extra)
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    return documents(result.stdout)
 
 
 def test_the_install_command_points_the_chart_at_your_images() -> None:

@@ -19,6 +19,7 @@ import yaml
 from kimi_operator.api.validation import UnreadableDocument, check_document
 from kimi_operator.builders import OperatorDefaults, build_children
 from kimi_operator.cli import main
+from kimi_operator.embedded.upstream import SAFE_LOADER
 from tests.support.pods import privilege_problems, shell_problems
 
 Verdict = Literal["accepted", "rejected", "crash"]
@@ -86,8 +87,8 @@ def _rendered_problems(rendered: tuple[int, str, str], data: bytes) -> list[str]
     code, out, err = rendered
     if code != 0:
         return [f"render refused what validate accepted: {err!r}"]
-    children = list(yaml.safe_load_all(out))
-    docs = [d for d in yaml.safe_load_all(data.decode("utf-8")) if d is not None]
+    children = list(yaml.load_all(out, Loader=SAFE_LOADER))
+    docs = [d for d in yaml.load_all(data.decode("utf-8"), Loader=SAFE_LOADER) if d is not None]
     problems = []
     for doc in docs:
         deployment = check_document(doc).deployment

@@ -198,4 +198,10 @@ def test_scaled_to_zero_and_back_the_groups_record_no_failure(
         for record in records:
             assert (record["restarts"], record.get("lastFailure")) == (0, None), record
             assert not record.get("stopped")
-    assert condition(status_of(client, namespace, name), "Ready")["status"] == "True"
+    # The leaders' records come from their pods; Ready from the LeaderWorkerSets' status,
+    # which the test writes after the pods: a reconcile between the two saw a group not ready.
+    wait_for(
+        lambda: condition(status_of(client, namespace, name), "Ready")["status"] == "True",
+        TIMEOUT_S,
+        "Ready once both groups' LeaderWorkerSets say so",
+    )

@@ -126,7 +126,12 @@ def add_bench_parser(sub: Any) -> None:
         help="open: each request at its trace time; closed: a turn waits for the answer it "
         "depends on (default: closed when the trace has dependencies)",
     )
-    bench.add_argument("--seed", type=int, default=0, help="prompt text and synthetic trace seed")
+    bench.add_argument(
+        "--seed",
+        type=int,
+        help="prompt text and synthetic trace seed (default 0: the same text every run; with "
+        "--profile calibration a new one each run, recorded in the results)",
+    )
     bench.add_argument(
         "--warmup", type=_non_negative_int, default=1, help="unmeasured requests first (default 1)"
     )
@@ -389,7 +394,11 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _run_options(args: argparse.Namespace) -> "RunOptions":
     from kimi_operator.bench.deployment import resolve  # noqa: PLC0415
     from kimi_operator.bench.endpoint import parse_endpoint  # noqa: PLC0415
-    from kimi_operator.bench.profiles import PROFILE_DEFAULTS, fixed_plan  # noqa: PLC0415
+    from kimi_operator.bench.profiles import (  # noqa: PLC0415
+        PROFILE_DEFAULTS,
+        default_seed,
+        fixed_plan,
+    )
     from kimi_operator.bench.results import TraceInfo  # noqa: PLC0415
     from kimi_operator.bench.runner import RunOptions  # noqa: PLC0415
     from kimi_operator.bench.traces import (  # noqa: PLC0415
@@ -412,17 +421,18 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
     metrics_url = args.metrics_url or f"{endpoint.root}/metrics"
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
     defaults = PROFILE_DEFAULTS[args.profile]
+    seed = default_seed(args.profile) if args.seed is None else args.seed
     concurrency = args.concurrency or defaults.concurrency
     trace = None
     replay: Replay | None = None
     tasks_cut = 0
     if args.profile == "agentic":
-        entries = load_trace(args.trace) if args.trace else generate_trace(seed=args.seed)
+        entries = load_trace(args.trace) if args.trace else generate_trace(seed=seed)
         trace = TraceInfo(
             source=args.trace or "synthetic",
             sha256=trace_digest(entries),
             entries=len(entries),
-            seed=None if args.trace else args.seed,
+            seed=None if args.trace else seed,
         )
         plan = plan_trace(entries, args.requests)
         if args.api != "chat" and any(request.tools for request in plan):
@@ -447,7 +457,7 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
         output = args.output_tokens or defaults.output_tokens
         limits = asyncio.run(server_limits(endpoint, metrics_url, args.model, api_key))
         prompt, concurrency = sized_to_server(args.prompt_tokens, args.concurrency, output, limits)
-        plan = calibration_plan(concurrency, prompt, output, args.seed)
+        plan = calibration_plan(concurrency, prompt, output, seed)
         replay = "closed"  # each phase waits for the previous one's answers
     else:
         plan = fixed_plan(
@@ -465,7 +475,7 @@ def _run_options(args: argparse.Namespace) -> "RunOptions":
         concurrency=concurrency,
         warmup=args.warmup,
         ignore_eos=args.ignore_eos,
-        seed=args.seed,
+        seed=seed,
         gpus=gpus,
         gpu_hour_price_usd=args.gpu_hour_price,
         deployment=args.deployment,

@@ -11,6 +11,7 @@ JSON (rules without oldSelf are pure), and rules are not run on a value an updat
 (their failures would be let be: ratcheting).
 """
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import celpy
+import celpy.evaluation
+import lark
 from celpy.adapter import json_to_cel
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
@@ -27,6 +30,23 @@ from kimi_operator.embedded.schema import FieldError, Path, field_path, show
 NO_OLD = object()  # no old value to correlate with: transition rules are skipped
 VERDICTS_KEPT = 4096  # values remembered per node
 _STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\['([^']*)'\]|\[(\d+)\]")
+_EXPAND_STRING_LITERAL = celpy.evaluation.celstr
+
+
+@functools.lru_cache(maxsize=1024)
+def _string_literal(text: str) -> celpy.celtypes.StringType:
+    return _EXPAND_STRING_LITERAL(lark.Token("STRING_LIT", text))
+
+
+def _remembered_string_literal(token: lark.Token) -> celpy.celtypes.StringType:
+    """cel-python expands a string literal's escapes each time the literal is evaluated, a
+    character at a time through a generator: the CRD's vLLM flag patterns (up to 7 KB, matched
+    against every argument) spent a third of a rule's time there. A literal's value is its
+    text's alone (an immutable str): expanded once."""
+    return _string_literal(token.value)
+
+
+celpy.evaluation.celstr = _remembered_string_literal
 
 
 @dataclass(frozen=True)

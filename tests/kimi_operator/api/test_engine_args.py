@@ -22,6 +22,7 @@ from kimi_operator.api.rules import RULES
 from kimi_operator.api.spec import KimiDeployment
 from kimi_operator.api.vllm_flags import SERVE_FLAGS, SERVE_OPTIONS
 from kimi_operator.builders.vllm_args import leader_args, worker_args
+from kimi_operator.embedded import cel  # noqa: F401
 from tests.support.engine_args import refused_engine_args
 from tests.support.specs import edited
 from tests.support.vllm_cli import FORBIDDEN_DESTS
@@ -112,7 +113,7 @@ def test_every_group_refuses_all_its_spellings_and_names_one_reason() -> None:
         assert all(refused_engine_args([f]) == [(f, group)] for f in group.flags), group.label
 
 
-CEL = celpy.Environment()
+CEL = celpy.Environment()  # with embedded.cel's string literals expanded once (imported above)
 
 
 @pytest.mark.parametrize(

@@ -70,8 +70,6 @@ def test_job_against_a_deployment(cli: Cli) -> None:
         "2",
         "--requests",
         "20",
-        "--seed",
-        "0",
         "--warmup",
         "1",
         "--gpu-hour-price",
