@@ -118,6 +118,15 @@ def test_an_unknown_system_is_one_line() -> None:
     assert str(raised.value) == "aiconfigurator-core has no vllm data for system gb999"
 
 
+def test_the_data_is_the_version_aiconfigurator_calls_latest() -> None:
+    """The model takes the version slots' `current` without aiconfigurator's scan of every
+    system's tables: the version that scan answers, for every shape the built-ins price."""
+    latest = perf_database.get_latest_database_version(system="gb300", backend="vllm")
+    assert latest is not None
+    for gpus, drafts in ((8, 0), (16, 0), (16, 7)):
+        assert gb300_data.gb300_model(gpus, drafts).version == latest
+
+
 def test_a_shape_without_measurements_is_one_line() -> None:
     """Kimi K3's 96 KDA heads do not split over 5 GPUs: the model refuses, in one line."""
     with pytest.raises(DataUnavailable) as raised:
