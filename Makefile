@@ -72,14 +72,15 @@ typecheck: $(STAMP)
 # files marked `heavy` first (tests/conftest.py; xdist would otherwise start the most tests first).
 LOADFILE := --dist loadfile --no-loadscope-reorder
 XDIST := -n auto $(LOADFILE)
-# `make test`'s pytest on one worker more than there are CPUs: two workers kept two CPUs only
+# `make test`'s pytest on two workers more than there are CPUs: two workers kept two CPUs only
 # 50-60% busy (their tests wait on servers, resyncs, deadlines). On the shared 2-CPU machine
-# (load 1.4-3.3), fresh clones: make test 326 and 277 s with three workers, 380 and 390 s with two.
+# (load 1.4-3.3), fresh clones: make test 326 and 277 s with three workers, 380 and 390 s with two;
+# later, pytest alone, alternating: 305 and 304 s with three, 279 and 258 s with four.
 # With bytecode for the repository's own modules (PYTHONDONTWRITEBYTECODE emptied): where it is set
 # (these machines) each worker and each Python process a test starts compiled them again, and
 # pytest rewrote every test module's asserts again in each worker (__pycache__ is git-ignored).
 unit: $(STAMP) tools
-	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(shell echo $$(( $$(nproc) + 1 ))) $(LOADFILE)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(shell echo $$(( $$(nproc) + 2 ))) $(LOADFILE)
 
 # The long fuzz runs: every example (`make test` draws a fifth of them; tests/support/fuzzing.py).
 test-fuzz: $(STAMP)

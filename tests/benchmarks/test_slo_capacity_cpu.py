@@ -46,6 +46,24 @@ def test_an_slo_a_lone_request_misses_sustains_nothing_and_no_target_any_rate() 
     assert sustainable_rate(scaler(Slo()), LOAD) == math.inf
 
 
+def test_the_prediction_is_interpolated_between_the_grid_rates_as_the_sweep_is() -> None:
+    """The model's crossing, found as the measured one is: past the grid's last rate met (what
+    the scaler itself sizes on), short of its first missed."""
+    for slo in (Slo(ttft_seconds=1.0), Slo(decode_tokens_per_s=60.0)):
+        s = scaler(slo)
+        grid = sustainable_rate(s, LOAD)
+        predicted = SCRIPT.predicted_rate(s, LOAD)
+        assert grid < predicted < grid * (1 + RATE_ROUNDING), slo
+        below = s.figures(replace(LOAD, request_rate_per_s=grid), 1)
+        above = s.figures(replace(LOAD, request_rate_per_s=grid * (1 + RATE_ROUNDING)), 1)
+        # The TTFT side: on its log margin, the crossing's share of the step is the margin's.
+        if slo.ttft_seconds is not None:
+            inside, outside = math.log(1.0 / below.ttft_s), math.log(1.0 / above.ttft_s)
+            share = (predicted - grid) / (grid * RATE_ROUNDING)
+            assert share == pytest.approx(inside / (inside - outside))
+    assert SCRIPT.predicted_rate(scaler(Slo()), LOAD) == math.inf
+
+
 def row(rate: float, margin: float) -> dict[str, object]:
     return {"rate": rate, "met": margin >= 0, "margin": margin}
 
