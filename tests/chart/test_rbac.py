@@ -419,8 +419,8 @@ def _first_reconcile(api: EmbeddedApiServer, _: set[tuple[str, int]], __: list[C
 
     def written() -> bool:
         kd = _send(api.url, "GET", f"{KIMI}/k3")
-        observed: int | None = (kd.get("status") or {}).get("observedGeneration")
-        return observed == kd["metadata"]["generation"]
+        status = kd.get("status") or {}
+        return bool(status.get("observedGeneration") == kd["metadata"]["generation"])
 
     wait_for(written, 20.0, "the deployment's status")
 
