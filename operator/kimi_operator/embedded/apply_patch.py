@@ -35,6 +35,7 @@ from kimi_operator.embedded.fieldsets import (
     remove,
     to_fields_v1,
 )
+from kimi_operator.embedded.upstream import SAFE_LOADER
 
 APPLY = "application/apply-patch+yaml"
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -47,7 +48,7 @@ def content_type(headers: Mapping[str, str]) -> str:
 def parse(body: str) -> dict[str, Any]:
     """The applied configuration (YAML or JSON); 400 when it is not an object."""
     try:
-        loaded = yaml.safe_load(body)
+        loaded = yaml.load(body, Loader=SAFE_LOADER)  # libyaml's, where PyYAML has it
     except yaml.YAMLError as error:
         raise kmock.KubernetesError(400, "BadRequest", f"error decoding YAML: {error}") from None
     if not isinstance(loaded, dict):
