@@ -302,6 +302,8 @@ def main() -> None:
         "load": asdict(LOAD),
         "calibration": calibration.name,
         "calibration_seed": seed,
+        # What the predictions rest on, to set one run's calibration beside another's.
+        "calibration_costs": asdict(calibration.costs),
         "slos": sustainable,
         "rows": rows,
     }, indent=1) + "\n")  # fmt: skip
