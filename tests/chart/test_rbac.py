@@ -531,8 +531,7 @@ def _observe(
 ) -> Observed:
     observed = Observed()
     _record_call_sites(monkeypatch, observed.reached)
-    # Without leader election the Lease calls never happen: waited for only with it.
-    sites = _calls_made(client_call_sites(), leader_election=leader_election)
+    sites = client_call_sites()  # what `_scenario` waits for (`_first_reconcile` does not)
     values: dict[str, Any] = {"watchNamespaces": list(namespaces)}
     if not leader_election:
         values["leaderElection"] = {"enabled": False}
@@ -639,11 +638,6 @@ def rbac(values: dict[str, Any], tmp_path: Path) -> Granted:
         else:
             roles[role["metadata"]["namespace"]] = granted(role["rules"])
     return Granted(cluster, roles, lease)
-
-
-def _calls_made(sites: list[CallSite], *, leader_election: bool) -> list[CallSite]:
-    """The client calls the operator makes in a mode: without leader election, none of leader.py."""
-    return [s for s in sites if leader_election or s.path.name != "leader.py"]
 
 
 def _missing(sites: list[CallSite], reached: set[tuple[str, int]]) -> list[str]:

@@ -86,9 +86,9 @@ _ENVIRONMENT = celpy.Environment()
 @functools.cache
 def _program(text: str) -> Any:
     """A CEL expression's program, parsed once per process: every embedded API server installs
-    the CRDs (Gateway API's and the operator's hold hundreds of rules), and parsing them again
-    for each (lark, ~1 ms a rule) was a tenth of `make test`'s CPU in its operator tests. A
-    program is the parsed tree; each evaluation makes an evaluator of its own."""
+    the CRDs (the operator's and Gateway API's hold ~380 rules), and parsing them again for each
+    server took 0.55 s of its CPU (0.04 s with them parsed once). A program is the parsed tree;
+    each evaluation makes an evaluator of its own."""
     return _ENVIRONMENT.program(_ENVIRONMENT.compile(text))
 
 
