@@ -24,8 +24,8 @@ def vllm_parser() -> Any:
 
     parser = make_arg_parser(FlexibleArgumentParser())
     # A refusal's usage line, argparse's own (one line of every one of vLLM's ~400 options), is
-    # what `parse` throws away: given one, argparse prints it as it is. It cost 40% of the CPU of
-    # the tests that hunt refusals; what the parser accepts and refuses is unchanged.
+    # what `parse` throws away: given one, argparse prints it as it is (the six files that use this
+    # parser: 28 s of CPU before, 18-21 s after). What the parser accepts and refuses is unchanged.
     parser.usage = "vllm serve [model_tag] [options]"
     return parser
 

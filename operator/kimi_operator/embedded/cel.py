@@ -49,8 +49,9 @@ def _remembered_string_literal(token: lark.Token) -> celpy.celtypes.StringType:
 celpy.evaluation.celstr = _remembered_string_literal
 # cel-python's evaluator casts at every step of a rule (`cast(Tuple[Result, Result], ...)`): each
 # builds a typing alias of its `Result`, a union of 15 types, hashed anew every time, for a cast
-# that returns its argument. Two fifths of a rule's time went there. Those subscripts in the
-# evaluator's code now read `object`; the aliases the module built on import keep the union.
+# that returns its argument: 29% of the rules' time in a py-spy profile of test_one_verdict (its
+# CPU 13.2 s before, 9.9 s after). Those subscripts in the evaluator's code now read `object`;
+# the aliases the module built on import keep the union.
 celpy.evaluation.Result = object  # type: ignore[assignment]  # cel-python declares it a union
 
 
